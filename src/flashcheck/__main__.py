@@ -1,0 +1,5 @@
+"""``python -m flashcheck``."""
+
+from flashcheck.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Generation of batch shapes and replay scenarios (strategies, state machines, campaign workers)."""

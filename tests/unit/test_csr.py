@@ -1,0 +1,198 @@
+"""FC301 csr-well-formed: every sub-check fires on a crafted bad layout and stays quiet on valid ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flashcheck.batch import BatchSpec
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Location
+from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
+from flashcheck.properties.csr import CSR_ID, CsrInput, check_csr, check_layout
+
+SPEC = BatchSpec((1, 1, 4, 1), (5, 40, 17, 16), page_size=16)
+
+
+def base(padding: str = "vllm_legacy", pad_to: int = 6) -> PagedLayout:
+    return build_paged_layout(SPEC, pad_to=pad_to, padding=padding, allocator="shuffled", seed=3)
+
+
+def inp(layout: PagedLayout, **over: object) -> CsrInput:
+    d: dict[str, object] = dict(
+        kv_indptr=layout.kv_indptr.copy(), kv_indices=layout.kv_indices.copy(),
+        kv_last_page_len=layout.kv_last_page_len.copy(), num_pages=layout.num_pages, page_size=layout.page_size,
+        qo_indptr=layout.qo_indptr.copy(), seq_lens=layout.seq_lens.copy(), batch_size=layout.batch_size,
+        padding=layout.padding,
+    )
+    d.update(over)
+    return CsrInput(**d)  # type: ignore[arg-type]
+
+
+def checks_of(findings: list) -> list[str]:  # type: ignore[type-arg]
+    return [f.evidence["check"] for f in findings]
+
+
+@pytest.mark.parametrize("policy", ["vllm_legacy", "vllm_current"])
+def test_quiet_on_valid_padded_layouts(policy: str) -> None:
+    assert check_layout(base(policy)) == []
+
+
+def test_quiet_on_sglang_policy() -> None:
+    spec = BatchSpec((1, 1, 1), (7, 1, 30), page_size=1)
+    layout = build_paged_layout(spec, pad_to=8, padding="sglang", allocator="fragmented", seed=1)
+    assert check_layout(layout) == []
+
+
+def test_quiet_on_offset_start_kv_indptr() -> None:
+    """vLLM's prefill plan passes paged_kv_indptr_cpu[prefill_start:]: not rebased, legal."""
+    layout = base("vllm_legacy").with_kv_offset(37, filler=0)
+    assert layout.kv_indptr[0] == 37
+    assert check_layout(layout) == []
+
+
+def test_fires_on_non_monotone_kv_indptr_with_index_and_values() -> None:
+    layout = base()
+    bad = layout.kv_indptr.copy()
+    bad[2], bad[1] = 1, 4
+    (f,) = check_csr(inp(layout, kv_indptr=bad), location=Location(step=7), prefix="graph bs=6 ")
+    assert f.id == CSR_ID and f.evidence["check"] == "indptr-non-decreasing"
+    assert f.message.startswith("graph bs=6 kv_indptr[2]=1 < kv_indptr[1]=4")
+    assert f.evidence["index"] == 2 and f.location.step == 7
+
+
+def test_fires_on_non_monotone_qo_indptr() -> None:
+    layout = base()
+    qo = layout.qo_indptr.copy()
+    qo[3] = 0
+    assert "indptr-non-decreasing" in checks_of(check_csr(inp(layout, qo_indptr=qo)))
+
+
+def test_fires_on_qo_indptr_not_starting_at_zero() -> None:
+    layout = base()
+    assert checks_of(check_csr(inp(layout, qo_indptr=layout.qo_indptr + 2))) == ["qo-indptr-start"]
+
+
+def test_fires_on_negative_kv_start() -> None:
+    layout = base()
+    bad = layout.kv_indptr.copy()
+    bad[0] = -1
+    assert "kv-indptr-start" in checks_of(check_csr(inp(layout, kv_indptr=bad)))
+
+
+def test_fires_when_indptr_points_past_indices() -> None:
+    layout = base()
+    (f,) = check_csr(inp(layout, kv_indices=layout.kv_indices[:-3]))
+    assert f.evidence["check"] == "indptr-within-indices" and f"len(kv_indices)={len(layout.kv_indices) - 3}" in f.message
+
+
+def test_capacity_override_for_persistent_indices_buffer() -> None:
+    layout = base()
+    assert check_csr(inp(layout, kv_indices_len=len(layout.kv_indices))) == []
+    assert checks_of(check_csr(inp(layout, kv_indices_len=2))) == ["indptr-within-indices"]
+
+
+@pytest.mark.parametrize("value", [-1, 10_000])
+def test_fires_on_page_id_out_of_range(value: int) -> None:
+    layout = base()
+    idx = layout.kv_indices.copy()
+    idx[1] = value
+    (f,) = check_csr(inp(layout, kv_indices=idx))
+    assert f.evidence["check"] == "indices-in-range" and f"kv_indices[1]={value}" in f.message
+
+
+def test_indices_beyond_the_used_range_are_not_checked() -> None:
+    layout = base()
+    idx = np.concatenate([layout.kv_indices, [-5, 99999]])  # stale tail of a persistent buffer
+    assert check_csr(inp(layout, kv_indices=idx)) == []
+
+
+@pytest.mark.parametrize("value", [0, 17])
+def test_fires_on_last_page_len_out_of_range(value: int) -> None:
+    layout = base()
+    last = layout.kv_last_page_len.copy()
+    last[2] = value
+    found = check_csr(inp(layout, kv_last_page_len=last, seq_lens=None))
+    assert checks_of(found) == ["last-page-len-range"] and f"kv_last_page_len[2]={value}" in found[0].message
+
+
+def test_fires_when_qo_and_kv_cover_different_batches() -> None:
+    layout = base()
+    found = check_csr(inp(layout, qo_indptr=layout.qo_indptr[:-1], kv_last_page_len=layout.kv_last_page_len[:-1]))
+    assert checks_of(found).count("same-batch") == 2
+
+
+def test_fires_on_inconsistent_seq_lens() -> None:
+    layout = base()
+    seq = layout.seq_lens.copy()
+    seq[1] += 1
+    assert checks_of(check_csr(inp(layout, seq_lens=seq))) == ["seq-lens-consistent"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "mutate", "field"),
+    [
+        ("vllm_legacy", lambda d: d["kv_last_page_len"].__setitem__(5, 0), "last_page_len"),
+        ("vllm_current", lambda d: d["kv_last_page_len"].__setitem__(5, 1), "last_page_len"),
+        ("vllm_legacy", lambda d: d["kv_indptr"].__setitem__(6, d["kv_indptr"][6] + 1), "pages"),
+        ("vllm_current", lambda d: d["qo_indptr"].__setitem__(6, d["qo_indptr"][6] + 1), "qo_len"),
+    ],
+)
+def test_fires_on_padding_rows_that_break_the_policy(policy: str, mutate, field: str) -> None:  # type: ignore[no-untyped-def]
+    layout = base(policy)
+    d = {k: v.copy() for k, v in layout.arrays().items()}
+    mutate(d)
+    found = check_csr(inp(layout, **{k: d[k] for k in ("kv_indptr", "kv_last_page_len", "qo_indptr")},
+                          kv_indices_len=len(layout.kv_indices) + 5))
+    assert checks_of(found) == ["padding-policy"], found
+    assert found[0].evidence["policy"] == policy and f"{field}=" in found[0].message
+
+
+def test_fires_on_padding_without_declared_policy() -> None:
+    layout = base()
+    assert checks_of(check_csr(inp(layout, padding=PaddingPolicy.NONE))) == ["padding-policy"]
+
+
+def test_sglang_padding_rows_checked() -> None:
+    spec = BatchSpec((1, 1), (7, 3), page_size=1)
+    layout = build_paged_layout(spec, pad_to=4, padding="sglang")
+    legacy_like = inp(layout, padding=PaddingPolicy.VLLM_LEGACY)
+    assert checks_of(check_csr(legacy_like)) == ["padding-policy"]
+
+
+def test_works_on_torch_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    layout = base()
+    bad = torch.tensor(layout.kv_indptr)
+    bad[3] = 0
+    assert "indptr-non-decreasing" in checks_of(check_csr(inp(layout, kv_indptr=bad)))
+
+
+def test_rejects_nonsense_parameters() -> None:
+    with pytest.raises(InvalidArgument, match="page_size and num_pages must be >= 1"):
+        check_csr(inp(base(), page_size=0))
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 300)), min_size=1, max_size=12),
+    st.sampled_from([1, 16, 32, 64]),
+    st.sampled_from(["contiguous", "shuffled", "fragmented"]),
+    st.integers(0, 5),
+    st.sampled_from(["vllm_legacy", "vllm_current", "sglang"]),
+    st.integers(0, 2**31),
+    st.integers(0, 50),
+)
+def test_builder_output_always_passes(reqs, page, alloc, extra, policy, seed, offset) -> None:  # type: ignore[no-untyped-def]
+    if policy == "sglang":
+        page = 1
+    spec = BatchSpec(tuple(q for q, _ in reqs), tuple(q + e for q, e in reqs), page_size=page)
+    layout = build_paged_layout(spec, pad_to=spec.batch_size + extra, padding=policy, allocator=alloc, seed=seed)
+    assert check_layout(layout) == []
+    assert check_layout(layout.with_kv_offset(offset)) == []
+    # real rows reproduce the spec exactly
+    pages = np.diff(layout.kv_indptr)[: spec.batch_size]
+    assert tuple(pages) == spec.pages_per_request()
+    assert tuple(layout.seq_lens[: spec.batch_size]) == spec.kv_lens
+    assert len(set(layout.kv_indices[: sum(spec.pages_per_request())].tolist())) == sum(spec.pages_per_request())
