@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +25,9 @@ _ID_RE = re.compile(r"^FC[1-3]\d\d$")
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _KIND_PREFIX: dict[Kind, str] = {"static": "FC1", "runtime": "FC2", "property": "FC3"}
 
-# Modules that register checks when imported. Subsystems append theirs here (lazy: imported on demand only).
-CHECK_MODULES: list[str] = [
-    "flashcheck.properties.csr",
-]
+# Packages whose modules register checks when imported (every module in them is imported on demand; none of
+# them may import torch at import time). A missing package (an optional subsystem) is skipped.
+CHECK_PACKAGES: tuple[str, ...] = ("flashcheck.properties", "flashcheck.runtime.checks", "flashcheck.verifier.rules")
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,15 @@ def register_check(
 
 
 def _load_all() -> None:
-    for mod in CHECK_MODULES:
-        importlib.import_module(mod)
+    for pkg_name in CHECK_PACKAGES:
+        try:
+            pkg = importlib.import_module(pkg_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and pkg_name.startswith(exc.name):
+                continue
+            raise
+        for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):
+            importlib.import_module(f"{pkg_name}.{info.name}")
 
 
 def all_checks() -> list[CheckInfo]:
