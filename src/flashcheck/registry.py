@@ -27,7 +27,12 @@ _KIND_PREFIX: dict[Kind, str] = {"static": "FC1", "runtime": "FC2", "property": 
 
 # Packages whose modules register checks when imported (every module in them is imported on demand; none of
 # them may import torch at import time). A missing package (an optional subsystem) is skipped.
-CHECK_PACKAGES: tuple[str, ...] = ("flashcheck.properties", "flashcheck.runtime.checks", "flashcheck.verifier.rules")
+CHECK_PACKAGES: tuple[str, ...] = (
+    "flashcheck.properties",
+    "flashcheck.runtime.checks",
+    "flashcheck.verifier.rules",
+    "flashcheck.targets.classify",
+)
 
 
 @dataclass(frozen=True)

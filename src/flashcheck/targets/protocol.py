@@ -36,6 +36,7 @@ class Capacity:
         buckets: CUDA-graph batch-size buckets, ascending; empty for eager-only targets.
         padding: how the target pads a batch to its bucket.
         paged: False for ragged (non-paged) targets.
+        value_from_key: V is the first ``head_dim_vo`` columns of K (MLA's ckv), not a separate cache.
     """
 
     template: BatchSpec
@@ -47,6 +48,7 @@ class Capacity:
     buckets: tuple[int, ...] = ()
     padding: PaddingPolicy = PaddingPolicy.NONE
     paged: bool = True
+    value_from_key: bool = False
 
     def bucket_for(self, batch_size: int) -> int | None:
         """Smallest bucket >= batch_size, or None (run eagerly)."""
