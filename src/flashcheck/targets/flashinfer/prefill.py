@@ -61,15 +61,15 @@ class PagedPrefillTarget(FlashInferTargetBase):
         return True
 
     def _capture_plan(self, slot: GraphSlot, bucket: int, layout: PagedLayout) -> None:
-        # FlashInfer fixes the graph's row count at the first plan (sticky max_total_num_rows): plan once with the
-        # bucket's maximum rows, as SGLang does with its fixed draft-token count, then with the real batch.
+        # FlashInfer fixes a graph's query rows at the first plan (sticky max_total_num_rows) and run() requires
+        # q.shape[0] == qo_indptr[-1]: capture at the bucket's fixed row count (SGLang's verify graphs use
+        # bs * num_draft_tokens rows); replays re-plan with the real rows and read only those.
         from flashcheck.layout import build_paged_layout
 
         mq = self.capacity.max_qo_len
         spec = layout.spec.with_lengths((mq,) * bucket, (mq,) * bucket)
         biggest = build_paged_layout(spec, num_pages=self.capacity.max_pages)
         self._plan(slot.wrapper, biggest, self.fill_metadata(biggest), graph=True)
-        super()._capture_plan(slot, bucket, layout)
 
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template

@@ -1,0 +1,81 @@
+"""Reproducers: a finding plus the scenario that led to it, as JSON; re-run deterministically; pytest snippets.
+
+Repro JSON (schema `REPRO_SCHEMA`)::
+
+    {"schema": 1, "scenario": Scenario.to_dict(), "step": N, "layers": "all", "finding": Finding.to_dict(),
+     "environment": {...}, "command": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Finding, atomic_write_text
+from flashcheck.rundir import environment
+from flashcheck.scenario import Scenario
+
+__all__ = ["REPRO_SCHEMA", "load_repro", "make_repro", "pytest_snippet", "replay_repro", "save_repro"]
+
+REPRO_SCHEMA = 1
+
+
+def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str = "all") -> dict[str, Any]:
+    """The scenario truncated after the failing step, and the finding it must reproduce."""
+    trimmed = Scenario(scenario.target, scenario.steps[: step + 1], scenario.seed, scenario.target_config)
+    return {"schema": REPRO_SCHEMA, "scenario": trimmed.to_dict(), "step": step, "layers": layers,
+            "finding": finding.to_dict(), "environment": environment()}
+
+
+def save_repro(path: str | os.PathLike[str], repro: Mapping[str, Any]) -> Path:
+    p = Path(path)
+    atomic_write_text(p, json.dumps(repro, indent=2, sort_keys=True, default=str) + "\n")
+    return p
+
+
+def load_repro(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidArgument(f"reproducer {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"reproducer {path} is not JSON: {exc}") from exc
+    if not isinstance(doc, dict) or "scenario" not in doc or "step" not in doc:
+        raise InvalidArgument(f"{path} is not a flashcheck reproducer (needs 'scenario' and 'step')")
+    if int(doc.get("schema", 1)) > REPRO_SCHEMA:
+        raise InvalidArgument(f"reproducer schema {doc['schema']} is newer than this flashcheck; upgrade")
+    return doc
+
+
+def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tuple[list[Finding], bool]:
+    """Re-run the scenario up to the failing step in a fresh session.
+
+    Returns the findings at the failing step and whether the recorded finding (same check ID and sub-check)
+    reappeared.
+    """
+    from flashcheck.session import run_scenario
+
+    scenario = Scenario.from_dict(repro["scenario"])
+    step = int(repro["step"])
+    results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)  # type: ignore[arg-type]
+    found = results[step].findings if len(results) > step else []
+    want = repro.get("finding") or {}
+    hit = any(f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check")
+              for f in found)
+    return found, hit
+
+
+def pytest_snippet(repro: Mapping[str, Any], path: str = "repro.json") -> str:
+    """A test a user can paste: it fails while the bug is there."""
+    f = repro.get("finding", {})
+    return (
+        "from flashcheck.repro import load_repro, replay_repro\n\n\n"
+        f"def test_{str(f.get('name', 'finding')).replace('-', '_')}_does_not_come_back():\n"
+        f"    # {f.get('id', '')} {f.get('name', '')}: {str(f.get('message', ''))[:100]}\n"
+        f"    findings, reproduced = replay_repro(load_repro({path!r}))\n"
+        "    assert not reproduced, '\\n'.join(map(str, findings))\n"
+    )

@@ -1,0 +1,88 @@
+"""One entry point to run scenarios: build the target, open the runtime checker, drive the steps.
+
+The fuzzer, campaigns, ``flashcheck replay`` and the pytest plugin all go through `open_session`, so a finding
+reproduces under exactly the machinery that found it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.runtime.api import CheckerLike, NullChecker
+from flashcheck.scenario import Driver, Scenario, StepResult
+from flashcheck.targets.protocol import Target, check_target
+from flashcheck.targets.registry import make_target
+
+__all__ = ["Layers", "default_device", "make_checker", "open_session", "run_scenario"]
+
+Layers = Literal["off", "cheap", "all"]
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@contextlib.contextmanager
+def make_checker(layers: Layers, device: str) -> Iterator[CheckerLike]:
+    """The runtime checker with the chosen detection layers (``off``: regions and arena only)."""
+    if layers not in ("off", "cheap", "all"):
+        raise InvalidArgument(f"layers must be 'off', 'cheap' or 'all', got {layers!r}")
+    from flashcheck.runtime.arena import Arena
+    from flashcheck.runtime.checker import Checker
+
+    if layers == "off":
+        yield NullChecker(Arena())
+        return
+    with Checker(layers=layers, device=device) as chk:
+        yield chk
+
+
+@contextlib.contextmanager
+def open_session(
+    target: str | Target,
+    *,
+    config: Mapping[str, Any] | None = None,
+    device: str | None = None,
+    layers: Layers = "all",
+    seed: int = 0,
+    worker: int = 0,
+) -> Iterator[Driver]:
+    """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`."""
+    dev = device or default_device()
+    tgt = make_target(target, **dict(config or {})) if isinstance(target, str) else check_target(target)
+    with make_checker(layers, dev) as chk:
+        drv = Driver(tgt, chk, device=dev, seed=seed, worker=worker)
+        drv.setup()
+        try:
+            yield drv
+        finally:
+            tgt.teardown()
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    device: str | None = None,
+    layers: Layers = "all",
+    stop_at: int | None = None,
+    on_step: Callable[[int, StepResult], None] | None = None,
+    target: Target | None = None,
+) -> list[StepResult]:
+    """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result."""
+    results: list[StepResult] = []
+    tgt: str | Target = target if target is not None else scenario.target
+    cfg = None if target is not None else scenario.target_config
+    with open_session(tgt, config=cfg, device=device, layers=layers, seed=scenario.seed) as drv:
+        for i, step in enumerate(scenario.steps):
+            if stop_at is not None and i > stop_at:
+                break
+            r = drv.execute(step, i)
+            results.append(r)
+            if on_step is not None:
+                on_step(i, r)
+    return results
