@@ -61,7 +61,7 @@ def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tupl
 
     scenario = Scenario.from_dict(repro["scenario"])
     step = int(repro["step"])
-    results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)  # type: ignore[arg-type]
+    results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)
     found = results[step].findings if len(results) > step else []
     want = repro.get("finding") or {}
     hit = any(f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check")
