@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from flashcheck.batch import BatchSpec
-from flashcheck.errors import EnvironmentUnavailable, InvalidArgument
+from flashcheck.errors import EnvironmentUnavailable, InvalidArgument, UsageError
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
 from flashcheck.properties.csr import check_csr, check_layout
@@ -96,13 +96,14 @@ class Driver:
     """Runs steps against a target under a checker. Create, `setup()`, then `execute()` each step."""
 
     def __init__(self, target: Target, checker: CheckerLike, *, device: str = "cpu", seed: int = 0,
-                 check_reference: bool = True, worker: int = 0) -> None:
+                 check_reference: bool = True, worker: int = 0, replay_malformed: bool = False) -> None:
         self.target = target
         self.checker = checker
         self.device = device
         self.seed = seed
         self.check_reference = check_reference
         self.worker = worker
+        self.replay_malformed = replay_malformed
         self.cap = target.capacity
         self.captured: dict[int, list[int] | None] = {}
         self.t0 = time.perf_counter()
@@ -155,17 +156,15 @@ class Driver:
         loc = Location(target=self.target.name, step=index, step_name=name)
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
-        padded = spec.batch_size
+        padded = spec.batch_size if step.op == "eager" else self._bucket(step, spec)
         try:
             if step.op == "eager":
                 findings += self._eager(step, spec, index, name, loc)
             elif step.op == "capture":
-                padded = self._bucket(step, spec)
                 findings += self._capture(step, spec, padded, index, name, loc)
             else:
-                padded = self._bucket(step, spec)
                 findings += self._replay(step, spec, padded, index, name, loc)
-        except EnvironmentUnavailable:
+        except (EnvironmentUnavailable, UsageError):
             raise
         except Exception as exc:  # every target error goes through the classification table
             cls = classify_exception(exc)
@@ -221,14 +220,19 @@ class Driver:
         with self.checker.region("prepare_replay", step=index, step_name=name):
             self.target.prepare_replay(bucket, layout)
         replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")
+        csr: list[Finding] = []
         with self.checker.checker_read():
             meta = self.target.graph_metadata(bucket)
             if meta is not None:
-                found += check_csr(meta, location=replay_loc, prefix=f"graph bs={bucket}: ")
+                csr = check_csr(meta, location=replay_loc, prefix=f"graph bs={bucket}: ")
             captured = self.captured.get(bucket)
             current = self.target.plan_info(bucket)
             if captured is not None and current is not None:
                 found += check_plan_info(captured, current, bucket=bucket, location=replay_loc)
+        found += csr
+        if csr and not self.replay_malformed:
+            # replaying malformed CSR can fault the kernel and poison the CUDA context for every later step
+            return found
         with self.checker.region("replay", step=index, step_name=name):
             out = self.target.replay(bucket, q)
         out_host = self._host(out)
