@@ -9,8 +9,9 @@ detectors saw (FC2xx). Exceptions go through the classification table.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -24,7 +25,7 @@ from flashcheck.properties.csr import check_csr, check_layout
 from flashcheck.properties.equivalence import compare_outputs, tolerance_for
 from flashcheck.properties.plan_info import check_plan_info
 from flashcheck.rundir import Sample
-from flashcheck.runtime.api import CheckerLike
+from flashcheck.runtime.api import CheckerLike, Region
 from flashcheck.targets.classify import classify_exception, finding_from_exception
 from flashcheck.targets.protocol import Target, TargetEnv
 
@@ -164,9 +165,8 @@ class Driver:
                 findings += self._capture(step, spec, padded, index, name, loc)
             else:
                 findings += self._replay(step, spec, padded, index, name, loc)
-        except (EnvironmentUnavailable, UsageError):
-            raise
-        except Exception as exc:  # every target error goes through the classification table
+        except _TargetRaised as raised:  # every target error goes through the classification table
+            exc = raised.exc
             cls = classify_exception(exc)
             if cls.verdict == "rejected":
                 return StepResult([], None, rejected=f"{type(exc).__name__}: {exc}")
@@ -191,9 +191,9 @@ class Driver:
         layout = self.layout_for(step)
         q = self.queries(spec, step.seed)
         self.checker.arena.arm()
-        with self.checker.region("plan", step=index, step_name=name):
+        with self._call("plan", index, name):
             self.target.plan(layout)
-        with self.checker.region("run", step=index, step_name=name):
+        with self._call("run", index, name):
             out = self.target.run(q)
         out_f = check_layout(layout, location=loc)
         if self.check_reference:
@@ -204,9 +204,9 @@ class Driver:
         layout = self.layout_for(step, pad_to=bucket)
         q = self.queries(spec, step.seed)
         self.checker.arena.arm()
-        with self.checker.region("capture", step=index, step_name=name):
+        with self._call("capture", index, name):
             self.target.capture(bucket, layout, q)
-        with self.checker.checker_read():
+        with self.checker.checker_read(), self._call(None, index, name):
             self.captured[bucket] = self.target.plan_info(bucket)
         return check_layout(layout, location=loc)
 
@@ -217,30 +217,31 @@ class Driver:
         layout = self.layout_for(step, pad_to=bucket)
         q = self.queries(spec, step.seed)
         self.checker.arena.arm()
-        with self.checker.region("prepare_replay", step=index, step_name=name):
+        with self._call("prepare_replay", index, name):
             self.target.prepare_replay(bucket, layout)
         replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")
         csr: list[Finding] = []
         with self.checker.checker_read():
-            meta = self.target.graph_metadata(bucket)
+            with self._call(None, index, name):
+                meta = self.target.graph_metadata(bucket)
+                current = self.target.plan_info(bucket)
             if meta is not None:
                 csr = check_csr(meta, location=replay_loc, prefix=f"graph bs={bucket}: ")
             captured = self.captured.get(bucket)
-            current = self.target.plan_info(bucket)
             if captured is not None and current is not None:
                 found += check_plan_info(captured, current, bucket=bucket, location=replay_loc)
         found += csr
         if csr and not self.replay_malformed:
             # replaying malformed CSR can fault the kernel and poison the CUDA context for every later step
             return found
-        with self.checker.region("replay", step=index, step_name=name):
+        with self._call("replay", index, name):
             out = self.target.replay(bucket, q)
         out_host = self._host(out)
         # a fresh eager run of the same batch: the graph must agree with it
         eager_layout = self.layout_for(step)
-        with self.checker.region("plan", step=index, step_name=name + " (eager check)"):
+        with self._call("plan", index, name + " (eager check)"):
             self.target.plan(eager_layout)
-        with self.checker.region("run", step=index, step_name=name + " (eager check)"):
+        with self._call("run", index, name + " (eager check)"):
             eager = self.target.run(q)
         found += self._compare(out_host, self._host(eager), "replay vs eager", eager_layout, replay_loc)
         if self.check_reference:
@@ -249,6 +250,19 @@ class Driver:
         return found
 
     # ---- helpers ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _call(self, region: Region | None, index: int, name: str) -> Iterator[None]:
+        """Run target code inside `region`; its exceptions (not flashcheck's own) become `_TargetRaised`."""
+        with contextlib.ExitStack() as stack:
+            if region is not None:
+                stack.enter_context(self.checker.region(region, step=index, step_name=name))
+            try:
+                yield
+            except (EnvironmentUnavailable, UsageError):
+                raise
+            except Exception as exc:
+                raise _TargetRaised(exc) from exc
+
     def _bucket(self, step: Step, spec: BatchSpec) -> int:
         bucket = step.bucket if step.bucket is not None else self.cap.bucket_for(spec.batch_size)
         if bucket is None or bucket not in self.cap.buckets:
@@ -295,6 +309,14 @@ class Driver:
         row_to_req = np.repeat(np.arange(layout.batch_size), np.diff(layout.qo_indptr[: layout.batch_size + 1]))
         tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
         return compare_outputs(g, w, tol=tol, what=what, row_to_request=row_to_req, location=loc)
+
+
+class _TargetRaised(Exception):
+    """Carries an exception raised by the code under test (as opposed to one of flashcheck's own)."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 def _torch_dtype(torch: Any, name: str) -> Any:

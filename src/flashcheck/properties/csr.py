@@ -81,6 +81,9 @@ class CsrInput:
     padding: PaddingPolicy = PaddingPolicy.NONE
     kv_indices_len: int | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "padding", PaddingPolicy.parse(self.padding))
+
 
 def check_layout(layout: PagedLayout, *, location: Location | None = None, prefix: str = "") -> list[Finding]:
     """Check a built `PagedLayout` (convenience over `check_csr`)."""

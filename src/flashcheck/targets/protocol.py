@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from flashcheck.batch import BatchSpec
-from flashcheck.errors import InvalidDefinition
+from flashcheck.errors import InvalidArgument, InvalidDefinition
 from flashcheck.layout import PaddingPolicy, PagedLayout
 from flashcheck.properties.csr import CsrInput
 from flashcheck.runtime.api import ArenaLike
@@ -49,6 +49,11 @@ class Capacity:
     padding: PaddingPolicy = PaddingPolicy.NONE
     paged: bool = True
     value_from_key: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "padding", PaddingPolicy.parse(self.padding))
+        if list(self.buckets) != sorted(set(self.buckets)):
+            raise InvalidArgument(f"Capacity.buckets must be ascending and distinct, got {list(self.buckets)}")
 
     def bucket_for(self, batch_size: int) -> int | None:
         """Smallest bucket >= batch_size, or None (run eagerly)."""
