@@ -29,6 +29,9 @@ def paged_attention_torch(q: Any, k_cache: Any, v_cache: Any, layout: PagedLayou
     page = spec.page_size
     qo, kv, last = layout.qo_indptr, layout.kv_indptr, layout.kv_last_page_len
     indices = torch.as_tensor(layout.kv_indices, device=dev, dtype=torch.long)
+    if all(int(qo[i + 1]) - int(qo[i]) == 1 for i in range(layout.batch_size)):
+        out[: layout.batch_size] = _decode_batched(torch, q, k_cache, v_cache, layout, spec, indices)
+        return out
     for i in range(layout.batch_size):
         q0, q1 = int(qo[i]), int(qo[i + 1])
         p0, p1 = int(kv[i]), int(kv[i + 1])
@@ -55,3 +58,33 @@ def paged_attention_torch(q: Any, k_cache: Any, v_cache: Any, layout: PagedLayou
         p = torch.softmax(logits, dim=-1).nan_to_num(0.0)
         out[q0:q1] = torch.einsum("hls,shd->lhd", p, v)
     return out
+
+
+def _decode_batched(torch: Any, q: Any, k_cache: Any, v_cache: Any, layout: PagedLayout, spec: BatchSpec,
+                    indices: Any) -> Any:
+    """All requests have one query row: pad every request's KV to the longest and attend in one shot."""
+    dev = q.device
+    b = layout.batch_size
+    page = spec.page_size
+    kv_lens = torch.as_tensor(layout.seq_lens[:b].astype("int64"), device=dev)
+    pages = torch.as_tensor(layout.kv_indptr[: b + 1].astype("int64"), device=dev)
+    s_max = int(layout.seq_lens[:b].max())
+    pos = torch.arange(s_max, device=dev)
+    slot = pages[:-1, None] + pos[None, :] // page  # [b, s] index into kv_indices
+    valid = pos[None, :] < kv_lens[:, None]
+    page_ids = indices[slot.clamp(max=indices.numel() - 1)]
+    k = k_cache[page_ids, pos % page]  # [b, s, KH, D]
+    v = v_cache[page_ids, pos % page]
+    kh = k.shape[2]
+    g = spec.num_qo_heads // kh
+    qf = q[:b].float().view(b, kh, g, -1)
+    logits = torch.einsum("bkgd,bskd->bkgs", qf, k.float()) * spec.scale
+    if spec.logits_soft_cap > 0:
+        logits = spec.logits_soft_cap * torch.tanh(logits / spec.logits_soft_cap)
+    visible = valid
+    if spec.window_left >= 0:
+        visible = visible & (pos[None, :] >= kv_lens[:, None] - 1 - spec.window_left)
+    logits = logits.masked_fill(~visible[:, None, None, :], float("-inf"))
+    p = torch.softmax(logits, dim=-1).nan_to_num(0.0)
+    o = torch.einsum("bkgs,bskd->bkgd", p, v.float())
+    return o.reshape(b, spec.num_qo_heads, -1)
