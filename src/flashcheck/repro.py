@@ -27,8 +27,14 @@ REPRO_SCHEMA = 1
 def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str = "all") -> dict[str, Any]:
     """The scenario truncated after the failing step, and the finding it must reproduce."""
     trimmed = Scenario(scenario.target, scenario.steps[: step + 1], scenario.seed, scenario.target_config)
-    return {"schema": REPRO_SCHEMA, "scenario": trimmed.to_dict(), "step": step, "layers": layers,
-            "finding": finding.to_dict(), "environment": environment()}
+    return {
+        "schema": REPRO_SCHEMA,
+        "scenario": trimmed.to_dict(),
+        "step": step,
+        "layers": layers,
+        "finding": finding.to_dict(),
+        "environment": environment(),
+    }
 
 
 def save_repro(path: str | os.PathLike[str], repro: Mapping[str, Any]) -> Path:
@@ -64,8 +70,9 @@ def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tupl
     results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)
     found = results[step].findings if len(results) > step else []
     want = repro.get("finding") or {}
-    hit = any(f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check")
-              for f in found)
+    hit = any(
+        f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check") for f in found
+    )
     return found, hit
 
 

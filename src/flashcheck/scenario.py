@@ -53,14 +53,26 @@ class Step:
         object.__setattr__(self, "kv_lens", tuple(int(x) for x in self.kv_lens))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "qo_lens": list(self.qo_lens), "kv_lens": list(self.kv_lens), "bucket": self.bucket,
-                "seed": self.seed, "allocator": self.allocator}
+        return {
+            "op": self.op,
+            "qo_lens": list(self.qo_lens),
+            "kv_lens": list(self.kv_lens),
+            "bucket": self.bucket,
+            "seed": self.seed,
+            "allocator": self.allocator,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Step:
         try:
-            return cls(op=d["op"], qo_lens=tuple(d["qo_lens"]), kv_lens=tuple(d["kv_lens"]), bucket=d.get("bucket"),
-                       seed=int(d.get("seed", 0)), allocator=str(d.get("allocator", "shuffled")))
+            return cls(
+                op=d["op"],
+                qo_lens=tuple(d["qo_lens"]),
+                kv_lens=tuple(d["kv_lens"]),
+                bucket=d.get("bucket"),
+                seed=int(d.get("seed", 0)),
+                allocator=str(d.get("allocator", "shuffled")),
+            )
         except (KeyError, TypeError) as exc:
             raise InvalidArgument(f"malformed scenario step {dict(d)!r:.200}: {exc!r}") from exc
 
@@ -75,15 +87,23 @@ class Scenario:
     target_config: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "target_config": dict(self.target_config), "seed": self.seed,
-                "steps": [s.to_dict() for s in self.steps]}
+        return {
+            "target": self.target,
+            "target_config": dict(self.target_config),
+            "seed": self.seed,
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
         if not isinstance(d, Mapping) or "target" not in d or "steps" not in d:
             raise InvalidArgument("a scenario is a JSON object with 'target' and 'steps'")
-        return cls(target=str(d["target"]), steps=tuple(Step.from_dict(s) for s in d["steps"]),
-                   seed=int(d.get("seed", 0)), target_config=dict(d.get("target_config", {})))
+        return cls(
+            target=str(d["target"]),
+            steps=tuple(Step.from_dict(s) for s in d["steps"]),
+            seed=int(d.get("seed", 0)),
+            target_config=dict(d.get("target_config", {})),
+        )
 
 
 @dataclass
@@ -96,8 +116,17 @@ class StepResult:
 class Driver:
     """Runs steps against a target under a checker. Create, `setup()`, then `execute()` each step."""
 
-    def __init__(self, target: Target, checker: CheckerLike, *, device: str = "cpu", seed: int = 0,
-                 check_reference: bool = True, worker: int = 0, replay_malformed: bool = False) -> None:
+    def __init__(
+        self,
+        target: Target,
+        checker: CheckerLike,
+        *,
+        device: str = "cpu",
+        seed: int = 0,
+        check_reference: bool = True,
+        worker: int = 0,
+        replay_malformed: bool = False,
+    ) -> None:
         self.target = target
         self.checker = checker
         self.device = device
@@ -138,8 +167,12 @@ class Driver:
         spec = self.spec_for(step)
         pad = pad_to if pad_to is not None and pad_to > spec.batch_size else None
         return build_paged_layout(
-            spec, num_pages=self.cap.max_pages, allocator=step.allocator if self.cap.paged else "contiguous",
-            pad_to=pad, padding=self.cap.padding if pad else PaddingPolicy.NONE, seed=step.seed,
+            spec,
+            num_pages=self.cap.max_pages,
+            allocator=step.allocator if self.cap.paged else "contiguous",
+            pad_to=pad,
+            padding=self.cap.padding if pad else PaddingPolicy.NONE,
+            seed=step.seed,
         )
 
     def queries(self, spec: BatchSpec, seed: int) -> Any:
@@ -180,9 +213,17 @@ class Driver:
         findings += [f.with_location(target=self.target.name, step=index, step_name=name) for f in arena_findings]
         findings += self.checker.drain_findings()
         sample = Sample(
-            t=time.perf_counter() - self.t0, step=index, op=step.op, target=self.target.name,
-            batch_size=spec.batch_size, padded=padded, total_qo=spec.total_qo, total_kv=spec.total_kv,
-            workspaces=usage, findings=tuple(f.id for f in findings), worker=self.worker,
+            t=time.perf_counter() - self.t0,
+            step=index,
+            op=step.op,
+            target=self.target.name,
+            batch_size=spec.batch_size,
+            padded=padded,
+            total_qo=spec.total_qo,
+            total_kv=spec.total_kv,
+            workspaces=usage,
+            findings=tuple(f.id for f in findings),
+            worker=self.worker,
         )
         return StepResult(findings, sample)
 
@@ -245,8 +286,9 @@ class Driver:
             eager = self.target.run(q)
         found += self._compare(out_host, self._host(eager), "replay vs eager", eager_layout, replay_loc)
         if self.check_reference:
-            found += self._compare(eager, self._reference(q, eager_layout), "eager vs reference", eager_layout,
-                                   replay_loc)
+            found += self._compare(
+                eager, self._reference(q, eager_layout), "eager vs reference", eager_layout, replay_loc
+            )
         return found
 
     # ---- helpers ---------------------------------------------------------------------------------------------
@@ -288,7 +330,9 @@ class Driver:
         if spec.total_qo > c.max_total_qo:
             problems.append(f"{spec.total_qo} query rows > max_total_qo {c.max_total_qo}")
         if problems:
-            raise InvalidArgument(f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}")
+            raise InvalidArgument(
+                f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}"
+            )
 
     def _host(self, x: Any) -> Any:
         with self.checker.checker_read():

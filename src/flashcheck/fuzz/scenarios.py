@@ -29,8 +29,9 @@ def fit_lengths(cap: Capacity, qo: np.ndarray, kv: np.ndarray) -> tuple[tuple[in
     return tuple(int(x) for x in qo), tuple(int(x) for x in kv)
 
 
-def random_steps(cap: Capacity, n: int, seed: int, *, dists: tuple[str, ...] = DISTRIBUTIONS,
-                 capture_first: bool = True) -> list[Step]:
+def random_steps(
+    cap: Capacity, n: int, seed: int, *, dists: tuple[str, ...] = DISTRIBUTIONS, capture_first: bool = True
+) -> list[Step]:
     """`n` steps: every bucket captured first (as engines do at start-up), then replays of random real batch
     sizes below their bucket, eager steps and occasional re-captures."""
     rng = np.random.default_rng(seed)

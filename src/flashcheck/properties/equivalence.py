@@ -57,8 +57,12 @@ class Tolerance:
     rtol: float
 
 
-_TOL = {"float16": Tolerance(2e-2, 2e-2), "bfloat16": Tolerance(5e-2, 5e-2), "float8_e4m3fn": Tolerance(1.5e-1, 1.5e-1),
-        "float32": Tolerance(1e-4, 1e-4)}
+_TOL = {
+    "float16": Tolerance(2e-2, 2e-2),
+    "bfloat16": Tolerance(5e-2, 5e-2),
+    "float8_e4m3fn": Tolerance(1.5e-1, 1.5e-1),
+    "float32": Tolerance(1e-4, 1e-4),
+}
 
 
 def tolerance_for(q_dtype: str, kv_dtype: str) -> Tolerance:
@@ -84,8 +88,13 @@ def compare_outputs(
     g = np.asarray(got, dtype=np.float32)
     w = np.asarray(want, dtype=np.float32)
     if g.shape != w.shape:
-        return [_finding(f"{what}: output shape {tuple(g.shape)} != expected {tuple(w.shape)}", location,
-                         {"check": "shape", "got_shape": list(g.shape), "want_shape": list(w.shape), "what": what})]
+        return [
+            _finding(
+                f"{what}: output shape {tuple(g.shape)} != expected {tuple(w.shape)}",
+                location,
+                {"check": "shape", "got_shape": list(g.shape), "want_shape": list(w.shape), "what": what},
+            )
+        ]
     if g.size == 0:
         return []
     nonfinite = ~np.isfinite(g)
@@ -100,18 +109,39 @@ def compare_outputs(
     req = int(np.asarray(row_to_request)[row])
     n_bad_rows = int(bad.reshape(bad.shape[0], -1).any(axis=1).sum())
     gv, wv = float(g[row, head, col]), float(w[row, head, col])
-    msg = (f"{what}: row {row} (request {req}, head {head}, col {col}): {gv:.4g} vs {wv:.4g} "
-           f"(|diff| {abs(gv - wv):.3g} > tol {tol.atol + tol.rtol * abs(wv):.3g}); {n_bad_rows} of {g.shape[0]} "
-           "real rows differ")
-    return [_finding(msg, location, {"check": "values", "what": what, "row": row, "request": req, "head": head,
-                                     "got": gv, "want": wv, "bad_rows": n_bad_rows, "rows": int(g.shape[0]),
-                                     "nonfinite": bool(nonfinite.any())})]
+    msg = (
+        f"{what}: row {row} (request {req}, head {head}, col {col}): {gv:.4g} vs {wv:.4g} "
+        f"(|diff| {abs(gv - wv):.3g} > tol {tol.atol + tol.rtol * abs(wv):.3g}); {n_bad_rows} of {g.shape[0]} "
+        "real rows differ"
+    )
+    return [
+        _finding(
+            msg,
+            location,
+            {
+                "check": "values",
+                "what": what,
+                "row": row,
+                "request": req,
+                "head": head,
+                "got": gv,
+                "want": wv,
+                "bad_rows": n_bad_rows,
+                "rows": int(g.shape[0]),
+                "nonfinite": bool(nonfinite.any()),
+            },
+        )
+    ]
 
 
 def _finding(message: str, location: Location | None, evidence: dict[str, Any]) -> Finding:
     return Finding(
-        id=EQUIV_ID, name=EQUIV_NAME, kind="property", message=message, location=location or Location(),
+        id=EQUIV_ID,
+        name=EQUIV_NAME,
+        kind="property",
+        message=message,
+        location=location or Location(),
         evidence=evidence,
         hint="check that every buffer the graph reads is rewritten before replay, that the kernel accepted valid "
-             "CSR (FC301), and that no value was frozen at capture",
+        "CSR (FC301), and that no value was frozen at capture",
     )

@@ -52,7 +52,9 @@ def check_plan_info(
     b = cur[i] if i < len(cur) else None
     return [
         Finding(
-            id=PLAN_INFO_ID, name=PLAN_INFO_NAME, kind="property",
+            id=PLAN_INFO_ID,
+            name=PLAN_INFO_NAME,
+            kind="property",
             message=f"graph bs={bucket}: plan_info[{i}] is {b} after re-plan, {a} at capture",
             hint="the captured graph keeps the old grid and offsets; re-capture or keep the schedule fixed",
             location=location or Location(),

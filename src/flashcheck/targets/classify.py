@@ -31,18 +31,45 @@ class Classification:
 
 # (verdict, check id, exception type names or None for any, message regex, reason). First match wins.
 ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str], ...] = (
-    ("finding", "FC302", None, r"Buffer overflow when allocating memory|exceeds max buffer size|"
-     r"exceeds max_total_num_works", "workspace sized too small for this batch (FlashInfer planner overflow)"),
-    ("finding", "FC250", None, r"illegal memory access|device-side assert|misaligned address|"
-     r"unspecified launch failure|illegal instruction", "the kernel faulted: the CUDA context is poisoned"),
-    ("environment", None, None, r"no kernel image is available|not supported on (this|current) (device|GPU)|"
-     r"MissingJITCacheError|requires (SM|sm_?)\d+|is only supported on SM|nvcc.*not found|CUDA_HOME",
-     "the kernel is not available on this machine"),
-    ("environment", None, ("MissingJITCacheError", "NotImplementedError"), r".*",
-     "the backend does not implement this configuration"),
-    ("rejected", None, ("ValueError",), r"cuda ?graph mode|cannot exceed the number of rows|batch size|"
-     r"should be a torch\.Tensor|must be|should be|expected|mismatch|not supported",
-     "the backend rejected the input by contract"),
+    (
+        "finding",
+        "FC302",
+        None,
+        r"Buffer overflow when allocating memory|exceeds max buffer size|"
+        r"exceeds max_total_num_works",
+        "workspace sized too small for this batch (FlashInfer planner overflow)",
+    ),
+    (
+        "finding",
+        "FC250",
+        None,
+        r"illegal memory access|device-side assert|misaligned address|"
+        r"unspecified launch failure|illegal instruction",
+        "the kernel faulted: the CUDA context is poisoned",
+    ),
+    (
+        "environment",
+        None,
+        None,
+        r"no kernel image is available|not supported on (this|current) (device|GPU)|"
+        r"MissingJITCacheError|requires (SM|sm_?)\d+|is only supported on SM|nvcc.*not found|CUDA_HOME",
+        "the kernel is not available on this machine",
+    ),
+    (
+        "environment",
+        None,
+        ("MissingJITCacheError", "NotImplementedError"),
+        r".*",
+        "the backend does not implement this configuration",
+    ),
+    (
+        "rejected",
+        None,
+        ("ValueError",),
+        r"cuda ?graph mode|cannot exceed the number of rows|batch size|"
+        r"should be a torch\.Tensor|must be|should be|expected|mismatch|not supported",
+        "the backend rejected the input by contract",
+    ),
 )
 
 
@@ -97,7 +124,12 @@ def finding_from_exception(exc: BaseException, cls: Classification, location: Lo
     name = "workspace-within-bounds" if check_id == "FC302" else TARGET_ERROR_NAME
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return Finding(
-        id=check_id, name=name, kind="runtime" if check_id == TARGET_ERROR_ID else "property",
-        message=f"{type(exc).__name__}: {first_line[:400]}", location=location, stack=frames,
-        hint=cls.reason, evidence={"check": "exception", "type": type(exc).__name__, "verdict": cls.verdict},
+        id=check_id,
+        name=name,
+        kind="runtime" if check_id == TARGET_ERROR_ID else "property",
+        message=f"{type(exc).__name__}: {first_line[:400]}",
+        location=location,
+        stack=frames,
+        hint=cls.reason,
+        evidence={"check": "exception", "type": type(exc).__name__, "verdict": cls.verdict},
     )

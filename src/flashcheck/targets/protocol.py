@@ -131,8 +131,18 @@ class Target(Protocol):
         ...
 
 
-_REQUIRED = ("config", "setup", "plan", "run", "capture", "prepare_replay", "replay", "graph_metadata",
-             "plan_info", "teardown")
+_REQUIRED = (
+    "config",
+    "setup",
+    "plan",
+    "run",
+    "capture",
+    "prepare_replay",
+    "replay",
+    "graph_metadata",
+    "plan_info",
+    "teardown",
+)
 
 
 def check_target(obj: object) -> Target:
@@ -147,8 +157,11 @@ def check_target(obj: object) -> Target:
             "see docs/targets.md for the protocol"
         )
     for m, n in (("plan", 1), ("run", 1), ("capture", 3), ("prepare_replay", 2), ("replay", 2)):
-        params = [p for p in inspect.signature(getattr(obj, m)).parameters.values()
-                  if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(getattr(obj, m)).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         if len(params) != n:
             raise InvalidDefinition(
                 f"{type(obj).__name__}.{m} takes {len(params)} required argument(s), the protocol passes {n}"

@@ -38,16 +38,38 @@ class ReferenceTarget:
 
     name = "cpu-reference"
 
-    def __init__(self, *, buckets: tuple[int, ...] = (1, 2, 4, 8), padding: str = "vllm_legacy", chunk: int = 64,
-                 template: BatchSpec | None = None, max_pages: int = 512, max_kv_len: int = 1024,
-                 max_qo_len: int = 16) -> None:
-        tpl = template or BatchSpec((1,), (1,), page_size=16, num_qo_heads=4, num_kv_heads=2, head_dim_qk=16,
-                                    head_dim_vo=16, q_dtype="float32", kv_dtype="float32")
+    def __init__(
+        self,
+        *,
+        buckets: tuple[int, ...] = (1, 2, 4, 8),
+        padding: str = "vllm_legacy",
+        chunk: int = 64,
+        template: BatchSpec | None = None,
+        max_pages: int = 512,
+        max_kv_len: int = 1024,
+        max_qo_len: int = 16,
+    ) -> None:
+        tpl = template or BatchSpec(
+            (1,),
+            (1,),
+            page_size=16,
+            num_qo_heads=4,
+            num_kv_heads=2,
+            head_dim_qk=16,
+            head_dim_vo=16,
+            q_dtype="float32",
+            kv_dtype="float32",
+        )
         self.chunk = chunk
         self.capacity = Capacity(
-            template=tpl, max_batch_size=max(buckets) if buckets else 8, max_pages=max_pages, max_qo_len=max_qo_len,
-            max_kv_len=max_kv_len, max_total_qo=(max(buckets) if buckets else 8) * max_qo_len,
-            buckets=tuple(buckets), padding=PaddingPolicy.parse(padding),
+            template=tpl,
+            max_batch_size=max(buckets) if buckets else 8,
+            max_pages=max_pages,
+            max_qo_len=max_qo_len,
+            max_kv_len=max_kv_len,
+            max_total_qo=(max(buckets) if buckets else 8) * max_qo_len,
+            buckets=tuple(buckets),
+            padding=PaddingPolicy.parse(padding),
         )
         self._graphs: dict[int, _Graph] = {}
         self._eager: PagedLayout | None = None
@@ -55,9 +77,15 @@ class ReferenceTarget:
     # ---- protocol --------------------------------------------------------------------------------------------
     def config(self) -> Mapping[str, Any]:
         c = self.capacity
-        return {"buckets": list(c.buckets), "padding": c.padding.value, "chunk": self.chunk,
-                "template": c.template.to_dict(), "max_pages": c.max_pages, "max_kv_len": c.max_kv_len,
-                "max_qo_len": c.max_qo_len}
+        return {
+            "buckets": list(c.buckets),
+            "padding": c.padding.value,
+            "chunk": self.chunk,
+            "template": c.template.to_dict(),
+            "max_pages": c.max_pages,
+            "max_kv_len": c.max_kv_len,
+            "max_qo_len": c.max_qo_len,
+        }
 
     def setup(self, env: TargetEnv) -> None:
         import torch
@@ -77,8 +105,11 @@ class ReferenceTarget:
                 "kv_last_page_len": torch.zeros(b, dtype=torch.int32, device=env.device),
             }
         self.kv_indices = torch.zeros(c.max_pages, dtype=torch.int32, device=env.device)
-        self.static_q = torch.zeros((c.max_total_qo + max(c.buckets, default=0), t.num_qo_heads, t.head_dim_qk),
-                                    dtype=env.k_cache.dtype, device=env.device)
+        self.static_q = torch.zeros(
+            (c.max_total_qo + max(c.buckets, default=0), t.num_qo_heads, t.head_dim_qk),
+            dtype=env.k_cache.dtype,
+            device=env.device,
+        )
 
     def workspace_rows(self) -> int:
         """Rows of partials the workspace is sized for (the formula faulty variants get wrong)."""
@@ -92,8 +123,14 @@ class ReferenceTarget:
             raise RuntimeError("run() before plan()")
         lay = self._eager
         t = self.torch
-        return self._attend(q, t.as_tensor(lay.qo_indptr), t.as_tensor(lay.kv_indptr), t.as_tensor(lay.kv_indices),
-                            t.as_tensor(lay.kv_last_page_len), lay.batch_size)
+        return self._attend(
+            q,
+            t.as_tensor(lay.qo_indptr),
+            t.as_tensor(lay.kv_indptr),
+            t.as_tensor(lay.kv_indices),
+            t.as_tensor(lay.kv_last_page_len),
+            lay.batch_size,
+        )
 
     def capture(self, bucket: int, layout: PagedLayout, q: Any) -> None:
         self._graphs[bucket] = _Graph(bucket)
@@ -112,8 +149,9 @@ class ReferenceTarget:
         g, b = self._graphs[bucket], self.bufs[bucket]
         self.static_q[: q.shape[0]].copy_(q)
         # the "graph" reads the persistent buffers as they are now, padded rows included
-        out = self._attend(self.static_q, b["qo_indptr"], b["kv_indptr"], self.kv_indices, b["kv_last_page_len"],
-                           bucket)
+        out = self._attend(
+            self.static_q, b["qo_indptr"], b["kv_indptr"], self.kv_indices, b["kv_last_page_len"], bucket
+        )
         self.after_replay(bucket)
         return out[: g.real_rows]
 
@@ -123,9 +161,15 @@ class ReferenceTarget:
     def graph_metadata(self, bucket: int) -> CsrInput | None:
         b, c = self.bufs[bucket], self.capacity
         return CsrInput(
-            kv_indptr=b["kv_indptr"], kv_indices=self.kv_indices, kv_last_page_len=b["kv_last_page_len"],
-            num_pages=c.max_pages, page_size=c.template.page_size, qo_indptr=b["qo_indptr"],
-            batch_size=self._graphs[bucket].real_batch, padding=c.padding, kv_indices_len=c.max_pages,
+            kv_indptr=b["kv_indptr"],
+            kv_indices=self.kv_indices,
+            kv_last_page_len=b["kv_last_page_len"],
+            num_pages=c.max_pages,
+            page_size=c.template.page_size,
+            qo_indptr=b["qo_indptr"],
+            batch_size=self._graphs[bucket].real_batch,
+            padding=c.padding,
+            kv_indices_len=c.max_pages,
         )
 
     def plan_info(self, bucket: int) -> list[int] | None:

@@ -64,9 +64,16 @@ class FlashInferTargetBase:
             raise InvalidArgument(f"buckets must be ascending and distinct, got {list(buckets)}")
         mbs = max(buckets) if buckets else 32
         self.capacity = Capacity(
-            template=template, max_batch_size=mbs, max_pages=max_pages, max_qo_len=max_qo_len, max_kv_len=max_kv_len,
-            max_total_qo=max_total_qo if max_total_qo is not None else mbs * max_qo_len, buckets=tuple(buckets),
-            padding=PaddingPolicy.parse(padding), paged=paged, value_from_key=value_from_key,
+            template=template,
+            max_batch_size=mbs,
+            max_pages=max_pages,
+            max_qo_len=max_qo_len,
+            max_kv_len=max_kv_len,
+            max_total_qo=max_total_qo if max_total_qo is not None else mbs * max_qo_len,
+            buckets=tuple(buckets),
+            padding=PaddingPolicy.parse(padding),
+            paged=paged,
+            value_from_key=value_from_key,
         )
         self.metadata: Metadata = metadata
         self.workspace_bytes = workspace_bytes
@@ -77,10 +84,19 @@ class FlashInferTargetBase:
     # ---- protocol pieces shared by all ------------------------------------------------------------------------
     def config(self) -> Mapping[str, Any]:
         c = self.capacity
-        return {"kind": self.kind, "buckets": list(c.buckets), "padding": c.padding.value, "metadata": self.metadata,
-                "max_pages": c.max_pages, "max_kv_len": c.max_kv_len, "max_qo_len": c.max_qo_len,
-                "workspace_bytes": self.workspace_bytes, "shared_workspace": self.shared_workspace,
-                "template": c.template.to_dict(), **self._extra_config()}
+        return {
+            "kind": self.kind,
+            "buckets": list(c.buckets),
+            "padding": c.padding.value,
+            "metadata": self.metadata,
+            "max_pages": c.max_pages,
+            "max_kv_len": c.max_kv_len,
+            "max_qo_len": c.max_qo_len,
+            "workspace_bytes": self.workspace_bytes,
+            "shared_workspace": self.shared_workspace,
+            "template": c.template.to_dict(),
+            **self._extra_config(),
+        }
 
     def _extra_config(self) -> dict[str, Any]:
         return {}
@@ -94,8 +110,9 @@ class FlashInferTargetBase:
         dev = env.device
         c = self.capacity
         mbs = c.max_batch_size
-        self.float_ws = env.arena.workspace("float_workspace", self.workspace_bytes, device=dev, kind="float",
-                                            zero=False)
+        self.float_ws = env.arena.workspace(
+            "float_workspace", self.workspace_bytes, device=dev, kind="float", zero=False
+        )
         pin = torch.device(dev).type == "cuda"
         i32 = torch.int32
         # persistent device buffers, shared by every bucket's wrapper (views), and pinned host mirrors (vLLM)
@@ -116,8 +133,9 @@ class FlashInferTargetBase:
         """The shared float workspace (vLLM) or a private one per wrapper."""
         if self.shared_workspace:
             return self.float_ws
-        return self.env.arena.workspace(f"float_workspace[{tag}]", self.workspace_bytes, device=self.env.device,
-                                        kind="float", zero=False)
+        return self.env.arena.workspace(
+            f"float_workspace[{tag}]", self.workspace_bytes, device=self.env.device, kind="float", zero=False
+        )
 
     def _watch_int_workspace(self, tag: str, wrapper: Any) -> None:
         """Give the wrapper an int workspace from the arena (same 8 MiB FlashInfer allocates) so it is measured."""
@@ -125,8 +143,13 @@ class FlashInferTargetBase:
         reset = getattr(wrapper, "reset_workspace_buffer", None)
         if old is None or reset is None:
             return
-        int_ws = self.env.arena.workspace(f"int_workspace[{tag}]", int(old.numel() * old.element_size()),
-                                          device=self.env.device, kind="int", zero=False)
+        int_ws = self.env.arena.workspace(
+            f"int_workspace[{tag}]",
+            int(old.numel() * old.element_size()),
+            device=self.env.device,
+            kind="int",
+            zero=False,
+        )
         reset(wrapper._float_workspace_buffer, int_ws)
 
     # ---- metadata ----------------------------------------------------------------------------------------------
@@ -153,10 +176,18 @@ class FlashInferTargetBase:
     def meta(self, n: int) -> dict[str, Any]:
         """Plan inputs for a batch of `n` rows: pinned host tensors, or the device buffers (metadata='device')."""
         if self.metadata == "device":
-            return {"qo_indptr": self.qo_indptr_gpu[: n + 1], "kv_indptr": self.kv_indptr_gpu[: n + 1],
-                    "last": self.last_gpu[:n], "kv_len": self.kv_len_gpu[:n]}
-        return {"qo_indptr": self.qo_indptr_cpu[: n + 1], "kv_indptr": self.kv_indptr_cpu[: n + 1],
-                "last": self.last_cpu[:n], "kv_len": self.kv_len_cpu[:n]}
+            return {
+                "qo_indptr": self.qo_indptr_gpu[: n + 1],
+                "kv_indptr": self.kv_indptr_gpu[: n + 1],
+                "last": self.last_gpu[:n],
+                "kv_len": self.kv_len_gpu[:n],
+            }
+        return {
+            "qo_indptr": self.qo_indptr_cpu[: n + 1],
+            "kv_indptr": self.kv_indptr_cpu[: n + 1],
+            "last": self.last_cpu[:n],
+            "kv_len": self.kv_len_cpu[:n],
+        }
 
     # ---- eager -------------------------------------------------------------------------------------------------
     def plan(self, layout: PagedLayout) -> None:
@@ -214,10 +245,17 @@ class FlashInferTargetBase:
         c = self.capacity
         slot = self.slots[bucket]
         qo = self.qo_indptr_gpu[: bucket + 1] if self._graph_reads_qo_indptr() else None
-        return CsrInput(kv_indptr=self.kv_indptr_gpu[: bucket + 1], kv_indices=self.kv_indices_gpu,
-                        kv_last_page_len=self.last_gpu[:bucket], num_pages=c.max_pages, page_size=c.template.page_size,
-                        qo_indptr=qo, batch_size=slot.real_batch, padding=c.padding,
-                        kv_indices_len=int(self.kv_indices_gpu.numel()))
+        return CsrInput(
+            kv_indptr=self.kv_indptr_gpu[: bucket + 1],
+            kv_indices=self.kv_indices_gpu,
+            kv_last_page_len=self.last_gpu[:bucket],
+            num_pages=c.max_pages,
+            page_size=c.template.page_size,
+            qo_indptr=qo,
+            batch_size=slot.real_batch,
+            padding=c.padding,
+            kv_indices_len=int(self.kv_indices_gpu.numel()),
+        )
 
     def _graph_reads_qo_indptr(self) -> bool:
         return False
@@ -246,5 +284,10 @@ class FlashInferTargetBase:
 
     def _common_kw(self) -> dict[str, Any]:
         t = self.capacity.template
-        return {"window_left": t.window_left, "logits_soft_cap": t.logits_soft_cap or None, "sm_scale": t.scale,
-                "q_data_type": getattr(self.torch, t.q_dtype), "kv_data_type": getattr(self.torch, t.kv_dtype)}
+        return {
+            "window_left": t.window_left,
+            "logits_soft_cap": t.logits_soft_cap or None,
+            "sm_scale": t.scale,
+            "q_data_type": getattr(self.torch, t.q_dtype),
+            "kv_data_type": getattr(self.torch, t.kv_dtype),
+        }

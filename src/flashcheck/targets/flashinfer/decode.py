@@ -16,8 +16,18 @@ __all__ = ["DecodeTarget", "default_decode_template"]
 
 def default_decode_template(page_size: int = 16, dtype: str = "float16") -> BatchSpec:
     """Llama-3-8B-like decode heads (32 query, 8 KV, dim 128)."""
-    return BatchSpec((1,), (1,), page_size=page_size, num_qo_heads=32, num_kv_heads=8, head_dim_qk=128,
-                     head_dim_vo=128, q_dtype=dtype, kv_dtype=dtype, causal=False)  # type: ignore[arg-type]
+    return BatchSpec(
+        (1,),
+        (1,),
+        page_size=page_size,
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim_qk=128,
+        head_dim_vo=128,
+        q_dtype=dtype,
+        kv_dtype=dtype,
+        causal=False,
+    )  # type: ignore[arg-type]
 
 
 class DecodeTarget(FlashInferTargetBase):
@@ -33,8 +43,14 @@ class DecodeTarget(FlashInferTargetBase):
 
     kind = "decode"
 
-    def __init__(self, template: BatchSpec | None = None, *, use_tensor_cores: bool = False, replan: Replan = "fast",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        template: BatchSpec | None = None,
+        *,
+        use_tensor_cores: bool = False,
+        replan: Replan = "fast",
+        **kwargs: Any,
+    ) -> None:
         tpl = template or default_decode_template()
         if replan not in ("full", "fast"):
             raise InvalidArgument(f"replan must be 'full' or 'fast', got {replan!r}")
@@ -47,22 +63,36 @@ class DecodeTarget(FlashInferTargetBase):
         return {"use_tensor_cores": self.use_tensor_cores, "replan": self.replan}
 
     def _make_eager(self) -> Any:
-        return self.fi.mod.BatchDecodeWithPagedKVCacheWrapper(self.float_ws, "NHD",
-                                                              use_tensor_cores=self.use_tensor_cores)
+        return self.fi.mod.BatchDecodeWithPagedKVCacheWrapper(
+            self.float_ws, "NHD", use_tensor_cores=self.use_tensor_cores
+        )
 
     def _make_graph_wrapper(self, bucket: int) -> Any:
         return self.fi.mod.BatchDecodeWithPagedKVCacheWrapper(
-            self._float_ws_for(f"graph bs={bucket}"), "NHD", use_cuda_graph=True,
-            use_tensor_cores=self.use_tensor_cores, paged_kv_indptr_buffer=self.kv_indptr_gpu[: bucket + 1],
-            paged_kv_indices_buffer=self.kv_indices_gpu, paged_kv_last_page_len_buffer=self.last_gpu[:bucket],
+            self._float_ws_for(f"graph bs={bucket}"),
+            "NHD",
+            use_cuda_graph=True,
+            use_tensor_cores=self.use_tensor_cores,
+            paged_kv_indptr_buffer=self.kv_indptr_gpu[: bucket + 1],
+            paged_kv_indices_buffer=self.kv_indices_gpu,
+            paged_kv_last_page_len_buffer=self.last_gpu[:bucket],
         )
 
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template
         n = layout.padded_batch_size
         m = self.meta(n)
-        wrapper.plan(m["kv_indptr"], self.kv_indices_gpu[:tot], m["last"], t.num_qo_heads, t.num_kv_heads,
-                     t.head_dim_qk, t.page_size, pos_encoding_mode="NONE", **self._common_kw())
+        wrapper.plan(
+            m["kv_indptr"],
+            self.kv_indices_gpu[:tot],
+            m["last"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            t.page_size,
+            pos_encoding_mode="NONE",
+            **self._common_kw(),
+        )
 
     def _replan(self, slot: GraphSlot, layout: PagedLayout, tot: int) -> None:
         if self.replan == "full":
@@ -73,10 +103,21 @@ class DecodeTarget(FlashInferTargetBase):
         m = self.meta(n)
         kw = self._common_kw()
         self.fi.fast_decode_plan(
-            slot.wrapper, m["kv_indptr"], self.kv_indices_gpu[:tot], m["last"], t.num_qo_heads, t.num_kv_heads,
-            t.head_dim_qk, t.page_size, pos_encoding_mode="NONE", window_left=kw["window_left"],
-            logits_soft_cap=kw["logits_soft_cap"], q_data_type=kw["q_data_type"], kv_data_type=kw["kv_data_type"],
-            sm_scale=kw["sm_scale"], non_blocking=True,
+            slot.wrapper,
+            m["kv_indptr"],
+            self.kv_indices_gpu[:tot],
+            m["last"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            t.page_size,
+            pos_encoding_mode="NONE",
+            window_left=kw["window_left"],
+            logits_soft_cap=kw["logits_soft_cap"],
+            q_data_type=kw["q_data_type"],
+            kv_data_type=kw["kv_data_type"],
+            sm_scale=kw["sm_scale"],
+            non_blocking=True,
             global_override_indptr_cpu=self.kv_indptr_cpu[: n + 1] if self.metadata == "host" else None,
         )
 

@@ -28,10 +28,22 @@ class BatchAttentionTarget(FlashInferTargetBase):
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template
         m = self.meta(layout.padded_batch_size)
-        wrapper.plan(m["qo_indptr"], m["kv_indptr"], self.kv_indices_gpu[:tot], m["kv_len"], t.num_qo_heads,
-                     t.num_kv_heads, t.head_dim_qk, t.head_dim_vo, t.page_size, causal=t.causal, sm_scale=t.scale,
-                     logits_soft_cap=t.logits_soft_cap or None, q_data_type=getattr(self.torch, t.q_dtype),
-                     kv_data_type=getattr(self.torch, t.kv_dtype))
+        wrapper.plan(
+            m["qo_indptr"],
+            m["kv_indptr"],
+            self.kv_indices_gpu[:tot],
+            m["kv_len"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            t.head_dim_vo,
+            t.page_size,
+            causal=t.causal,
+            sm_scale=t.scale,
+            logits_soft_cap=t.logits_soft_cap or None,
+            q_data_type=getattr(self.torch, t.q_dtype),
+            kv_data_type=getattr(self.torch, t.kv_dtype),
+        )
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         o, _lse = wrapper.run(q, (self.env.k_cache, self.env.v_cache))

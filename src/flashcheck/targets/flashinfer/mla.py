@@ -18,8 +18,18 @@ CKV, KPE = 512, 64
 
 def default_mla_template(page_size: int = 1, heads: int = 16) -> BatchSpec:
     """DeepSeek-V3 at TP8: 16 heads, ckv 512 + kpe 64, bf16."""
-    return BatchSpec((1,), (1,), page_size=page_size, num_qo_heads=heads, num_kv_heads=1, head_dim_qk=CKV + KPE,
-                     head_dim_vo=CKV, q_dtype="bfloat16", kv_dtype="bfloat16", causal=True)
+    return BatchSpec(
+        (1,),
+        (1,),
+        page_size=page_size,
+        num_qo_heads=heads,
+        num_kv_heads=1,
+        head_dim_qk=CKV + KPE,
+        head_dim_vo=CKV,
+        q_dtype="bfloat16",
+        kv_dtype="bfloat16",
+        causal=True,
+    )
 
 
 class MLATarget(FlashInferTargetBase):
@@ -27,8 +37,9 @@ class MLATarget(FlashInferTargetBase):
 
     kind = "mla"
 
-    def __init__(self, template: BatchSpec | None = None, *, backend: str = "fa2", max_qo_len: int = 1,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, template: BatchSpec | None = None, *, backend: str = "fa2", max_qo_len: int = 1, **kwargs: Any
+    ) -> None:
         if backend not in ("fa2", "fa3", "auto"):
             raise InvalidArgument(f"backend must be 'fa2', 'fa3' or 'auto', got {backend!r}")
         tpl = template or default_mla_template()
@@ -54,9 +65,13 @@ class MLATarget(FlashInferTargetBase):
 
     def _make_graph_wrapper(self, bucket: int) -> Any:
         return self.fi.mod.mla.BatchMLAPagedAttentionWrapper(
-            self._float_ws_for(f"graph bs={bucket}"), use_cuda_graph=True,
-            qo_indptr=self.qo_indptr_gpu[: bucket + 1], kv_indptr=self.kv_indptr_gpu[: bucket + 1],
-            kv_indices=self.kv_indices_gpu, kv_len_arr=self.kv_len_gpu[:bucket], backend=self.backend,
+            self._float_ws_for(f"graph bs={bucket}"),
+            use_cuda_graph=True,
+            qo_indptr=self.qo_indptr_gpu[: bucket + 1],
+            kv_indptr=self.kv_indptr_gpu[: bucket + 1],
+            kv_indices=self.kv_indices_gpu,
+            kv_len_arr=self.kv_len_gpu[:bucket],
+            backend=self.backend,
         )
 
     def _graph_reads_qo_indptr(self) -> bool:
@@ -65,10 +80,20 @@ class MLATarget(FlashInferTargetBase):
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template
         m = self.meta(layout.padded_batch_size)
-        wrapper.plan(qo_indptr=m["qo_indptr"], kv_indptr=m["kv_indptr"], kv_indices=self.kv_indices_gpu[:tot],
-                     kv_len_arr=m["kv_len"], num_heads=t.num_qo_heads, head_dim_ckv=CKV, head_dim_kpe=KPE,
-                     page_size=t.page_size, causal=t.causal, sm_scale=t.scale,
-                     q_data_type=getattr(self.torch, t.q_dtype), kv_data_type=getattr(self.torch, t.kv_dtype))
+        wrapper.plan(
+            qo_indptr=m["qo_indptr"],
+            kv_indptr=m["kv_indptr"],
+            kv_indices=self.kv_indices_gpu[:tot],
+            kv_len_arr=m["kv_len"],
+            num_heads=t.num_qo_heads,
+            head_dim_ckv=CKV,
+            head_dim_kpe=KPE,
+            page_size=t.page_size,
+            causal=t.causal,
+            sm_scale=t.scale,
+            q_data_type=getattr(self.torch, t.q_dtype),
+            kv_data_type=getattr(self.torch, t.kv_dtype),
+        )
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         q_nope = q[..., :CKV].contiguous()

@@ -18,8 +18,18 @@ Backend = Literal["fa2", "fa3", "auto"]
 
 
 def default_prefill_template(page_size: int = 16, dtype: str = "float16", causal: bool = True) -> BatchSpec:
-    return BatchSpec((1,), (1,), page_size=page_size, num_qo_heads=32, num_kv_heads=8, head_dim_qk=128,
-                     head_dim_vo=128, q_dtype=dtype, kv_dtype=dtype, causal=causal)  # type: ignore[arg-type]
+    return BatchSpec(
+        (1,),
+        (1,),
+        page_size=page_size,
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim_qk=128,
+        head_dim_vo=128,
+        q_dtype=dtype,
+        kv_dtype=dtype,
+        causal=causal,
+    )  # type: ignore[arg-type]
 
 
 def _check_backend(backend: str) -> None:
@@ -32,14 +42,26 @@ class PagedPrefillTarget(FlashInferTargetBase):
 
     kind = "prefill"
 
-    def __init__(self, template: BatchSpec | None = None, *, backend: Backend = "fa2", max_qo_len: int = 64,
-                 buckets: tuple[int, ...] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        template: BatchSpec | None = None,
+        *,
+        backend: Backend = "fa2",
+        max_qo_len: int = 64,
+        buckets: tuple[int, ...] = (),
+        **kwargs: Any,
+    ) -> None:
         _check_backend(backend)
         tpl = template or default_prefill_template()
         if buckets:
             kwargs.setdefault("padding", "vllm_legacy")
-        super().__init__(tpl, buckets=buckets, max_qo_len=max_qo_len,
-                         max_total_qo=kwargs.pop("max_total_qo", max(buckets or (32,)) * max_qo_len), **kwargs)
+        super().__init__(
+            tpl,
+            buckets=buckets,
+            max_qo_len=max_qo_len,
+            max_total_qo=kwargs.pop("max_total_qo", max(buckets or (32,)) * max_qo_len),
+            **kwargs,
+        )
         self.backend = backend
         self.name = f"prefill-{backend}"
 
@@ -51,9 +73,13 @@ class PagedPrefillTarget(FlashInferTargetBase):
 
     def _make_graph_wrapper(self, bucket: int) -> Any:
         return self.fi.mod.BatchPrefillWithPagedKVCacheWrapper(
-            self._float_ws_for(f"graph bs={bucket}"), "NHD", use_cuda_graph=True,
-            qo_indptr_buf=self.qo_indptr_gpu[: bucket + 1], paged_kv_indptr_buf=self.kv_indptr_gpu[: bucket + 1],
-            paged_kv_indices_buf=self.kv_indices_gpu, paged_kv_last_page_len_buf=self.last_gpu[:bucket],
+            self._float_ws_for(f"graph bs={bucket}"),
+            "NHD",
+            use_cuda_graph=True,
+            qo_indptr_buf=self.qo_indptr_gpu[: bucket + 1],
+            paged_kv_indptr_buf=self.kv_indptr_gpu[: bucket + 1],
+            paged_kv_indices_buf=self.kv_indices_gpu,
+            paged_kv_last_page_len_buf=self.last_gpu[:bucket],
             backend=self.backend,
         )
 
@@ -74,9 +100,20 @@ class PagedPrefillTarget(FlashInferTargetBase):
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template
         m = self.meta(layout.padded_batch_size)
-        wrapper.plan(m["qo_indptr"], m["kv_indptr"], self.kv_indices_gpu[:tot], m["last"], t.num_qo_heads,
-                     t.num_kv_heads, t.head_dim_qk, t.page_size, head_dim_vo=t.head_dim_vo, causal=t.causal,
-                     pos_encoding_mode="NONE", **self._common_kw())
+        wrapper.plan(
+            m["qo_indptr"],
+            m["kv_indptr"],
+            self.kv_indices_gpu[:tot],
+            m["last"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            t.page_size,
+            head_dim_vo=t.head_dim_vo,
+            causal=t.causal,
+            pos_encoding_mode="NONE",
+            **self._common_kw(),
+        )
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         return wrapper.run(q, (self.env.k_cache, self.env.v_cache))
@@ -87,8 +124,9 @@ class RaggedPrefillTarget(FlashInferTargetBase):
 
     kind = "ragged"
 
-    def __init__(self, template: BatchSpec | None = None, *, backend: Backend = "fa2", max_qo_len: int = 64,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, template: BatchSpec | None = None, *, backend: Backend = "fa2", max_qo_len: int = 64, **kwargs: Any
+    ) -> None:
         _check_backend(backend)
         tpl = template or default_prefill_template(page_size=1)
         if tpl.page_size != 1:
@@ -107,8 +145,17 @@ class RaggedPrefillTarget(FlashInferTargetBase):
         t = self.capacity.template
         m = self.meta(layout.padded_batch_size)
         self._rows = self.kv_indices_gpu[:tot].long()
-        wrapper.plan(m["qo_indptr"], m["kv_indptr"], t.num_qo_heads, t.num_kv_heads, t.head_dim_qk,
-                     head_dim_vo=t.head_dim_vo, causal=t.causal, pos_encoding_mode="NONE", **self._common_kw())
+        wrapper.plan(
+            m["qo_indptr"],
+            m["kv_indptr"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            head_dim_vo=t.head_dim_vo,
+            causal=t.causal,
+            pos_encoding_mode="NONE",
+            **self._common_kw(),
+        )
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         # the engine's K/V of the new tokens: gathered rows (page size 1, contiguous allocation)
