@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flashcheck.batch import BatchSpec
+from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PagedLayout
 from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot, Replan
@@ -14,7 +14,7 @@ from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot, 
 __all__ = ["DecodeTarget", "default_decode_template"]
 
 
-def default_decode_template(page_size: int = 16, dtype: str = "float16") -> BatchSpec:
+def default_decode_template(page_size: int = 16, dtype: DType = "float16") -> BatchSpec:
     """Llama-3-8B-like decode heads (32 query, 8 KV, dim 128)."""
     return BatchSpec(
         (1,),
@@ -27,7 +27,7 @@ def default_decode_template(page_size: int = 16, dtype: str = "float16") -> Batc
         q_dtype=dtype,
         kv_dtype=dtype,
         causal=False,
-    )  # type: ignore[arg-type]
+    )
 
 
 class DecodeTarget(FlashInferTargetBase):

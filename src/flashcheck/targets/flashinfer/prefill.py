@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from flashcheck.batch import BatchSpec
+from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PagedLayout
 from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot
@@ -17,7 +17,7 @@ __all__ = ["PagedPrefillTarget", "RaggedPrefillTarget", "default_prefill_templat
 Backend = Literal["fa2", "fa3", "auto"]
 
 
-def default_prefill_template(page_size: int = 16, dtype: str = "float16", causal: bool = True) -> BatchSpec:
+def default_prefill_template(page_size: int = 16, dtype: DType = "float16", causal: bool = True) -> BatchSpec:
     return BatchSpec(
         (1,),
         (1,),
@@ -29,7 +29,7 @@ def default_prefill_template(page_size: int = 16, dtype: str = "float16", causal
         q_dtype=dtype,
         kv_dtype=dtype,
         causal=causal,
-    )  # type: ignore[arg-type]
+    )
 
 
 def _check_backend(backend: str) -> None:
