@@ -57,9 +57,8 @@ class Checker:
         self._spec = layers
         self._hooks: list[Hook] = build_hooks(layers, device=device)
         self.device = device
-        self.monitor = Monitor(
-            hot_path_plan=hot_path_plan, record_region_stacks=any(h.layer in ("cupti", "alloc_stats") for h in self._hooks)
-        )
+        stackless = any(h.layer in ("cupti", "alloc_stats") for h in self._hooks)
+        self.monitor = Monitor(hot_path_plan=hot_path_plan, record_region_stacks=stackless)
         self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
         self._pending: list[Finding] = []
         self._errors: list[tuple[str, BaseException]] = []
@@ -190,7 +189,7 @@ class Checker:
         if self.monitor.open_regions or not self._entered or name not in REGIONS:
             yield
             return
-        with self.region(name):  # type: ignore[arg-type]
+        with self.region(name):
             yield
 
     # ------------------------------------------------------------------------------------------- internals

@@ -20,7 +20,8 @@ _CPU = torch.device("cpu")
 def _to_cpu(t: torch.Tensor) -> torch.Tensor:
     with torch._C.DisableTorchFunctionSubclass():
         out = torch.ops.aten._to_copy.default(t, device=_CPU)
-    return out.as_subclass(torch.Tensor)
+    host: torch.Tensor = out.as_subclass(torch.Tensor)
+    return host
 
 
 def _targets_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -56,7 +57,7 @@ class _Simulated(torch.Tensor):
         if func in torch.overrides.get_default_nowrap_functions():
             return ret
         out_cls = type(first) if isinstance(first, _Simulated) else cls
-        return torch._tensor._convert(ret, out_cls)
+        return torch._tensor._convert(ret, out_cls)  # type: ignore[no-untyped-call]
 
 
 class SimulatedDeviceTensor(_Simulated):

@@ -22,7 +22,8 @@ class HookError(FlashcheckError):
     def __init__(self, errors: list[tuple[str, BaseException]]) -> None:
         self.errors = list(errors)
         lines = "\n".join(f"  {layer}: {type(e).__name__}: {e}" for layer, e in self.errors[:10])
-        super().__init__(f"{len(self.errors)} detection hook error(s); the watched code was not fully checked:\n{lines}")
+        n = len(self.errors)
+        super().__init__(f"{n} detection hook error(s); the watched code was not fully checked:\n{lines}")
 
 
 class EventSink(Protocol):

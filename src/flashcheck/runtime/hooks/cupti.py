@@ -192,7 +192,7 @@ class CuptiHook(Hook):
         import torch
 
         m = torch.profiler.record_function(name)
-        m.__enter__()
+        m.__enter__()  # type: ignore[no-untyped-call]
         return m
 
     def region_enter(self, rec: RegionRecord, hot: bool) -> None:

@@ -47,7 +47,7 @@ def residency(t: Any) -> Residency | None:
     if not isinstance(t, torch.Tensor):
         return None
     sim = getattr(type(t), "_flashcheck_residency", None)
-    if sim == "device" or sim == "pinned":
+    if sim in ("device", "pinned"):
         return sim  # type: ignore[no-any-return]
     dev = t.device.type
     if dev == "meta":
@@ -108,7 +108,7 @@ _WATCHED = frozenset({"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy
 def _make_mode(hook: DispatchHook) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _FlashcheckMode(TorchDispatchMode):
+    class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             name = func._schema.name
@@ -116,7 +116,7 @@ def _make_mode(hook: DispatchHook) -> Any:
                 hook._observe(name, args, kwargs)  # before the call: a capture error must not hide the event
             return func(*args, **kwargs)
 
-    return _FlashcheckMode()
+    return _FlashcheckMode()  # type: ignore[no-untyped-call]
 
 
 class DispatchHook(Hook):

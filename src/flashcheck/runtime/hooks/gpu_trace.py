@@ -20,16 +20,15 @@ from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["GpuTraceHook"]
 
-_ACTIVATED = False
+_ACTIVATED: list[bool] = []  # non-empty once activated in this process (it cannot be undone)
 
 
 def _activate() -> None:
-    global _ACTIVATED
     if not _ACTIVATED:
         import torch
 
         torch._C._activate_gpu_trace()
-        _ACTIVATED = True
+        _ACTIVATED.append(True)
 
 
 def _torch_registries() -> dict[str, Any]:

@@ -93,7 +93,7 @@ class SyncDebugHook(Hook):
         if warnings.showwarning == self._showwarning and self._prev_show is not None:
             warnings.showwarning = self._prev_show
         if self._filter is not None and self._filter in warnings.filters:
-            warnings.filters.remove(self._filter)
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
             mutated = getattr(warnings, "_filters_mutated", None)
             if mutated is not None:
                 mutated()
