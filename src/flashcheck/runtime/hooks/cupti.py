@@ -90,12 +90,15 @@ def _classify(name: str) -> tuple[EventKind, Memory] | None:
 
 def attribute(raws: Sequence[RawEvent]) -> list[Event]:
     """Events attributed to the innermost region marker containing them; events inside read markers are dropped."""
-    regions: list[tuple[int, int, int, int]] = []  # start, end, region id, thread
+    # Attribution is by time only: Kineto's thread ids for torch ops and for CUPTI runtime records come from
+    # different numbering schemes, so matching them would silently drop events. Regions are opened by one driver
+    # thread; a sync made by another thread during a region is attributed to it (documented limitation).
+    regions: list[tuple[int, int, int]] = []  # start, end, region id
     reads: list[tuple[int, int]] = []
     launches: dict[int, RawEvent] = {}
     for r in raws:
         if r.name.startswith(REGION_MARKER):
-            regions.append((r.start_ns, r.end_ns, int(r.name[len(REGION_MARKER) :]), r.thread))
+            regions.append((r.start_ns, r.end_ns, int(r.name[len(REGION_MARKER) :])))
         elif r.name == READ_MARKER:
             reads.append((r.start_ns, r.end_ns))
         elif not r.on_device and r.name.startswith("cu") and r.correlation:
@@ -108,18 +111,16 @@ def attribute(raws: Sequence[RawEvent]) -> list[Event]:
         if hit is None:
             continue
         kind, memory = hit
-        t, in_graph, thread = r.start_ns, False, r.thread
+        t, in_graph = r.start_ns, False
         if r.on_device:
-            launch = launches.get(r.correlation)
+            launch = launches.get(r.correlation)  # a GPU copy counts where the host launched it
             if launch is not None:
-                t, in_graph, thread = launch.start_ns, "Graph" in launch.name, launch.thread
-            else:
-                thread = 0
+                t, in_graph = launch.start_ns, "Graph" in launch.name
         if any(s <= t <= e for s, e in reads):
             continue
         best: tuple[int, int] | None = None
-        for s, e, rid, th in regions:
-            if s <= t <= e and (not thread or not th or th == thread) and (best is None or s > best[0]):
+        for s, e, rid in regions:
+            if s <= t <= e and (best is None or s > best[0]):
                 best = (s, rid)
         if best is None:
             continue
