@@ -1,22 +1,278 @@
-"""PLACEHOLDER until the runtime branch lands: plain workspaces, no guard zones, no measurement."""
+"""The workspace arena: workspaces with guard zones, sentinel fill before a step, high-water-mark scan after it.
+
+`Arena.workspace` hands out a uint8 tensor of exactly the requested size that lives inside a larger buffer with a
+guard zone before and after it. `arm()` fills every usable region with a sentinel byte that alternates between 0xA5
+and 0x5A from one arm to the next (data that equals one sentinel cannot hide usage twice) and re-fills the guard
+zones with a pattern that alternates too. `scan()` computes the high-water mark of each workspace with vectorised
+torch ops, checks the guard zones and returns FC302 findings plus ``name -> (used, allocated)``. It works on CPU
+tensors (CI) and CUDA tensors alike. torch is imported lazily.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from flashcheck.findings import Finding
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Finding, Location
+from flashcheck.runtime.api import WorkspaceKind
 
-__all__ = ["Arena"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GUARD_BYTES", "GUARD_PATTERNS", "SENTINELS", "WS_ID", "Arena", "WorkspaceUsage"]
+
+WS_ID, WS_NAME = "FC302", "workspace-within-bounds"
+SENTINELS = (0xA5, 0x5A)
+GUARD_PATTERNS = (0xC3, 0x3C)
+GUARD_BYTES = 4096  # a multiple of 256 keeps the usable region as aligned as the allocation itself
+_BLOCK = 4096
+_KINDS = ("float", "int", "pinned", "engine")
+ReadContext = Callable[[], contextlib.AbstractContextManager[None]]
+
+
+@dataclass
+class _Workspace:
+    name: str
+    kind: WorkspaceKind
+    nbytes: int
+    backing: torch.Tensor | None  # None for adopted (engine-owned) buffers: no guard zones
+    usable: torch.Tensor  # flat uint8 view of exactly nbytes
+    guard: int
+    sentinel_ok: bool  # the usable region may be overwritten with the sentinel before a step
+    zero: bool  # the usable region was zero-filled at creation (baseline 0 until the first arm)
+    armed_sentinel: int | None = None
+    guard_byte: int = GUARD_PATTERNS[0]
+    max_used: int = -1
+
+
+@dataclass(frozen=True)
+class WorkspaceUsage:
+    """Usage of one workspace at one scan. `used` is -1 when it cannot be measured (not sentinel-filled)."""
+
+    name: str
+    kind: str
+    allocated: int
+    used: int
+    max_used: int
+    overflow_bytes: int
 
 
 class Arena:
-    def workspace(self, name: str, nbytes: int, *, device: Any, kind: str = "float", zero: bool = True) -> Any:
+    """Workspaces with guard zones and high-water-mark measurement (implements `ArenaLike`).
+
+    Args:
+        guard_bytes: size of each guard zone (rounded up to a multiple of 256).
+        reader: a context manager factory the scan runs under (the checker passes ``checker_read`` so that the
+            arena's own device reads never count as violations).
+        sink: called with the findings of every scan (the checker queues them for ``drain_findings``).
+    """
+
+    def __init__(
+        self,
+        *,
+        guard_bytes: int = GUARD_BYTES,
+        reader: ReadContext | None = None,
+        sink: Callable[[list[Finding]], None] | None = None,
+    ) -> None:
+        if guard_bytes < 0:
+            raise InvalidArgument(f"guard_bytes must be >= 0, got {guard_bytes}")
+        self.guard_bytes = -(-guard_bytes // 256) * 256
+        self._reader = reader
+        self._sink = sink
+        self._ws: dict[str, _Workspace] = {}
+        self._arms = 0
+        self.last_usage: dict[str, WorkspaceUsage] = {}
+
+    # -------------------------------------------------------------------------------------------- creation
+    def workspace(
+        self,
+        name: str,
+        nbytes: int,
+        *,
+        device: Any,
+        kind: WorkspaceKind = "float",
+        zero: bool = True,
+        keep_zero: bool | None = None,
+    ) -> torch.Tensor:
+        """A uint8 tensor of exactly `nbytes` on `device`, with guard zones around it.
+
+        `kind` ``"pinned"`` allocates page-locked host memory (pageable when no CUDA device is present, as on CI).
+        `zero` zero-fills the usable region now. `keep_zero` (default: ``zero and kind == "engine"``) marks a
+        workspace whose content the kernel needs to stay zero (semaphores, counters): it is never sentinel-filled,
+        its guards are still checked and its high-water mark is the last non-zero byte (a lower bound).
+        """
         import torch
 
-        return torch.zeros(nbytes, dtype=torch.uint8, device=device)
+        if kind not in _KINDS:
+            raise InvalidArgument(f"workspace kind {kind!r} is not one of {', '.join(_KINDS)}")
+        if nbytes < 0:
+            raise InvalidArgument(f"workspace {name!r}: nbytes must be >= 0, got {nbytes}")
+        if name in self._ws:
+            raise InvalidArgument(f"workspace {name!r} already exists; names identify workspaces in reports")
+        g = self.guard_bytes
+        if kind == "pinned":
+            dev = torch.device("cpu")
+            backing = torch.empty(nbytes + 2 * g, dtype=torch.uint8, device=dev, pin_memory=_can_pin())
+        else:
+            backing = torch.empty(nbytes + 2 * g, dtype=torch.uint8, device=torch.device(device))
+        guard_byte = GUARD_PATTERNS[self._arms % 2]
+        backing.fill_(guard_byte)
+        usable = backing[g : g + nbytes]
+        if zero:
+            usable.zero_()
+        keep = (zero and kind == "engine") if keep_zero is None else keep_zero
+        self._ws[name] = _Workspace(name, kind, nbytes, backing, usable, g, not keep, zero, guard_byte=guard_byte)
+        return usable
+
+    def adopt(self, name: str, tensor: torch.Tensor, *, kind: WorkspaceKind = "engine", sentinel: bool = False) -> None:
+        """Track an engine-owned buffer (no guard zones). With `sentinel`, `arm()` overwrites it and `scan()`
+        reports its high-water mark; only allow that when the engine rewrites the buffer every step."""
+        import torch
+
+        if name in self._ws:
+            raise InvalidArgument(f"workspace {name!r} already exists; names identify workspaces in reports")
+        if not tensor.is_contiguous():
+            raise InvalidArgument(f"adopted buffer {name!r} must be contiguous to be viewed as bytes")
+        flat = tensor.reshape(-1).view(torch.uint8)
+        self._ws[name] = _Workspace(name, kind, flat.numel(), None, flat, 0, sentinel, False)
+
+    def names(self) -> list[str]:
+        return list(self._ws)
+
+    # ------------------------------------------------------------------------------------------- arm / scan
+    @property
+    def sentinel(self) -> int | None:
+        """The sentinel byte of the current arm (None before the first arm)."""
+        return SENTINELS[(self._arms - 1) % 2] if self._arms else None
 
     def arm(self) -> None:
-        pass
+        """Sentinel-fill the usable region of every workspace that tolerates it and re-pattern the guard zones."""
+        self._arms += 1
+        s = SENTINELS[(self._arms - 1) % 2]
+        gb = GUARD_PATTERNS[self._arms % 2]
+        with self._read():
+            for ws in self._ws.values():
+                if ws.sentinel_ok:
+                    ws.usable.fill_(s)
+                    ws.armed_sentinel = s
+                if ws.backing is not None and ws.guard:
+                    ws.backing[: ws.guard].fill_(gb)
+                    ws.backing[ws.guard + ws.nbytes :].fill_(gb)
+                    ws.guard_byte = gb
 
     def scan(self, step: int | None = None) -> tuple[list[Finding], dict[str, tuple[int, int]]]:
-        return [], {}
+        """After run / replay: (FC302 findings, name -> (used bytes, allocated bytes)); used is -1 if unknown."""
+        findings: list[Finding] = []
+        usage: dict[str, tuple[int, int]] = {}
+        with self._read():
+            for ws in self._ws.values():
+                f, u = self._scan_one(ws, step)
+                findings.extend(f)
+                usage[ws.name] = (u.used, u.allocated)
+                self.last_usage[ws.name] = u
+        if findings and self._sink is not None:
+            self._sink(findings)
+        return findings, usage
+
+    def _read(self) -> contextlib.AbstractContextManager[None]:
+        return self._reader() if self._reader is not None else contextlib.nullcontext()
+
+    def _scan_one(self, ws: _Workspace, step: int | None) -> tuple[list[Finding], WorkspaceUsage]:
+        out: list[Finding] = []
+        overflow_end = 0
+        if ws.backing is not None and ws.guard:
+            before = ws.backing[: ws.guard]
+            after = ws.backing[ws.guard + ws.nbytes :]
+            n_after, first_a, last_a = _diff_span(after, ws.guard_byte)
+            if n_after:
+                overflow_end = last_a
+                out.append(self._finding(ws, step, "after", n_after, ws.nbytes + first_a, ws.nbytes + last_a))
+            n_before, first_b, last_b = _diff_span(before, ws.guard_byte)
+            if n_before:
+                out.append(self._finding(ws, step, "before", n_before, first_b - ws.guard, last_b - ws.guard))
+        base = ws.armed_sentinel if ws.armed_sentinel is not None else (0 if ws.zero else None)
+        used = -1 if base is None else _last_diff(ws.usable, base)
+        if overflow_end:
+            used = ws.nbytes + overflow_end
+        ws.max_used = max(ws.max_used, used)
+        n_over = ws.max_used - ws.nbytes if ws.max_used > ws.nbytes else 0
+        return out, WorkspaceUsage(ws.name, ws.kind, ws.nbytes, used, ws.max_used, n_over)
+
+    @staticmethod
+    def _finding(ws: _Workspace, step: int | None, side: str, n: int, first: int, last: int) -> Finding:
+        if side == "after":
+            what = f"{n:,} byte(s) written in the guard zone after it, at offsets [{first:,}, {last:,})"
+            hint = (
+                "the kernel needs more workspace than was allocated: size it for the largest batch the graph "
+                "replays (FlashInfer 0.7.2: wrapper.workspace_size(...)), or check the planner's inputs"
+            )
+        else:
+            what = f"{n:,} byte(s) written in the guard zone before it, at offsets [{first:,}, {last:,})"
+            hint = "something writes below the workspace's start: a negative offset or a neighbour's overflow"
+        at_least = " (the whole guard zone was written: the overflow may reach further)" if n == ws.guard else ""
+        return Finding(
+            id=WS_ID,
+            name=WS_NAME,
+            kind="property",
+            message=f"workspace `{ws.name}` ({ws.kind}, {ws.nbytes:,} bytes) overflowed: {what}{at_least}",
+            hint=hint,
+            location=Location(step=step),
+            evidence={
+                "check": f"guard-{side}",
+                "workspace": ws.name,
+                "workspace_kind": ws.kind,
+                "allocated": ws.nbytes,
+                "bytes_written": n,
+                "first_offset": first,
+                "end_offset": last,
+            },
+        )
+
+
+def _can_pin() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _diff_span(t: torch.Tensor, byte: int) -> tuple[int, int, int]:
+    """(count, first, end) of the bytes of a (small) tensor that differ from `byte`; end is last index + 1."""
+    import torch
+
+    m = t != byte
+    n = int(m.sum().item())
+    if n == 0:
+        return 0, 0, 0
+    idx = torch.nonzero(m).flatten()
+    return n, int(idx[0].item()), int(idx[-1].item()) + 1
+
+
+def _last_diff(t: torch.Tensor, byte: int) -> int:
+    """Index + 1 of the last byte of `t` that differs from `byte` (0 if none), without Python loops over bytes.
+
+    Reduces blocks of 4 KiB with ``any`` first, then finds the last differing byte in the last dirty block, so the
+    only full-size temporary is one bool mask.
+    """
+    import torch
+
+    n = t.numel()
+    if n == 0:
+        return 0
+    full = n - n % _BLOCK
+    if full < n:
+        tail = t[full:] != byte
+        j = int((torch.arange(1, n - full + 1, device=t.device) * tail).max().item())
+        if j:
+            return full + j
+    if full == 0:
+        return 0
+    blocks = (t[:full] != byte).view(-1, _BLOCK).any(dim=1)
+    b = int((torch.arange(1, blocks.numel() + 1, device=t.device) * blocks).max().item())
+    if b == 0:
+        return 0
+    seg = t[(b - 1) * _BLOCK : b * _BLOCK] != byte
+    j = int((torch.arange(1, _BLOCK + 1, device=t.device) * seg).max().item())
+    return (b - 1) * _BLOCK + j

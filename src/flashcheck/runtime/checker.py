@@ -1,21 +1,216 @@
-"""PLACEHOLDER until the runtime branch lands: regions without detectors."""
+"""`Checker`: the runtime checker as a context manager (implements `CheckerLike`).
+
+On enter it installs the selected detection hooks (torch is imported then, not before); regions attribute what the
+hooks see to ``plan``/``run``/``capture``/``prepare_replay``/``replay``; ``checker_read()`` marks the checker's own
+reads; ``drain_findings()`` returns the FC2xx findings of the monitor plus the FC302 findings of the arena. On exit
+every hook is removed and what it replaced restored. A checker that is not entered has nothing installed.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
-from flashcheck.runtime.api import NullChecker
-from flashcheck.runtime.arena import Arena
+from flashcheck.errors import InvalidArgument, UsageError
+from flashcheck.findings import Finding
+from flashcheck.runtime.api import REGIONS, Region
+from flashcheck.runtime.arena import GUARD_BYTES, Arena
+from flashcheck.runtime.hooks import Hook, HookError, LayerSpec, build_hooks
+from flashcheck.runtime.monitor import Event, Monitor
+from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["Checker"]
 
 
-class Checker(NullChecker):
-    def __init__(self, *, layers: str = "all", device: Any = None) -> None:
-        super().__init__(Arena())
+class Checker:
+    """Observe what a target does while it plans, runs, captures and replays; report it as Findings.
 
+    Args:
+        layers: ``"cheap"`` (sync debug mode, gpu trace, allocator statistics, replay wrapper, dispatch mode during
+            capture), ``"all"`` (+ dispatch mode in hot regions, CUPTI), or a list of layer names / `Hook` objects.
+        hot_path_plan: apply the replay rules (FC201, FC202) to ``plan`` regions too.
+        device: default device of arena workspaces and of allocator statistics (default: ``cuda`` when available,
+            else ``cpu``).
+        guard_bytes: size of the arena's guard zones.
+
+    Example::
+
+        with Checker(layers="cheap") as chk:
+            ws = chk.arena.workspace("float", 128 << 20, device="cuda")
+            ...
+            with chk.region("replay", step=i):
+                graph.replay()
+            findings = chk.drain_findings()
+    """
+
+    def __init__(
+        self,
+        layers: LayerSpec = "cheap",
+        *,
+        hot_path_plan: bool = False,
+        device: Any = None,
+        guard_bytes: int = GUARD_BYTES,
+    ) -> None:
+        self._spec = layers
+        self._hooks: list[Hook] = build_hooks(layers, device=device)
+        self.device = device
+        stackless = any(h.layer in ("cupti", "alloc_stats") for h in self._hooks)
+        self.monitor = Monitor(hot_path_plan=hot_path_plan, record_region_stacks=stackless)
+        self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
+        self._pending: list[Finding] = []
+        self._errors: list[tuple[str, BaseException]] = []
+        self._entered = False
+        self._owner: int | None = None
+        self.active_layers: list[str] = []
+        self.skipped_layers: dict[str, str] = {}
+
+    # ------------------------------------------------------------------------------------------ life cycle
     def __enter__(self) -> Checker:
+        if self._entered:
+            raise UsageError("this Checker is already active; a checker is entered once at a time")
+        self.active_layers, self.skipped_layers = [], {}
+        installed: list[Hook] = []
+        try:
+            for h in self._hooks:
+                reason = h.unavailable_reason()
+                if reason is not None:
+                    self.skipped_layers[h.layer] = reason
+                    continue
+                h.install(self)
+                installed.append(h)
+        except BaseException:
+            for h in reversed(installed):
+                h.uninstall()
+            raise
+        self._installed = installed
+        self.active_layers = [h.layer for h in installed]
+        self._entered = True
+        self._owner = threading.get_ident()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._entered:
+            return
+        try:
+            if not self.monitor.open_regions:
+                self._collect_deferred()
+        finally:
+            for h in reversed(self._installed):
+                try:
+                    h.uninstall()
+                except Exception as e:
+                    self._errors.append((h.layer, e))
+            self._entered = False
+        for h in self._installed:
+            for ev in h.collect():  # what a deferred layer flushed while uninstalling
+                self.monitor.observe(ev)
+        self._installed = []
+        if exc_type is None:
+            self._raise_hook_errors()
+
+    @property
+    def active(self) -> bool:
+        return self._entered
+
+    # ---------------------------------------------------------------------------------------- CheckerLike
+    @property
+    def arena(self) -> Arena:
+        return self._arena
+
+    @contextlib.contextmanager
+    def region(self, name: Region, *, step: int | None = None, step_name: str | None = None) -> Iterator[None]:
+        """Attribute everything inside to region `name` of `step` (regions nest; the innermost one wins)."""
+        if name not in REGIONS:
+            raise InvalidArgument(f"region {name!r} is not one of {', '.join(REGIONS)}")
+        if not self._entered:
+            raise UsageError("open regions inside `with Checker(...) as checker:`; this checker is not active")
+        stack = capture_stack(3) if self.monitor.record_region_stacks else ()
+        rec = self.monitor.enter(name, step=step, step_name=step_name, stack=stack)
+        hot = self.monitor.is_hot(rec.names()) is not None
+        entered: list[Hook] = []
+        try:
+            for h in self._installed:
+                h.region_enter(rec, hot)
+                entered.append(h)
+            yield
+        finally:
+            try:
+                for h in reversed(entered):
+                    h.region_exit(rec, hot)
+            finally:
+                self.monitor.exit(rec)
+
+    @contextlib.contextmanager
+    def checker_read(self) -> Iterator[None]:
+        """The checker's own reads (CSR checks, scans, comparisons): nothing inside ever counts."""
+        self.monitor.begin_read()
+        begun: list[Hook] = []
+        try:
+            for h in self._installed if self._entered else ():
+                h.read_begin()
+                begun.append(h)
+            yield
+        finally:
+            try:
+                for h in reversed(begun):
+                    h.read_end()
+            finally:
+                self.monitor.end_read()
+
+    def drain_findings(self) -> list[Finding]:
+        """Findings since the last drain: runtime detectors (FC2xx) and arena scans (FC302).
+
+        Deferred layers (CUPTI) are read here when no region is open; raises `HookError` if a hook failed.
+        """
+        if self._entered and not self.monitor.open_regions:
+            self._collect_deferred()
+        out = self.monitor.drain() + self._pending
+        self._pending = []
+        self._raise_hook_errors()
+        return out
+
+    # ------------------------------------------------------------------------------------- EventSink side
+    def emit(self, event: Event) -> None:
+        self.monitor.observe(event)
+
+    def hook_error(self, layer: str, exc: BaseException) -> None:
+        self._errors.append((layer, exc))
+
+    def reading(self) -> bool:
+        return self.monitor.reading()
+
+    @contextlib.contextmanager
+    def implicit_region(self, name: str) -> Iterator[None]:
+        if self.monitor.open_regions or not self._entered or name not in REGIONS:
+            yield
+            return
+        with self.region(name):
+            yield
+
+    # ------------------------------------------------------------------------------------------- internals
+    def _arena_findings(self, findings: list[Finding]) -> None:
+        self._pending.extend(findings)
+
+    def _collect_deferred(self) -> None:
+        for h in self._installed:
+            try:
+                events = h.collect()
+            except Exception as e:
+                self._errors.append((h.layer, e))
+                continue
+            for ev in events:
+                self.monitor.observe(ev)
+
+    def _raise_hook_errors(self) -> None:
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise HookError(errors)
+
+    def __repr__(self) -> str:
+        state = f"active layers {self.active_layers}" if self._entered else "inactive"
+        return f"Checker(layers={self._spec!r}, {state})"

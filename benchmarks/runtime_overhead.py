@@ -1,0 +1,165 @@
+"""Overhead of the runtime checker on a replay loop: checker off vs cheap layers vs all layers, in one run.
+
+Each step does what an engine's decode step does around a CUDA graph: host-side prepare (fill a pinned host buffer,
+one non_blocking H2D copy into the graph's static input) and ``graph.replay()``. The modes run interleaved in
+rounds so that clock drift hits them alike; the table shows the median µs per step and the ratio to "off".
+
+    python benchmarks/runtime_overhead.py --out reports/runtime_overhead.json [--steps 2000 --rounds 5]
+
+Needs a CUDA device; on a machine without one it exits with status 3 and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+MODES = ("off", "cheap", "all")
+
+
+def _versions(torch: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+    }
+    try:
+        import flashinfer
+
+        out["flashinfer"] = getattr(flashinfer, "__version__", "unknown")
+    except ImportError:
+        out["flashinfer"] = None
+    try:
+        import flashcheck
+
+        out["flashcheck"] = flashcheck.__version__
+    except ImportError:
+        out["flashcheck"] = None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="path of the JSON result")
+    ap.add_argument("--steps", type=int, default=2000, help="replay steps per mode and round")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median reported)")
+    ap.add_argument("--warmup", type=int, default=200, help="untimed steps per mode and round")
+    ap.add_argument("--batch", type=int, default=64, help="rows of the graph's input")
+    ap.add_argument("--hidden", type=int, default=1024, help="columns of the graph's input")
+    args = ap.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        print("runtime_overhead: torch is not installed; nothing to measure", file=sys.stderr)
+        return 3
+    if not torch.cuda.is_available():
+        print(
+            "runtime_overhead: no CUDA device here. This benchmark times CUDA graph replays with the checker off, "
+            "cheap and all; run it on a GPU node.",
+            file=sys.stderr,
+        )
+        return 3
+
+    from flashcheck.runtime import Checker
+
+    dev = torch.device("cuda")
+    static_in = torch.zeros(args.batch, args.hidden, device=dev)
+    weight = torch.randn(args.hidden, args.hidden, device=dev) / args.hidden**0.5
+    host_in = torch.zeros(args.batch, args.hidden).pin_memory()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            static_out = torch.relu(static_in @ weight)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = torch.relu(static_in @ weight)
+    torch.cuda.synchronize()
+
+    def prepare(step: int) -> None:
+        host_in[0, 0] = float(step)  # host-side metadata update
+        static_in.copy_(host_in, non_blocking=True)
+
+    def loop(n: int, region: Callable[..., contextlib.AbstractContextManager[None]]) -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for step in range(n):
+            with region("prepare_replay", step=step):
+                prepare(step)
+            with region("replay", step=step):
+                graph.replay()
+        torch.cuda.synchronize()
+        return (time.perf_counter_ns() - t0) / n / 1e3
+
+    @contextlib.contextmanager
+    def no_region(name: str, step: int | None = None) -> Iterator[None]:
+        yield
+
+    per_mode: dict[str, list[float]] = {m: [] for m in MODES}
+    drain_ms: dict[str, list[float]] = {m: [] for m in MODES}
+    findings: dict[str, int] = dict.fromkeys(MODES, 0)
+    layers: dict[str, list[str]] = {}
+    for _ in range(args.rounds):
+        for mode in MODES:
+            if mode == "off":
+                loop(args.warmup, no_region)
+                per_mode[mode].append(loop(args.steps, no_region))
+                drain_ms[mode].append(0.0)
+                continue
+            with Checker(layers=mode) as chk:  # type: ignore[arg-type]
+                layers[mode] = list(chk.active_layers)
+                loop(args.warmup, chk.region)
+                findings[mode] += len(chk.drain_findings())
+                per_mode[mode].append(loop(args.steps, chk.region))
+                t0 = time.perf_counter_ns()
+                findings[mode] += len(chk.drain_findings())
+                drain_ms[mode].append((time.perf_counter_ns() - t0) / 1e6)
+    assert float(static_out.sum()) == float(static_out.sum())  # keep the graph's output alive
+
+    base = statistics.median(per_mode["off"])
+    result: dict[str, Any] = {
+        "benchmark": "runtime_overhead",
+        "versions": _versions(torch),
+        "config": {k: getattr(args, k) for k in ("steps", "rounds", "warmup", "batch", "hidden")},
+        "modes": {},
+        "note": (
+            "gpu-trace activation cannot be undone, so 'off' rounds after the first run with the trace active "
+            "and no callbacks registered (the residual cost of having used the checker in this process)"
+        ),
+    }
+    print(f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'drain ms':>9} {'findings':>9}  layers")
+    for mode in MODES:
+        med = statistics.median(per_mode[mode])
+        result["modes"][mode] = {
+            "us_per_step_median": med,
+            "us_per_step_rounds": per_mode[mode],
+            "ratio_to_off": med / base,
+            "drain_ms_median": statistics.median(drain_ms[mode]),
+            "findings": findings[mode],
+            "layers": layers.get(mode, []),
+        }
+        print(
+            f"{mode:<6} {med:>10.2f} {med / base:>7.2f} {statistics.median(drain_ms[mode]):>9.2f} "
+            f"{findings[mode]:>9}  {', '.join(layers.get(mode, [])) or '-'}"
+        )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

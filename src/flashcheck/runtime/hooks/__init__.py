@@ -1,0 +1,70 @@
+"""Thin torch adapters that feed the monitor; `build_hooks` picks them by layer selection.
+
+``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``alloc_stats``, ``graph_replay``, and ``dispatch`` scoped to
+capture regions (a capture happens once, so it costs nothing per step). ``layers="all"``: the same plus ``dispatch``
+in hot regions too (attribution of every sync to an aten op) and ``cupti``. Layers that cannot run here (no CUDA
+device) are skipped and reported by the checker, never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.runtime.hooks.base import EventSink, Hook, HookError
+
+__all__ = ["ALL", "CHEAP", "LAYER_NAMES", "EventSink", "Hook", "HookError", "LayerName", "LayerSpec", "build_hooks"]
+
+LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay"]
+LAYER_NAMES: tuple[LayerName, ...] = ("sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay")
+CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "alloc_stats", "graph_replay", "dispatch")
+ALL: tuple[LayerName, ...] = (*CHEAP, "cupti")
+LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
+
+
+def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
+    """Hook instances for a layer selection (names or ready-made hooks, which tests use to inject fakes)."""
+    if isinstance(layers, str):
+        if layers not in ("cheap", "all"):
+            raise InvalidArgument(f"layers={layers!r}: use 'cheap', 'all' or a list of {', '.join(LAYER_NAMES)}")
+        names: list[LayerName | Hook] = list(CHEAP if layers == "cheap" else ALL)
+        scope = "capture" if layers == "cheap" else "hot+capture"
+    else:
+        names = list(layers)
+        scope = "hot+capture"
+    out: list[Hook] = []
+    for n in names:
+        if isinstance(n, Hook):
+            out.append(n)
+        elif n == "sync_debug":
+            from flashcheck.runtime.hooks.sync_debug import SyncDebugHook
+
+            out.append(SyncDebugHook())
+        elif n == "dispatch":
+            from flashcheck.runtime.hooks.dispatch import DispatchHook
+
+            out.append(DispatchHook(scope))  # type: ignore[arg-type]
+        elif n == "gpu_trace":
+            from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
+
+            out.append(GpuTraceHook())
+        elif n == "cupti":
+            from flashcheck.runtime.hooks.cupti import CuptiHook
+
+            out.append(CuptiHook())
+        elif n == "alloc_stats":
+            from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook
+
+            out.append(AllocStatsHook(device))
+        elif n == "graph_replay":
+            from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
+
+            out.append(GraphReplayHook())
+        else:
+            raise InvalidArgument(f"unknown detection layer {n!r}; known: {', '.join(LAYER_NAMES)}")
+    layers_seen = [h.layer for h in out]
+    dup = {x for x in layers_seen if layers_seen.count(x) > 1}
+    if dup:
+        raise InvalidArgument(f"detection layer(s) {', '.join(sorted(dup))} selected twice")
+    return out

@@ -1,0 +1,168 @@
+"""Layer ``dispatch``: a ``TorchDispatchMode`` that names the aten ops that sync or copy, with Python stacks.
+
+Catches, for tensors on the device: ``aten._local_scalar_dense`` (``.item()``, ``bool()``, ``int()``), ``_to_copy``
+and ``copy_`` between host and device (``.cpu()``, ``.to()``, ``.tolist()``, with the host side's memory kind:
+pinned or pageable), and the data-dependent-shape ops that sync (``nonzero``, boolean-mask ``index``,
+``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``). Misses (anchors.md §1.3, measured):
+everything that does not dispatch: ``torch.cuda.synchronize``, event and stream syncs, FlashInfer kernels and the
+syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only inside regions where it
+matters: capture regions always (a capture happens once; this is how a pinned copy captured into a graph, FC203, is
+seen), and hot regions when ``layers="all"``.
+
+A tensor whose class has ``_flashcheck_residency = "device"`` or ``"pinned"`` is treated as living there: this is how
+CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken detector fails without a GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Literal
+
+from flashcheck.runtime.hooks.base import EventSink, Hook
+from flashcheck.runtime.monitor import Event, EventKind, Memory, RegionRecord
+from flashcheck.runtime.stacks import capture_stack
+
+__all__ = ["DispatchHook", "Scope", "residency"]
+
+Scope = Literal["capture", "hot+capture"]
+Residency = Literal["device", "pinned", "pageable"]
+
+_SYNC_OPS = frozenset(
+    {
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::is_nonzero",
+        "aten::equal",
+    }
+)
+
+
+def residency(t: Any) -> Residency | None:
+    """Where a tensor's data lives: ``device``, ``pinned`` host, ``pageable`` host; None for non-tensors/meta."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return None
+    sim = getattr(type(t), "_flashcheck_residency", None)
+    if sim in ("device", "pinned"):
+        return sim  # type: ignore[no-any-return]
+    dev = t.device.type
+    if dev == "meta":
+        return None
+    if dev != "cpu":
+        return "device"
+    try:
+        return "pinned" if t.is_pinned() else "pageable"
+    except RuntimeError:  # no accelerator runtime to ask: it cannot be pinned
+        return "pageable"
+
+
+def _host_memory(r: Residency | None) -> Memory:
+    return "pinned" if r == "pinned" else "pageable"
+
+
+def classify(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[EventKind, Memory, str] | None:
+    """(event kind, host memory kind, detail) for one aten call, or None when it neither syncs nor copies."""
+    if op == "aten::_local_scalar_dense":
+        if args and residency(args[0]) == "device":
+            return "d2h_copy", "pageable", "aten._local_scalar_dense (.item(), bool(), int() of a device tensor)"
+        return None
+    if op == "aten::_to_copy":
+        if not args:
+            return None
+        src = residency(args[0])
+        dst_dev = kwargs.get("device")
+        if src == "device" and dst_dev is not None and str(dst_dev).startswith("cpu"):
+            mem: Memory = "pinned" if kwargs.get("pin_memory") else "pageable"
+            return "d2h_copy", mem, "aten._to_copy to CPU (.cpu(), .to('cpu'), .tolist(), .numpy())"
+        if src in ("pinned", "pageable") and dst_dev is not None and not str(dst_dev).startswith(("cpu", "meta")):
+            return "h2d_copy", _host_memory(src), f"aten._to_copy from {src} host memory to the device"
+        return None
+    if op == "aten::copy_":
+        if len(args) < 2:
+            return None
+        dst, src = residency(args[0]), residency(args[1])
+        if src == "device" and dst in ("pinned", "pageable"):
+            return "d2h_copy", _host_memory(dst), f"aten.copy_ from the device into {dst} host memory"
+        if dst == "device" and src in ("pinned", "pageable"):
+            return "h2d_copy", _host_memory(src), f"aten.copy_ from {src} host memory to the device"
+        return None
+    if op in _SYNC_OPS or (op == "aten::repeat_interleave" and kwargs.get("output_size") is None):
+        if args and residency(args[0]) == "device":
+            return "sync", "unknown", f"{op.replace('::', '.')} (data-dependent output size)"
+        return None
+    if op == "aten::index" and len(args) > 1 and args[0] is not None and residency(args[0]) == "device":
+        for ix in args[1] or ():
+            if getattr(ix, "dtype", None) is not None and str(ix.dtype) in ("torch.bool", "torch.uint8"):
+                return "sync", "unknown", "aten.index with a boolean mask (data-dependent output size)"
+    return None
+
+
+_WATCHED = frozenset({"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy_", "aten::index",
+                      "aten::repeat_interleave", *_SYNC_OPS})
+
+
+def _make_mode(hook: DispatchHook) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = func._schema.name
+            if name in _WATCHED:
+                hook._observe(name, args, kwargs)  # before the call: a capture error must not hide the event
+            return func(*args, **kwargs)
+
+    return _FlashcheckMode()  # type: ignore[no-untyped-call]
+
+
+class DispatchHook(Hook):
+    """Pushes a dispatch mode while a watched region is open (see the module docstring for the scope)."""
+
+    layer = "dispatch"
+
+    def __init__(self, scope: Scope = "hot+capture") -> None:
+        super().__init__()
+        self.scope: Scope = scope
+        self._mode: Any = None
+        self._pushed_by: int | None = None
+
+    def _install(self, sink: EventSink) -> None:
+        self._pushed_by = None
+
+    def _uninstall(self) -> None:
+        self._pop()
+
+    def _wants(self, rec: RegionRecord, hot: bool) -> bool:
+        return "capture" in rec.names() or (hot and self.scope == "hot+capture")
+
+    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
+        if self._pushed_by is None and self._wants(rec, hot):
+            mode = _make_mode(self)
+            mode.__enter__()
+            self._mode, self._pushed_by = mode, rec.id
+
+    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
+        if self._pushed_by == rec.id:
+            self._pop()
+
+    def _pop(self) -> None:
+        mode, self._mode, self._pushed_by = self._mode, None, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    def _observe(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            sink = self._sink
+            if sink is None or sink.reading():
+                return
+            hit = classify(name, args, kwargs)
+            if hit is None:
+                return
+            kind, memory, detail = hit
+            self._emit(Event(kind, "dispatch", capture_stack(3), detail, memory=memory, thread=threading.get_ident()))
+        except Exception as exc:
+            self._error(exc)

@@ -1,0 +1,71 @@
+"""Layer ``graph_replay``: wraps ``torch.cuda.CUDAGraph.replay`` so a replay outside any region is still checked.
+
+When the driver has no region open, the wrapper opens an implicit ``replay`` region around ``graph.replay()`` (a
+user's own runner code then gets the replay rules without calling the checker). It chains to whatever ``replay``
+was installed before (FlashInfer and other tools wrap it too) and restores exactly that on uninstall; if another
+tool wrapped on top of ours meanwhile, ours stays in the chain, inert, rather than cutting theirs out.
+Catches nothing by itself: it only opens regions for the other layers.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from flashcheck.runtime.hooks.base import EventSink, Hook
+
+__all__ = ["GraphReplayHook"]
+
+_MISSING = object()
+
+
+class GraphReplayHook(Hook):
+    """Wraps ``owner.replay`` (default ``torch.cuda.CUDAGraph``)."""
+
+    layer = "graph_replay"
+
+    def __init__(self, owner: Any = None) -> None:
+        super().__init__()
+        self._owner = owner
+        self._prev_own: Any = _MISSING  # what owner.__dict__ held ("missing" when replay was inherited)
+        self._wrapper: Any = None
+        self._active = False
+        self.stranded: list[Any] = []  # wrappers left in a chain another tool built on top of
+
+    def _target(self) -> Any:
+        if self._owner is None:
+            import torch
+
+            self._owner = torch.cuda.CUDAGraph
+        return self._owner
+
+    def _install(self, sink: EventSink) -> None:
+        owner = self._target()
+        self._prev_own = owner.__dict__.get("replay", _MISSING)
+        prev = owner.replay
+        hook = self
+
+        @functools.wraps(prev)
+        def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            s = hook._sink
+            if not hook._active or s is None:
+                return prev(graph, *args, **kwargs)
+            with s.implicit_region("replay"):
+                return prev(graph, *args, **kwargs)
+
+        replay.__flashcheck_wrapper__ = True  # type: ignore[attr-defined]
+        self._wrapper = replay
+        self._active = True
+        owner.replay = replay
+
+    def _uninstall(self) -> None:
+        owner = self._target()
+        self._active = False
+        if owner.__dict__.get("replay") is self._wrapper:
+            if self._prev_own is _MISSING:
+                delattr(owner, "replay")
+            else:
+                owner.replay = self._prev_own
+        else:
+            self.stranded.append(self._wrapper)
+        self._wrapper = None

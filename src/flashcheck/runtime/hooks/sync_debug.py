@@ -1,0 +1,162 @@
+"""Layer ``sync_debug``: torch's sync debug mode in "warn", its warnings turned into events.
+
+Catches what reaches ``c10::cuda::warn_or_error_on_sync``: ``.item()``, ``.cpu()``, ``.tolist()``, ``bool(t)``,
+``nonzero``, boolean-mask indexing, ``torch.tensor(list, device=cuda)``, ``stream.synchronize()`` and blocking
+pageable copies, each with the Python stack of the call. Misses (anchors.md §1.1, measured): ``torch.cuda
+.synchronize()``, ``Event.synchronize()``, every ``non_blocking=True`` copy (pageable ones block silently), and every
+sync inside a C++ extension (FlashInfer's ``plan()``). Cost: none measurable. The mode is process-global; it is
+armed only while a hot region is open, and warnings of other threads are ignored by the monitor.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from flashcheck.runtime.hooks.base import EventSink, Hook
+from flashcheck.runtime.monitor import Event, RegionRecord
+from flashcheck.runtime.stacks import capture_stack
+
+__all__ = ["PROTOTYPE_TEXT", "SYNC_TEXT", "SyncDebugHook"]
+
+SYNC_TEXT = "called a synchronizing CUDA operation"
+PROTOTYPE_TEXT = "Synchronization debug mode is a prototype feature"
+ShowWarning = Callable[..., Any]
+
+
+def _torch_get_mode() -> int:
+    import torch
+
+    return int(torch.cuda.get_sync_debug_mode())
+
+
+def _torch_set_mode(mode: int) -> None:
+    import torch
+
+    torch.cuda.set_sync_debug_mode(mode)
+
+
+class SyncDebugHook(Hook):
+    """Arms ``torch.cuda.set_sync_debug_mode("warn")`` in hot regions and routes its warnings to the monitor.
+
+    Installs a ``warnings.showwarning`` that chains to the previous one (pytest's, another tool's) for every other
+    warning, and an "always" filter for the sync message (the default filter shows a warning once per line, which
+    would hide a sync in a loop). Both are restored on uninstall; the previous sync debug mode too. If the mode was
+    already "warn" or "error" when installed, the hook leaves it alone and forwards the warnings it sees.
+    """
+
+    layer = "sync_debug"
+
+    def __init__(
+        self,
+        *,
+        get_mode: Callable[[], int] | None = None,
+        set_mode: Callable[[int], None] | None = None,
+        available: Callable[[], bool] | None = None,
+    ) -> None:
+        super().__init__()
+        self._get_mode = get_mode or _torch_get_mode
+        self._set_mode = set_mode or _torch_set_mode
+        self._available = available
+        self._prev_mode = 0
+        self._prev_show: ShowWarning | None = None
+        self._filter: tuple[Any, ...] | None = None
+        self._hot_depth = 0
+
+    def unavailable_reason(self) -> str | None:
+        if self._available is not None:
+            return None if self._available() else "no CUDA device"
+        import torch
+
+        return None if torch.cuda.is_available() else "no CUDA device (sync debug mode needs one)"
+
+    # ---------------------------------------------------------------------------------------- life cycle
+    def _install(self, sink: EventSink) -> None:
+        self._prev_mode = self._get_mode()
+        # Arm once now, with the prototype warning silenced, so that later arms in regions are quiet and cheap.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=PROTOTYPE_TEXT)
+            self._set_mode(max(self._prev_mode, 1))
+            self._set_mode(self._prev_mode)
+        self._hot_depth = 0
+        self._install_warning_hook()
+
+    def _install_warning_hook(self) -> None:
+        self._prev_show = warnings.showwarning
+        warnings.showwarning = self._showwarning
+        warnings.filterwarnings("always", message=".*" + SYNC_TEXT)
+        self._filter = warnings.filters[0]
+
+    def _remove_warning_hook(self) -> None:
+        if warnings.showwarning == self._showwarning and self._prev_show is not None:
+            warnings.showwarning = self._prev_show
+        if self._filter is not None and self._filter in warnings.filters:
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
+            mutated = getattr(warnings, "_filters_mutated", None)
+            if mutated is not None:
+                mutated()
+        self._filter = None
+        self._prev_show = None
+
+    def _uninstall(self) -> None:
+        try:
+            if self._hot_depth:
+                self._set_mode(self._prev_mode)
+        finally:
+            self._hot_depth = 0
+            self._remove_warning_hook()
+
+    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
+        if not hot:
+            return
+        # pytest's catch_warnings (and others) restore showwarning and the filters behind our back: re-hook.
+        if warnings.showwarning != self._showwarning or self._filter not in warnings.filters:
+            self._remove_warning_hook()
+            self._install_warning_hook()
+        if self._hot_depth == 0 and self._prev_mode == 0:
+            self._set_mode(1)
+        self._hot_depth += 1
+
+    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
+        if not hot or self._hot_depth == 0:
+            return
+        self._hot_depth -= 1
+        if self._hot_depth == 0 and self._prev_mode == 0:
+            self._set_mode(0)
+
+    # ------------------------------------------------------------------------------------------- warnings
+    def _showwarning(
+        self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        text = str(message)
+        if SYNC_TEXT in text:
+            try:
+                self._emit(
+                    Event("sync", "sync_debug", capture_stack(2), "synchronizing CUDA operation (sync debug mode)",
+                          thread=threading.get_ident())
+                )
+            except Exception as exc:  # never break the user's program; never lose the failure either
+                self._error(exc)
+            if self._prev_mode == 0:
+                return  # our own arming produced it: consumed
+        elif PROTOTYPE_TEXT in text:
+            return
+        self._chain(message, category, filename, lineno, file, line)
+
+    def _chain(
+        self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any,
+        line: str | None,
+    ) -> None:
+        prev = self._prev_show
+        orig = getattr(warnings, "_showwarning_orig", None)
+        impl = getattr(warnings, "_showwarnmsg_impl", None)
+        if prev is None or (prev is orig and impl is not None):
+            # The default showwarning: go through the implementation catch_warnings(record=True) replaces, so
+            # pytest's recorder still sees the warning.
+            if impl is not None:
+                impl(warnings.WarningMessage(message, category, filename, lineno, file, line))
+            return
+        prev(message, category, filename, lineno, file, line)

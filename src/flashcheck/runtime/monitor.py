@@ -1,0 +1,357 @@
+"""The pure runtime monitor: a state machine over regions and observed events that folds them into Findings.
+
+Torch adapters (`flashcheck.runtime.hooks`) translate what they see into `Event`s and call `Monitor.observe`; the
+monitor attributes each event to the innermost open region (or to the region a deferred layer names), ignores what
+happens inside `checker_read`, applies the rules of FC201/FC202/FC203 and deduplicates the same event seen by
+several layers into one finding whose evidence lists the layers. No torch import here: it is tested with synthetic
+event streams.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from flashcheck.findings import Finding, Frame, Location, Severity
+from flashcheck.runtime.api import Region
+from flashcheck.runtime.stacks import user_frame
+
+__all__ = [
+    "ALLOC_ID",
+    "HOT_REGIONS",
+    "PINNED_ID",
+    "SYNC_ID",
+    "Event",
+    "EventKind",
+    "Layer",
+    "Memory",
+    "Monitor",
+    "RegionRecord",
+]
+
+SYNC_ID, SYNC_NAME = "FC201", "host-sync-in-replay"
+ALLOC_ID, ALLOC_NAME = "FC202", "allocation-in-replay"
+PINNED_ID, PINNED_NAME = "FC203", "pinned-copy-captured"
+
+EventKind = Literal["sync", "d2h_copy", "h2d_copy", "alloc", "free", "pool_growth"]
+Layer = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "synthetic"]
+Memory = Literal["pageable", "pinned", "unknown"]
+
+HOT_REGIONS: frozenset[str] = frozenset({"prepare_replay", "replay"})
+_MAX_DETAILS = 8
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a detection layer saw.
+
+    Attributes:
+        kind: ``sync`` (device/stream/event synchronize, a blocking memcpy), ``d2h_copy`` / ``h2d_copy`` (a copy
+            between host and device memory; `memory` says whether the host side is pinned), ``alloc`` (a new device
+            allocation), ``free``, ``pool_growth`` (the caching allocator reserved new memory).
+        layer: the detection layer that saw it.
+        stack: the Python stack where it happened, innermost last; empty for layers that cannot see Python
+            (CUPTI, allocator statistics).
+        detail: what exactly, e.g. ``aten._local_scalar_dense``, ``cudaStreamSynchronize``,
+            ``Memcpy DtoH (Device -> Pageable)``.
+        memory: host memory kind of a copy.
+        in_graph: the copy was executed by a CUDA graph replay (CUPTI sees graph memcpy nodes).
+        nbytes: bytes copied or allocated, when known.
+        count: how many occurrences this event stands for (allocator statistics report deltas).
+        thread: the thread that made the call (None: unknown, e.g. CUPTI); events from threads other than the one
+            that opened the region are ignored.
+        region_id: for deferred layers (CUPTI), the region the event was attributed to by time; None means "the
+            innermost region open now".
+    """
+
+    kind: EventKind
+    layer: Layer
+    stack: tuple[Frame, ...] = ()
+    detail: str = ""
+    memory: Memory = "unknown"
+    in_graph: bool = False
+    nbytes: int | None = None
+    count: int = 1
+    thread: int | None = None
+    region_id: int | None = None
+
+
+@dataclass
+class RegionRecord:
+    """An open or closed region: its name, the step it belongs to, and the regions around it."""
+
+    id: int
+    name: Region
+    step: int | None
+    step_name: str | None
+    thread: int
+    enclosing: tuple[Region, ...]  # names of the regions open around it, outermost first (itself excluded)
+    stack: tuple[Frame, ...] = ()  # where the region was opened (recorded when a stackless layer is active)
+    closed: bool = False
+
+    def names(self) -> tuple[Region, ...]:
+        return (*self.enclosing, self.name)
+
+
+@dataclass
+class _Group:
+    check: str
+    name: str
+    region: RegionRecord
+    hot: str
+    key_frame: Frame | None
+    stack: tuple[Frame, ...]
+    what: str
+    hint: str
+    layers: set[str] = field(default_factory=set)
+    details: list[str] = field(default_factory=list)
+    count: int = 0
+    nbytes: int = 0
+    per_layer: dict[str, int] = field(default_factory=dict)
+
+
+_HINTS = {
+    SYNC_ID: (
+        "keep host mirrors of every value the replay path needs (sequence lengths, indptr) and compute them on the "
+        "host; pass host (pinned) indptr to plan(); copy host->device with non_blocking=True from pinned buffers"
+    ),
+    ALLOC_ID: (
+        "allocate every buffer the replay path writes once, before capture, and write into it in place "
+        "(out=..., copy_, slicing a persistent buffer)"
+    ),
+    PINNED_ID: (
+        "do not capture copies from or to pinned host memory: the graph reads or writes the host buffer at replay "
+        "time, not at capture time; copy into the graph's persistent device buffers before replay() instead"
+    ),
+}
+
+
+class Monitor:
+    """Regions plus events in, Findings out. Thread-aware: events count only on the thread that opened the region.
+
+    Args:
+        hot_path_plan: also treat ``plan`` regions as hot (the per-step plan path must not sync or allocate).
+        record_region_stacks: remember where each region was opened, used as the location of events that carry no
+            Python stack (CUPTI, allocator statistics).
+    """
+
+    def __init__(self, *, hot_path_plan: bool = False, record_region_stacks: bool = False) -> None:
+        self.hot_path_plan = hot_path_plan
+        self.record_region_stacks = record_region_stacks
+        self._lock = threading.RLock()
+        self._open: list[RegionRecord] = []
+        self._regions: dict[int, RegionRecord] = {}
+        self._next_id = 1
+        self._reading: dict[int, int] = {}  # thread -> checker_read depth
+        self._groups: dict[tuple[str, int, tuple[str, int] | None], _Group] = {}
+        self._order: list[tuple[str, int, tuple[str, int] | None]] = []
+        self._stackless: list[tuple[str, str, RegionRecord, str, Event]] = []
+        self.ignored = 0  # events seen outside any region or inside checker_read (for diagnostics)
+
+    # ----------------------------------------------------------------------------------------------- regions
+    def enter(
+        self,
+        name: Region,
+        *,
+        step: int | None = None,
+        step_name: str | None = None,
+        thread: int | None = None,
+        stack: tuple[Frame, ...] = (),
+    ) -> RegionRecord:
+        with self._lock:
+            rec = RegionRecord(
+                id=self._next_id,
+                name=name,
+                step=step,
+                step_name=step_name,
+                thread=threading.get_ident() if thread is None else thread,
+                enclosing=tuple(r.name for r in self._open),
+                stack=stack if self.record_region_stacks else (),
+            )
+            self._next_id += 1
+            self._open.append(rec)
+            self._regions[rec.id] = rec
+            return rec
+
+    def exit(self, rec: RegionRecord) -> None:
+        with self._lock:
+            if not self._open or self._open[-1] is not rec:
+                opened = " > ".join(r.name for r in self._open) or "none"
+                raise RuntimeError(f"region {rec.name!r} (id {rec.id}) closed out of order; open regions: {opened}")
+            self._open.pop()
+            rec.closed = True
+
+    @property
+    def open_regions(self) -> tuple[RegionRecord, ...]:
+        return tuple(self._open)
+
+    def region(self, region_id: int) -> RegionRecord | None:
+        return self._regions.get(region_id)
+
+    def begin_read(self, thread: int | None = None) -> None:
+        t = threading.get_ident() if thread is None else thread
+        with self._lock:
+            self._reading[t] = self._reading.get(t, 0) + 1
+
+    def end_read(self, thread: int | None = None) -> None:
+        t = threading.get_ident() if thread is None else thread
+        with self._lock:
+            depth = self._reading.get(t, 0) - 1
+            if depth < 0:
+                raise RuntimeError("checker_read closed more often than opened")
+            if depth:
+                self._reading[t] = depth
+            else:
+                self._reading.pop(t, None)
+
+    def reading(self, thread: int | None = None) -> bool:
+        return self._reading.get(threading.get_ident() if thread is None else thread, 0) > 0
+
+    def is_hot(self, names: Iterable[str]) -> str | None:
+        """The region name that makes this place hot (replay rules apply), or None."""
+        hot = None
+        for n in names:
+            if n in HOT_REGIONS or (self.hot_path_plan and n == "plan"):
+                hot = n
+        return hot
+
+    # ------------------------------------------------------------------------------------------------ events
+    def observe(self, ev: Event) -> None:
+        """Attribute one event to a region and fold it into the pending findings (cheap when it is harmless)."""
+        with self._lock:
+            if ev.region_id is not None:
+                rec = self._regions.get(ev.region_id)
+            else:
+                if ev.thread is not None and self._reading.get(ev.thread, 0) > 0:
+                    self.ignored += 1
+                    return
+                rec = self._innermost(ev.thread)
+            if rec is None:
+                self.ignored += 1
+                return
+            rule = self._classify(ev, rec)
+            if rule is None:
+                return
+            check, name, hot, what = rule
+            if not ev.stack:
+                self._stackless.append((check, name, rec, hot, ev))
+                return
+            self._add(check, name, rec, hot, what, ev)
+
+    def _innermost(self, thread: int | None) -> RegionRecord | None:
+        for rec in reversed(self._open):
+            if thread is None or rec.thread == thread:
+                return rec
+        return None
+
+    def _classify(self, ev: Event, rec: RegionRecord) -> tuple[str, str, str, str] | None:
+        names = rec.names()
+        hot = self.is_hot(names)
+        copy = ev.kind in ("d2h_copy", "h2d_copy")
+        if copy and ev.memory == "pinned" and ("capture" in names or (ev.in_graph and hot is not None)):
+            where = "capture" if "capture" in names else (hot or rec.name)
+            direction = "device-to-host" if ev.kind == "d2h_copy" else "host-to-device"
+            return PINNED_ID, PINNED_NAME, where, f"{direction} copy of pinned host memory captured into a CUDA graph"
+        if hot is None or ev.in_graph:
+            return None
+        if ev.kind == "sync":
+            return SYNC_ID, SYNC_NAME, hot, "host synchronization"
+        if ev.kind == "d2h_copy":
+            return SYNC_ID, SYNC_NAME, hot, "device-to-host copy"
+        if ev.kind == "h2d_copy" and ev.memory == "pageable":
+            return SYNC_ID, SYNC_NAME, hot, "host-to-device copy from pageable memory (a blocking staging copy)"
+        if ev.kind == "alloc":
+            return ALLOC_ID, ALLOC_NAME, hot, "device memory allocation"
+        if ev.kind == "pool_growth":
+            return ALLOC_ID, ALLOC_NAME, hot, "caching-allocator pool growth (new device memory reserved)"
+        return None
+
+    def _add(self, check: str, name: str, rec: RegionRecord, hot: str, what: str, ev: Event) -> None:
+        top = user_frame(ev.stack) if ev.stack else None
+        key = (check, rec.id, (top.file, top.line) if top is not None else None)
+        g = self._groups.get(key)
+        if g is None:
+            g = _Group(check, name, rec, hot, top, ev.stack or rec.stack, what, _HINTS[check])
+            self._groups[key] = g
+            self._order.append(key)
+        self._fold(g, ev)
+
+    @staticmethod
+    def _fold(g: _Group, ev: Event) -> None:
+        g.layers.add(ev.layer)
+        if ev.detail and ev.detail not in g.details and len(g.details) < _MAX_DETAILS:
+            g.details.append(ev.detail)
+        # Several layers report the same occurrence; count the occurrences of the layer that reported most.
+        g.per_layer[ev.layer] = g.per_layer.get(ev.layer, 0) + ev.count
+        g.count = max(g.per_layer.values())
+        g.nbytes += ev.nbytes or 0
+
+    # ---------------------------------------------------------------------------------------------- findings
+    def drain(self) -> list[Finding]:
+        """Findings since the last drain, one per (check, region, user line); closed regions are forgotten."""
+        with self._lock:
+            for check, name, rec, hot, ev in self._stackless:
+                # An event without a stack merges into a finding of the same check and region seen with one.
+                match = next((k for k in self._order if k[0] == check and k[1] == rec.id), None)
+                if match is not None:
+                    self._fold(self._groups[match], ev)
+                else:
+                    rule = self._classify(ev, rec)
+                    assert rule is not None
+                    self._add(check, name, rec, hot, rule[3], ev)
+            self._stackless.clear()
+            out = [self._finding(self._groups[k]) for k in self._order]
+            self._groups.clear()
+            self._order.clear()
+            open_ids = {r.id for r in self._open}
+            self._regions = {i: r for i, r in self._regions.items() if i in open_ids}
+            return out
+
+    def _finding(self, g: _Group) -> Finding:
+        rec = g.region
+        layers = sorted(g.layers)
+        top = g.key_frame
+        where = f"`{g.hot}`" + (f" (inside `{rec.name}`)" if rec.name != g.hot else "")
+        step = f" at step {rec.step}" if rec.step is not None else ""
+        detail = ", ".join(g.details) if g.details else "no detail"
+        times = f" x{g.count}" if g.count > 1 else ""
+        seen = ", ".join(layers)
+        msg = f"{g.what}{times} inside {where}{step}: {detail} (seen by {seen})"
+        if top is None:
+            msg += "; no Python stack: only layers without one saw it, the location is where the region was opened"
+            top = user_frame(rec.stack) if rec.stack else None
+        loc = Location(
+            file=top.file if top else None,
+            line=top.line if top else None,
+            function=top.function if top else None,
+            step=rec.step,
+            step_name=rec.step_name,
+            region=g.hot,
+        )
+        evidence: dict[str, object] = {
+            "check": g.check,
+            "region": rec.name,
+            "regions": list(rec.names()),
+            "layers": layers,
+            "details": list(g.details),
+            "count": g.count,
+        }
+        if g.nbytes:
+            evidence["nbytes"] = g.nbytes
+        if top is not None and top.code:
+            evidence["code"] = top.code
+        severity = Severity.ERROR
+        return Finding(
+            id=g.check,
+            name=g.name,
+            kind="runtime",
+            message=msg,
+            severity=severity,
+            hint=g.hint,
+            location=loc,
+            evidence=evidence,
+            stack=g.stack,
+        )
+

@@ -1,0 +1,159 @@
+"""The workspace arena on CPU memory: overflow fires FC302, legitimate use stays quiet, usage is measured."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.runtime.arena import GUARD_PATTERNS, SENTINELS, WS_ID, Arena, _last_diff
+
+
+def write(ws: torch.Tensor, start: int, end: int, value: int = 7) -> None:
+    ws[start:end] = value
+
+
+def test_legit_use_is_quiet_and_measured() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("float", 10_000, device="cpu")
+    assert ws.dtype == torch.uint8 and ws.numel() == 10_000
+    a.arm()
+    write(ws, 0, 6_001)
+    findings, usage = a.scan(step=0)
+    assert findings == [] and usage == {"float": (6_001, 10_000)}
+    a.arm()
+    write(ws, 0, 10_000)  # using every byte is fine
+    assert a.scan(step=1) == ([], {"float": (10_000, 10_000)})
+
+
+def test_write_past_the_end_fires_with_offsets() -> None:
+    a = Arena(guard_bytes=1024)
+    ws = a.workspace("int", 5_000, device="cpu", kind="int")
+    a.arm()
+    backing = ws.as_strided((5_000 + 1024,), (1,))  # the kernel's view of memory: it does not stop at the end
+    write(backing, 4_000, 5_100)
+    findings, usage = a.scan(step=3)
+    (f,) = findings
+    assert f.id == WS_ID and f.name == "workspace-within-bounds" and f.location.step == 3
+    assert f.evidence["workspace"] == "int" and f.evidence["bytes_written"] == 100
+    assert (f.evidence["first_offset"], f.evidence["end_offset"]) == (5_000, 5_100)
+    assert "100 byte(s) written in the guard zone after it" in f.message
+    assert usage["int"] == (5_100, 5_000)
+
+
+def test_write_before_the_start_fires() -> None:
+    a = Arena(guard_bytes=256)
+    a.workspace("a", 512, device="cpu")
+    a.arm()
+    ws_b = a.workspace("b", 512, device="cpu")
+    base = ws_b.as_strided((512 + 256,), (1,), ws_b.storage_offset() - 256)
+    write(base, 250, 256)  # 6 bytes just below b's start
+    findings, _ = a.scan()
+    (f,) = findings
+    assert f.evidence["check"] == "guard-before" and f.evidence["workspace"] == "b"
+    assert (f.evidence["first_offset"], f.evidence["end_offset"]) == (-6, 0)
+
+
+def test_sentinel_equal_data_is_counted_across_two_arms() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("float", 8_192, device="cpu")
+    a.arm()
+    assert a.sentinel == SENTINELS[0]
+    write(ws, 0, 8_192, SENTINELS[0])  # the kernel happens to write the sentinel byte everywhere
+    _, usage = a.scan()
+    assert usage["float"][0] == 0  # hidden in this step...
+    a.arm()
+    assert a.sentinel == SENTINELS[1]
+    write(ws, 0, 8_192, SENTINELS[0])
+    _, usage = a.scan()
+    assert usage["float"][0] == 8_192  # ...but not in the next
+    assert a.last_usage["float"].max_used == 8_192
+
+
+def test_guard_pattern_alternates_so_pattern_equal_overflow_is_caught_next_step() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("w", 1_000, device="cpu")
+    backing = ws.as_strided((1_256,), (1,))
+    a.arm()
+    write(backing, 1_000, 1_010, GUARD_PATTERNS[1])  # equals this arm's guard byte
+    assert a.scan()[0] == []
+    a.arm()
+    write(backing, 1_000, 1_010, GUARD_PATTERNS[1])
+    assert len(a.scan()[0]) == 1
+
+
+def test_zero_kept_engine_workspace_is_never_sentinel_filled() -> None:
+    a = Arena(guard_bytes=256)
+    sem = a.workspace("semaphores", 4_096, device="cpu", kind="engine", zero=True)
+    a.arm()
+    assert int(sem.count_nonzero()) == 0  # still zero for the kernel
+    write(sem, 100, 101, 1)
+    _, usage = a.scan()
+    assert usage["semaphores"] == (101, 4_096)  # last non-zero byte: a lower bound
+
+
+def test_adopted_buffer_hwm_only_when_allowed() -> None:
+    a = Arena()
+    eng = torch.arange(64, dtype=torch.int32)
+    a.adopt("engine_int", eng)
+    a.adopt("scratch", torch.zeros(100, dtype=torch.uint8), sentinel=True)
+    a.arm()
+    assert eng.tolist() == list(range(64))  # untouched
+    _, usage = a.scan()
+    assert usage == {"engine_int": (-1, 256), "scratch": (0, 100)}
+
+
+def test_reader_wraps_arm_and_scan_and_sink_receives_findings() -> None:
+    entered: list[str] = []
+    sunk: list[int] = []
+
+    @contextlib.contextmanager
+    def reader() -> Iterator[None]:
+        entered.append("read")
+        yield
+
+    a = Arena(guard_bytes=256, reader=reader, sink=lambda fs: sunk.append(len(fs)))
+    ws = a.workspace("w", 100, device="cpu")
+    a.arm()
+    ws.as_strided((300,), (1,))[150] = 1
+    a.scan()
+    assert entered == ["read", "read"] and sunk == [1]
+
+
+def test_pinned_kind_on_a_cpu_machine_falls_back_to_host_memory() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("pinned", 300, device="cuda", kind="pinned")
+    assert ws.device.type == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"kind": "bogus"}, "not one of"), ({"nbytes": -1}, "must be >= 0")],
+)
+def test_bad_arguments(kw: dict[str, object], match: str) -> None:
+    a = Arena()
+    args: dict[str, object] = {"nbytes": 10, "device": "cpu", **kw}
+    with pytest.raises(InvalidArgument, match=match):
+        a.workspace("w", **args)  # type: ignore[arg-type]
+
+
+def test_duplicate_names_are_rejected() -> None:
+    a = Arena()
+    a.workspace("w", 10, device="cpu")
+    with pytest.raises(InvalidArgument, match="already exists"):
+        a.workspace("w", 10, device="cpu")
+
+
+@pytest.mark.parametrize("n", [1, 4_095, 4_096, 4_097, 3 * 4_096 + 5])
+@pytest.mark.parametrize("last", [0, 1, "mid", "end"])
+def test_last_diff_matches_a_plain_scan(n: int, last: int | str) -> None:
+    t = torch.full((n,), 0xA5, dtype=torch.uint8)
+    k = {"mid": n // 2, "end": n}.get(str(last), last)
+    assert isinstance(k, int)
+    if k:
+        t[k - 1] = 3
+        t[: max(0, k - 10)] = 0
+    assert _last_diff(t, 0xA5) == k

@@ -1,0 +1,120 @@
+"""The Checker: life cycle, off-costs-nothing, regions, arena integration, torch-free import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.cuda._gpu_trace as gt
+
+from flashcheck.errors import InvalidArgument, UsageError
+from flashcheck.runtime import Checker
+from flashcheck.runtime.api import ArenaLike, CheckerLike
+from flashcheck.runtime.simdevice import as_device
+
+
+def snapshot() -> tuple[object, ...]:
+    return (
+        warnings.showwarning,
+        list(warnings.filters),
+        torch.cuda.CUDAGraph.__dict__.get("replay"),
+        torch._C._len_torch_dispatch_stack(),
+        tuple(list(r.callback_list) for r in (gt.DeviceSynchronizationCallbacks, gt.MemoryAllocationCallbacks)),
+    )
+
+
+@pytest.mark.parametrize("layers", ["cheap", "all"])
+def test_an_inactive_checker_has_nothing_installed(layers: str) -> None:
+    before = snapshot()
+    chk = Checker(layers=layers)  # type: ignore[arg-type]
+    assert snapshot() == before  # constructing installs nothing
+    with chk:
+        assert chk.active
+    assert snapshot() == before and not chk.active
+
+
+def test_protocols_are_implemented() -> None:
+    chk = Checker()
+    assert isinstance(chk, CheckerLike) and isinstance(chk.arena, ArenaLike)
+
+
+def test_layers_that_cannot_run_here_are_reported_not_hidden() -> None:
+    with Checker(layers="all") as chk:
+        if not torch.cuda.is_available():
+            assert set(chk.skipped_layers) == {"sync_debug", "gpu_trace", "alloc_stats", "cupti"}
+            assert all("CUDA" in r for r in chk.skipped_layers.values())
+        assert {"dispatch", "graph_replay"} <= set(chk.active_layers)
+
+
+def test_usage_errors() -> None:
+    chk = Checker(layers=["dispatch"])
+    with pytest.raises(UsageError, match="not active"), chk.region("replay"):
+        pass
+    with chk:
+        with pytest.raises(InvalidArgument, match="not one of"), chk.region("decode"):  # type: ignore[arg-type]
+            pass
+        with pytest.raises(UsageError, match="already active"):
+            chk.__enter__()
+    with pytest.raises(InvalidArgument, match="unknown detection layer"):
+        Checker(layers=["nope"])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgument, match="selected twice"):
+        Checker(layers=["dispatch", "dispatch"])
+    with pytest.raises(InvalidArgument, match="use 'cheap', 'all'"):
+        Checker(layers="some")  # type: ignore[arg-type]
+
+
+def test_arena_scan_findings_are_drained_and_scan_reads_do_not_count() -> None:
+    with Checker(layers=["dispatch"], guard_bytes=256) as chk:
+        ws = chk.arena.workspace("float", 1_000, device="cpu")
+        chk.arena.arm()
+        with chk.region("replay", step=1):
+            ws.as_strided((1_010,), (1,))[1_005] = 1  # the "kernel" overflows by 6 bytes
+            findings, usage = chk.arena.scan(step=1)  # scanning inside the region is a checker read
+        drained = chk.drain_findings()
+    assert [f.id for f in findings] == ["FC302"] and usage == {"float": (1_006, 1_000)}
+    assert drained == findings
+
+
+def test_a_mixed_step_gives_one_finding_per_problem() -> None:
+    x = as_device(torch.arange(16))
+    with Checker(layers=["dispatch"]) as chk:
+        for step in range(3):
+            with chk.region("prepare_replay", step=step):
+                lens = x[:4]
+                if step == 2:
+                    lens.tolist()  # the planted bug
+            with chk.region("replay", step=step):
+                x.mul_(1)
+        findings = chk.drain_findings()
+    assert [(f.id, f.location.step) for f in findings] == [("FC201", 2)]
+    assert chk.drain_findings() == []
+
+
+def test_a_hook_error_on_exit_does_not_mask_the_users_exception() -> None:
+    from flashcheck.runtime.hooks import dispatch as mod
+
+    chk = Checker(layers=["dispatch"])
+    orig = mod.classify
+    mod.classify = lambda *a: 1 / 0  # type: ignore[assignment,assignment]
+    try:
+        with pytest.raises(KeyError), chk:
+            with chk.region("replay"):
+                as_device(torch.arange(2)).tolist()
+            raise KeyError("user")
+    finally:
+        mod.classify = orig
+
+
+def test_import_is_torch_free() -> None:
+    code = (
+        "import sys, flashcheck, flashcheck.runtime\n"
+        "from flashcheck.runtime import Checker, Monitor\n"
+        "import flashcheck.runtime.checker, flashcheck.runtime.hooks, flashcheck.runtime.arena\n"
+        "from flashcheck.registry import all_checks; all_checks()\n"
+        "c = Checker(layers='all')\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,171 @@
+"""The dispatch layer on simulated device tensors: a broken D2H detector fails CPU CI."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from flashcheck.runtime import Checker
+from flashcheck.runtime.hooks.dispatch import DispatchHook, classify, residency
+from flashcheck.runtime.simdevice import SimulatedDeviceTensor, as_device, as_pinned
+
+
+def here() -> int:
+    return sys._getframe(1).f_lineno
+
+
+def dev(n: int = 8) -> SimulatedDeviceTensor:
+    return as_device(torch.arange(n))
+
+
+D2H_OPS: dict[str, Callable[[Any], object]] = {
+    "item": lambda x: x[1].item(),
+    "int": lambda x: int(x[2]),
+    "tolist": lambda x: x.tolist(),
+    "cpu": lambda x: x.cpu(),
+    "to_cpu": lambda x: x.to("cpu"),
+    "numpy": lambda x: x.numpy(),
+    "nonzero": lambda x: x.nonzero(),
+    "bool_mask": lambda x: x[x > 3],
+    "copy_to_host": lambda x: torch.empty(8, dtype=x.dtype).copy_(x),
+}
+
+
+@pytest.mark.parametrize("op", sorted(D2H_OPS))
+@pytest.mark.parametrize("region", ["replay", "prepare_replay"])
+def test_d2h_of_a_device_tensor_in_a_hot_region_fires_at_the_line(op: str, region: str) -> None:
+    x = dev()
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region(region, step=5):  # type: ignore[arg-type]
+            line = here() + 1
+            D2H_OPS[op](x)
+        findings = chk.drain_findings()
+    assert len(findings) == 1, findings
+    (f,) = findings
+    assert f.id == "FC201" and f.evidence["layers"] == ["dispatch"]
+    # The offending line is the lambda's body; the caller's line is in the stack below it.
+    assert (f.location.file, f.location.line, f.location.step) == (__file__, D2H_OPS[op].__code__.co_firstlineno, 5)
+    assert any(fr.file == __file__ and fr.line == line for fr in f.stack)
+
+
+@pytest.mark.parametrize("op", sorted(D2H_OPS))
+def test_same_ops_on_host_tensors_are_quiet(op: str) -> None:
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay", step=0):
+            D2H_OPS[op](torch.arange(8))
+        assert chk.drain_findings() == []
+
+
+def test_d2h_outside_hot_regions_or_inside_checker_read_is_quiet() -> None:
+    x = dev()
+    with Checker(layers=["dispatch"]) as chk:
+        x.tolist()
+        with chk.region("run", step=0):
+            x.tolist()
+        with chk.region("plan", step=0):
+            x.tolist()
+        with chk.region("replay", step=0), chk.checker_read():
+            x.tolist()
+            x[0].item()
+        assert chk.drain_findings() == []
+
+
+def test_device_work_in_replay_is_quiet() -> None:
+    x = dev()
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay", step=0):
+            y = x * 2 + 1
+            y[:4].copy_(x[4:])
+            torch.repeat_interleave(x, 2, output_size=16)
+        assert chk.drain_findings() == []
+    assert isinstance(y, SimulatedDeviceTensor)
+
+
+def test_hot_path_plan_mode_checks_plan() -> None:
+    x = dev()
+    with Checker(layers=["dispatch"], hot_path_plan=True) as chk:
+        with chk.region("plan", step=2):
+            x.tolist()
+        (f,) = chk.drain_findings()
+    assert f.id == "FC201" and f.location.region == "plan"
+
+
+def test_pinned_copy_in_capture_fires_fc203_pageable_is_quiet() -> None:
+    d = dev()
+    with Checker(layers="cheap") as chk:  # cheap: the dispatch mode is pushed for capture regions only
+        with chk.region("capture"):
+            line = here() + 1
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)
+            d.copy_(torch.ones(8, dtype=torch.int64), non_blocking=True)  # pageable: torch refuses it on a GPU
+        (f,) = chk.drain_findings()
+    assert f.id == "FC203" and f.location.line == line and f.location.region == "capture"
+    assert "host-to-device" in f.message
+
+
+def test_pinned_d2h_copy_in_capture_fires() -> None:
+    d = dev()
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("capture"):
+            as_pinned(torch.empty(8, dtype=torch.int64)).copy_(d, non_blocking=True)
+        (f,) = chk.drain_findings()
+    assert f.id == "FC203" and "device-to-host" in f.message
+
+
+def test_cheap_scope_keeps_the_mode_off_in_hot_regions() -> None:
+    with Checker(layers="cheap") as chk:
+        with chk.region("replay"):
+            assert torch._C._len_torch_dispatch_stack() == 0
+            dev().tolist()
+        with chk.region("capture"):
+            assert torch._C._len_torch_dispatch_stack() == 1
+        assert chk.drain_findings() == []
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_nested_regions_push_the_mode_once() -> None:
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("prepare_replay"), chk.region("plan"):
+            assert torch._C._len_torch_dispatch_stack() == 1
+        assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_residency_and_classify() -> None:
+    assert residency(dev()) == "device"
+    assert residency(as_pinned(torch.ones(2))) == "pinned"
+    assert residency(torch.ones(2)) == "pageable"
+    assert residency(torch.empty(2, device="meta")) is None
+    assert residency(3) is None
+    assert classify("aten::add", (dev(),), {}) is None
+    assert classify("aten::_to_copy", (torch.ones(2),), {"device": torch.device("cpu")}) is None
+    hit = classify("aten::_to_copy", (dev(),), {"device": torch.device("cpu"), "pin_memory": True})
+    assert hit is not None and hit[:2] == ("d2h_copy", "pinned")
+    hit = classify("aten::_to_copy", (as_pinned(torch.ones(2)),), {"device": torch.device("cuda")})
+    assert hit is not None and hit[:2] == ("h2d_copy", "pinned")
+
+
+def test_a_failing_detector_is_reported_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime.hooks import HookError
+    from flashcheck.runtime.hooks import dispatch as mod
+
+    def boom(*a: object, **k: object) -> None:
+        raise RuntimeError("detector bug")
+
+    monkeypatch.setattr(mod, "classify", boom)
+    with pytest.raises(HookError, match="dispatch: RuntimeError: detector bug"), Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay"):
+            dev().tolist()
+        chk.drain_findings()
+
+
+def test_install_is_idempotent() -> None:
+    h = DispatchHook()
+    with Checker(layers=[h]) as chk:
+        h.install(chk)
+        with chk.region("replay"):
+            assert torch._C._len_torch_dispatch_stack() == 1
+    h.uninstall()
+    assert not h.installed

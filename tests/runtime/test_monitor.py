@@ -1,0 +1,184 @@
+"""The pure monitor on synthetic event streams: each rule must fire, and must stay quiet where it should."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from flashcheck.findings import Frame
+from flashcheck.runtime import monitor as monitor_mod
+from flashcheck.runtime.monitor import ALLOC_ID, PINNED_ID, SYNC_ID, Event, Monitor
+
+USER = Frame("/srv/engine/runner.py", 42, "prepare", "seq = lens.tolist()")
+OTHER_USER = Frame("/srv/engine/runner.py", 57, "prepare", "n = int(x)")
+INTERNAL = Frame(monitor_mod.__file__, 100, "observe")  # a flashcheck frame: never the user line
+STACK = (Frame("/srv/engine/main.py", 3, "<module>"), USER)
+STACK2 = (Frame("/srv/engine/main.py", 3, "<module>"), OTHER_USER)
+
+
+def run(mon: Monitor, region: str, *events: Event, step: int | None = 0) -> None:
+    rec = mon.enter(region, step=step)  # type: ignore[arg-type]
+    for e in events:
+        mon.observe(e)
+    mon.exit(rec)
+
+
+@pytest.mark.parametrize("region", ["replay", "prepare_replay"])
+def test_sync_in_hot_region_fires_with_user_location(region: str) -> None:
+    mon = Monitor()
+    run(mon, region, Event("d2h_copy", "dispatch", STACK, "aten._to_copy", memory="pageable"), step=7)
+    (f,) = mon.drain()
+    assert f.id == SYNC_ID and f.name == "host-sync-in-replay"
+    assert (f.location.file, f.location.line, f.location.step, f.location.region) == (USER.file, 42, 7, region)
+    assert f.stack == STACK and f.evidence["layers"] == ["dispatch"]
+    assert "device-to-host copy" in f.message and "aten._to_copy" in f.message
+
+
+@pytest.mark.parametrize("region", ["plan", "run", "capture"])
+def test_sync_outside_hot_regions_is_quiet(region: str) -> None:
+    mon = Monitor()
+    run(mon, region, Event("sync", "gpu_trace", STACK, "stream_synchronize"))
+    assert mon.drain() == []
+
+
+def test_hot_path_plan_mode_makes_plan_hot() -> None:
+    mon = Monitor(hot_path_plan=True)
+    run(mon, "plan", Event("sync", "sync_debug", STACK))
+    (f,) = mon.drain()
+    assert f.id == SYNC_ID and f.location.region == "plan"
+
+
+def test_plan_nested_in_prepare_replay_is_hot() -> None:
+    mon = Monitor()
+    outer = mon.enter("prepare_replay", step=1)
+    inner = mon.enter("plan", step=1)
+    mon.observe(Event("sync", "cupti", (), "cudaStreamSynchronize"))
+    mon.exit(inner)
+    mon.exit(outer)
+    (f,) = mon.drain()
+    assert f.location.region == "prepare_replay" and f.evidence["regions"] == ["prepare_replay", "plan"]
+
+
+def test_same_event_seen_by_several_layers_is_one_finding() -> None:
+    mon = Monitor()
+    inner = (*STACK, INTERNAL)  # a layer that captured its own frames too: the user line is still the key
+    run(
+        mon,
+        "replay",
+        Event("sync", "sync_debug", inner, "called a synchronizing CUDA operation"),
+        Event("d2h_copy", "dispatch", STACK, "aten._local_scalar_dense"),
+        Event("sync", "gpu_trace", inner, "stream_synchronize"),
+        Event("sync", "cupti", (), "cudaStreamSynchronize"),
+        Event("d2h_copy", "cupti", (), "Memcpy DtoH (Device -> Pageable)"),
+    )
+    (f,) = mon.drain()
+    assert f.evidence["layers"] == ["cupti", "dispatch", "gpu_trace", "sync_debug"]
+    assert f.location.line == 42 and f.evidence["count"] == 2  # cupti saw two occurrences of its own
+
+
+def test_different_lines_are_different_findings_and_loops_count() -> None:
+    mon = Monitor()
+    evs = [Event("d2h_copy", "dispatch", STACK)] * 3 + [Event("d2h_copy", "dispatch", STACK2)]
+    run(mon, "replay", *evs)
+    a, b = mon.drain()
+    assert (a.location.line, a.evidence["count"]) == (42, 3)
+    assert (b.location.line, b.evidence["count"]) == (57, 1)
+
+
+def test_checker_read_never_counts() -> None:
+    mon = Monitor()
+    rec = mon.enter("replay", step=0)
+    mon.begin_read()
+    mon.observe(Event("d2h_copy", "dispatch", STACK, thread=threading.get_ident()))
+    mon.end_read()
+    mon.exit(rec)
+    assert mon.drain() == []
+    with pytest.raises(RuntimeError, match="more often"):
+        mon.end_read()
+
+
+def test_events_outside_regions_and_from_other_threads_are_ignored() -> None:
+    mon = Monitor()
+    mon.observe(Event("sync", "gpu_trace", STACK))
+    rec = mon.enter("replay")
+    mon.observe(Event("sync", "gpu_trace", STACK, thread=threading.get_ident() + 1))
+    mon.exit(rec)
+    assert mon.drain() == [] and mon.ignored == 2
+
+
+def test_pageable_h2d_in_replay_fires_pinned_h2d_is_quiet() -> None:
+    mon = Monitor()
+    run(mon, "prepare_replay", Event("h2d_copy", "dispatch", STACK, memory="pinned"))
+    assert mon.drain() == []
+    run(mon, "prepare_replay", Event("h2d_copy", "dispatch", STACK, memory="pageable"))
+    (f,) = mon.drain()
+    assert f.id == SYNC_ID and "pageable" in f.message
+
+
+def test_allocation_and_pool_growth_in_replay() -> None:
+    mon = Monitor()
+    run(mon, "replay", Event("alloc", "gpu_trace", STACK), Event("free", "gpu_trace", STACK))
+    run(mon, "replay", Event("pool_growth", "alloc_stats", (), nbytes=2 << 20), step=1)
+    a, b = mon.drain()
+    assert a.id == ALLOC_ID and a.location.line == 42
+    assert b.id == ALLOC_ID and b.evidence["nbytes"] == 2 << 20 and "no Python stack" in b.message
+
+
+def test_allocation_outside_hot_regions_is_quiet() -> None:
+    mon = Monitor()
+    run(mon, "capture", Event("alloc", "gpu_trace", STACK))
+    run(mon, "run", Event("alloc", "gpu_trace", STACK), Event("pool_growth", "alloc_stats"))
+    assert mon.drain() == []
+
+
+def test_stackless_event_merges_into_finding_with_stack() -> None:
+    mon = Monitor()
+    run(mon, "replay", Event("alloc", "alloc_stats", (), count=1), Event("alloc", "gpu_trace", STACK))
+    (f,) = mon.drain()
+    assert f.evidence["layers"] == ["alloc_stats", "gpu_trace"] and f.location.line == 42
+
+
+def test_pinned_copy_in_capture_fires_pageable_or_device_is_quiet() -> None:
+    mon = Monitor()
+    run(mon, "capture", Event("h2d_copy", "dispatch", STACK, memory="pinned"))
+    run(mon, "capture", Event("d2h_copy", "dispatch", STACK2, memory="pinned"))
+    a, b = mon.drain()
+    assert a.id == b.id == PINNED_ID and a.location.region == "capture"
+    assert "host-to-device" in a.message and "device-to-host" in b.message
+    run(mon, "capture", Event("h2d_copy", "dispatch", STACK, memory="pageable"))
+    run(mon, "run", Event("h2d_copy", "dispatch", STACK, memory="pinned"))
+    assert mon.drain() == []
+
+
+def test_graph_executed_pinned_copy_in_replay_is_fc203_not_fc201() -> None:
+    mon = Monitor()
+    run(mon, "replay", Event("d2h_copy", "cupti", (), "Memcpy DtoH (Device -> Pinned)", "pinned", in_graph=True))
+    (f,) = mon.drain()
+    assert f.id == PINNED_ID
+
+
+def test_deferred_event_attributed_to_closed_region_by_id() -> None:
+    mon = Monitor(record_region_stacks=True)
+    rec = mon.enter("replay", step=4, stack=STACK)
+    mon.exit(rec)
+    mon.observe(Event("sync", "cupti", (), "cudaDeviceSynchronize", region_id=rec.id))
+    (f,) = mon.drain()
+    assert f.location.step == 4 and f.location.line == 42  # where the region was opened
+    mon.observe(Event("sync", "cupti", (), region_id=rec.id))  # region forgotten after the drain
+    assert mon.drain() == []
+
+
+def test_regions_must_close_in_order() -> None:
+    mon = Monitor()
+    a = mon.enter("prepare_replay")
+    mon.enter("plan")
+    with pytest.raises(RuntimeError, match="out of order"):
+        mon.exit(a)
+
+
+def test_findings_round_trip_to_json() -> None:
+    mon = Monitor()
+    run(mon, "replay", Event("sync", "sync_debug", STACK, "x"))
+    (f,) = mon.drain()
+    assert type(f).from_dict(f.to_dict()) == f
