@@ -210,8 +210,13 @@ class Driver:
             findings.append(finding_from_exception(exc, cls, loc))
         with self.checker.checker_read():
             arena_findings, usage = self.checker.arena.scan(index)
-        findings += [f.with_location(target=self.target.name, step=index, step_name=name) for f in arena_findings]
-        findings += self.checker.drain_findings()
+        # the arena reports through scan() and, under a Checker, also through drain_findings(): keep one of each
+        seen = {f.signature() for f in findings}
+        for f in [*arena_findings, *self.checker.drain_findings()]:
+            f = f.with_location(target=self.target.name, step=index, step_name=name) if f.location.step is None else f
+            if f.signature() not in seen:
+                seen.add(f.signature())
+                findings.append(f)
         sample = Sample(
             t=time.perf_counter() - self.t0,
             step=index,

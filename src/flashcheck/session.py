@@ -27,18 +27,23 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# Guard zones of 64 KiB: an overflow up to that far past a workspace lands in memory the arena owns and is reported
+# (FC302) instead of corrupting a neighbour; the cost is 128 KiB per workspace.
+GUARD_BYTES = 64 << 10
+
+
 @contextlib.contextmanager
-def make_checker(layers: Layers, device: str) -> Iterator[CheckerLike]:
-    """The runtime checker with the chosen detection layers (``off``: regions and arena only)."""
+def make_checker(layers: Layers, device: str, *, hot_path_plan: bool = False) -> Iterator[CheckerLike]:
+    """The runtime checker with the chosen detection layers (``off``: regions and the arena only)."""
     if layers not in ("off", "cheap", "all"):
         raise InvalidArgument(f"layers must be 'off', 'cheap' or 'all', got {layers!r}")
     from flashcheck.runtime.arena import Arena
     from flashcheck.runtime.checker import Checker
 
     if layers == "off":
-        yield NullChecker(Arena())
+        yield NullChecker(Arena(guard_bytes=GUARD_BYTES))
         return
-    with Checker(layers=layers, device=device) as chk:
+    with Checker(layers=layers, device=device, hot_path_plan=hot_path_plan, guard_bytes=GUARD_BYTES) as chk:
         yield chk
 
 
@@ -51,11 +56,12 @@ def open_session(
     layers: Layers = "all",
     seed: int = 0,
     worker: int = 0,
+    hot_path_plan: bool = False,
 ) -> Iterator[Driver]:
     """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`."""
     dev = device or default_device()
     tgt = make_target(target, **dict(config or {})) if isinstance(target, str) else check_target(target)
-    with make_checker(layers, dev) as chk:
+    with make_checker(layers, dev, hot_path_plan=hot_path_plan) as chk:
         drv = Driver(tgt, chk, device=dev, seed=seed, worker=worker)
         drv.setup()
         try:
