@@ -71,9 +71,9 @@ def _header(view: ReportView) -> str:
     return (
         f'<header class="top"><h1>flashcheck {_e(view.run_kind)} report</h1><div class="sub">{sub}</div></header>\n'
         '<nav class="toc"><a href="#summary">Summary</a><a href="#findings">Findings</a>'
-        '<a href="#plots">Plots</a><a href="#by-property">By property</a><a href="#environment">Environment</a>'
-        + ('<a href="#fixed">Fixed</a>' if view.fixed else "")
         + ('<a href="#errors">Run errors</a>' if view.errors else "")
+        + '<a href="#plots">Plots</a><a href="#by-property">By property</a><a href="#environment">Environment</a>'
+        + ('<a href="#fixed">Fixed</a>' if view.fixed else "")
         + "</nav>"
     )
 
@@ -279,7 +279,7 @@ def _first_finding_plot(view: ReportView) -> str:
         color = {"error": "#dc2626", "warning": "#d97706", "info": "#2563eb"}[g.worst.value]
         label = f"{g.rule.id} {g.rule.name}"
         label = label if len(label) <= 34 else label[:33] + "…"
-        rows.append((label, color, first.get(g.rule.id), occ.get(g.rule.id, [])))
+        rows.append((g.rule.id, label, color, first.get(g.rule.id), occ.get(g.rule.id, [])))
     note = "◆ first step that raised the property; ticks: later steps that raised it again"
     body = svg.timeline("plot-first-finding", title, rows, t_max, t_fmt=fmt_seconds, width=1000)
     return _figure(title, note, body, wide=True)

@@ -185,12 +185,12 @@ def bars(
 
 
 def timeline(
-    svg_id: str, label: str, rows: Sequence[tuple[str, str, float | None, Sequence[float]]], t_max: float,
+    svg_id: str, label: str, rows: Sequence[tuple[str, str, str, float | None, Sequence[float]]], t_max: float,
     *, t_fmt: Callable[[float], str], width: int = W,
 ) -> str:
     """One row per check: a tick per step that raised it and a large marker at the first (time to first finding).
 
-    `rows` are (label, colour, first time or None, all times).
+    `rows` are (key, label, colour, first time or None, all times); the key goes into ``data-key``.
     """
     row_h = 30
     top, left, right, bottom = 12, 230, 120, 40
@@ -211,9 +211,9 @@ def timeline(
     out.append(
         f'<text x="{left + pw / 2:.0f}" y="{h - 8}" text-anchor="middle" class="axis-title">time into the run</text>'
     )
-    for i, (name, color, first, times) in enumerate(rows):
+    for i, (key, name, color, first, times) in enumerate(rows):
         cy = top + row_h * i + row_h / 2
-        out.append(f'<g class="row" data-check="{escape(name)}">')
+        out.append(f'<g class="row" data-key="{escape(key)}">')
         out.append(f'<text x="{left - 10}" y="{_r(cy + 4)}" text-anchor="end" class="row-label">{escape(name)}</text>')
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{_r(cy)}" y2="{_r(cy)}" class="lane"/>')
         for t in times:
@@ -223,7 +223,8 @@ def timeline(
                 f'stroke-opacity="0.45" stroke-width="1.5"><title>{escape(f"{name} at {t_fmt(t)}")}</title></line>'
             )
         if first is None:
-            out.append(f'<text x="{left + 6}" y="{_r(cy + 4)}" class="note">no step recorded (static?)</text>')
+            note = "not raised at a recorded step (a static finding?)"
+            out.append(f'<text x="{left + 6}" y="{_r(cy + 4)}" class="note">{note}</text>')
         else:
             px = left + pw * x.frac(first)
             out.append(
