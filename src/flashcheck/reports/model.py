@@ -11,7 +11,7 @@ import enum
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,15 @@ from flashcheck.rundir import RunResult, Sample
 
 __all__ = [
     "MAX_REPRO_CHARS",
+    "Entry",
     "FindingStatus",
     "Group",
     "ReportView",
     "RuleInfo",
     "build_view",
+    "evidence_items",
+    "fmt_bytes",
+    "fmt_seconds",
     "lookup_rule",
 ]
 
@@ -330,10 +334,3 @@ def fmt_seconds(t: float | None) -> str:
         return f"{t / 60:.1f} min"
     return f"{t / 3600:.2f} h"
 
-
-def location_text(f: Finding) -> str:
-    return str(f.location)
-
-
-def stack_lines(frames: Sequence[Any]) -> list[str]:
-    return [str(fr) for fr in frames]
