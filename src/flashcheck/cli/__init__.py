@@ -22,6 +22,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
+    "report": ("flashcheck.cli.report_cmd", "render a run directory as terminal, JSON, JUnit, SARIF, Markdown or HTML"),
 }
 
 

@@ -1,0 +1,336 @@
+"""The view every renderer draws from: one run's findings (compared with a baseline when given), grouped by check,
+with the run's environment, errors and the per-step statistics the plots need.
+
+Renderers take a `ReportView`, so they agree on grouping, ordering, compare status and rule pages; nothing here
+formats text. Building a view never imports torch.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashcheck.errors import UsageError
+from flashcheck.findings import Finding, Severity
+from flashcheck.rundir import RunResult, Sample
+
+__all__ = [
+    "MAX_REPRO_CHARS",
+    "Entry",
+    "FindingStatus",
+    "Group",
+    "ReportView",
+    "RuleInfo",
+    "build_view",
+    "evidence_items",
+    "fmt_bytes",
+    "fmt_seconds",
+    "lookup_rule",
+]
+
+MAX_REPRO_CHARS = 20_000  # an embedded reproducer larger than this is cut: the file itself stays in the run dir
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+_ENV_ORDER = ("device", "cuda", "torch", "flashinfer", "python", "platform", "flashcheck")
+
+
+class FindingStatus(str, enum.Enum):
+    """Where a finding stands against a baseline run (`--compare`), matched by `Finding.signature()`."""
+
+    NEW = "new"
+    UNCHANGED = "unchanged"
+    FIXED = "fixed"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What a report says about a check: its registry page when registered, else what the finding itself says."""
+
+    id: str
+    name: str
+    kind: str
+    summary: str
+    doc: str
+    docs_url: str
+    registered: bool
+
+
+def lookup_rule(finding: Finding) -> RuleInfo:
+    """The registry's page for `finding.id`; a check this flashcheck does not know still gets a usable rule."""
+    from flashcheck.registry import get_check
+
+    try:
+        info = get_check(finding.id)
+    except UsageError:
+        return RuleInfo(finding.id, finding.name, finding.kind, finding.name, "", finding.docs_url, False)
+    return RuleInfo(info.id, info.name, info.kind, info.summary, info.doc, finding.docs_url, True)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One finding as a report shows it: the finding, its compare status (None without a baseline), its reproducer."""
+
+    finding: Finding
+    status: FindingStatus | None = None
+    repro_text: str | None = None
+
+    @property
+    def signature(self) -> str:
+        return self.finding.signature()
+
+
+@dataclass(frozen=True)
+class Group:
+    """Every finding of one check, most severe first."""
+
+    rule: RuleInfo
+    entries: tuple[Entry, ...]
+
+    @property
+    def worst(self) -> Severity:
+        return min((e.finding.severity for e in self.entries), key=_SEVERITY_ORDER.__getitem__)
+
+
+@dataclass
+class ReportView:
+    """A run ready to render. `entries` are the current findings; `fixed` the baseline's that are gone."""
+
+    meta: dict[str, Any]
+    entries: list[Entry]
+    samples: list[Sample]
+    fixed: list[Entry] = field(default_factory=list)
+    baseline_meta: dict[str, Any] | None = None
+
+    # ---- run metadata -------------------------------------------------------------------------------------------
+    @property
+    def compared(self) -> bool:
+        return self.baseline_meta is not None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [e.finding for e in self.entries]
+
+    @property
+    def errors(self) -> list[str]:
+        return [str(e) for e in self.meta.get("errors", [])]
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return dict(self.meta.get("stats", {}))
+
+    @property
+    def seed(self) -> str:
+        seed = self.meta.get("seed")
+        return "-" if seed is None else str(seed)
+
+    @property
+    def target(self) -> str:
+        return str(self.meta.get("target") or "-")
+
+    @property
+    def run_kind(self) -> str:
+        return str(self.meta.get("kind") or "run")
+
+    @property
+    def duration_s(self) -> float | None:
+        start, end = self.meta.get("started"), self.meta.get("finished")
+        if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+            return float(end) - float(start)
+        return None
+
+    def environment(self) -> list[tuple[str, str]]:
+        """Environment facts, the ones people look for first (device, torch, FlashInfer), then the rest sorted."""
+        env = {str(k): str(v) for k, v in dict(self.meta.get("environment", {})).items()}
+        env.setdefault("seed", self.seed)
+        order = ("seed", *_ENV_ORDER)
+        known = [(k, env[k]) for k in order if k in env]
+        return known + sorted((k, v) for k, v in env.items() if k not in order)
+
+    # ---- findings -----------------------------------------------------------------------------------------------
+    def groups(self) -> list[Group]:
+        """Findings grouped by check ID (sorted by ID), each group most severe first, then by place."""
+        by_id: dict[str, list[Entry]] = {}
+        for e in self.entries:
+            by_id.setdefault(e.finding.id, []).append(e)
+        return [Group(lookup_rule(es[0].finding), tuple(sorted(es, key=_entry_key))) for _, es in sorted(by_id.items())]
+
+    def rules(self) -> list[RuleInfo]:
+        """One rule per check ID among the current and the fixed findings, sorted by ID."""
+        seen: dict[str, Finding] = {}
+        for e in [*self.entries, *self.fixed]:
+            seen.setdefault(e.finding.id, e.finding)
+        return [lookup_rule(f) for _, f in sorted(seen.items())]
+
+    def count(self, status: FindingStatus) -> int:
+        if status is FindingStatus.FIXED:
+            return len(self.fixed)
+        return sum(1 for e in self.entries if e.status is status)
+
+    def severity_counts(self) -> dict[str, int]:
+        c = Counter(e.finding.severity.value for e in self.entries)
+        return {s.value: c.get(s.value, 0) for s in Severity}
+
+    def kind_counts(self) -> dict[str, int]:
+        c = Counter(e.finding.kind for e in self.entries)
+        return {k: c.get(k, 0) for k in ("static", "runtime", "property")}
+
+    def failing(self) -> bool:
+        """What the CLI's exit code says: any finding, or with a baseline any *new* finding."""
+        if self.compared:
+            return self.count(FindingStatus.NEW) > 0
+        return bool(self.entries)
+
+    # ---- statistics for plots -----------------------------------------------------------------------------------
+    def first_seen(self) -> dict[str, float]:
+        """Check ID -> seconds into the run of the first step that raised it (from the samples)."""
+        first: dict[str, float] = {}
+        for s in sorted(self.samples, key=lambda s: (s.t, s.step)):
+            for fid in s.findings:
+                first.setdefault(fid, s.t)
+        return dict(sorted(first.items()))
+
+    def occurrences(self) -> dict[str, list[float]]:
+        """Check ID -> the times of every step that raised it."""
+        occ: dict[str, list[float]] = {}
+        for s in self.samples:
+            for fid in s.findings:
+                occ.setdefault(fid, []).append(s.t)
+        return {k: sorted(v) for k, v in sorted(occ.items())}
+
+    def batch_size_histogram(self) -> list[tuple[int, int]]:
+        """(batch size, steps) for every batch size the run executed, ascending."""
+        return sorted(Counter(s.batch_size for s in self.samples if s.batch_size > 0).items())
+
+    def padded_histogram(self) -> list[tuple[int, int]]:
+        """(padded size / graph bucket, steps) ascending."""
+        return sorted(Counter(s.padded for s in self.samples if s.padded > 0).items())
+
+    def kv_token_histogram(self) -> list[tuple[str, int]]:
+        """Steps per power-of-two bin of total KV tokens, labelled by its upper bound: ('≤64', n), ('≤128', n)..."""
+        c: Counter[int] = Counter()
+        for s in self.samples:
+            if s.total_kv > 0:
+                c[max(6, math.ceil(math.log2(s.total_kv)))] += 1
+        if not c:
+            return []
+        out: list[tuple[str, int]] = []
+        for b in range(min(c), max(c) + 1):
+            label = "≤" + _short(2**b)
+            out.append((label, c.get(b, 0)))
+        return out
+
+    def workspace_points(self) -> dict[str, list[tuple[Sample, int, int]]]:
+        """Workspace name -> (sample, used bytes, allocated bytes) for every step that reported it."""
+        pts: dict[str, list[tuple[Sample, int, int]]] = {}
+        for s in self.samples:
+            for name, (used, alloc) in sorted(s.workspaces.items()):
+                pts.setdefault(name, []).append((s, used, alloc))
+        return pts
+
+
+def _short(n: int) -> str:
+    """65536 -> '64K', 2097152 -> '2M': compact bin labels."""
+    for unit, size in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _entry_key(e: Entry) -> tuple[int, str, int, int, str]:
+    loc = e.finding.location
+    return (
+        _SEVERITY_ORDER[e.finding.severity],
+        loc.file or loc.target or "",
+        loc.line if loc.line is not None else -1,
+        loc.step if loc.step is not None else -1,
+        e.finding.message,
+    )
+
+
+def _read_repro(run_dir: Path | None, f: Finding) -> str | None:
+    """The reproducer's text: the repro file when `f.repro` names one in the run dir, else the snippet itself."""
+    if f.repro is None:
+        return None
+    candidates: list[Path] = []
+    if run_dir is not None:
+        candidates.append(run_dir / f.repro)
+        candidates.append(run_dir / "repros" / f"{f.signature()}.json")
+    for p in candidates:
+        try:
+            if p.is_file():
+                text = p.read_text(encoding="utf-8")
+                if len(text) > MAX_REPRO_CHARS:
+                    return text[:MAX_REPRO_CHARS] + f"\n... (cut at {MAX_REPRO_CHARS} characters; full file: {p})"
+                return text
+        except (OSError, ValueError):
+            continue
+    looks_like_path = f.repro.endswith(".json") and "\n" not in f.repro
+    return None if looks_like_path else f.repro
+
+
+def build_view(
+    result: RunResult,
+    *,
+    run_dir: str | Path | None = None,
+    baseline: RunResult | None = None,
+) -> ReportView:
+    """Make the view of `result`; with `baseline`, mark findings new/unchanged and list the baseline's fixed ones.
+
+    `run_dir` (where `result` was loaded from) lets reports embed reproducer files.
+    """
+    rd = Path(run_dir) if run_dir is not None else None
+    base_sigs = {f.signature() for f in baseline.findings} if baseline is not None else set()
+    cur_sigs = {f.signature() for f in result.findings}
+    entries = []
+    for f in result.findings:
+        status = None
+        if baseline is not None:
+            status = FindingStatus.UNCHANGED if f.signature() in base_sigs else FindingStatus.NEW
+        entries.append(Entry(f, status, _read_repro(rd, f)))
+    entries.sort(key=lambda e: (e.finding.id, *_entry_key(e)))
+    fixed: list[Entry] = []
+    if baseline is not None:
+        fixed = sorted(
+            (Entry(f, FindingStatus.FIXED) for f in baseline.findings if f.signature() not in cur_sigs),
+            key=lambda e: (e.finding.id, *_entry_key(e)),
+        )
+    return ReportView(
+        meta=dict(result.meta),
+        entries=entries,
+        samples=sorted(result.samples, key=lambda s: (s.t, s.worker, s.step)),
+        fixed=fixed,
+        baseline_meta=dict(baseline.meta) if baseline is not None else None,
+    )
+
+
+def evidence_items(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Evidence as (key, compact JSON value) pairs, sorted by key, for tables and lists."""
+    out = []
+    for k, v in sorted(evidence.items()):
+        out.append((str(k), v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)))
+    return out
+
+
+def fmt_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_seconds(t: float | None) -> str:
+    if t is None:
+        return "-"
+    if t < 120:
+        return f"{t:.1f} s"
+    if t < 7200:
+        return f"{t / 60:.1f} min"
+    return f"{t / 3600:.2f} h"
+
