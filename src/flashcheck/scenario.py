@@ -212,8 +212,8 @@ class Driver:
             arena_findings, usage = self.checker.arena.scan(index)
         # the arena reports through scan() and, under a Checker, also through drain_findings(): keep one of each
         seen = {f.signature() for f in findings}
-        for f in [*arena_findings, *self.checker.drain_findings()]:
-            f = f.with_location(target=self.target.name, step=index, step_name=name) if f.location.step is None else f
+        for raw in [*arena_findings, *self.checker.drain_findings()]:
+            f = raw.with_location(target=self.target.name, step=index, step_name=name) if raw.location.step is None else raw
             if f.signature() not in seen:
                 seen.add(f.signature())
                 findings.append(f)
