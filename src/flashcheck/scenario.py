@@ -213,7 +213,11 @@ class Driver:
         # the arena reports through scan() and, under a Checker, also through drain_findings(): keep one of each
         seen = {f.signature() for f in findings}
         for raw in [*arena_findings, *self.checker.drain_findings()]:
-            f = raw.with_location(target=self.target.name, step=index, step_name=name) if raw.location.step is None else raw
+            f = (
+                raw.with_location(target=self.target.name, step=index, step_name=name)
+                if raw.location.step is None
+                else raw
+            )
             if f.signature() not in seen:
                 seen.add(f.signature())
                 findings.append(f)

@@ -21,17 +21,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "run_dir", metavar="RUN_DIR", help="a run directory written by the fuzzer, a campaign or a static run"
     )
     p.add_argument(
-        "--format", "-f", default="terminal", metavar="FORMAT",
+        "--format",
+        "-f",
+        default="terminal",
+        metavar="FORMAT",
         help=f"one of {', '.join(FORMATS)} (default terminal)",
     )
     p.add_argument("--out", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
     p.add_argument(
-        "--compare", metavar="BASELINE_RUN_DIR",
+        "--compare",
+        metavar="BASELINE_RUN_DIR",
         help="mark findings new / fixed / unchanged against this run (matched by finding signature); "
         "the exit code then fails only on new findings",
     )
     p.add_argument(
-        "--source-root", metavar="DIR",
+        "--source-root",
+        metavar="DIR",
         help="SARIF: absolute paths under DIR become relative to it (default: the current directory)",
     )
     color = p.add_mutually_exclusive_group()

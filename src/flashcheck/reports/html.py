@@ -116,14 +116,14 @@ def _findings_table(view: ReportView) -> str:
         '<section id="findings"><h2>Findings</h2>'
         '<div class="toolbar"><input type="search" id="filter" placeholder="filter: check, file, message..." '
         'aria-label="filter findings">'
-        + "".join(
-            f'<label><input type="checkbox" data-sev="{s}" checked> {s}</label>' for s in _SEV
-        )
+        + "".join(f'<label><input type="checkbox" data-sev="{s}" checked> {s}</label>' for s in _SEV)
         + f'<span class="kind"><span id="shown-count">{len(view.entries)}</span> shown</span></div>'
     )
     if not view.entries:
-        return head + '<table id="findings-table"><tbody><tr><td class="empty">No findings.</td></tr></tbody>' \
+        return (
+            head + '<table id="findings-table"><tbody><tr><td class="empty">No findings.</td></tr></tbody>'
             "</table></section>"
+        )
     status_th = "<th>status</th>" if view.compared else ""
     rows = []
     for e in view.entries:
@@ -138,11 +138,8 @@ def _findings_table(view: ReportView) -> str:
             f'<td class="msg">{_e(f.message)}</td></tr>'
         )
     return (
-        head
-        + f'<table id="findings-table"><thead><tr>{status_th}<th>severity</th><th>check</th><th>kind</th>'
-        "<th>where</th><th>message</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></section>"
+        head + f'<table id="findings-table"><thead><tr>{status_th}<th>severity</th><th>check</th><th>kind</th>'
+        "<th>where</th><th>message</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>"
     )
 
 
@@ -261,8 +258,14 @@ def _workspace_plot(view: ReportView) -> str:
     if over:
         legend.append(f'<span><span class="sw" style="background:{svg.BAD}"></span>used &gt; allocated ({over})</span>')
     body = svg.scatter(
-        "plot-workspace", title, series, x_fmt=lambda v: f"{v:g}", y_fmt=fmt_bytes,
-        x_title="tokens in the batch (qo + kv)", y_title="bytes", size=(1000, 340),
+        "plot-workspace",
+        title,
+        series,
+        x_fmt=lambda v: f"{v:g}",
+        y_fmt=fmt_bytes,
+        x_title="tokens in the batch (qo + kv)",
+        y_title="bytes",
+        size=(1000, 340),
     )
     return _figure(title, "; ".join(peak), body, f'<div class="legend">{"".join(legend)}</div>', wide=True)
 
@@ -295,7 +298,11 @@ def _batch_plots(view: ReportView) -> str:
         if padded:
             note += "; graph buckets: " + ", ".join(f"{k} ({n})" for k, n in padded[:12])
         body = svg.bars(
-            "plot-batch-sizes", title, cats, x_title="batch size (real requests)", y_title="steps",
+            "plot-batch-sizes",
+            title,
+            cats,
+            x_title="batch size (real requests)",
+            y_title="steps",
             tip=lambda c, n: f"batch size {c}: {n} steps",
         )
         a = _figure(title, note, body)
@@ -305,8 +312,13 @@ def _batch_plots(view: ReportView) -> str:
     title2 = "KV tokens per batch"
     if kv:
         body2 = svg.bars(
-            "plot-kv-tokens", title2, kv, x_title="total KV tokens in the batch (power-of-two bins)", y_title="steps",
-            color=svg.PALETTE[2], tip=lambda c, n: f"{c} KV tokens: {n} steps",
+            "plot-kv-tokens",
+            title2,
+            kv,
+            x_title="total KV tokens in the batch (power-of-two bins)",
+            y_title="steps",
+            color=svg.PALETTE[2],
+            tip=lambda c, n: f"{c} KV tokens: {n} steps",
         )
         b = _figure(title2, "how long the fuzzed sequences were, summed over the batch", body2)
     else:
@@ -342,8 +354,14 @@ def _plots(view: ReportView) -> str:
 # ---- environment, stats, errors, fixed ------------------------------------------------------------------------------
 def _environment(view: ReportView) -> str:
     rows = [(k, v) for k, v in view.environment()]
-    rows += [("command", " ".join(view.meta["command"]) if isinstance(view.meta.get("command"), list)
-              else str(view.meta.get("command") or "-"))]
+    rows += [
+        (
+            "command",
+            " ".join(view.meta["command"])
+            if isinstance(view.meta.get("command"), list)
+            else str(view.meta.get("command") or "-"),
+        )
+    ]
     rows += [("started", _time(view.meta.get("started"))), ("finished", _time(view.meta.get("finished")))]
     env = "".join(f"<tr><td>{_e(k)}</td><td><code>{_e(v)}</code></td></tr>" for k, v in rows)
     stats = "".join(

@@ -95,14 +95,25 @@ def render(view: ReportView) -> str:
     duration = f"{view.duration_s or 0.0:.3f}"
     root = ET.Element(
         "testsuites",
-        {"name": "flashcheck", "tests": str(len(keys) + errors), "failures": str(failures), "errors": str(errors),
-         "time": duration},
+        {
+            "name": "flashcheck",
+            "tests": str(len(keys) + errors),
+            "failures": str(failures),
+            "errors": str(errors),
+            "time": duration,
+        },
     )
     suite = ET.SubElement(
         root,
         "testsuite",
-        {"name": f"flashcheck.{view.run_kind}", "tests": str(len(keys) + errors), "failures": str(failures),
-         "errors": str(errors), "skipped": "0", "time": duration},
+        {
+            "name": f"flashcheck.{view.run_kind}",
+            "tests": str(len(keys) + errors),
+            "failures": str(failures),
+            "errors": str(errors),
+            "skipped": "0",
+            "time": duration,
+        },
     )
     env = [(f"env.{k}", v) for k, v in view.environment() if k != "seed"]
     props = [("seed", view.seed), ("target", view.target), *env]

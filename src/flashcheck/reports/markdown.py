@@ -132,6 +132,8 @@ def render(view: ReportView) -> str:
         out.append("")
     if view.errors:
         out += [f"### Run errors ({len(view.errors)})", "", "```text", *view.errors, "```", ""]
-    out += [f"<sub>Reproduce with seed {_code(view.seed)}; `flashcheck report` renders this run in other formats."
-            "</sub>", ""]
+    out += [
+        f"<sub>Reproduce with seed {_code(view.seed)}; `flashcheck report` renders this run in other formats.</sub>",
+        "",
+    ]
     return "\n".join(out)

@@ -333,4 +333,3 @@ def fmt_seconds(t: float | None) -> str:
     if t < 7200:
         return f"{t / 60:.1f} min"
     return f"{t / 3600:.2f} h"
-

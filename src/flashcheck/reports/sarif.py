@@ -160,9 +160,7 @@ def to_document(view: ReportView, *, source_root: str | Path | None = None) -> d
     results = [_result(paths, e, index[e.finding.id]) for e in [*view.entries, *view.fixed]]
     invocation: dict[str, Any] = {"executionSuccessful": not view.errors}
     if view.errors:
-        invocation["toolExecutionNotifications"] = [
-            {"level": "error", "message": {"text": err}} for err in view.errors
-        ]
+        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": err}} for err in view.errors]
     env = dict(view.meta.get("environment", {}))
     run: dict[str, Any] = {
         "tool": {
@@ -179,11 +177,15 @@ def to_document(view: ReportView, *, source_root: str | Path | None = None) -> d
         "results": results,
         "properties": {"seed": view.meta.get("seed"), "target": view.meta.get("target"), "environment": env},
     }
-    if any("uriBaseId" in loc.get("physicalLocation", {}).get("artifactLocation", {})
-           for r in results for loc in r["locations"]):
+    if any(
+        "uriBaseId" in loc.get("physicalLocation", {}).get("artifactLocation", {})
+        for r in results
+        for loc in r["locations"]
+    ):
         run["originalUriBaseIds"] = {
-            SRCROOT: {"uri": paths.root.as_uri() + "/"} if paths.root is not None else {
-                "description": {"text": "the repository root the run was started in"}}
+            SRCROOT: {"uri": paths.root.as_uri() + "/"}
+            if paths.root is not None
+            else {"description": {"text": "the repository root the run was started in"}}
         }
     return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION, "runs": [run]}
 

@@ -123,8 +123,15 @@ def _frame(
 
 
 def scatter(
-    svg_id: str, label: str, series: Sequence[Series], *, x_fmt: Callable[[float], str],
-    y_fmt: Callable[[float], str], x_title: str, y_title: str, size: tuple[int, int] = (W, H),
+    svg_id: str,
+    label: str,
+    series: Sequence[Series],
+    *,
+    x_fmt: Callable[[float], str],
+    y_fmt: Callable[[float], str],
+    x_title: str,
+    y_title: str,
+    size: tuple[int, int] = (W, H),
 ) -> str:
     """A scatter of every series on shared axes (log2 where the data spans orders of magnitude)."""
     xs = [p.x for s in series for p in s.points]
@@ -154,8 +161,15 @@ def scatter(
 
 
 def bars(
-    svg_id: str, label: str, data: Sequence[tuple[str, int]], *, x_title: str, y_title: str, color: str = PALETTE[0],
-    tip: Callable[[str, int], str] | None = None, size: tuple[int, int] = (W, H),
+    svg_id: str,
+    label: str,
+    data: Sequence[tuple[str, int]],
+    *,
+    x_title: str,
+    y_title: str,
+    color: str = PALETTE[0],
+    tip: Callable[[str, int], str] | None = None,
+    size: tuple[int, int] = (W, H),
 ) -> str:
     """A bar histogram of (category, count), categories in the given order, counts written above the bars."""
     # counts read best on a linear axis from zero, even when skewed
@@ -185,8 +199,13 @@ def bars(
 
 
 def timeline(
-    svg_id: str, label: str, rows: Sequence[tuple[str, str, str, float | None, Sequence[float]]], t_max: float,
-    *, t_fmt: Callable[[float], str], width: int = W,
+    svg_id: str,
+    label: str,
+    rows: Sequence[tuple[str, str, str, float | None, Sequence[float]]],
+    t_max: float,
+    *,
+    t_fmt: Callable[[float], str],
+    width: int = W,
 ) -> str:
     """One row per check: a tick per step that raised it and a large marker at the first (time to first finding).
 

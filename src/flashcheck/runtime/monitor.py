@@ -354,4 +354,3 @@ class Monitor:
             evidence=evidence,
             stack=g.stack,
         )
-

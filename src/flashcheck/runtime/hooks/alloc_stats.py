@@ -101,12 +101,27 @@ class AllocStatsHook(Hook):
             allocs, segs, reserved = (end[i] - self._start[i] - self._excluded[i] for i in range(3))
             rid = self._outer.id
             if allocs > 0:
-                self._emit(Event("alloc", "alloc_stats", (), f"{allocs} allocation(s) counted by the caching allocator",
-                                 count=allocs, region_id=rid))
+                self._emit(
+                    Event(
+                        "alloc",
+                        "alloc_stats",
+                        (),
+                        f"{allocs} allocation(s) counted by the caching allocator",
+                        count=allocs,
+                        region_id=rid,
+                    )
+                )
             if segs > 0 or reserved > 0:
-                self._emit(Event("pool_growth", "alloc_stats", (),
-                                 f"{segs} new segment(s), {max(reserved, 0):,} more bytes reserved",
-                                 nbytes=max(reserved, 0), region_id=rid))
+                self._emit(
+                    Event(
+                        "pool_growth",
+                        "alloc_stats",
+                        (),
+                        f"{segs} new segment(s), {max(reserved, 0):,} more bytes reserved",
+                        nbytes=max(reserved, 0),
+                        region_id=rid,
+                    )
+                )
         except Exception as exc:
             self._error(exc)
         finally:

@@ -69,8 +69,16 @@ def raw_events(kineto_events: Sequence[Any]) -> list[RawEvent]:
     for e in kineto_events:
         start = int(e.start_ns())
         on_device = not str(e.device_type()).endswith("CPU")
-        out.append(RawEvent(e.name(), start, start + int(e.duration_ns()), int(e.correlation_id()), on_device,
-                            int(e.start_thread_id())))
+        out.append(
+            RawEvent(
+                e.name(),
+                start,
+                start + int(e.duration_ns()),
+                int(e.correlation_id()),
+                on_device,
+                int(e.start_thread_id()),
+            )
+        )
     return out
 
 

@@ -101,8 +101,9 @@ def classify(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Ev
     return None
 
 
-_WATCHED = frozenset({"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy_", "aten::index",
-                      "aten::repeat_interleave", *_SYNC_OPS})
+_WATCHED = frozenset(
+    {"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy_", "aten::index", "aten::repeat_interleave", *_SYNC_OPS}
+)
 
 
 def _make_mode(hook: DispatchHook) -> Any:

@@ -128,15 +128,25 @@ class SyncDebugHook(Hook):
 
     # ------------------------------------------------------------------------------------------- warnings
     def _showwarning(
-        self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
         line: str | None = None,
     ) -> None:
         text = str(message)
         if SYNC_TEXT in text:
             try:
                 self._emit(
-                    Event("sync", "sync_debug", capture_stack(2), "synchronizing CUDA operation (sync debug mode)",
-                          thread=threading.get_ident())
+                    Event(
+                        "sync",
+                        "sync_debug",
+                        capture_stack(2),
+                        "synchronizing CUDA operation (sync debug mode)",
+                        thread=threading.get_ident(),
+                    )
                 )
             except Exception as exc:  # never break the user's program; never lose the failure either
                 self._error(exc)
@@ -147,7 +157,12 @@ class SyncDebugHook(Hook):
         self._chain(message, category, filename, lineno, file, line)
 
     def _chain(
-        self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any,
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any,
         line: str | None,
     ) -> None:
         prev = self._prev_show
