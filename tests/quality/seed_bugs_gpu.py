@@ -92,6 +92,7 @@ class UndersizedPrefillWorkspace(PagedPrefillTarget):
         t = kw.get("template")
         heads, dim = (t.num_qo_heads, t.head_dim_vo) if t is not None else (32, 128)
         buckets = kw.setdefault("buckets", (1, 2, 4, 8, 16))
+        kw.setdefault("max_qo_len", 16)
         # SEED BUG: rows * heads * dim * 4 bytes "is enough" (ignores split chunks and the padded CTA count)
         kw["workspace_bytes"] = max(buckets) * 16 * heads * dim * 4
         super().__init__(**kw)
@@ -104,6 +105,11 @@ class ReallocOnReplay(PagedPrefillTarget):
     """
 
     intended = "FC202"
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("buckets", (1, 2, 4, 8, 16))
+        kw.setdefault("max_qo_len", 16)
+        super().__init__(**kw)
 
     def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
         need = int(layout.kv_indptr[-1]) * 4096

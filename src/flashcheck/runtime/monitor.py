@@ -58,6 +58,9 @@ class Event:
             ``Memcpy DtoH (Device -> Pageable)``.
         memory: host memory kind of a copy.
         in_graph: the copy was executed by a CUDA graph replay (CUPTI sees graph memcpy nodes).
+        capturing: whether the calling stream was capturing a CUDA graph when the event happened (None: unknown).
+            Only a copy issued *during stream capture* becomes a graph node; the plan and warm-up a target runs
+            inside its ``capture`` region execute eagerly.
         nbytes: bytes copied or allocated, when known.
         count: how many occurrences this event stands for (allocator statistics report deltas).
         thread: the thread that made the call (None: unknown, e.g. CUPTI); events from threads other than the one
@@ -72,6 +75,7 @@ class Event:
     detail: str = ""
     memory: Memory = "unknown"
     in_graph: bool = False
+    capturing: bool | None = None
     nbytes: int | None = None
     count: int = 1
     thread: int | None = None
@@ -250,7 +254,8 @@ class Monitor:
         names = rec.names()
         hot = self.is_hot(names)
         copy = ev.kind in ("d2h_copy", "h2d_copy")
-        if copy and ev.memory == "pinned" and ("capture" in names or (ev.in_graph and hot is not None)):
+        captured = "capture" in names and ev.capturing is not False
+        if copy and ev.memory == "pinned" and (captured or (ev.in_graph and hot is not None)):
             where = "capture" if "capture" in names else (hot or rec.name)
             direction = "device-to-host" if ev.kind == "d2h_copy" else "host-to-device"
             return PINNED_ID, PINNED_NAME, where, f"{direction} copy of pinned host memory captured into a CUDA graph"

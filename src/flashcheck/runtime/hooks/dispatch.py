@@ -164,6 +164,16 @@ class DispatchHook(Hook):
             if hit is None:
                 return
             kind, memory, detail = hit
-            self._emit(Event(kind, "dispatch", capture_stack(3), detail, memory=memory, thread=threading.get_ident()))
+            self._emit(Event(kind, "dispatch", capture_stack(3), detail, memory=memory, thread=threading.get_ident(),
+                             capturing=_stream_capturing()))
         except Exception as exc:
             self._error(exc)
+
+
+def _stream_capturing() -> bool | None:
+    """Whether the current CUDA stream is capturing a graph; None where CUDA is absent (simulated-device tests)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return bool(torch.cuda.is_current_stream_capturing())
