@@ -93,7 +93,7 @@ class Context:
         site = Frame(sf.relpath, line, fn.short, sf.line_text(line))
         ev: dict[str, Any] = dict(evidence or {})
         if chain:
-            names = [f.function for f in chain]
+            names = [f.function for f in chain] + [fn.short]
             ev["chain"] = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
         self.findings.append(Finding(
             id=rule.id, name=rule.name, kind="static", message=message,

@@ -142,7 +142,8 @@ def _suppressions(text: str, lines: list[str]) -> Iterator[Suppression]:
         if m is None:
             continue
         ids = tuple(s.strip().upper() for s in (m.group("ids") or "").split(",") if s.strip())
-        reason = m.group("rest").strip().lstrip(":-—–").strip()
+        # The reason ends where another comment starts: `# flashcheck: ignore[FC101]  # TODO` has no reason.
+        reason = m.group("rest").split("#", 1)[0].strip().lstrip(":-—–").strip()
         standalone = line.lstrip().startswith("#")
         covers = (i, _next_code_line(lines, i)) if standalone else (i,)
         yield Suppression(i, ids, reason, covers)

@@ -65,7 +65,8 @@ class ConstantWorkspaceSize(Rule):
                     continue
                 seen.add(id(alloc))
                 size = _size_arg(alloc)
-                if size is not None and _is_constant(size, where, ctx.project, 0):
+                placeholder = isinstance(size, ast.Constant) and size.value == 0  # resized before first use
+                if size is not None and not placeholder and _is_constant(size, where, ctx.project, 0):
                     ctx.report(
                         self, where, alloc,
                         f"workspace `{snippet(alloc)}` has a fixed size (`{snippet(size, 40)}`); the planner's "

@@ -67,7 +67,8 @@ class NonGraphWrapperInCapture(Rule):
                     if cls_name is None:
                         continue
                     for t in a.targets:
-                        for key in storage_keys(t, fn):
+                        local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
+                        for key in storage_keys(t, fn) or local:
                             built.setdefault(key, []).append(Built(fn, call, cls_name, graph_mode(call, cls_name)))
         if not built:
             return
@@ -77,7 +78,7 @@ class NonGraphWrapperInCapture(Rule):
                 func = call.func
                 if not isinstance(func, ast.Attribute) or func.attr not in RUN_METHODS:
                     continue
-                for key in storage_keys(func.value, fn)[:1]:
+                for key in storage_keys(func.value, fn)[:1] or _local_key(func.value, fn, built):
                     found = built.get(key, [])
                     if not found or any(b.graph is not False for b in found):
                         continue
@@ -92,6 +93,14 @@ class NonGraphWrapperInCapture(Rule):
                         chain=HotPaths.chain(fn, capture),
                         evidence={"built_at": f"{b.fn.source.relpath}:{b.call.lineno}", "wrapper": b.wrapper},
                     )
+
+
+def _local_key(recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]) -> list[Key]:
+    """``w = BatchDecodeWithPagedKVCacheWrapper(...); w.run(...)`` inside one function."""
+    if isinstance(recv, ast.Name):
+        key = ("local", fn.qualname, recv.id)
+        return [key] if key in built else []
+    return []
 
 
 def _constructor_calls(value: ast.expr) -> list[ast.Call]:
