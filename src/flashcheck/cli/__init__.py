@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
     "report": ("flashcheck.cli.report_cmd", "render a run directory as terminal, JSON, JUnit, SARIF, Markdown or HTML"),
+    "static": ("flashcheck.cli.static_cmd", "pre-merge static checks of engine code: host syncs on hot paths, "
+               "FlashInfer misuse (FC1xx)"),
 }
 
 

@@ -1,0 +1,73 @@
+"""``flashcheck static PATH...``: the pre-merge verifier (no GPU, no torch import).
+
+Exit codes: 0 no new findings, 1 new findings, 2 usage error (bad option or configuration) or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import atomic_write_text
+from flashcheck.verifier.baseline import write_baseline
+from flashcheck.verifier.config import find_pyproject, load_config
+from flashcheck.verifier.engine import check_paths
+from flashcheck.verifier.output import FORMATS, render
+
+
+def _ids(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or directories (default: .)")
+    p.add_argument("--select", type=_ids, action="extend", metavar="IDS",
+                   help="rule IDs, prefixes (FC1, FC10) or names to run, comma separated (replaces the config)")
+    p.add_argument("--ignore", type=_ids, action="extend", metavar="IDS",
+                   help="rule IDs, prefixes or names to skip, comma separated (replaces the config)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("--baseline", metavar="FILE", help="ignore findings recorded in FILE (only new ones fail)")
+    p.add_argument("--write-baseline", action="store_true",
+                   help="record every current finding in the --baseline file and exit 0")
+    p.add_argument("--config", metavar="PYPROJECT",
+                   help="pyproject.toml to read [tool.flashcheck.static] from (default: nearest to the first PATH)")
+    p.add_argument("--no-default-roots", action="store_true",
+                   help="use only configured and @hot_path roots, not the built-in engine name patterns")
+
+
+def run(args: argparse.Namespace) -> int:
+    pyproject = Path(args.config) if args.config else find_pyproject(Path(args.paths[0]))
+    config = load_config(pyproject).with_overrides(
+        select=tuple(args.select) if args.select else None,
+        ignore=tuple(args.ignore) if args.ignore else None,
+        baseline=args.baseline,
+        default_roots=False if args.no_default_roots else None,
+    )
+    if args.write_baseline and not config.baseline:
+        raise InvalidArgument("--write-baseline needs a baseline path: pass --baseline FILE or set baseline in "
+                              "[tool.flashcheck.static]")
+    if config.baseline and not args.write_baseline and not Path(config.baseline).exists():
+        raise InvalidArgument(f"baseline {config.baseline} does not exist; create it with "
+                              f"`flashcheck static --baseline {config.baseline} --write-baseline`")
+    result = check_paths(args.paths, config.with_overrides(baseline="") if args.write_baseline else config)
+    for err in result.internal_errors:
+        print(f"flashcheck static: internal error: {err}", file=sys.stderr)
+    if args.write_baseline:
+        n = write_baseline(str(config.baseline), result.all_findings)
+        print(f"flashcheck static: wrote {n} finding(s) to baseline {config.baseline}", file=sys.stderr)
+        return 2 if result.internal_errors else 0
+    summary = (f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
+               f"{result.roots} hot-path roots, {result.seconds:.1f}s"
+               f" ({result.suppressed} suppressed, {result.baselined} in baseline)")
+    text = render(args.format, result.findings, root=config.root, files=result.files, summary=summary)
+    if args.output:
+        atomic_write_text(args.output, text)
+        print(summary, file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if result.internal_errors:
+        return 2
+    return 1 if result.findings else 0

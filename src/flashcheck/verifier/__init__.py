@@ -1,0 +1,12 @@
+"""The static verifier (``flashcheck static``): FC1xx rules over an intra-project call graph, without a GPU.
+
+Public surface: `check_paths` runs the rules over files and directories with a `StaticConfig` (see `load_config`
+for ``[tool.flashcheck.static]``); renderers for findings live in `flashcheck.verifier.output`.
+"""
+
+from __future__ import annotations
+
+from flashcheck.verifier.config import StaticConfig, load_config
+from flashcheck.verifier.engine import StaticResult, check_paths
+
+__all__ = ["StaticConfig", "StaticResult", "check_paths", "load_config"]

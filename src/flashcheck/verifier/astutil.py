@@ -1,0 +1,106 @@
+"""Small AST helpers shared by the verifier and its rules: dotted names, name tokens, storage keys.
+
+Everything here is pure and cheap; rules use these instead of re-implementing name matching so that a fixture
+that passes for one rule reads the same way for the others.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+__all__ = [
+    "IN_PLACE_EXCEPTIONS",
+    "VIEW_METHODS",
+    "call_name",
+    "dotted",
+    "is_in_place_method",
+    "kwarg",
+    "name_tokens",
+    "storage_root",
+    "terminal_name",
+]
+
+_SPLIT = re.compile(r"[^a-zA-Z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+# Methods that return a view of (or the same storage as) their receiver: a write through the result writes the base.
+VIEW_METHODS = frozenset(
+    {"view", "view_as", "narrow", "reshape", "as_strided", "flatten", "unsqueeze", "squeeze", "select", "expand",
+     "transpose", "permute", "t", "unflatten", "detach", "contiguous", "__getitem__"}
+)
+# Methods whose name ends in "_" but that do not write their receiver.
+IN_PLACE_EXCEPTIONS = frozenset({"requires_grad_", "share_memory_", "record_stream_"})
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, None for anything else (calls, subscripts...)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def terminal_name(node: ast.AST) -> str | None:
+    """The last identifier of an expression: ``x`` for ``x``, ``b`` for ``a.b``, the key of ``m["k"]``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            return node.slice.value
+        return terminal_name(node.value)
+    if isinstance(node, ast.Call):
+        return terminal_name(node.func)
+    return None
+
+
+def call_name(call: ast.Call) -> str | None:
+    """The name a call is made through: ``torch.cuda.synchronize`` or ``synchronize`` for ``x.y().synchronize()``."""
+    d = dotted(call.func)
+    if d is not None:
+        return d
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def name_tokens(name: str) -> frozenset[str]:
+    """Lower-case words of an identifier: ``kv_indptr_cpu`` and ``kvIndptrCpu`` give ``{kv, indptr, cpu}``."""
+    return frozenset(t.lower() for t in _SPLIT.split(name) if t)
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def is_in_place_method(name: str) -> bool:
+    """PyTorch's convention: ``copy_``, ``fill_``, ``add_`` write their receiver; dunders do not count."""
+    return name.endswith("_") and not name.startswith("_") and name not in IN_PLACE_EXCEPTIONS
+
+
+def storage_root(node: ast.expr) -> ast.expr:
+    """Strip slicing and view methods: ``self.buf[:bs + 1].view(-1)`` has the storage of ``self.buf``.
+
+    A subscript with a constant string key (``meta["kv_indptr"]``) is a dict lookup, not a view, and is kept.
+    """
+    while True:
+        if isinstance(node, ast.Subscript):
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                return node
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in VIEW_METHODS
+        ):
+            node = node.func.value
+        else:
+            return node

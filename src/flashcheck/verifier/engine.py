@@ -1,0 +1,235 @@
+"""Runs the static rules over a set of paths and returns findings, after suppressions and the baseline.
+
+Rules are classes registered with `rule(...)` (which also registers their docstring page with the check
+registry); each gets a `Context` with the project index, the hot paths and the provenance analysis, and calls
+`Context.report`. A rule that crashes on a project is recorded as an internal error and the others still run.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import importlib
+import pkgutil
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Confidence, Finding, Frame, Location, Severity
+from flashcheck.registry import register_check
+from flashcheck.verifier.baseline import apply_baseline, load_baseline
+from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.hotpath import HotPaths, find_roots
+from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.provenance import Provenance
+from flashcheck.verifier.source import SourceFile, discover, read_source
+
+__all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
+
+RULES_PACKAGE = "flashcheck.verifier.rules"
+SUPPRESSION_ID, SUPPRESSION_NAME = "FC100", "bare-suppression"
+PARSE_ID, PARSE_NAME = "FC199", "file-does-not-parse"
+
+
+class Rule:
+    """Base of every static rule: set by `rule(...)`, implement `check`."""
+
+    id: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.ERROR
+    confidence: ClassVar[Confidence] = Confidence.HIGH
+
+    def check(self, ctx: Context) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+_RULES: dict[str, type[Rule]] = {}
+R = TypeVar("R", bound=type[Rule])
+
+
+def rule(id: str, name: str, *, severity: Severity = Severity.ERROR,
+         confidence: Confidence = Confidence.HIGH) -> Callable[[R], R]:
+    """Class decorator: register a static rule (its docstring is its page, see `flashcheck.registry`)."""
+    register = register_check(id, name, "static", severity=severity, confidence=confidence)
+
+    def deco(cls: R) -> R:
+        register(cls)
+        cls.id, cls.name, cls.severity, cls.confidence = id, name, severity, confidence
+        _RULES[id] = cls
+        return cls
+
+    return deco
+
+
+def static_rules() -> dict[str, type[Rule]]:
+    """Every static rule class by ID (imports the rule modules on first use)."""
+    pkg = importlib.import_module(RULES_PACKAGE)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{RULES_PACKAGE}.{info.name}")
+    return dict(sorted(_RULES.items()))
+
+
+@dataclass
+class Context:
+    """What a rule sees; `report` turns an AST node into a `Finding`."""
+
+    project: Project
+    hot: HotPaths
+    prov: Provenance
+    strict: Provenance  # names alone never make a value DEVICE
+    config: StaticConfig
+    findings: list[Finding] = field(default_factory=list)
+
+    def report(self, rule: Rule, fn: FunctionInfo, node: ast.AST, message: str, *, hint: str,
+               evidence: Mapping[str, Any] | None = None, chain: Sequence[Frame] = (),
+               confidence: Confidence | None = None) -> None:
+        sf = fn.source
+        line = getattr(node, "lineno", fn.line)
+        col = getattr(node, "col_offset", 0) + 1
+        site = Frame(sf.relpath, line, fn.short, sf.line_text(line))
+        ev: dict[str, Any] = dict(evidence or {})
+        if chain:
+            names = [f.function for f in chain] + [fn.short]
+            ev["chain"] = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
+        self.findings.append(Finding(
+            id=rule.id, name=rule.name, kind="static", message=message,
+            severity=rule.severity, confidence=confidence or rule.confidence, hint=hint,
+            location=Location(file=sf.relpath, line=line, column=col, function=fn.qualname),
+            evidence=ev, stack=(*chain, site) if chain and chain[-1] != site else (site,),
+        ))
+
+
+@dataclass
+class StaticResult:
+    """Outcome of one static run."""
+
+    findings: list[Finding]
+    files: list[str]
+    lines: int
+    roots: int
+    suppressed: int = 0
+    baselined: int = 0
+    internal_errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    all_findings: list[Finding] = field(default_factory=list)  # before the baseline (for --write-baseline)
+
+
+def selected(rule_id: str, rule_name: str, config: StaticConfig) -> bool:
+    def hit(sel: str) -> bool:
+        return rule_id.startswith(sel.upper()) or sel == rule_name
+
+    return any(hit(s) for s in config.select) and not any(hit(s) for s in config.ignore)
+
+
+def validate_selectors(config: StaticConfig, rules: Mapping[str, type[Rule]]) -> None:
+    known = {**{i: r.name for i, r in rules.items()}, SUPPRESSION_ID: SUPPRESSION_NAME, PARSE_ID: PARSE_NAME}
+    for key, sels in (("select", config.select), ("ignore", config.ignore)):
+        for s in sels:
+            if not any(i.startswith(s.upper()) or s == n for i, n in known.items()):
+                raise InvalidArgument(
+                    f"{key} entry {s!r} matches no static rule; use an ID (FC101), a prefix (FC1, FC10) or a "
+                    f"rule name; known rules: {', '.join(sorted(known))}"
+                )
+
+
+def check_paths(paths: Sequence[str], config: StaticConfig) -> StaticResult:
+    """Check every Python file under `paths` with the selected rules."""
+    start = time.perf_counter()
+    rules = static_rules()
+    validate_selectors(config, rules)
+    # Every AST stays alive until the rules ran; the cyclic GC would rescan them over and over (3-4x slower).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(paths, config, rules, start)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float
+           ) -> StaticResult:
+    root = Path(config.root).resolve()
+    sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
+    project = Project(sources)
+    hot = HotPaths(project, find_roots(project, config))
+    ctx = Context(project, hot, Provenance(project, config.host_names),
+                  Provenance(project, config.host_names, names_give_device=False), config)
+    errors: list[str] = []
+    for rid, cls in rules.items():
+        if not selected(rid, cls.name, config):
+            continue
+        try:
+            cls().check(ctx)
+        except Exception:  # a broken rule must not hide the others' findings; the run exits 2
+            tb = traceback.format_exc().splitlines()
+            errors.append(f"rule {rid} ({cls.name}) crashed:\n" + "\n".join(tb[-12:]))
+    raw = ctx.findings + _parse_findings(sources)
+    kept, suppressed = _apply_suppressions(raw, sources, set(rules) | {SUPPRESSION_ID, PARSE_ID})
+    kept = [f for f in kept if selected(f.id, f.name, config)]
+    kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
+    new, baselined = kept, 0
+    if config.baseline and Path(config.baseline).exists():
+        new, baselined = apply_baseline(kept, load_baseline(config.baseline))
+    return StaticResult(
+        findings=new, files=[s.relpath for s in sources], lines=sum(len(s.lines) for s in sources),
+        roots=len(hot.roots), suppressed=suppressed, baselined=baselined, internal_errors=errors,
+        seconds=time.perf_counter() - start, all_findings=kept,
+    )
+
+
+def _parse_findings(sources: Iterable[SourceFile]) -> list[Finding]:
+    out = []
+    for s in sources:
+        if s.error is None:
+            continue
+        out.append(Finding(
+            id=PARSE_ID, name=PARSE_NAME, kind="static", message=f"{s.relpath} {s.error}; it was not checked",
+            hint="fix the syntax error (or exclude the file) so the other rules can check it",
+            location=Location(file=s.relpath, line=s.error_line, column=s.error_column, function=s.module),
+            stack=(Frame(s.relpath, s.error_line, "<module>", s.line_text(s.error_line)),),
+        ))
+    return out
+
+
+def _apply_suppressions(findings: list[Finding], sources: Iterable[SourceFile], known: set[str]
+                        ) -> tuple[list[Finding], int]:
+    """Drop findings covered by a ``# flashcheck: ignore[ID] reason``; report suppressions that lack a reason."""
+    by_file = {s.relpath: s for s in sources if s.suppressions}
+    kept: list[Finding] = []
+    suppressed = 0
+    for f in findings:
+        sf = by_file.get(f.location.file or "")
+        if sf is not None and f.location.line is not None and any(
+            f.location.line in s.covers and any(f.id.startswith(i) for i in s.ids) for s in sf.suppressions
+        ):
+            suppressed += 1
+            continue
+        kept.append(f)
+    for sf in by_file.values():
+        for s in sf.suppressions:
+            problem = _suppression_problem(s.ids, s.reason, known)
+            if problem:
+                kept.append(Finding(
+                    id=SUPPRESSION_ID, name=SUPPRESSION_NAME, kind="static", severity=Severity.WARNING,
+                    message=f"suppression comment {problem}",
+                    hint="write `# flashcheck: ignore[FC101] why this is safe here` (IDs and a reason are required)",
+                    location=Location(file=sf.relpath, line=s.line, column=1, function=sf.module),
+                    stack=(Frame(sf.relpath, s.line, "<module>", sf.line_text(s.line)),),
+                ))
+    return kept, suppressed
+
+
+def _suppression_problem(ids: tuple[str, ...], reason: str, known: set[str]) -> str:
+    if not ids:
+        return "names no rule ID"
+    unknown = [i for i in ids if not any(k.startswith(i) for k in known)]
+    if unknown:
+        return f"names unknown rule ID(s) {', '.join(unknown)}"
+    if not reason:
+        return f"for {', '.join(ids)} gives no reason"
+    return ""

@@ -1,0 +1,267 @@
+"""Light provenance: does an expression hold host data, device data, or do we not know?
+
+Flow-insensitive and local on purpose (fast, predictable): a local variable's provenance is what all of its
+assignments agree on; ``self.x`` is what all ``self.x = ...`` in its class agree on; otherwise names speak
+(``*_cpu``, ``*_host``, ``*_np``, pinned buffers are host; ``*_gpu``, ``*_cuda``, ``*_device`` are device).
+Factories follow their ``device=`` argument (a factory without one allocates on the CPU), ``.cpu()``/``.numpy()``/
+``.tolist()`` give host data, numpy calls give host arrays, and elementwise math keeps its operands' provenance.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import fnmatch
+
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+
+__all__ = ["Provenance", "Where"]
+
+
+class Where(enum.Enum):
+    HOST = "host"
+    DEVICE = "device"
+    UNKNOWN = "unknown"
+
+
+HOST, DEVICE, UNKNOWN = Where.HOST, Where.DEVICE, Where.UNKNOWN
+
+_HOST_WORDS = frozenset({"cpu", "host", "np", "numpy", "pinned", "pin", "list", "lst"})
+_DEVICE_WORDS = frozenset({"gpu", "cuda", "device", "dev", "gpus"})
+# Names with a device word that hold flags, counts or handles, not tensors (``use_cuda_graph``, ``num_gpus``).
+_NOT_TENSOR_WORDS = frozenset({"use", "is", "has", "enable", "enabled", "disable", "num", "count", "size", "id", "rank",
+                               "name", "type", "capability", "available", "graph", "graphs", "stream", "streams",
+                               "event", "events", "props", "properties", "index", "world", "mode", "backend", "mesh",
+                               "kind", "str", "module", "config", "cfg", "arch", "sm", "memory", "mem", "total"})
+_HOST_RESULT_METHODS = frozenset({"cpu", "numpy", "tolist", "item", "pin_memory", "size", "numel", "dim", "stride",
+                                  "element_size", "data_ptr", "nelement", "is_contiguous", "get_device", "keys",
+                                  "items", "values", "__len__"})
+_HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
+_FACTORIES = frozenset({"tensor", "empty", "zeros", "ones", "full", "arange", "as_tensor", "rand", "randn", "randint",
+                        "empty_strided", "linspace", "eye", "asarray"})
+_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
+_HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "tuple", "dict", "set", "sum",
+                            "max", "min", "sorted", "enumerate", "zip", "abs", "round", "isinstance", "getattr",
+                            "divmod", "hash", "repr", "any", "all", "math.ceil", "math.floor", "math.prod"})
+_NUMPY_ROOTS = ("np.", "numpy.")
+
+
+def merge(values: list[Where]) -> Where:
+    if not values:
+        return UNKNOWN
+    if DEVICE in values:
+        return DEVICE
+    return HOST if all(v is HOST for v in values) else UNKNOWN
+
+
+class Provenance:
+    """Classifies expressions inside the functions of one project (results are cached per node)."""
+
+    def __init__(self, project: Project, host_names: tuple[str, ...] = (), *, names_give_device: bool = True) -> None:
+        """`names_give_device=False` is the strict mode: only facts (factories, ``.cuda()``, ``.to(dev)``) say DEVICE.
+
+        Rules that report only on DEVICE values of any type (``if x:``, ``int(x)``) use the strict mode, since a
+        name like ``use_gpu_flops`` says nothing about being a tensor.
+        """
+        self.project = project
+        self.host_names = host_names
+        self.names_give_device = names_give_device
+        self._names: dict[tuple[int, str], Where] = {}
+        self._attrs: dict[tuple[int, str], Where] = {}
+        self._active: set[tuple[int, str]] = set()
+
+    def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
+        if isinstance(expr, ast.Constant | ast.JoinedStr | ast.List | ast.Tuple | ast.Dict | ast.Set | ast.ListComp
+                      | ast.SetComp | ast.DictComp | ast.GeneratorExp | ast.Lambda):
+            return HOST
+        if isinstance(expr, ast.Name):
+            return self._name(expr.id, fn)
+        if isinstance(expr, ast.Attribute):
+            return self._attribute(expr, fn)
+        if isinstance(expr, ast.Subscript):
+            base = self.of(expr.value, fn)
+            if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
+                return self.by_name(expr.slice.value)
+            return base
+        if isinstance(expr, ast.Call):
+            return self._call(expr, fn)
+        if isinstance(expr, ast.BinOp):
+            return merge([self.of(expr.left, fn), self.of(expr.right, fn)])
+        if isinstance(expr, ast.UnaryOp):
+            return HOST if isinstance(expr.op, ast.Not) and self.of(expr.operand, fn) is HOST else self.of(
+                expr.operand, fn)
+        if isinstance(expr, ast.Compare):
+            if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
+                return HOST
+            return merge([self.of(e, fn) for e in [expr.left, *expr.comparators]])
+        if isinstance(expr, ast.BoolOp):
+            return merge([self.of(v, fn) for v in expr.values])
+        if isinstance(expr, ast.IfExp):
+            return merge([self.of(expr.body, fn), self.of(expr.orelse, fn)])
+        if isinstance(expr, ast.NamedExpr):
+            return self.of(expr.value, fn)
+        return UNKNOWN
+
+    def by_name(self, name: str) -> Where:
+        """What a name alone says: ``seq_lens_cpu`` is host, ``kv_indptr_gpu`` is device, ``kv_indptr`` unknown."""
+        if any(fnmatch.fnmatchcase(name, p) for p in self.host_names):
+            return HOST
+        words = name_tokens(name)
+        if words & _HOST_WORDS:
+            return HOST
+        if (self.names_give_device and words & _DEVICE_WORDS and not words & _NOT_TENSOR_WORDS
+                and name not in ("device", "dev")):
+            return DEVICE
+        return UNKNOWN
+
+    # ------------------------------------------------------------------ names and attributes
+    def _name(self, name: str, fn: FunctionInfo) -> Where:
+        key = (id(fn), name)
+        if key in self._names:
+            return self._names[key]
+        if key in self._active:
+            return UNKNOWN
+        self._active.add(key)
+        try:
+            result = self._name_uncached(name, fn)
+        finally:
+            self._active.discard(key)
+        self._names[key] = result
+        return result
+
+    def _name_uncached(self, name: str, fn: FunctionInfo) -> Where:
+        named = self.by_name(name)
+        if named is HOST:
+            return HOST
+        if name in fn.params:
+            ann = fn.params[name]
+            if ann is not None:
+                text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
+                if any(w in text for w in ("ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool",
+                                           "str", "tuple", "Tuple", "dict", "Dict")) and "Tensor" not in text:
+                    return HOST
+            return named
+        scope: FunctionInfo | None = fn
+        while scope is not None:
+            values = scope.local_assigns.get(name)
+            if values:
+                found = merge([self.of(v, scope) for v in values])
+                return found if found is not UNKNOWN else named
+            scope = scope.parent
+        return named
+
+    def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
+        if expr.attr in _HOST_ATTRS:
+            return HOST
+        if expr.attr in ("T", "mT", "data", "real", "imag"):
+            return self.of(expr.value, fn)
+        named = self.by_name(expr.attr)
+        if named is HOST:
+            return HOST
+        if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            cls = self.project.instance_type(expr.value, fn)
+            if cls is not None:
+                assigned = self._class_attr(cls, expr.attr)
+                if assigned is not UNKNOWN:
+                    return assigned
+        return named
+
+    def _class_attr(self, cls: ClassInfo, attr: str) -> Where:
+        key = (id(cls), attr)
+        if key in self._attrs:
+            return self._attrs[key]
+        if key in self._active:
+            return UNKNOWN
+        self._active.add(key)
+        try:
+            values = [self.of(v, where) for c in [cls, *cls.bases] for v, where in c.attr_assigns.get(attr, [])]
+            result = merge(values)
+        finally:
+            self._active.discard(key)
+        self._attrs[key] = result
+        return result
+
+    # ------------------------------------------------------------------ calls
+    def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
+        func = call.func
+        name = dotted(func)
+        if name is not None:
+            if name.startswith(_NUMPY_ROOTS):
+                return HOST
+            if name in _HOST_BUILTINS:
+                return HOST
+            if name.startswith("torch."):
+                return self._torch_call(name[6:], call, fn)
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if method in _HOST_RESULT_METHODS:
+                return HOST
+            if method == "cuda":
+                return DEVICE
+            if method == "to":
+                return self._to_call(call, func.value, fn)
+            if method in _LIKE_FACTORIES or method.startswith("new_"):
+                dev = self.device_arg(call)
+                return dev if dev is not UNKNOWN else self.of(func.value, fn)
+            return self.of(func.value, fn)
+        return UNKNOWN
+
+    def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:
+        short = name.rsplit(".", 1)[-1]
+        if short in _FACTORIES or short == "from_numpy":
+            dev = self.device_arg(call)
+            if dev is not UNKNOWN:
+                return dev
+            if isinstance(kwarg(call, "pin_memory"), ast.Constant):
+                return HOST
+            if short in ("as_tensor", "asarray") and call.args:
+                return self.of(call.args[0], fn)
+            return HOST if kwarg(call, "device") is None else UNKNOWN
+        if short in _LIKE_FACTORIES:
+            dev = self.device_arg(call)
+            if dev is not UNKNOWN:
+                return dev
+            return self.of(call.args[0], fn) if call.args else UNKNOWN
+        if short in ("device", "Size", "dtype", "is_tensor", "numel"):
+            return HOST
+        tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
+        if tensors and isinstance(tensors[0], ast.List | ast.Tuple):
+            tensors = list(tensors[0].elts)
+        return merge([self.of(a, fn) for a in tensors[:2]])
+
+    def _to_call(self, call: ast.Call, receiver: ast.expr, fn: FunctionInfo) -> Where:
+        dev = self.device_arg(call)
+        if dev is not UNKNOWN:
+            return dev
+        for a in call.args:
+            if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                return HOST if a.value.startswith("cpu") else DEVICE
+            d = dotted(a)
+            if d is not None and not d.startswith("torch."):  # torch.int32 is a dtype
+                return self.device_value(a)
+        return self.of(receiver, fn)
+
+    def device_arg(self, call: ast.Call) -> Where:
+        """HOST/DEVICE from a ``device=`` (or ``pin_memory=True``) keyword; UNKNOWN when there is none."""
+        pin = kwarg(call, "pin_memory")
+        if isinstance(pin, ast.Constant) and pin.value is True:
+            return HOST
+        dev = kwarg(call, "device")
+        return UNKNOWN if dev is None else self.device_value(dev)
+
+    def device_value(self, dev: ast.expr) -> Where:
+        """What a device expression names: ``"cpu"``, ``torch.device("cuda", 0)``, ``self.device``, ``q.device``."""
+        if isinstance(dev, ast.Constant):
+            if isinstance(dev.value, str):
+                return HOST if dev.value.startswith("cpu") else DEVICE
+            return DEVICE if isinstance(dev.value, int) else UNKNOWN
+        if isinstance(dev, ast.Call) and dotted(dev.func) in ("torch.device", "device") and dev.args:
+            return self.device_value(dev.args[0])
+        name = terminal_name(dev)
+        if name is None:
+            return UNKNOWN
+        if name_tokens(name) & {"cpu", "host"}:
+            return HOST
+        # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
+        return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN

@@ -1,0 +1,92 @@
+"""FC105 empty-workspace-for-zeroing-kernel: a ``torch.empty`` workspace handed to a kernel that needs zeros."""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.dataflow import allocations, storage_keys
+from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.flashinfer_api import ZEROED_WORKSPACE_CONSUMERS, workspace_arg
+from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.rules.fc101_host_sync import snippet
+
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty"})
+
+
+@rule("FC105", "empty-workspace-for-zeroing-kernel")
+class EmptyWorkspaceForZeroingKernel(Rule):
+    """A workspace allocated with ``torch.empty`` is given to a kernel that requires a zeroed workspace.
+
+    What it checks
+        The workspace argument of FlashInfer entry points documented as "Must be initialized to 0 for its first
+        use" (``BatchDecodeWithPagedKVCacheWrapper`` and its CUDA-graph variant, ``trtllm_batch_decode_with_kv_cache``
+        and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode functions, plus the names listed in
+        ``zeroed-workspace-consumers``), traced through aliases and ``self.<attr>`` to its allocation. An allocation
+        with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed
+        (``.zero_()``, ``.fill_(0)``) in the allocating function.
+
+    Why it breaks serving
+        These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh
+        memory from the caching allocator is often zero, so tests pass; after the allocator recycles a block that
+        held activations, multi-CTA reductions wait on garbage counters (hang) or combine partial results that were
+        never written (wrong attention output) only under memory pressure in production.
+
+    Example
+        ::
+
+            self.workspace = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=self.device)
+            ...
+            trtllm_batch_decode_with_kv_cache(q, kv_cache, self.workspace, block_tables, seq_lens, ...)  # FC105
+
+    Use instead
+        ``torch.zeros(...)`` once at start-up (share it between wrappers, as rtp-llm's ``g_zero_workspace_buffer``
+        does), or ``.zero_()`` the buffer right after ``torch.empty``.
+
+    Known false positives
+        A buffer zeroed in a different function than the one that allocates it is reported; suppress with a reason
+        naming where it is zeroed. Workspaces reached through objects other than ``self`` or locals are not traced.
+    """
+
+    def check(self, ctx: Context) -> None:
+        consumers = ZEROED_WORKSPACE_CONSUMERS | set(ctx.config.zeroed_workspace_consumers)
+        seen: set[int] = set()
+        for fn in ctx.project.all_functions():
+            for call in fn.calls:
+                consumer = terminal_name(call.func)
+                if consumer not in consumers:
+                    continue
+                ws = workspace_arg(call)
+                if ws is None:
+                    continue
+                for alloc, where in allocations(ws, fn):
+                    kind = (dotted(alloc.func) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
+                    if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(alloc, where):
+                        continue
+                    seen.add(id(alloc))
+                    ctx.report(
+                        self, where, alloc,
+                        f"`{snippet(alloc)}` allocates an uninitialised workspace that {consumer} "
+                        f"({fn.source.relpath}:{call.lineno}) requires to start zeroed",
+                        hint="allocate it with torch.zeros (once, shared) or call .zero_() right after torch.empty",
+                        evidence={"consumer": consumer, "used_at": f"{fn.source.relpath}:{call.lineno}"},
+                    )
+
+
+def _zeroed_after(alloc: ast.Call, fn: FunctionInfo) -> bool:
+    """Whether the allocating function zeroes the same storage (``ws.zero_()``, ``ws.fill_(0)``)."""
+    targets: set[tuple[str, str, str]] = set()
+    for a in fn.assigns:
+        if isinstance(a, ast.Assign) and a.value is alloc:
+            for t in a.targets:
+                targets.update(storage_keys(t, fn) or [("local", "", ast.unparse(t))])
+    if isinstance(fn.node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and targets:
+        for call in fn.calls:
+            f = call.func
+            if isinstance(f, ast.Attribute) and (f.attr == "zero_" or (
+                    f.attr == "fill_" and call.args and isinstance(call.args[0], ast.Constant)
+                    and call.args[0].value == 0)):
+                keys = set(storage_keys(f.value, fn)) | {("local", "", ast.unparse(f.value))}
+                if keys & targets:
+                    return True
+    return False

@@ -1,0 +1,113 @@
+"""FC106 constant-workspace-size: a FlashInfer workspace whose size is a bare constant."""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.findings import Confidence, Severity
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.dataflow import ALLOCATORS, allocations
+from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.flashinfer_api import is_flashinfer_import, workspace_arg, wrapper_class_of_call
+from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.rules.fc101_host_sync import snippet
+
+
+@rule("FC106", "constant-workspace-size", severity=Severity.WARNING, confidence=Confidence.MEDIUM)
+class ConstantWorkspaceSize(Rule):
+    """A FlashInfer workspace is sized by a bare constant instead of the engine's limits.
+
+    What it checks
+        Allocations (``torch.empty``/``zeros``/...) assigned to a name with the word ``workspace`` or passed as the
+        workspace of a FlashInfer wrapper or function, whose size is a literal, arithmetic on literals, or a module
+        constant bound to one (``WORKSPACE = 128 * 1024 * 1024``). Sizes computed from configuration, environment
+        variables or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported.
+
+    Why it breaks serving
+        The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
+        and chunks. A constant that fits the benchmark overflows on the first long prefill or large DP batch:
+        ``plan()`` fails at run time, or worse, a graph captured with the small buffer is replayed with a plan that
+        needs more (rtp-llm PR 1099 sized the prefill workspace from ``plan_info``; SGLang PR 26643 had to size its
+        dispatcher workspace from ``max(chunked_prefill_size, max_running_req)``).
+
+    Example
+        ::
+
+            WORKSPACE_BYTES = 128 * 1024 * 1024
+            self.workspace_buffer = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)   # FC106
+
+    Use instead
+        Derive the size from the engine's limits (max tokens per step, max batch, heads, chunk size), make it a
+        configuration value, or check the planner's requirement at start-up and fail early with the numbers.
+
+    Known false positives
+        A constant that was derived by hand from the engine's fixed limits (a decode-only engine with a fixed batch)
+        is reported; suppress it with a reason that states the bound.
+    """
+
+    def check(self, ctx: Context) -> None:
+        seen: set[int] = set()
+        for fn in ctx.project.all_functions():
+            candidates: list[tuple[ast.Call, FunctionInfo]] = []
+            for a in fn.assigns:
+                if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call):
+                    targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+                    if any("workspace" in name_tokens(terminal_name(t) or "") for t in targets):
+                        candidates.extend(allocations(a.value, fn))
+            for call in fn.calls:
+                name = dotted(call.func) or ""
+                if wrapper_class_of_call(call, fn) or (name and is_flashinfer_import(fn, name)):
+                    ws = workspace_arg(call)
+                    if ws is not None:
+                        candidates.extend(allocations(ws, fn))
+            for alloc, where in candidates:
+                if id(alloc) in seen:
+                    continue
+                seen.add(id(alloc))
+                size = _size_arg(alloc)
+                placeholder = isinstance(size, ast.Constant) and size.value == 0  # resized before first use
+                if size is not None and not placeholder and _is_constant(size, where, ctx.project, 0):
+                    ctx.report(
+                        self, where, alloc,
+                        f"workspace `{snippet(alloc)}` has a fixed size (`{snippet(size, 40)}`); the planner's "
+                        "need grows with batch size, tokens and heads",
+                        hint="size it from the engine's limits or configuration, and check plan()'s requirement "
+                             "at start-up",
+                        evidence={"size": ast.unparse(size)},
+                    )
+
+
+def _size_arg(alloc: ast.Call) -> ast.expr | None:
+    name = (dotted(alloc.func) or "").rsplit(".", 1)[-1]
+    if name not in ALLOCATORS or name.endswith("_like") or name in ("tensor", "as_tensor", "arange"):
+        return None
+    size = kwarg(alloc, "size") or (alloc.args[0] if alloc.args else None)
+    if isinstance(size, ast.Tuple | ast.List) and len(size.elts) == 1:
+        size = size.elts[0]
+    return size
+
+
+def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int) -> bool:
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, int) and not isinstance(expr.value, bool)
+    if isinstance(expr, ast.BinOp):
+        return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
+    if isinstance(expr, ast.Tuple | ast.List):
+        return bool(expr.elts) and all(_is_constant(e, fn, project, depth + 1) for e in expr.elts)
+    if isinstance(expr, ast.Name):
+        scope = fn if expr.id in fn.local_assigns else fn.module.body
+        if scope is None or expr.id in fn.params:
+            return False
+        values = scope.local_assigns.get(expr.id)
+        if values:
+            return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1)
+        target = fn.module.imports.get(expr.id)
+        if target:
+            mod_name, _, const = target.rpartition(".")
+            mod = project.modules.get(mod_name)
+            if mod is not None and mod.body is not None:
+                vals = mod.body.local_assigns.get(const) or []
+                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1)
+    return False

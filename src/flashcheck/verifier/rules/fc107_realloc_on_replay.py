@@ -1,0 +1,117 @@
+"""FC107 realloc-on-replay-path: a persistent buffer is reallocated on a per-step or replay path."""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.dataflow import ALLOCATORS
+from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.hotpath import Hop, HotPaths
+from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.rules.fc101_host_sync import snippet
+
+_COPIES = frozenset({"clone", "cat", "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+
+
+@rule("FC107", "realloc-on-replay-path")
+class ReallocOnReplayPath(Rule):
+    """A persistent buffer (``self.<attr>``) is reallocated on a path that runs every step or before replay.
+
+    What it checks
+        In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured
+        hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
+        ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
+        a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` is not reported, nor is
+        ``__init__`` of an object built per step.
+
+    Why it breaks serving
+        A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
+        leaves the graph reading the old storage: the replay computes from stale metadata while the new buffer is
+        filled and ignored. rtp-llm had to add a ``forbid_realloc`` guard on its replay path for exactly this. In
+        eager mode it also allocates every step.
+
+    Example
+        ::
+
+            def init_forward_metadata_replay_cuda_graph(self, bs, seq_lens, ...):
+                self.kv_indptr = torch.zeros(bs + 1, dtype=torch.int32, device=self.device)   # FC107
+
+    Use instead
+        Allocate for the largest batch at start-up (or capture time) and write into a slice
+        (``self.kv_indptr[: bs + 1].copy_(...)``); if a size can grow, grow it before capture and fail loudly
+        on the replay path.
+
+    Known false positives
+        An attribute that is not a graph input (a per-step Python object stored on ``self``) is reported if it is a
+        new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose.
+    """
+
+    def check(self, ctx: Context) -> None:
+        step = ctx.hot.reach("step")
+        for fn in step:
+            if fn.name in ("__init__", "__post_init__"):
+                continue
+            guarded = _lazy_init_assigns(fn)
+            for a in fn.assigns:
+                if not isinstance(a, ast.Assign) or id(a) in guarded or not _is_fresh_tensor(a.value):
+                    continue
+                for t in a.targets:
+                    if _is_self_buffer(t):
+                        self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
+            for call in fn.calls:
+                if isinstance(call.func, ast.Attribute) and call.func.attr == "resize_" \
+                        and _is_self_buffer(call.func.value):
+                    self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
+
+    def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, reach: dict[FunctionInfo, Hop], what: str) -> None:
+        root = reach[fn].root
+        ctx.report(
+            self, fn, node,
+            f"{fn.short} {what} on a per-step path (root {root.fn.short}); a captured graph keeps reading "
+            "the old storage",
+            hint="allocate for the largest batch once and write into a slice; grow only before capture",
+            chain=HotPaths.chain(fn, reach), evidence={"root": root.fn.qualname},
+        )
+
+
+def _is_fresh_tensor(value: ast.expr) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    name = dotted(value.func) or ""
+    last = terminal_name(value.func) or ""
+    if name.startswith("torch."):
+        return last in ALLOCATORS or last in _COPIES
+    return isinstance(value.func, ast.Attribute) and last in _COPIES
+
+
+def _is_self_buffer(t: ast.expr) -> bool:
+    if isinstance(t, ast.Subscript):
+        if not (isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)):
+            return False  # self.buf[:n] = ... writes into the buffer, which is the fix
+        t = t.value
+    return isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+
+
+def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
+    """Assignments inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
+    out: set[int] = set()
+    if isinstance(fn.node, ast.Module):
+        return out
+    for node in ast.walk(fn.node):
+        if isinstance(node, ast.If) and _is_lazy_test(node.test):
+            for inner in node.body:
+                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign))
+    return out
+
+
+def _is_lazy_test(test: ast.expr) -> bool:
+    if isinstance(test, ast.BoolOp):
+        return any(_is_lazy_test(v) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
+        c = test.comparators[0]
+        return isinstance(c, ast.Constant) and c.value is None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = test.operand
+        return isinstance(inner, ast.Call) and dotted(inner.func) == "hasattr"
+    return False

@@ -1,0 +1,117 @@
+"""FC108 non-graph-wrapper-in-capture: a wrapper built without ``use_cuda_graph=True`` runs inside a capture."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from flashcheck.verifier.dataflow import Key, storage_keys
+from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.flashinfer_api import RUN_METHODS, graph_mode, wrapper_class_of_call
+from flashcheck.verifier.hotpath import HotPaths
+from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.rules.fc101_host_sync import snippet
+
+
+@dataclass(frozen=True)
+class Built:
+    fn: FunctionInfo
+    call: ast.Call
+    wrapper: str
+    graph: bool | None
+
+
+@rule("FC108", "non-graph-wrapper-in-capture")
+class NonGraphWrapperInCapture(Rule):
+    """A FlashInfer wrapper built without ``use_cuda_graph=True`` is run on a CUDA-graph capture path.
+
+    What it checks
+        Wrappers constructed (into ``self.<attr>``, a list or dict of them, or a local) without
+        ``use_cuda_graph=True`` (absent or ``False``; ``CUDAGraph*`` wrappers are graph-mode), whose ``run()`` /
+        ``forward()`` / ``run_return_lse()`` is called in a function reachable from a capture root
+        (``capture_one_batch_size``, ``init_forward_metadata_capture_cuda_graph``, ``capture-paths``). A receiver
+        that is also bound to a graph-mode wrapper, or whose mode is a variable, is not reported.
+
+    Why it breaks serving
+        A wrapper outside graph mode reallocates its index buffers on every ``plan()`` and lets ``run()`` pick
+        kernels and split counts from the latest plan. Captured once, the graph keeps the capture-time pointers and
+        launch configuration: the replay reads freed or stale indptr/indices (wrong outputs, illegal memory access)
+        as soon as a later ``plan()`` moves them.
+
+    Example
+        ::
+
+            self.decode_wrapper = BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD")
+            ...
+            def forward_decode(self, q, kv_cache):          # reached from capture_one_batch_size
+                return self.decode_wrapper.run(q, kv_cache)  # FC108
+
+    Use instead
+        Build one wrapper per captured batch size with ``use_cuda_graph=True`` and persistent
+        ``paged_kv_indptr_buffer``/``paged_kv_indices_buffer``/``paged_kv_last_page_len_buffer``, and select it by
+        batch size in both capture and replay.
+
+    Known false positives
+        A run call on a capture path that is only taken in eager mode (behind a ``if not capturing:`` branch) is
+        reported; suppress with a reason.
+    """
+
+    def check(self, ctx: Context) -> None:
+        built: dict[Key, list[Built]] = {}
+        for fn in ctx.project.all_functions():
+            for a in fn.assigns:
+                if not isinstance(a, ast.Assign):
+                    continue
+                for call in _constructor_calls(a.value):
+                    cls_name = wrapper_class_of_call(call, fn)
+                    if cls_name is None:
+                        continue
+                    for t in a.targets:
+                        local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
+                        for key in storage_keys(t, fn) or local:
+                            built.setdefault(key, []).append(Built(fn, call, cls_name, graph_mode(call, cls_name)))
+        if not built:
+            return
+        capture = ctx.hot.reach("capture")
+        for fn in capture:
+            for call in fn.calls:
+                func = call.func
+                if not isinstance(func, ast.Attribute) or func.attr not in RUN_METHODS:
+                    continue
+                for key in storage_keys(func.value, fn)[:1] or _local_key(func.value, fn, built):
+                    found = built.get(key, [])
+                    if not found or any(b.graph is not False for b in found):
+                        continue
+                    b = found[0]
+                    root = capture[fn].root
+                    ctx.report(
+                        self, fn, call,
+                        f"`{snippet(call)}` runs a {b.wrapper} built without use_cuda_graph=True "
+                        f"({b.fn.source.relpath}:{b.call.lineno}) on a capture path (root {root.fn.short})",
+                        hint="build a graph-mode wrapper (use_cuda_graph=True, persistent index buffers) per "
+                             "captured batch size and use it here",
+                        chain=HotPaths.chain(fn, capture),
+                        evidence={"built_at": f"{b.fn.source.relpath}:{b.call.lineno}", "wrapper": b.wrapper},
+                    )
+
+
+def _local_key(recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]) -> list[Key]:
+    """``w = BatchDecodeWithPagedKVCacheWrapper(...); w.run(...)`` inside one function."""
+    if isinstance(recv, ast.Name):
+        key = ("local", fn.qualname, recv.id)
+        return [key] if key in built else []
+    return []
+
+
+def _constructor_calls(value: ast.expr) -> list[ast.Call]:
+    if isinstance(value, ast.Call):
+        return [value]
+    if isinstance(value, ast.List | ast.Tuple):
+        return [c for e in value.elts for c in _constructor_calls(e)]
+    if isinstance(value, ast.ListComp):
+        return _constructor_calls(value.elt)
+    if isinstance(value, ast.DictComp):
+        return _constructor_calls(value.value)
+    if isinstance(value, ast.Dict):
+        return [c for e in value.values for c in _constructor_calls(e)]
+    return []

@@ -1,0 +1,157 @@
+"""Source files: discovery, one parse per file, module names and ``# flashcheck: ignore[...]`` comments.
+
+A file that cannot be read or parsed becomes a `SourceFile` with ``tree=None`` and an ``error``; the engine reports
+it (FC199) and carries on with the other files.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import io
+import os
+import re
+import tokenize
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flashcheck.errors import InvalidArgument
+
+__all__ = ["SourceFile", "Suppression", "discover", "module_name", "read_source"]
+
+_SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".tox",
+                        "node_modules", "build", "dist", ".eggs"})
+_SUPPRESS = re.compile(r"#\s*flashcheck:\s*ignore(?:\[(?P<ids>[^\]]*)\])?(?P<rest>.*)$")
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """One ``# flashcheck: ignore[IDS] reason`` comment; it covers `line` (and the next line if it stands alone)."""
+
+    line: int
+    ids: tuple[str, ...]
+    reason: str
+    covers: tuple[int, ...]
+
+
+@dataclass
+class SourceFile:
+    """One Python file, parsed once."""
+
+    path: Path
+    relpath: str
+    module: str
+    text: str
+    tree: ast.Module | None
+    error: str | None = None
+    error_line: int = 1
+    error_column: int = 1
+    lines: list[str] = field(default_factory=list)
+    suppressions: list[Suppression] = field(default_factory=list)
+
+    @property
+    def is_test(self) -> bool:
+        name = self.path.name
+        parts = set(Path(self.relpath).parts[:-1])
+        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" or bool(
+            parts & {"tests", "test", "testing"}
+        )
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+
+def discover(paths: Sequence[str], exclude: Sequence[str], root: Path) -> list[Path]:
+    """Every ``.py`` file under `paths` (files are taken as given), sorted, minus `exclude` patterns."""
+    out: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise InvalidArgument(f"path {raw!r} does not exist; pass files or directories to check")
+        if p.is_file():
+            out.add(p.resolve())
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+            out.update(Path(dirpath, f).resolve() for f in filenames if f.endswith(".py"))
+    return sorted(f for f in out if not _excluded(f, exclude, root))
+
+
+def _excluded(path: Path, patterns: Sequence[str], root: Path) -> bool:
+    rel = _relpath(path, root)
+    return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(path.name, pat) for pat in patterns)
+
+
+def _relpath(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def module_name(path: Path) -> str:
+    """Dotted module name: climb while the parent directory is a package (has ``__init__.py``)."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    d = path.parent
+    while (d / "__init__.py").is_file():
+        parts.append(d.name)
+        if d.parent == d:
+            break
+        d = d.parent
+    return ".".join(reversed(parts)) or path.stem
+
+
+def read_source(path: Path, root: Path) -> SourceFile:
+    """Read and parse `path`; never raises for a bad file (the error is recorded instead)."""
+    rel = _relpath(path, root)
+    mod = module_name(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return SourceFile(path, rel, mod, "", None, error=f"cannot read: {exc}")
+    lines = text.splitlines()
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None) or 1
+        col = getattr(exc, "offset", None) or 1
+        msg = getattr(exc, "msg", None) or str(exc)
+        return SourceFile(path, rel, mod, text, None, error=f"does not parse: {msg}", error_line=line,
+                          error_column=col, lines=lines)
+    sf = SourceFile(path, rel, mod, text, tree, lines=lines)
+    if "flashcheck:" in text:
+        sf.suppressions = list(_suppressions(text, lines))
+    return sf
+
+
+def _comments(text: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of real comments: a marker inside a string or docstring is not a suppression."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT and "flashcheck:" in tok.string:
+                yield tok.start[0], tok.string
+    except (tokenize.TokenError, SyntaxError):  # the file parsed, so this is unreachable in practice
+        return
+
+
+def _suppressions(text: str, lines: list[str]) -> Iterator[Suppression]:
+    for i, comment in _comments(text):
+        line = lines[i - 1]
+        m = _SUPPRESS.search(comment)
+        if m is None:
+            continue
+        ids = tuple(s.strip().upper() for s in (m.group("ids") or "").split(",") if s.strip())
+        # The reason ends where another comment starts: `# flashcheck: ignore[FC101]  # TODO` has no reason.
+        reason = m.group("rest").split("#", 1)[0].strip().lstrip(":-—–").strip()
+        standalone = line.lstrip().startswith("#")
+        covers = (i, _next_code_line(lines, i)) if standalone else (i,)
+        yield Suppression(i, ids, reason, covers)
+
+
+def _next_code_line(lines: list[str], i: int) -> int:
+    for j in range(i, len(lines)):
+        s = lines[j].strip()
+        if s and not s.startswith("#"):
+            return j + 1
+    return i
