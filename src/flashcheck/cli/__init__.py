@@ -20,6 +20,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 
 # name -> (module, one-line help). Modules must not import torch at import time.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "campaign": ("flashcheck.cli.campaign_cmd", "long fuzz campaign: one worker per GPU, crash isolation, resume"),
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
 }
