@@ -270,7 +270,9 @@ class Driver:
         if spec.total_qo > c.max_total_qo:
             problems.append(f"{spec.total_qo} query rows > max_total_qo {c.max_total_qo}")
         if problems:
-            raise InvalidArgument(f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}")
+            raise InvalidArgument(
+                f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}"
+            )
 
     def _host(self, x: Any) -> Any:
         with self.checker.checker_read():

@@ -59,11 +59,12 @@ class HangOnShape(ReferenceTarget):
 
 
 class Polluting(ReferenceTarget):
-    """Seed 003: the captured forward rewrites the persistent kv_indptr after attention (an FC301 finding)."""
+    """A metadata builder that corrupts the persistent kv_indptr of large buckets (ordinary FC301 findings)."""
 
     name = "polluting"
 
-    def after_replay(self, bucket: int) -> None:
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        super().prepare_replay(bucket, layout)
         buf: Any = self.bufs[bucket]["kv_indptr"]
         if bucket >= 4:
             buf[1] = buf[-1] + 3

@@ -145,7 +145,7 @@ class Supervisor:
         t = self._time_left()
         if t is not None:
             return format_duration(t)
-        left = (self.cfg.step_budget or 0) - self.store.steps_done()
+        left = max(0, (self.cfg.step_budget or 0) - self.store.steps_done())
         rate = sum(h.rate() for h in self.handles.values())
         return f"{left} steps" + (f" (~{format_duration(left / rate)})" if rate > 0 else "")
 

@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given, for run metadata
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE

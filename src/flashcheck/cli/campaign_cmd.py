@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from flashcheck.campaign.store import CampaignStore, load_campaign_meta
     from flashcheck.campaign.supervisor import Supervisor
 
-    command = "flashcheck campaign " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a)
+    command = "flashcheck " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))
     if args.resume:
         given = [f"--{k.replace('_', '-')}" for k in _FIXED_ON_RESUME if getattr(args, k, None)]
         if given:

@@ -14,7 +14,9 @@ from flashcheck.layout import PagedLayout
 __all__ = ["paged_attention_torch"]
 
 
-def paged_attention_torch(q: Any, k_cache: Any, v_cache: Any, layout: PagedLayout, spec: BatchSpec | None = None) -> Any:
+def paged_attention_torch(
+    q: Any, k_cache: Any, v_cache: Any, layout: PagedLayout, spec: BatchSpec | None = None
+) -> Any:
     """[rows, H, Dqk] queries over NHD caches [P, page, KH, D] -> fp32 [rows, H, Dvo]; padded rows stay 0.
 
     Real rows only are computed: ``rows`` may be ``layout.real_qo_rows()``.

@@ -51,7 +51,9 @@ def load_flashinfer() -> FI:
     except ImportError as exc:  # pragma: no cover - torch is a dependency
         raise EnvironmentUnavailable("torch is not installed") from exc
     if not torch.cuda.is_available():
-        raise EnvironmentUnavailable("no CUDA device: FlashInfer targets need a GPU (the CPU reference target runs anywhere)")
+        raise EnvironmentUnavailable(
+            "no CUDA device: FlashInfer targets need a GPU (the CPU reference target runs anywhere)"
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
