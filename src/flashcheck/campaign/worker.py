@@ -119,6 +119,9 @@ class Worker:
                         os._exit(EXIT_POISONED)
         except EnvironmentUnavailable as exc:
             self.emit("env", job=job, target=scen.target, reason=exc.reason)
+        except Exception as exc:  # setup of this target failed: drop the target, keep the other targets running
+            traceback.print_exc()
+            self.emit("env", job=job, target=scen.target, reason=f"setup failed: {type(exc).__name__}: {exc}"[:500])
         self.emit("done", job=job, steps=executed)
 
     def serve(self, commands: _Commands) -> None:
