@@ -32,6 +32,7 @@ CHECK_PACKAGES: tuple[str, ...] = (
     "flashcheck.runtime.checks",
     "flashcheck.verifier.rules",
     "flashcheck.targets.classify",
+    "flashcheck.campaign.checks",
 )
 
 

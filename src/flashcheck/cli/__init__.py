@@ -20,6 +20,7 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 
 # name -> (module, one-line help). Modules must not import torch at import time.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "campaign": ("flashcheck.cli.campaign_cmd", "long fuzz campaign: one worker per GPU, crash isolation, resume"),
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
     "report": ("flashcheck.cli.report_cmd", "render a run directory as terminal, JSON, JUnit, SARIF, Markdown or HTML"),
@@ -42,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given, for run metadata
     if not getattr(args, "_run", None):
         parser.print_help()
         return EXIT_USAGE

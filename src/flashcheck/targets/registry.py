@@ -1,14 +1,15 @@
-"""Built-in targets by name: ``make_target("decode-tc", buckets=(1, 2, 4))``."""
+"""Built-in targets by name: ``make_target("decode-tc", buckets=(1, 2, 4))``; user targets as ``module:ClassName``."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from flashcheck.errors import InvalidArgument
 from flashcheck.targets.protocol import Target, check_target
 
-__all__ = ["BUILTIN_TARGETS", "GPU_TARGETS", "make_target"]
+__all__ = ["BUILTIN_TARGETS", "GPU_TARGETS", "make_target", "resolve_target"]
 
 
 def _reference(**kw: Any) -> Target:
@@ -70,12 +71,30 @@ BUILTIN_TARGETS: dict[str, Callable[..., Target]] = {
 GPU_TARGETS: tuple[str, ...] = tuple(n for n in BUILTIN_TARGETS if n != "cpu-reference")
 
 
-def make_target(name: str, **config: Any) -> Target:
-    """Build a built-in target; `config` overrides its defaults (buckets, padding, metadata, replan...)."""
+def resolve_target(name: str) -> Callable[..., Target]:
+    """The factory of a built-in target, or of a user target given as ``module:ClassName`` (or
+    ``module:function``): the module is imported from ``sys.path`` and the attribute is called with the
+    configuration. Unknown names raise `InvalidArgument`."""
+    if name in BUILTIN_TARGETS:
+        return BUILTIN_TARGETS[name]
+    if ":" not in name:
+        raise InvalidArgument(
+            f"unknown target {name!r}; built-in targets: {', '.join(BUILTIN_TARGETS)}, or module:ClassName"
+        )
+    module, _, attr = name.partition(":")
     try:
-        factory = BUILTIN_TARGETS[name]
-    except KeyError:
-        raise InvalidArgument(f"unknown target {name!r}; built-in targets: {', '.join(BUILTIN_TARGETS)}") from None
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise InvalidArgument(f"target {name!r}: cannot import module {module!r} ({exc}); is it on sys.path?") from exc
+    factory = getattr(mod, attr, None)
+    if not callable(factory):
+        raise InvalidArgument(f"target {name!r}: module {module!r} has no class or function {attr!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+def make_target(name: str, **config: Any) -> Target:
+    """Build a built-in target (or ``module:ClassName``); `config` overrides its defaults (buckets, padding...)."""
+    factory = resolve_target(name)
     try:
         return check_target(factory(**config))
     except TypeError as exc:

@@ -1,0 +1,448 @@
+"""The campaign supervisor: owns the run directory, starts one worker process per slot, hands out scenario
+chunks, turns a dead or hung worker into one FC251 finding with its in-flight scenario, restarts it, and stops
+on the budget. It imports no torch; workers do.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from flashcheck.campaign.checks import CRASH_ID, crash_cause, crash_finding
+from flashcheck.campaign.corpus import Corpus
+from flashcheck.campaign.ledger import scenario_sha, step_shape
+from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_duration
+from flashcheck.campaign.progress import Progress, Snapshot, WorkerLine
+from flashcheck.campaign.store import CampaignStore
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Finding
+from flashcheck.repro import make_repro
+from flashcheck.rundir import Sample
+from flashcheck.scenario import Scenario
+
+__all__ = ["Outcome", "Supervisor"]
+
+MAX_EARLY_DEATHS = 3  # consecutive deaths before a worker's first step: the worker itself is broken
+_EOF = "\x00eof"
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str  # "chunk" | "corpus"
+    target: str
+    n: int
+    chunk: int | None = None
+    corpus_id: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """How the campaign ended: exit code for the CLI (0 clean, 1 findings, 2 error, 3 environment)."""
+
+    code: int
+    reason: str
+
+
+class _Handle:
+    """One live incarnation of a worker slot."""
+
+    def __init__(self, index: int, gen: int, proc: subprocess.Popen[str], log: IO[bytes]) -> None:
+        self.index, self.gen, self.proc, self.log = index, gen, proc, log
+        self.status = "starting"
+        self.job: Job | None = None
+        self.scenario: Scenario | None = None
+        self.began = False
+        self.executed = 0
+        self.last_event = time.monotonic()
+        self.hung = self.poisoned = self.asked_to_stop = False
+        self.steps_session = 0
+        self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
+
+    def send(self, cmd: dict[str, Any]) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # it died; its EOF is on the way
+
+    def rate(self) -> float:
+        if len(self.window) < 2:
+            return 0.0
+        (t0, s0), (t1, s1) = self.window[0], self.window[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class Supervisor:
+    def __init__(self, cfg: CampaignConfig, store: CampaignStore, corpus: Corpus, progress: Progress, *,
+                 corpus_poll: float = 30.0, save_every: float = 10.0) -> None:
+        self.cfg, self.store, self.corpus, self.progress = cfg, store, corpus, progress
+        self.events: queue.Queue[tuple[int, int, str]] = queue.Queue()
+        self.handles: dict[int, _Handle] = {}
+        self.gens: dict[int, int] = {}
+        self.early_deaths: dict[int, int] = {}
+        self.pending_corpus: list[tuple[str, Scenario]] = []
+        self.stopping = False
+        self.stop_reason = ""
+        self.fatal: Outcome | None = None
+        self.corpus_poll, self.save_every = corpus_poll, save_every
+        self._stop_deadline: float | None = None
+
+    # ---- workers -----------------------------------------------------------------------------------------------
+    def _spawn(self, w: int) -> None:
+        gen = self.gens.get(w, -1) + 1
+        self.gens[w] = gen
+        wdir = self.store.dir / "workers" / str(w)
+        wdir.mkdir(parents=True, exist_ok=True)
+        (wdir / "inflight.json").unlink(missing_ok=True)
+        env = dict(os.environ)
+        # like multiprocessing's spawn: the worker sees our sys.path (module:Class targets import the same way)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        if self.cfg.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus[w % len(self.cfg.gpus)]
+        log = (wdir / "stderr.log").open("ab")
+        cmd = [sys.executable, "-m", "flashcheck.campaign.worker", "serve", "--run-dir", str(self.store.dir),
+               "--worker", str(w), "--config", json.dumps(self.cfg.to_dict())]
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True,
+                                bufsize=1)
+        h = _Handle(w, gen, proc, log)
+        self.handles[w] = h
+        threading.Thread(target=self._read, args=(h,), name=f"flashcheck-worker-{w}", daemon=True).start()
+
+    def _read(self, h: _Handle) -> None:
+        assert h.proc.stdout is not None
+        for line in h.proc.stdout:
+            self.events.put((h.index, h.gen, line))
+        self.events.put((h.index, h.gen, _EOF))
+
+    # ---- the budget ----------------------------------------------------------------------------------------------
+    def _in_flight(self) -> int:
+        return sum(max(0, h.job.n - h.executed) for h in self.handles.values() if h.job is not None)
+
+    def _steps_left(self) -> int | None:
+        if self.cfg.step_budget is None:
+            return None
+        return self.cfg.step_budget - self.store.steps_done() - self._in_flight()
+
+    def _time_left(self) -> float | None:
+        return None if self.cfg.time_budget is None else self.cfg.time_budget - self.store.elapsed()
+
+    def _remaining_text(self) -> str:
+        t = self._time_left()
+        if t is not None:
+            return format_duration(t)
+        left = max(0, (self.cfg.step_budget or 0) - self.store.steps_done())
+        rate = sum(h.rate() for h in self.handles.values())
+        return f"{left} steps" + (f" (~{format_duration(left / rate)})" if rate > 0 else "")
+
+    def _targets(self) -> list[str]:
+        return [t for t in self.cfg.targets if t not in self.store.dropped]
+
+    def _next_job(self, w: int) -> Job | None:
+        left = self._steps_left()
+        if left is not None and left <= 0:
+            return None
+        busy = {h.job.corpus_id for h in self.handles.values() if h.job is not None and h.job.corpus_id}
+        targets = self._targets()
+        while self.pending_corpus:
+            cid, scen = self.pending_corpus.pop(0)
+            if cid in self.store.corpus_done or cid in busy or scen.target not in targets:
+                continue
+            return Job(f"corpus:{cid}", "corpus", scen.target, len(scen.steps), corpus_id=cid,
+                       payload={"scenario": scen.to_dict()})
+        if not targets:
+            return None
+        ws = self.store.worker(w)
+        k = ws.next_chunk
+        n = self.cfg.chunk_steps if left is None else min(self.cfg.chunk_steps, left)
+        seed = chunk_seed(self.cfg.seed, self.cfg.node_index, w, k)
+        target = targets[k % len(targets)]
+        return Job(f"chunk:{k}", "chunk", target, n, chunk=k, payload={"target": target, "seed": seed, "n": n})
+
+    def _assign(self) -> None:
+        for h in self.handles.values():
+            if h.status != "idle" or self.stopping:
+                continue
+            job = self._next_job(h.index)
+            if job is None:
+                continue
+            h.job, h.scenario, h.began, h.executed, h.status = job, None, False, 0, "busy"
+            h.last_event = time.monotonic()
+            h.send({"cmd": "run", "job": job.id, "kind": job.kind, **job.payload})
+
+    def _poll_corpus(self) -> None:
+        queued = {cid for cid, _ in self.pending_corpus}
+        for target in self._targets():
+            for cid, scen in self.corpus.entries(target):
+                if cid not in self.store.corpus_done and cid not in queued:
+                    self.pending_corpus.append((cid, scen))
+
+    # ---- events ------------------------------------------------------------------------------------------------
+    def _handle_event(self, w: int, gen: int, line: str) -> None:
+        h = self.handles.get(w)
+        if h is None or h.gen != gen:
+            return  # a previous incarnation's leftovers
+        if line == _EOF:
+            self._on_exit(h)
+            return
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        h.last_event = time.monotonic()
+        kind = ev.get("ev")
+        if kind == "ready":
+            h.status = "idle"
+            if isinstance(ev.get("environment"), dict):
+                self.store.meta.setdefault("environment", {}).update(ev["environment"])
+        elif kind == "begin":
+            h.began = True
+            h.scenario = self._inflight(h)
+        elif kind == "step":
+            self._on_step(h, ev)
+        elif kind == "skipped":
+            self.store.skipped_steps += int(ev.get("steps", 0))
+        elif kind == "poisoned":
+            h.poisoned = True
+        elif kind == "env":
+            self._on_env(str(ev.get("target")), str(ev.get("reason")))
+        elif kind == "done":
+            self._complete(h)
+            h.status = "idle"
+        elif kind == "error":
+            msg = f"worker {w} failed: {ev.get('message', '')}"
+            self.store.error(msg)
+            self.fatal = Outcome(2, msg)
+            self._stop("worker error")
+
+    def _inflight(self, h: _Handle) -> Scenario | None:
+        """The scenario the worker wrote before running it (the source of truth after a crash)."""
+        try:
+            doc = json.loads((self.store.dir / "workers" / str(h.index) / "inflight.json").read_text("utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return h.scenario
+        if h.job is None or doc.get("job") != h.job.id:
+            return h.scenario
+        return Scenario.from_dict(doc["scenario"])
+
+    def _on_step(self, h: _Handle, ev: dict[str, Any]) -> None:
+        ws = self.store.worker(h.index)
+        if ev.get("sample"):
+            s = Sample.from_dict(ev["sample"])
+            self.store.add_sample(dataclasses.replace(s, step=ws.steps_done + h.executed, t=self.store.elapsed(),
+                                                      worker=h.index))
+        h.executed += 1
+        h.steps_session += 1
+        h.window.append((time.monotonic(), h.steps_session))
+        self.early_deaths[h.index] = 0
+        scen = h.scenario
+        for d in ev.get("findings", []):
+            f = Finding.from_dict(d)
+            if self.cfg.select and f.id not in self.cfg.select and f.id != CRASH_ID:
+                continue
+            if scen is not None:
+                self._record(f, scen, int(ev.get("i", 0)))
+
+    def _record(self, f: Finding, scen: Scenario, step: int) -> None:
+        repro = make_repro(scen, step, f, layers=self.cfg.layers)
+        repro["command"] = "python -m flashcheck.campaign.worker repro REPRO.json"
+        result = self.store.add_finding(f, repro)
+        if result == "duplicate":
+            return
+        trimmed = Scenario.from_dict(repro["scenario"])
+        with contextlib.suppress(Exception):  # a flaky shared corpus must not stop the campaign
+            self.store.corpus_done.add(self.corpus.save(trimmed))
+        if result == "new":
+            self.progress.note(f"new finding {f.id} {f.name} ({f.location}): {f.message[:160]}")
+
+    def _on_env(self, target: str, reason: str) -> None:
+        if target in self.store.dropped:
+            return
+        self.store.dropped[target] = reason
+        self.progress.note(f"target {target} cannot run here, dropped: {reason}")
+        if not self._targets():
+            self.fatal = Outcome(3, f"no target can run here: {'; '.join(self.store.dropped.values())}")
+            self._stop("environment unavailable")
+
+    def _complete(self, h: _Handle) -> None:
+        job = h.job
+        if job is None:
+            return
+        ws = self.store.worker(h.index)
+        ws.steps_done += h.executed
+        if job.chunk is not None:
+            ws.next_chunk = max(ws.next_chunk, job.chunk + 1)
+        if job.corpus_id is not None:
+            self.store.corpus_done.add(job.corpus_id)
+        h.job, h.scenario, h.executed, h.began = None, None, 0, False
+        self.store.save()
+
+    def _on_exit(self, h: _Handle) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            h.proc.wait(timeout=30)
+        rc = h.proc.returncode
+        h.log.close()
+        h.status = "dead"
+        ws = self.store.worker(h.index)
+        job = h.job
+        if job is not None and h.poisoned:
+            self._complete(h)  # the step's FC250 finding was reported; the rest of the chunk is lost
+        elif job is not None and h.began and (h.hung or not h.asked_to_stop):
+            self._record_crash(h, rc)
+            ws.crashes += 1
+            self._complete(h)
+        elif h.asked_to_stop:
+            h.job = None  # stopped mid-chunk: the chunk is not complete and a resumed campaign re-runs it
+        else:
+            self.early_deaths[h.index] = self.early_deaths.get(h.index, 0) + 1
+            h.job = None
+            if self.early_deaths[h.index] >= MAX_EARLY_DEATHS:
+                msg = (f"worker {h.index} died {MAX_EARLY_DEATHS} times in a row before running a step (last exit "
+                       f"status {rc}); see {self.store.dir}/workers/{h.index}/stderr.log")
+                self.store.error(msg)
+                self.fatal = Outcome(2, msg)
+                self._stop("worker cannot start")
+        if not self.stopping:
+            ws.restarts += 1
+            self.store.save()
+            self._spawn(h.index)
+
+    def _record_crash(self, h: _Handle, rc: int | None) -> None:
+        scen = self._inflight(h)
+        if scen is None or not scen.steps:
+            return
+        i = min(h.executed, len(scen.steps) - 1)
+        phase = "step" if h.executed < len(scen.steps) else "teardown"
+        step = scen.steps[i]
+        name = f"{step.op} bs={len(step.qo_lens)}" + (f" bucket={step.bucket}" if step.bucket else "")
+        cause = crash_cause(rc, h.hung)
+        trimmed = Scenario(scen.target, scen.steps[: i + 1], scen.seed, scen.target_config)
+        evidence = {
+            "returncode": rc, "phase": phase, "worker": h.index, "job": h.job.id if h.job else None,
+            "scenario_sha": scenario_sha(trimmed), "stderr_tail": self._stderr_tail(h.index),
+            "quarantine": {"target": scen.target, "step": step_shape(step), "reason": "<cite the issue>"},
+        }
+        f = crash_finding(target=scen.target, step_index=i, step_name=name, op=step.op, cause=cause,
+                          evidence=evidence, timeout=self.cfg.step_timeout)
+        self._record(f, scen, i)
+        self.progress.note(f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}; "
+                           "restarting it")
+
+    def _stderr_tail(self, w: int, lines: int = 12) -> str:
+        try:
+            data = (self.store.dir / "workers" / str(w) / "stderr.log").read_bytes()[-4096:]
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    # ---- control -----------------------------------------------------------------------------------------------
+    def _stop(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping, self.stop_reason = True, reason
+        self._stop_deadline = time.monotonic() + min(60.0, self.cfg.step_timeout)
+        for h in self.handles.values():
+            h.asked_to_stop = True
+            h.send({"cmd": "stop"})
+            with contextlib.suppress(OSError, ValueError):
+                if h.proc.stdin is not None:
+                    h.proc.stdin.close()
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        for h in self.handles.values():
+            if h.status == "dead" or h.hung:
+                continue
+            if h.status == "busy" and now - h.last_event > self.cfg.step_timeout:
+                h.hung = True
+                h.proc.kill()
+            elif self._stop_deadline is not None and now > self._stop_deadline:
+                h.proc.kill()
+
+    def _snapshot(self) -> Snapshot:
+        by_id: dict[str, int] = {}
+        for f in self.store.findings.values():
+            by_id[f.id] = by_id.get(f.id, 0) + 1
+        lines = [WorkerLine(h.index, h.status, self.store.worker(h.index).steps_done + h.executed, h.rate(),
+                            h.job.target + " " + h.job.id if h.job else "") for h in self.handles.values()]
+        wss = self.store.workers.values()
+        return Snapshot(self.store.elapsed(), self._remaining_text(), self.store.steps_done() + sum(
+            h.executed for h in self.handles.values()), lines, by_id, len(self.store.shapes),
+            sum(w.crashes for w in wss), sum(w.restarts for w in wss), len(self.store.corpus_done))
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(signum: int, frame: object) -> None:
+            self._stop(f"interrupted by {signal.Signals(signum).name}")
+
+        for s in old:
+            signal.signal(s, on_signal)
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def run(self) -> Outcome:
+        """Run until the budget is spent (or a signal / fatal error); returns the outcome."""
+        if self.cfg.time_budget is None and self.cfg.step_budget is None:
+            raise InvalidArgument("a campaign needs a budget: --time or --steps")
+        with contextlib.suppress(Exception):
+            self._poll_corpus()
+        for w in range(self.cfg.workers):
+            self._spawn(w)
+        last_save = last_poll = time.monotonic()
+        with self._signals():
+            while True:
+                try:
+                    w, gen, line = self.events.get(timeout=0.2)
+                    self._handle_event(w, gen, line)
+                    while True:
+                        w, gen, line = self.events.get_nowait()
+                        self._handle_event(w, gen, line)
+                except queue.Empty:
+                    pass
+                self._check_timeouts()
+                if not self.stopping:
+                    t = self._time_left()
+                    left = self._steps_left()
+                    if t is not None and t <= 0:
+                        self._stop("time budget spent")
+                    elif left is not None and left <= 0 and all(h.job is None for h in self.handles.values()):
+                        self._stop("step budget spent")
+                if self.stopping and all(h.status == "dead" for h in self.handles.values()):
+                    break
+                self._assign()
+                now = time.monotonic()
+                if now - last_save > self.save_every:
+                    self.store.save()
+                    last_save = now
+                if now - last_poll > self.corpus_poll and not self.stopping:
+                    with contextlib.suppress(Exception):
+                        self._poll_corpus()
+                    last_poll = now
+                self.progress.update(self._snapshot())
+        self.progress.update(self._snapshot(), force=True)
+        self.store.close(stop_reason=self.stop_reason)
+        if self.fatal is not None:
+            return self.fatal
+        return Outcome(1 if self.store.findings else 0, self.stop_reason)

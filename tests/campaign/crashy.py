@@ -1,0 +1,80 @@
+"""Targets that misbehave on purpose, loaded by campaign workers as ``crashy:ClassName`` (this directory is on
+the workers' sys.path because the supervisor forwards its own).
+
+Each crash fires on one specific batch shape so a campaign meets it a few times in a short budget.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from flashcheck.layout import PagedLayout
+from flashcheck.targets.reference import ReferenceTarget
+
+
+def exit_shape(layout: PagedLayout) -> bool:
+    """Graph batches of 3 real requests whose first kv_len is a multiple of 3."""
+    return layout.batch_size == 3 and layout.spec.kv_lens[0] % 3 == 0
+
+
+def kill_shape(layout: PagedLayout) -> bool:
+    """Eager batches of 5 requests whose first kv_len is a multiple of 3."""
+    return layout.spec.batch_size == 5 and layout.spec.kv_lens[0] % 3 == 0
+
+
+class ExitOnShape(ReferenceTarget):
+    """Exits the process with status 3 in prepare_replay on `exit_shape` (a fatal error in a metadata builder)."""
+
+    name = "crashy-exit"
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        if exit_shape(layout):
+            os._exit(3)
+        super().prepare_replay(bucket, layout)
+
+
+class CrashTwoWays(ExitOnShape):
+    """`ExitOnShape`, and SIGKILLs itself when planning an eager `kill_shape` batch (a hard kernel fault)."""
+
+    name = "crashy-two"
+
+    def plan(self, layout: PagedLayout) -> None:
+        if kill_shape(layout):
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().plan(layout)
+
+
+class HangOnShape(ReferenceTarget):
+    """Never returns from prepare_replay on `exit_shape` (a deadlocked kernel)."""
+
+    name = "crashy-hang"
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        if exit_shape(layout):
+            time.sleep(3600)
+        super().prepare_replay(bucket, layout)
+
+
+class Polluting(ReferenceTarget):
+    """A metadata builder that corrupts the persistent kv_indptr of large buckets (ordinary FC301 findings)."""
+
+    name = "polluting"
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        super().prepare_replay(bucket, layout)
+        buf: Any = self.bufs[bucket]["kv_indptr"]
+        if bucket >= 4:
+            buf[1] = buf[-1] + 3
+
+
+class Mixed(CrashTwoWays, Polluting):
+    """Both kinds of crash and an ordinary FC301 finding: what the kill-and-resume test runs."""
+
+    name = "crashy-mixed"
+
+
+# Small shapes keep CPU steps in the milliseconds (pass as --target-config).
+SMALL = '{"max_kv_len": 96, "max_pages": 64, "max_qo_len": 4}'
