@@ -25,14 +25,15 @@ def render(paths: list[str]) -> str:
                 out.append(f"| {r['target']} | {r.get('property')} | {r.get('found')} | {r.get('steps_to_first')} | "
                            f"{r.get('seconds_to_first', '')} | {r.get('wall_s')} |")
         else:
-            out.append("| target | status | steps (capture/replay/eager) | steps/s | findings | rejected |")
-            out.append("|---|---|---|---|---|---|")
+            out.append("| target | status | steps (capture/replay/eager) | steps/s | findings | known upstream | rejected |")
+            out.append("|---|---|---|---|---|---|---|")
             for r in d["results"]:
                 ops = r.get("ops", {})
                 opss = f"{r.get('steps', 0)} ({ops.get('capture', 0)}/{ops.get('replay', 0)}/{ops.get('eager', 0)})"
                 extra = r.get("reason") or r.get("error") or ""
                 out.append(f"| {r['target']} | {r['status']} {extra[:80]} | {opss} | {r.get('steps_per_s', '')} | "
-                           f"{r.get('findings') or 'none'} | {sum((r.get('rejected') or {}).values())} |")
+                           f"{r.get('findings') or 'none'} | {r.get('known') or 'none'} | "
+                           f"{sum((r.get('rejected') or {}).values())} |")
         out.append("")
     return "\n".join(out)
 

@@ -72,6 +72,8 @@ def main() -> int:
         rec["wall_s"] = round(time.perf_counter() - t0, 2)
         results.append(rec)
         print(json.dumps(rec, default=str), flush=True)
+        if a.out:  # rewritten after every target: a timeout keeps what finished
+            Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=2))
     if a.out:
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=2))
     print(f"{'target':<36}{'property':<9}{'found':<7}{'steps':>6}{'secs':>8}{'wall':>8}")

@@ -45,6 +45,14 @@ def make_checker(mode: str, device: str) -> Any:
 def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict[str, Any]:
     from flashcheck.errors import EnvironmentUnavailable
     from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.known import split_known
+
+    try:
+        import flashinfer
+
+        version = str(flashinfer.__version__)
+    except ImportError:
+        version = ""
     from flashcheck.scenario import Driver
     from flashcheck.targets.registry import make_target
 
@@ -62,6 +70,7 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
             rec["setup_s"] = round(time.perf_counter() - t0, 2)
             plan = random_steps(target.capacity, steps, seed)
             found: Counter[str] = Counter()
+            known: Counter[str] = Counter()
             first: dict[str, str] = {}
             rejected: Counter[str] = Counter()
             ops: Counter[str] = Counter()
@@ -71,12 +80,18 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
                 ops[st.op] += 1
                 if r.rejected:
                     rejected[r.rejected[:120]] += 1
-                for f in r.findings:
+                unexpected, hits = split_known(r.findings, name, version)
+                for f in unexpected:
                     found[f.id] += 1
-                    first.setdefault(f.id, f"step {i} {st.to_dict()}: {f.message}")
+                    top = next((str(fr) for fr in reversed(f.stack) if "flashcheck" not in fr.file), None)
+                    first.setdefault(f.id, f"step {i} {st.to_dict()}: {f.message} [at {f.location}; {top}]")
+                for f, k in hits:
+                    known[f.id] += 1
+                    first.setdefault(f"known {f.id}", f"step {i}: {f.message} -- {k.reason}")
             dt = time.perf_counter() - t1
             rec.update(status="ran", steps=len(plan), ops=dict(ops), steps_per_s=round(len(plan) / dt, 1),
-                       run_s=round(dt, 2), findings=dict(found), first_finding=first, rejected=dict(rejected),
+                       run_s=round(dt, 2), findings=dict(found), known=dict(known), first_finding=first,
+                       rejected=dict(rejected),
                        config=dict(target.config()))
         finally:
             exit_ = getattr(checker, "__exit__", None)
@@ -124,9 +139,9 @@ def main() -> int:
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
-    print(f"{'target':<18}{'status':<9}{'steps':>6}{'steps/s':>9}  findings / reason")
+    print(f"{'target':<18}{'status':<9}{'steps':>6}{'steps/s':>9}  findings / known / reason")
     for r in results:
-        tail = r.get("findings") or r.get("reason") or r.get("error", "")
+        tail = f"{r.get('findings')} known={r.get('known')}" if r["status"] == "ran" else r.get("reason") or r.get("error")
         print(f"{r['target']:<18}{r['status']:<9}{r.get('steps', 0):>6}{r.get('steps_per_s', 0):>9}  {tail}")
     return 0
 

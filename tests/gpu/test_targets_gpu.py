@@ -10,6 +10,7 @@ import pytest
 
 from flashcheck.batch import BatchSpec
 from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.known import split_known
 from flashcheck.layout import build_paged_layout
 from flashcheck.properties.csr import check_layout
 from flashcheck.session import open_session
@@ -20,12 +21,14 @@ STEPS = int(os.environ.get("FLASHCHECK_GPU_STEPS", "40"))
 
 @pytest.mark.parametrize("name", GPU_TARGETS)
 def test_clean_target_has_no_finding(name: str) -> None:
+    """Findings that are documented FlashInfer behaviour (flashcheck.known) are allowed; nothing else is."""
     target = make_target(name)
     steps = random_steps(target.capacity, STEPS, seed=1234)
     with open_session(target, layers="all", seed=7) as drv:
         for i, s in enumerate(steps):
             r = drv.execute(s, i)
-            assert not r.findings, f"{name} step {i} {s.to_dict()}:\n" + "\n".join(map(str, r.findings))
+            unexpected, _known = split_known(r.findings, name)
+            assert not unexpected, f"{name} step {i} {s.to_dict()}:\n" + "\n".join(map(str, unexpected))
 
 
 def test_decode_accepts_non_monotone_kv_indptr_silently() -> None:

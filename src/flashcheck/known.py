@@ -1,0 +1,68 @@
+"""Known upstream behaviours: findings that are real but belong to FlashInfer (or torch), not to the code under test.
+
+Each entry names the check, the target pattern, where the finding must point (a file suffix inside the upstream
+package) and why, with the evidence that shows it. Matching findings are reported as *known* instead of failing;
+an entry that matches nothing in a run where its target ran is reported too (like FlashInfer's fuzz ledger, an
+unexpected pass is news: the upstream behaviour changed).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flashcheck.errors import InvalidDefinition
+from flashcheck.findings import Finding
+
+__all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "split_known"]
+
+
+@dataclass(frozen=True)
+class KnownBehaviour:
+    check: str
+    targets: str  # fnmatch pattern over target names
+    where: str  # a frame of the finding's stack (or its location file) must end with this
+    reason: str
+    versions: str = "*"  # fnmatch pattern over the FlashInfer version
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise InvalidDefinition(f"known behaviour {self.check} for {self.targets} needs a reason")
+
+    def matches(self, f: Finding, target: str, version: str = "") -> bool:
+        if f.id != self.check or not fnmatch.fnmatch(target, self.targets):
+            return False
+        if version and not fnmatch.fnmatch(version, self.versions):
+            return False
+        files = [fr.file for fr in f.stack] + [f.location.file or ""]
+        return any(x.replace("\\", "/").endswith(self.where) for x in files)
+
+
+KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
+    KnownBehaviour(
+        check="FC201",
+        targets="prefill-*",
+        where="flashinfer/prefill.py",
+        reason="BatchPrefillWithPagedKVCacheWrapper.plan() copies kv_lens into its device buffer from a pageable "
+        "CPU tensor it builds itself (`self._kv_lens_buffer[:B].copy_(kv_lens_host, non_blocking)`), a staging "
+        "copy on every plan even when every input is pinned; seen on the H100 in reports/gpu-0.6.13.md "
+        "(research/flashinfer_internals.md §2.2).",
+    ),
+)
+
+
+def split_known(
+    findings: Iterable[Finding], target: str, version: str = "", known: Iterable[KnownBehaviour] = KNOWN_UPSTREAM
+) -> tuple[list[Finding], list[tuple[Finding, KnownBehaviour]]]:
+    """(unexpected findings, [(known finding, its entry)])."""
+    entries = tuple(known)
+    unexpected: list[Finding] = []
+    hits: list[tuple[Finding, KnownBehaviour]] = []
+    for f in findings:
+        k = next((e for e in entries if e.matches(f, target, version)), None)
+        if k is None:
+            unexpected.append(f)
+        else:
+            hits.append((f, k))
+    return unexpected, hits
