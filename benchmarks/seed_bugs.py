@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def one(name: str, budget: int, seed: int) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
+    from tests.quality.seed_bugs_gpu import SEED_BUG_TARGETS
+
     from flashcheck.fuzz.scenarios import random_steps
     from flashcheck.session import open_session
-    from tests.quality.seed_bugs_gpu import SEED_BUG_TARGETS
 
     cls = SEED_BUG_TARGETS[name]
     target = cls()

@@ -8,7 +8,6 @@ import os
 import numpy as np
 import pytest
 
-from flashcheck.batch import BatchSpec
 from flashcheck.fuzz.scenarios import random_steps
 from flashcheck.known import split_known
 from flashcheck.layout import build_paged_layout
