@@ -1,6 +1,6 @@
 """Time to first finding for each seed-bug target, each in its own process (a kernel fault cannot leak).
 
-    python benchmarks/seed_bugs.py --budget 200 --out $OUT/seed_bugs.json
+python benchmarks/seed_bugs.py --budget 200 --out $OUT/seed_bugs.json
 """
 
 from __future__ import annotations
@@ -38,9 +38,15 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
             hit = [f for f in r.findings if f.id == cls.intended]
             if hit:
                 top = hit[0].stack[-1] if hit[0].stack else None
-                rec.update(found=True, steps_to_first=i + 1, seconds_to_first=round(time.perf_counter() - t1, 3),
-                           message=hit[0].message, location=str(hit[0].location),
-                           stack_top=str(top) if top else None, step=s.to_dict())
+                rec.update(
+                    found=True,
+                    steps_to_first=i + 1,
+                    seconds_to_first=round(time.perf_counter() - t1, 3),
+                    message=hit[0].message,
+                    location=str(hit[0].location),
+                    stack_top=str(top) if top else None,
+                    step=s.to_dict(),
+                )
                 break
         else:
             rec.update(found=False, steps_to_first=None)
@@ -56,6 +62,9 @@ def main() -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if a.one:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(75, exit=True)  # a hung target shows where it hangs, then exits
         print(json.dumps(one(a.one, a.budget, a.seed), default=str))
         return 0
     sys.path.insert(0, str(ROOT))
@@ -64,8 +73,13 @@ def main() -> int:
     results = []
     for name in sorted(SEED_BUG_TARGETS):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--one", name, "--budget", str(a.budget), "--seed",
-                               str(a.seed)], capture_output=True, text=True, env=os.environ.copy())
+        proc = subprocess.run(
+            [sys.executable, __file__, "--one", name, "--budget", str(a.budget), "--seed", str(a.seed)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        )
         try:
             rec = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
@@ -79,8 +93,10 @@ def main() -> int:
         Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=2))
     print(f"{'target':<36}{'property':<9}{'found':<7}{'steps':>6}{'secs':>8}{'wall':>8}")
     for r in results:
-        print(f"{r['target']:<36}{r.get('property', ''):<9}{r.get('found')!s:<7}{r.get('steps_to_first')!s:>6}"
-              f"{r.get('seconds_to_first', '')!s:>8}{r.get('wall_s')!s:>8}")
+        print(
+            f"{r['target']:<36}{r.get('property', ''):<9}{r.get('found')!s:<7}{r.get('steps_to_first')!s:>6}"
+            f"{r.get('seconds_to_first', '')!s:>8}{r.get('wall_s')!s:>8}"
+        )
     return 0
 
 

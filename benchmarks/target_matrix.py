@@ -89,10 +89,18 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
                     known[f.id] += 1
                     first.setdefault(f"known {f.id}", f"step {i}: {f.message} -- {k.reason}")
             dt = time.perf_counter() - t1
-            rec.update(status="ran", steps=len(plan), ops=dict(ops), steps_per_s=round(len(plan) / dt, 1),
-                       run_s=round(dt, 2), findings=dict(found), known=dict(known), first_finding=first,
-                       rejected=dict(rejected),
-                       config=dict(target.config()))
+            rec.update(
+                status="ran",
+                steps=len(plan),
+                ops=dict(ops),
+                steps_per_s=round(len(plan) / dt, 1),
+                run_s=round(dt, 2),
+                findings=dict(found),
+                known=dict(known),
+                first_finding=first,
+                rejected=dict(rejected),
+                config=dict(target.config()),
+            )
         finally:
             exit_ = getattr(checker, "__exit__", None)
             if exit_ is not None:
@@ -141,7 +149,9 @@ def main() -> int:
             json.dump(doc, fh, indent=2, default=str)
     print(f"{'target':<18}{'status':<9}{'steps':>6}{'steps/s':>9}  findings / known / reason")
     for r in results:
-        tail = f"{r.get('findings')} known={r.get('known')}" if r["status"] == "ran" else r.get("reason") or r.get("error")
+        tail = (
+            f"{r.get('findings')} known={r.get('known')}" if r["status"] == "ran" else r.get("reason") or r.get("error")
+        )
         print(f"{r['target']:<18}{r['status']:<9}{r.get('steps', 0):>6}{r.get('steps_per_s', 0):>9}  {tail}")
     return 0
 

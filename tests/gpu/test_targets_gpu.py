@@ -39,8 +39,16 @@ def test_decode_accepts_non_monotone_kv_indptr_silently() -> None:
     spec = target.capacity.template.with_lengths((1, 1, 1), (80, 48, 96))
     good = build_paged_layout(spec, num_pages=target.capacity.max_pages)
     bad_indptr = np.array([0, 5, 3, 9], dtype=np.int32)
-    bad = type(good)(spec, good.qo_indptr, bad_indptr, good.kv_indices, good.kv_last_page_len, good.seq_lens,
-                     good.num_pages, good.padding)
+    bad = type(good)(
+        spec,
+        good.qo_indptr,
+        bad_indptr,
+        good.kv_indices,
+        good.kv_last_page_len,
+        good.seq_lens,
+        good.num_pages,
+        good.padding,
+    )
     assert [f.evidence["check"] for f in check_layout(bad)][:1] == ["indptr-non-decreasing"]
     with open_session(target, layers="off", seed=3) as drv:
         q = drv.queries(spec, 1)

@@ -29,8 +29,9 @@ class QueryFrozenAtCapture(ReferenceTarget):
     def replay(self, bucket: int, q: Any) -> Any:
         g, b = self._graphs[bucket], self.bufs[bucket]
         # BUG: q is not copied into self.static_q
-        out = self._attend(self.static_q, b["qo_indptr"], b["kv_indptr"], self.kv_indices, b["kv_last_page_len"],
-                           bucket)
+        out = self._attend(
+            self.static_q, b["qo_indptr"], b["kv_indptr"], self.kv_indices, b["kv_last_page_len"], bucket
+        )
         return out[: g.real_rows]
 
 

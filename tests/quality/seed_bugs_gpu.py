@@ -64,7 +64,9 @@ class IndptrPollutedInGraph(DecodeTarget):
         self.last_cpu[:bucket].copy_(t.from_numpy(layout.kv_last_page_len))
         self.indices_staging[:tot].copy_(t.from_numpy(layout.kv_indices[:tot]))
         self.kv_indices_gpu[:tot].copy_(self.indices_staging[:tot], non_blocking=True)
-        self.kv_indptr_gpu[: n + 1].copy_(self.kv_indptr_cpu[: n + 1], non_blocking=True)  # SEED BUG: tail not rewritten
+        self.kv_indptr_gpu[: n + 1].copy_(
+            self.kv_indptr_cpu[: n + 1], non_blocking=True
+        )  # SEED BUG: tail not rewritten
         self.last_gpu[:bucket].copy_(self.last_cpu[:bucket], non_blocking=True)
         self.kv_indptr_cpu[n + 1 : bucket + 1].copy_(t.from_numpy(layout.kv_indptr[n + 1 : bucket + 1]))
         self._replan(slot, layout, tot)
@@ -134,8 +136,13 @@ class SplitKVOversubscribed(DecodeTarget):
     def setup(self, env: Any) -> None:
         super().setup(env)
         sms = self.torch.cuda.get_device_properties(0).multi_processor_count
-        self.partials = env.arena.workspace("splitkv_partials", sms * self.PARTIAL, device=env.device,  # SEED BUG
-                                            kind="engine", zero=False)
+        self.partials = env.arena.workspace(
+            "splitkv_partials",
+            sms * self.PARTIAL,
+            device=env.device,  # SEED BUG
+            kind="engine",
+            zero=False,
+        )
 
     def plan(self, layout: PagedLayout) -> None:
         super().plan(layout)

@@ -6,7 +6,6 @@ it renders the compact summary below from the run directory alone.
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -139,17 +138,13 @@ def summarize(run_dir: str | Path) -> str:
 
 
 def final_report(run_dir: str | Path) -> str:
-    """End-of-campaign report hook: the renderer of ``flashcheck report`` when installed, else `summarize`.
+    """End-of-campaign report: RUN_DIR/summary.md (compact) and RUN_DIR/report.html (``flashcheck report``'s
+    self-contained HTML); returns the summary with the path of the HTML report."""
+    from flashcheck.reports import render
+    from flashcheck.rundir import load_run
 
-    The report renderer (branch ``reports``) plugs in by providing ``flashcheck.reports.render_campaign(run_dir)
-    -> str``; the compact summary is also written to RUN_DIR/summary.md either way.
-    """
     text = summarize(run_dir)
     atomic_write_text(Path(run_dir) / "summary.md", text)
-    try:
-        render = getattr(importlib.import_module("flashcheck.reports"), "render_campaign", None)
-    except ImportError:
-        render = None
-    if callable(render):
-        return str(render(run_dir))
-    return text
+    html = Path(run_dir) / "report.html"
+    atomic_write_text(html, render(load_run(run_dir), "html", run_dir=run_dir))
+    return f"{text}\nHTML report: {html} (other formats: flashcheck report {run_dir} --format sarif|junit|...)\n"
