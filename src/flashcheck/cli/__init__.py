@@ -22,6 +22,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
+    "fuzz": ("flashcheck.cli.fuzz_cmd", "fuzz replay sequences against a target; reproducers for every finding"),
+    "replay": ("flashcheck.cli.replay_cmd", "re-run a reproducer in this process; exit 1 if the finding reproduces"),
 }
 
 
