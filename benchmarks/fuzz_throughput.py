@@ -195,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         bench_state_machine(args.target, device, args.layers, args.seconds, args.seed),
         bench_given_baseline(args.target, device, args.seconds, args.seed),
     ]
-    base = rows[-1]["per_second"] or float("nan")
+    base = float(rows[-1]["per_second"])
     print(f"\n{'mode':34} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
           f"{'mean bs':>8} {'mean kv':>9}")
     for r in rows:
-        r["vs_given"] = r["per_second"] / base if base == base and base > 0 else None
+        r["vs_given"] = r["per_second"] / base if base > 0 else None
         ratio = f"{r['vs_given']:.2f}x" if r["vs_given"] is not None else "n/a"
         print(f"{r['mode']:34} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
               f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}")
