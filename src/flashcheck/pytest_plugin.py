@@ -38,6 +38,8 @@ __all__ = ["cuda_unavailable_reason"]
 
 _SEED_KEY = "flashcheck/seed"
 _PREVIOUS = pytest.StashKey[FuzzOptions]()
+_PREVIOUS_PROFILE = pytest.StashKey[str]()
+_PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -74,8 +76,12 @@ def pytest_configure(config: pytest.Config) -> None:
                        seed=_resolve_seed(config, config.getoption("flashcheck_seed", None)), profile=profile,
                        out_dir=out_dir)
     config.stash[_PREVIOUS] = set_active_options(opts)
+    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    if rec is not None:  # a run inside a run (pytester): report only this run's findings, restore at the end
+        config.stash[_PREVIOUS_LOG] = dict(rec.default_log().entries)
+        rec.default_log().entries.clear()
     if profile != "auto":
-        _load_hypothesis_profile(profile)
+        config.stash[_PREVIOUS_PROFILE] = _load_hypothesis_profile(profile)
 
 
 def _resolve_seed(config: pytest.Config, raw: str | None) -> int:
@@ -97,16 +103,19 @@ def _resolve_seed(config: pytest.Config, raw: str | None) -> int:
     return seed
 
 
-def _load_hypothesis_profile(profile: str) -> None:
-    """``--flashcheck-profile`` also applies to plain @given tests (e.g. no deadline on a GPU node)."""
+def _load_hypothesis_profile(profile: str) -> str:
+    """``--flashcheck-profile`` also applies to plain @given tests (e.g. no deadline on a GPU node); returns the
+    profile it replaced, restored at the end of the run."""
     from hypothesis import HealthCheck, settings
 
+    previous = settings.get_current_profile_name()
     spec = PROFILES[profile]
     name = f"flashcheck-{profile}"
     settings.register_profile(name, max_examples=spec.examples, deadline=spec.deadline_ms,
                               stateful_step_count=spec.step_count,
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     settings.load_profile(name)
+    return previous
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -116,6 +125,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     previous = config.stash.get(_PREVIOUS, None)
     if previous is not None:
         set_active_options(previous)
+    saved = config.stash.get(_PREVIOUS_LOG, None)
+    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    if saved is not None and rec is not None:
+        rec.default_log().entries.clear()
+        rec.default_log().entries.update(saved)
+    profile = config.stash.get(_PREVIOUS_PROFILE, None)
+    if profile is not None:
+        from hypothesis import settings
+
+        settings.load_profile(profile)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

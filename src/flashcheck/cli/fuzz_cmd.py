@@ -10,9 +10,14 @@ import argparse
 import json
 import random
 import sys
+from typing import TYPE_CHECKING
 
 from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
 from flashcheck.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from flashcheck.fuzz.recorder import FindingLog
+    from flashcheck.rundir import RunWriter
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,10 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flashcheck.fuzz.options import active_options, set_active_options
-    from flashcheck.fuzz.recorder import FindingLog, describe
-    from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+    from flashcheck.fuzz.recorder import FindingLog
     from flashcheck.rundir import RunWriter
-    from flashcheck.scenario import Step, StepResult
 
     try:
         config = json.loads(args.config) if args.config else {}
@@ -43,9 +46,19 @@ def run(args: argparse.Namespace) -> int:
     writer = RunWriter(args.out, {"kind": "fuzz", "command": " ".join(sys.argv), "seed": seed,
                                   "target": args.target, "target_config": config, "budget": args.budget})
     log = FindingLog(writer.dir / "repros")
-    set_active_options(active_options().with_(out_dir=writer.dir / "repros"))
     print(f"flashcheck fuzz: target {args.target}, seed {seed}, budget {args.budget or 'per profile'}, "
           f"profile {args.profile}, out {writer.dir}")
+    previous = set_active_options(active_options().with_(out_dir=writer.dir / "repros"))
+    try:
+        return _fuzz(args, config, seed, writer, log)
+    finally:
+        set_active_options(previous)
+
+
+def _fuzz(args: argparse.Namespace, config: dict[str, object], seed: int, writer: RunWriter, log: FindingLog) -> int:
+    from flashcheck.fuzz.recorder import describe
+    from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+    from flashcheck.scenario import Step, StepResult
 
     def sample(step: Step, result: StepResult) -> None:
         if result.sample is not None:
