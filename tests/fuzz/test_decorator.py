@@ -28,7 +28,7 @@ def test_import_flashcheck_imports_neither_torch_nor_hypothesis() -> None:
 
 
 def test_fuzz_is_callable_after_submodule_import() -> None:
-    import flashcheck.fuzz.strategies  # noqa: F401  (makes flashcheck.fuzz the package)
+    import flashcheck.fuzz.strategies  # makes flashcheck.fuzz the package attribute
 
     dec = flashcheck.fuzz(target="cpu-reference", budget=2)
     assert callable(dec)
