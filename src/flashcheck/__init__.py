@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     "EnvironmentUnavailable": "flashcheck.errors",
     "ViolationFound": "flashcheck.errors",
     "hot_path": "flashcheck.markers",
+    "fuzz": "flashcheck.fuzz",  # the package is callable: @flashcheck.fuzz(target=..., budget=...)
 }
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "__version__",
     "build_paged_layout",
     "build_ragged_layout",
+    "fuzz",
     "hot_path",
 ]
 
@@ -77,7 +79,8 @@ def __getattr__(name: str) -> Any:
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'flashcheck' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
+    module = importlib.import_module(mod)
+    value = module if mod == f"{__name__}.{name}" else getattr(module, name)
     globals()[name] = value
     return value
 

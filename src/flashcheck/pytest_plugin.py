@@ -1,39 +1,190 @@
-"""pytest plugin (entry point ``pytest11``): markers, GPU skipping, header.
+"""pytest plugin (entry point ``pytest11``): markers, the ``flashcheck`` option group, fixtures, seed and versions in
+the header, findings as a report section, GPU tests skipped with a reason when CUDA is absent.
 
-Kept import-light: nothing here imports torch until a ``gpu`` test is collected.
+Import-light: nothing here imports torch, numpy or Hypothesis at import time; fixtures and hooks import what they need
+only when a flashcheck test actually runs.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib.metadata
+import random
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from flashcheck import __version__
+from flashcheck.errors import EnvironmentUnavailable, UsageError
+from flashcheck.fuzz.options import (
+    PROFILE_NAMES,
+    PROFILES,
+    FuzzOptions,
+    active_options,
+    cuda_unavailable_reason,
+    parse_budget,
+    set_active_options,
+    set_current_test,
+)
+
+if TYPE_CHECKING:
+    from flashcheck.runtime.api import CheckerLike
+    from flashcheck.scenario import Driver
+    from flashcheck.targets.protocol import Target
+
+__all__ = ["cuda_unavailable_reason"]
+
+_SEED_KEY = "flashcheck/seed"
+_PREVIOUS = pytest.StashKey[FuzzOptions]()
+_PREVIOUS_PROFILE = pytest.StashKey[str]()
+_PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("flashcheck", "flashcheck fuzzing of FlashInfer / CUDA-graph serving code")
+    group.addoption("--flashcheck-target", metavar="NAME", default=None,
+                    help="target of the built-in suite and of @fuzz tests that name none: a built-in name "
+                         "(cpu-reference, decode-tc, ...) or module:Class")
+    group.addoption("--flashcheck-budget", metavar="N|TIME", default=None,
+                    help="per fuzz test: a number of examples (200) or a time (30s, 5m); overrides the tests' own")
+    group.addoption("--flashcheck-seed", metavar="INT|last", default=None,
+                    help="seed of the run (printed in the header); 'last' reuses the previous run's seed")
+    group.addoption("--flashcheck-profile", metavar="NAME", default="auto", choices=PROFILE_NAMES,
+                    help="ci (fast), gpu (no deadline: kernels JIT-compile on first use), nightly; "
+                         "auto (default): gpu with CUDA, else ci")
+    group.addoption("--flashcheck-out", metavar="DIR", default=None,
+                    help="directory for reproducers (default: the pytest cache, .pytest_cache/d/flashcheck-repros)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fuzz: property-based fuzz tests (built-in suites and @flashcheck.fuzz tests)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device (and usually FlashInfer); skipped otherwise")
-
-
-@functools.cache
-def cuda_unavailable_reason() -> str | None:
-    """None when a CUDA device is usable, else why not."""
     try:
-        import torch
-    except ImportError:
-        return "torch is not installed (pip install flashcheck)"
-    if not torch.cuda.is_available():
-        return "no CUDA device: gpu tests run on GPU nodes (reports/ holds their evidence)"
-    return None
+        raw_budget = config.getoption("flashcheck_budget", None)
+        budget = parse_budget(raw_budget) if raw_budget is not None else None
+    except UsageError as exc:
+        raise pytest.UsageError(f"--flashcheck-budget: {exc}") from None
+    profile = str(config.getoption("flashcheck_profile", "auto") or "auto")
+    out = config.getoption("flashcheck_out", None)
+    out_dir = Path(out) if out else None
+    cache = getattr(config, "cache", None)
+    if out_dir is None and cache is not None:
+        out_dir = Path(cache.mkdir("flashcheck-repros"))
+    opts = FuzzOptions(target=config.getoption("flashcheck_target", None), budget=budget,
+                       seed=_resolve_seed(config, config.getoption("flashcheck_seed", None)), profile=profile,
+                       out_dir=out_dir)
+    config.stash[_PREVIOUS] = set_active_options(opts)
+    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    if rec is not None:  # a run inside a run (pytester): report only this run's findings, restore at the end
+        config.stash[_PREVIOUS_LOG] = dict(rec.default_log().entries)
+        rec.default_log().entries.clear()
+    if profile != "auto":
+        config.stash[_PREVIOUS_PROFILE] = _load_hypothesis_profile(profile)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"flashcheck {__version__}"
+def _resolve_seed(config: pytest.Config, raw: str | None) -> int:
+    cache = getattr(config, "cache", None)
+    if raw == "last":
+        last = cache.get(_SEED_KEY, None) if cache is not None else None
+        if not isinstance(last, int):
+            raise pytest.UsageError("--flashcheck-seed last: no previous seed in the pytest cache; pass an integer")
+        seed = last
+    elif raw is not None:
+        try:
+            seed = int(raw, 0)
+        except ValueError:
+            raise pytest.UsageError(f"--flashcheck-seed must be an integer or 'last', got {raw!r}") from None
+    else:
+        seed = random.randrange(1 << 32)
+    if cache is not None:
+        cache.set(_SEED_KEY, seed)
+    return seed
+
+
+def _load_hypothesis_profile(profile: str) -> str:
+    """``--flashcheck-profile`` also applies to plain @given tests (e.g. no deadline on a GPU node); returns the
+    profile it replaced, restored at the end of the run."""
+    from hypothesis import HealthCheck, settings
+
+    previous = settings.get_current_profile_name()
+    spec = PROFILES[profile]
+    name = f"flashcheck-{profile}"
+    settings.register_profile(name, max_examples=spec.examples, deadline=spec.deadline_ms,
+                              stateful_step_count=spec.step_count,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.load_profile(name)
+    return previous
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stateful = sys.modules.get("flashcheck.fuzz.stateful")
+    if stateful is not None:
+        stateful.close_sessions()
+    previous = config.stash.get(_PREVIOUS, None)
+    if previous is not None:
+        set_active_options(previous)
+    saved = config.stash.get(_PREVIOUS_LOG, None)
+    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    if saved is not None and rec is not None:
+        rec.default_log().entries.clear()
+        rec.default_log().entries.update(saved)
+    profile = config.stash.get(_PREVIOUS_PROFILE, None)
+    if profile is not None:
+        from hypothesis import settings
+
+        settings.load_profile(profile)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    o = active_options()
+    return [
+        f"flashcheck {__version__}: seed={o.seed} (--flashcheck-seed {o.seed} or 'last' to repeat), "
+        f"profile={o.profile}, target={o.target or 'per test'}, budget={o.budget or 'per profile'}",
+        f"flashcheck versions: torch {_dist_version('torch')}, "
+        f"flashinfer {_dist_version('flashinfer-python', 'flashinfer')}, device {_device()}",
+    ]
+
+
+def _dist_version(*names: str) -> str:
+    """The installed version from package metadata (importing FlashInfer would start its JIT machinery)."""
+    for n in names:
+        try:
+            return importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def _device() -> str:
+    """The GPU model without importing torch (the driver's /proc entry), or torch's answer if already imported."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            return str(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu (no CUDA)"
+        except Exception as exc:  # a broken driver must not break the header
+            return f"unknown ({type(exc).__name__})"
+    gpus = sorted(Path("/proc/driver/nvidia/gpus").glob("*/information"))
+    for info in gpus:
+        try:
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return f"{line.split(':', 1)[1].strip()} (x{len(gpus)})"
+        except OSError:
+            continue
+    return "cpu (no NVIDIA driver)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    option_target = active_options().target
+    for it in items:
+        spec = getattr(getattr(it, "obj", None), "__flashcheck_fuzz__", None)
+        if spec is None:
+            continue
+        it.add_marker(pytest.mark.fuzz)
+        if spec.needs_gpu or (spec.target is None and _is_gpu_target(option_target)):
+            it.add_marker(pytest.mark.gpu)
     gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -42,3 +193,90 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for it in gpu_items:
         it.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _is_gpu_target(name: str | None) -> bool:
+    if name is None:
+        return False
+    from flashcheck.targets.registry import GPU_TARGETS
+
+    return name in GPU_TARGETS
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    set_current_test(item.nodeid)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    set_current_test(None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    """`EnvironmentUnavailable` (no CUDA, no FlashInfer, unsupported arch) is a skip with its reason, not a failure."""
+    try:
+        return (yield)
+    except EnvironmentUnavailable as exc:
+        pytest.skip(f"flashcheck: {exc.reason}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report: Any = yield
+    stateful = sys.modules.get("flashcheck.fuzz.stateful")
+    if stateful is not None and call.excinfo is not None and isinstance(call.excinfo.value, stateful.FuzzFailure):
+        from flashcheck.fuzz.recorder import describe
+
+        report.sections.append(("flashcheck findings", describe(call.excinfo.value.records)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    entries = list(rec.default_log().entries.values()) if rec is not None else []
+    if not entries:
+        return
+    tr = terminalreporter
+    tr.section("flashcheck findings", sep="=", red=True, bold=True)
+    for r in entries:
+        where = f"[{r.test}] " if r.test else ""
+        tr.write_line(f"{where}{r.finding.id} {r.finding.name}: {r.finding.message}")
+        if r.path is not None:
+            tr.write_line(f"    replay: flashcheck replay {r.path}")
+    tr.write_line(f"seed {active_options().seed}: rerun with --flashcheck-seed last")
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------------
+@pytest.fixture
+def flashcheck_options() -> FuzzOptions:
+    """The run's flashcheck options (target, budget, seed, profile, reproducer directory)."""
+    return active_options()
+
+
+@pytest.fixture
+def flashcheck_target() -> Target:
+    """The ``--flashcheck-target`` (default: the CPU reference target), built but not set up."""
+    from flashcheck.targets.registry import make_target
+
+    return make_target(active_options().target or "cpu-reference")
+
+
+@pytest.fixture
+def flashcheck_checker() -> Iterator[CheckerLike]:
+    """The runtime checker with every layer on, on CUDA when available (else CPU)."""
+    from flashcheck.session import default_device, make_checker
+
+    with make_checker("all", default_device()) as chk:
+        yield chk
+
+
+@pytest.fixture
+def flashcheck_session(flashcheck_target: Target) -> Iterator[Driver]:
+    """A ready `Driver` on `flashcheck_target` (skips with the reason when the environment cannot run it)."""
+    from flashcheck.session import open_session
+
+    try:
+        with open_session(flashcheck_target, seed=active_options().seed or 0) as drv:
+            yield drv
+    except EnvironmentUnavailable as exc:
+        pytest.skip(f"flashcheck: {exc.reason}")

@@ -3,13 +3,18 @@
 Repro JSON (schema `REPRO_SCHEMA`)::
 
     {"schema": 1, "scenario": Scenario.to_dict(), "step": N, "layers": "all", "finding": Finding.to_dict(),
-     "environment": {...}, "command": "..."}
+     "environment": {...}, "command": "...", "sys_path": [...]}
+
+A custom target is recorded as ``"module:Class"`` (see `flashcheck.targets.registry`); ``sys_path`` lists the
+directory its module was imported from, added to ``sys.path`` on replay when the module is not importable otherwise.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,14 +32,42 @@ REPRO_SCHEMA = 1
 def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str = "all") -> dict[str, Any]:
     """The scenario truncated after the failing step, and the finding it must reproduce."""
     trimmed = Scenario(scenario.target, scenario.steps[: step + 1], scenario.seed, scenario.target_config)
-    return {
-        "schema": REPRO_SCHEMA,
-        "scenario": trimmed.to_dict(),
-        "step": step,
-        "layers": layers,
-        "finding": finding.to_dict(),
-        "environment": environment(),
-    }
+    doc: dict[str, Any] = {"schema": REPRO_SCHEMA, "scenario": trimmed.to_dict(), "step": step, "layers": layers,
+                           "finding": finding.to_dict(), "environment": environment()}
+    root = _module_root(scenario.target)
+    if root is not None:
+        doc["sys_path"] = [root]
+    return doc
+
+
+def _module_root(spec: str) -> str | None:
+    """For ``"pkg.mod:Class"``: the sys.path entry ``pkg.mod`` was imported from (None for built-in names)."""
+    if ":" not in spec:
+        return None
+    module = spec.partition(":")[0]
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    if not path:
+        return None
+    root = Path(path).resolve().parent
+    for _ in range(module.count(".") + (1 if Path(path).name == "__init__.py" else 0)):
+        root = root.parent
+    return str(root)
+
+
+def _extend_sys_path(repro: Mapping[str, Any]) -> None:
+    spec = str(repro.get("scenario", {}).get("target", ""))
+    if ":" not in spec:
+        return
+    module = spec.partition(":")[0]
+    try:
+        if importlib.util.find_spec(module) is not None:
+            return
+    except (ImportError, ValueError):
+        pass
+    for entry in repro.get("sys_path", []):
+        if os.path.isdir(entry) and entry not in sys.path:
+            sys.path.insert(0, entry)
 
 
 def save_repro(path: str | os.PathLike[str], repro: Mapping[str, Any]) -> Path:
@@ -65,6 +98,7 @@ def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tupl
     """
     from flashcheck.session import run_scenario
 
+    _extend_sys_path(repro)
     scenario = Scenario.from_dict(repro["scenario"])
     step = int(repro["step"])
     results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)

@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("flashcheck.cli.report_cmd", "render a run directory as terminal, JSON, JUnit, SARIF, Markdown or HTML"),
     "static": ("flashcheck.cli.static_cmd", "pre-merge static checks of engine code: host syncs on hot paths, "
                "FlashInfer misuse (FC1xx)"),
+    "fuzz": ("flashcheck.cli.fuzz_cmd", "fuzz replay sequences against a target; reproducers for every finding"),
+    "replay": ("flashcheck.cli.replay_cmd", "re-run a reproducer in this process; exit 1 if the finding reproduces"),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashcheck.errors import InvalidArgument
 from flashcheck.fuzz.distributions import DISTRIBUTIONS, sample_lengths
 from flashcheck.scenario import Step
 from flashcheck.targets.protocol import Capacity
@@ -21,7 +22,13 @@ def fit_lengths(cap: Capacity, qo: np.ndarray, kv: np.ndarray) -> tuple[tuple[in
     budget = cap.max_pages - 2  # one spare page for padding rows
     pages = -(-kv // page)
     while pages.sum() > budget:
-        kv = np.maximum(qo, kv // 2)
+        shorter = np.maximum(qo, kv // 2)
+        if np.array_equal(shorter, kv):  # every request is down to its query length: the pool cannot hold it
+            raise InvalidArgument(
+                f"{len(kv)} requests need at least {int(pages.sum())} pages; the pool has {budget} "
+                f"(max_pages={cap.max_pages}): draw fewer requests or a bigger pool"
+            )
+        kv = shorter
         pages = -(-kv // page)
     total_qo = int(qo.sum())
     if total_qo > cap.max_total_qo:

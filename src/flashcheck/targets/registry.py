@@ -1,15 +1,21 @@
-"""Built-in targets by name: ``make_target("decode-tc", buckets=(1, 2, 4))``; user targets as ``module:ClassName``."""
+"""Targets by name: ``make_target("decode-tc", buckets=(1, 2, 4))``, or a user's own as ``"package.module:Class"``.
+
+A spec with a colon names an importable class (or factory) and is how reproducers of custom targets re-create them in
+a fresh process: ``make_target("mypkg.backend:MyTarget", **config)`` imports ``mypkg.backend`` and calls
+``MyTarget(**config)``. `make_target` also accepts what a target's ``config()`` returned (a template as a dict,
+buckets as a list, keys the factory fixes itself), so ``make_target(t.name, **t.config())`` rebuilds ``t``.
+"""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flashcheck.errors import InvalidArgument
 from flashcheck.targets.protocol import Target, check_target
 
-__all__ = ["BUILTIN_TARGETS", "GPU_TARGETS", "make_target", "resolve_target"]
+__all__ = ["BUILTIN_TARGETS", "GPU_TARGETS", "make_target", "resolve_target", "target_spec"]
 
 
 def _reference(**kw: Any) -> Target:
@@ -71,31 +77,79 @@ BUILTIN_TARGETS: dict[str, Callable[..., Target]] = {
 GPU_TARGETS: tuple[str, ...] = tuple(n for n in BUILTIN_TARGETS if n != "cpu-reference")
 
 
-def resolve_target(name: str) -> Callable[..., Target]:
-    """The factory of a built-in target, or of a user target given as ``module:ClassName`` (or
-    ``module:function``): the module is imported from ``sys.path`` and the attribute is called with the
-    configuration. Unknown names raise `InvalidArgument`."""
+# keys a built-in factory sets itself: a recorded config() carries them, the factory must not receive them twice
+_FIXED: dict[str, dict[str, Any]] = {
+    "decode-cuda": {"use_tensor_cores": False, "max_qo_len": 1},
+    "decode-tc": {"use_tensor_cores": True, "max_qo_len": 1},
+    "prefill-fa2": {"backend": "fa2"},
+    "prefill-fa3": {"backend": "fa3"},
+    "ragged-fa2": {"backend": "fa2", "buckets": None},
+    "ragged-fa3": {"backend": "fa3", "buckets": None},
+    "mla-fa2": {"backend": "fa2"},
+    "mla-fa3": {"backend": "fa3"},
+    "batch-attention": {"buckets": None, "metadata": None},
+}
+
+
+def make_target(name: str, **config: Any) -> Target:
+    """Build a target from a built-in name or a ``"module:Class"`` spec; `config` overrides its defaults.
+
+    `config` may be a target's own ``config()`` output (see the module docstring).
+    """
+    factory = _factory(name)
+    kw = _normalize(name, config)
+    try:
+        return check_target(factory(**kw))
+    except TypeError as exc:
+        raise InvalidArgument(f"bad configuration for target {name!r}: {exc}") from exc
+
+
+def target_spec(target: Target) -> str:
+    """The name that rebuilds `target` in a fresh process: its built-in name, else ``"module:QualifiedClass"``."""
+    cls = type(target)
+    if target.name in BUILTIN_TARGETS and cls.__module__.startswith("flashcheck.targets."):
+        return target.name
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _factory(name: str) -> Callable[..., Any]:
     if name in BUILTIN_TARGETS:
         return BUILTIN_TARGETS[name]
     if ":" not in name:
         raise InvalidArgument(
-            f"unknown target {name!r}; built-in targets: {', '.join(BUILTIN_TARGETS)}, or module:ClassName"
+            f"unknown target {name!r}; built-in targets: {', '.join(BUILTIN_TARGETS)}, "
+            "or 'package.module:Class' for your own"
         )
-    module, _, attr = name.partition(":")
+    module, _, qual = name.partition(":")
     try:
-        mod = importlib.import_module(module)
+        obj: Any = importlib.import_module(module)
     except ImportError as exc:
-        raise InvalidArgument(f"target {name!r}: cannot import module {module!r} ({exc}); is it on sys.path?") from exc
-    factory = getattr(mod, attr, None)
-    if not callable(factory):
-        raise InvalidArgument(f"target {name!r}: module {module!r} has no class or function {attr!r}")
-    return factory  # type: ignore[no-any-return]
+        raise InvalidArgument(f"target {name!r}: cannot import {module!r} ({exc}); is it on sys.path?") from exc
+    for part in qual.split("."):
+        if part == "<locals>" or not hasattr(obj, part):
+            raise InvalidArgument(f"target {name!r}: {module!r} has no importable attribute {qual!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InvalidArgument(f"target {name!r}: {qual!r} is not a class or factory")
+    return obj  # type: ignore[no-any-return]
 
 
-def make_target(name: str, **config: Any) -> Target:
-    """Build a built-in target (or ``module:ClassName``); `config` overrides its defaults (buckets, padding...)."""
-    factory = resolve_target(name)
-    try:
-        return check_target(factory(**config))
-    except TypeError as exc:
-        raise InvalidArgument(f"bad configuration for target {name!r}: {exc}") from exc
+def _normalize(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    from flashcheck.batch import BatchSpec
+
+    kw = {k: v for k, v in config.items() if k != "kind"}
+    for key, value in _FIXED.get(name, {}).items():
+        if key in kw:
+            given = kw.pop(key)
+            if value is not None and given != value:
+                raise InvalidArgument(f"target {name!r} has {key}={value!r}; the configuration says {given!r}")
+    if isinstance(kw.get("template"), Mapping):
+        kw["template"] = BatchSpec.from_dict(kw["template"])
+    if isinstance(kw.get("buckets"), list):
+        kw["buckets"] = tuple(kw["buckets"])
+    return kw
+
+
+def resolve_target(name: str) -> Callable[..., Target]:
+    """The factory of a built-in target or of a ``module:ClassName`` spec (`InvalidArgument` when unknown)."""
+    return _factory(name)

@@ -1,0 +1,43 @@
+"""``flashcheck replay FILE``: re-run a reproducer deterministically in this (fresh) process.
+
+Exit codes: 1 the recorded finding reproduced, 0 it did not (fixed, or environment-dependent), 2 the file is not a
+reproducer, 3 this machine cannot run the target. Prints the findings at the failing step and a pytest snippet.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="reproducer JSON (written by the fuzzer, a campaign or pytest)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
+    p.add_argument("--no-snippet", dest="snippet", action="store_false", help="do not print the pytest snippet")
+
+
+def run(args: argparse.Namespace) -> int:
+    from flashcheck.repro import load_repro, pytest_snippet, replay_repro
+
+    repro = load_repro(args.file)
+    sc, want = repro["scenario"], repro.get("finding") or {}
+    print(f"flashcheck replay: {args.file}")
+    print(f"  target {sc.get('target')}, seed {sc.get('seed', 0)}, {len(sc.get('steps', []))} step(s), "
+          f"failing step {repro['step']}, layers {repro.get('layers', 'all')}")
+    print(f"  recorded: {want.get('id', '?')} {want.get('name', '')}: {want.get('message', '')}")
+    env = repro.get("environment", {})
+    if env:
+        print("  recorded on: " + ", ".join(f"{k} {v}" for k, v in sorted(env.items())))
+    found, hit = replay_repro(repro, device=args.device)
+    for f in found:
+        print(f)
+    if hit:
+        print(f"reproduced: {want.get('id')} came back at step {repro['step']}")
+    else:
+        print(f"not reproduced: {len(found)} finding(s) at step {repro['step']}, none matches "
+              f"{want.get('id')} ({want.get('evidence', {}).get('check', '')})")
+    if args.snippet:
+        print("\npytest snippet (fails while the bug is there):\n")
+        print(pytest_snippet(repro, args.file))
+    return EXIT_FINDINGS if hit else EXIT_CLEAN

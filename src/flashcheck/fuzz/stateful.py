@@ -1,0 +1,350 @@
+"""Replay sequences as a Hypothesis state machine: capture buckets, replay real batches below them, recapture,
+grow to new buckets, interleave eager steps and prefill chunks, with every property checked after every step.
+
+One session (target set up, checker open, KV cache filled) is cached per target configuration and reused by every
+example: building it costs far more than a step (FlashInfer JIT, graph pools). Each example starts from a clean
+slate anyway, because the machine's first step captures a bucket and every bucket an example uses is captured
+*within* that example before it is replayed: graph buffers are rewritten by the capture, so an example's outcome
+depends only on its own steps and shrinking stays stable. ``reset="session"`` opens a fresh session per example for
+targets that keep other state across examples (slower, fully isolated).
+
+A finding fails the example with `FuzzFailure`; Hypothesis shrinks it to the shortest sequence and smallest shapes,
+and the reproducer of the final (smallest) example is left in the finding log's directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis import target as hypothesis_target
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+
+from flashcheck.errors import InvalidArgument, ViolationFound
+from flashcheck.findings import Finding
+from flashcheck.fuzz.distributions import DISTRIBUTIONS
+from flashcheck.fuzz.options import PROFILES, Budget, parse_budget, resolve_profile
+from flashcheck.fuzz.recorder import FindingLog, Recorded, default_log, describe
+from flashcheck.fuzz.strategies import ALLOCATORS, EDGE_CASES, LengthParams, length_params, lengths_for
+from flashcheck.scenario import Driver, Scenario, Step, StepResult
+from flashcheck.session import Layers, open_session
+from flashcheck.targets.protocol import Capacity, Target, check_target
+from flashcheck.targets.registry import make_target, target_spec
+
+__all__ = ["FuzzFailure", "FuzzReport", "MachineConfig", "ReplayMachine", "close_sessions", "fuzz_target",
+           "replay_machine"]
+
+Reset = Literal["capture", "session"]
+StepCheck = Callable[[Step, StepResult], None]
+
+
+class FuzzFailure(ViolationFound):
+    """A replay sequence produced findings; `records` hold the reproducers written for them."""
+
+    def __init__(self, records: Sequence[Recorded]) -> None:
+        super().__init__([r.finding for r in records])
+        self.records = tuple(records)
+        self.args = (f"{len(records)} finding(s)\n{describe(records, snippet=False)}",)
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """What a replay machine runs against and how (see `replay_machine`)."""
+
+    target: str | Target
+    config: Mapping[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    layers: Layers = "all"
+    seed: int = 0
+    reset: Reset = "capture"
+    check: StepCheck | None = None
+    log: FindingLog | None = None
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    edge_cases: tuple[str, ...] = EDGE_CASES
+
+    def key(self) -> tuple[Any, ...]:
+        tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
+        return (tgt, json.dumps(dict(self.config), sort_keys=True, default=str), self.device, self.layers, self.seed)
+
+
+class _Sessions:
+    """Open sessions, one per `MachineConfig.key()`; closed at exit or by `close_sessions()`."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver]] = {}
+
+    def driver(self, cfg: MachineConfig) -> Driver:
+        key = cfg.key()
+        hit = self._open.get(key)
+        if hit is not None and not hit[1].poisoned:
+            return hit[1]
+        if hit is not None:
+            self.drop(key)
+        stack = contextlib.ExitStack()
+        try:
+            drv = stack.enter_context(open_session(cfg.target, config=cfg.config or None, device=cfg.device,
+                                                   layers=cfg.layers, seed=cfg.seed))
+        except BaseException:
+            stack.close()
+            raise
+        self._open[key] = (stack, drv)
+        return drv
+
+    def drop(self, key: tuple[Any, ...]) -> None:
+        hit = self._open.pop(key, None)
+        if hit is not None:
+            hit[0].close()
+
+    def close(self) -> None:
+        for key in list(self._open):
+            self.drop(key)
+
+
+_SESSIONS = _Sessions()
+atexit.register(_SESSIONS.close)
+
+
+def close_sessions() -> None:
+    """Tear down every cached fuzz session (the pytest plugin calls this at the end of the run)."""
+    _SESSIONS.close()
+
+
+class ReplayMachine(RuleBasedStateMachine):
+    """Base of the machines `replay_machine` builds; holds one example's steps and drives them."""
+
+    cfg: ClassVar[MachineConfig]
+    cap: ClassVar[Capacity]
+    spec: ClassVar[str]
+    target_config: ClassVar[dict[str, Any]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        cfg = type(self).cfg
+        self.driver = _SESSIONS.driver(cfg)
+        self.driver.captured.clear()  # this example captures every bucket it replays
+        with self.driver.checker.checker_read():
+            self.driver.checker.drain_findings()
+        self.steps: list[Step] = []
+        self.captured: set[int] = set()
+        self.ws_fraction = 0.0
+        self.ws_bytes = 0
+        self.max_tokens = 0
+
+    # ---- helpers ----------------------------------------------------------------------------------------------
+    def scenario(self) -> Scenario:
+        return Scenario(self.spec, tuple(self.steps), seed=self.cfg.seed, target_config=self.target_config)
+
+    def run_step(self, step: Step) -> StepResult:
+        index = len(self.steps)
+        self.steps.append(step)
+        result = self.driver.execute(step, index)
+        if step.op == "capture" and step.bucket is not None and result.rejected is None:
+            self.captured.add(step.bucket)
+        if result.rejected is not None:
+            event(f"rejected {step.op}: {result.rejected.split(':')[0]}")
+            return result
+        if result.sample is not None:
+            for used, allocated in result.sample.workspaces.values():
+                self.ws_bytes = max(self.ws_bytes, int(used))
+                if allocated:
+                    self.ws_fraction = max(self.ws_fraction, used / allocated)
+            self.max_tokens = max(self.max_tokens, result.sample.total_kv)
+        if result.findings:
+            self.fail(index, result.findings)
+        if self.cfg.check is not None:
+            self.cfg.check(step, result)
+        return result
+
+    def fail(self, index: int, findings: Sequence[Finding]) -> None:
+        log = self.cfg.log or default_log()
+        records = log.record(self.scenario(), index, findings, layers=self.cfg.layers,
+                             seed=getattr(type(self), "_hypothesis_internal_use_seed", None))
+        raise FuzzFailure(records)
+
+    def make_step(self, op: Literal["eager", "capture", "replay"], p: LengthParams, alloc: str,
+                  bucket: int | None = None) -> Step:
+        q, k = lengths_for(self.cap, p)
+        return Step(op, q, k, bucket=bucket, seed=p.seed, allocator=alloc)
+
+    def replay_batch(self, p: LengthParams, alloc: str) -> None:
+        bucket = self.cap.bucket_for(p.batch_size)
+        if bucket is None:
+            return
+        if bucket not in self.captured:  # grow to a new bucket: the engine captures it on first use
+            self.run_step(self.make_step("capture", p, alloc, bucket))
+        self.run_step(self.make_step("replay", p, alloc, bucket))
+
+    def teardown(self) -> None:
+        # steer campaigns toward large workspace use and long sequences (one observation per label per example)
+        hypothesis_target(float(self.ws_fraction), label="workspace fraction used")
+        hypothesis_target(float(self.ws_bytes), label="workspace bytes used")
+        hypothesis_target(float(len(self.steps)), label="steps in sequence")
+        hypothesis_target(float(self.max_tokens), label="kv tokens in a batch")
+        if self.cfg.reset == "session":
+            _SESSIONS.drop(self.cfg.key())
+
+
+def replay_machine(
+    target: str | Target,
+    *,
+    config: Mapping[str, Any] | None = None,
+    device: str | None = None,
+    layers: Layers = "all",
+    seed: int = 0,
+    reset: Reset = "capture",
+    check: StepCheck | None = None,
+    log: FindingLog | None = None,
+    distributions: Sequence[str] = DISTRIBUTIONS,
+    edge_cases: Sequence[str] = EDGE_CASES,
+) -> type[ReplayMachine]:
+    """A `RuleBasedStateMachine` class that fuzzes replay sequences against `target`.
+
+    Args:
+        target: a built-in name, a ``"module:Class"`` spec, or a `Target` instance.
+        config: target configuration (overrides its defaults); ignored for an instance.
+        device: ``"cuda"``/``"cpu"``; default: CUDA when available.
+        layers: runtime checker layers (``off``, ``cheap``, ``all``).
+        seed: session seed (KV cache contents); also recorded in reproducers.
+        reset: ``capture`` (cached session, each example captures what it replays) or ``session`` (fresh session
+            per example).
+        check: an extra property ``check(step, result)`` called after every step; raise to fail.
+        log: where reproducers go (default: the process-wide log).
+
+    Use it as any Hypothesis state machine: ``TestReplay = replay_machine("decode-tc").TestCase``.
+    """
+    if reset not in ("capture", "session"):
+        raise InvalidArgument(f"reset must be 'capture' or 'session', got {reset!r}")
+    tgt_obj = check_target(target) if not isinstance(target, str) else make_target(target, **dict(config or {}))
+    cfg = MachineConfig(target=target, config=dict(config or {}) if isinstance(target, str) else {}, device=device,
+                        layers=layers, seed=seed, reset=reset, check=check, log=log,
+                        distributions=tuple(distributions), edge_cases=tuple(edge_cases))
+    cap = tgt_obj.capacity
+    lp: dict[str, Any] = {"distributions": cfg.distributions, "edge_cases": cfg.edge_cases}
+    allocs = st.sampled_from(ALLOCATORS)
+    buckets = cap.buckets
+    graph_lp = length_params(cap, max_batch=buckets[-1], **lp) if buckets else st.nothing()
+    capture_args = st.sampled_from(buckets or (1,)).flatmap(
+        lambda b: st.tuples(st.just(b), length_params(cap, sizes=st.integers(1, b), **lp)))
+    multi_q = cap.max_qo_len > 1
+    prefill_lp = length_params(cap, distributions=("chunked_prefill",), edge_cases=cfg.edge_cases)
+    spec_lp = (length_params(cap, distributions=("spec_decode",), edge_cases=cfg.edge_cases,
+                             max_batch=buckets[-1]) if buckets else prefill_lp)
+
+    class Machine(ReplayMachine):
+        if buckets:
+
+            @initialize(args=capture_args, alloc=allocs)
+            def capture_bucket(self, args: tuple[int, LengthParams], alloc: str) -> None:
+                """Engines capture before serving: every example starts with a capture."""
+                bucket, p = args
+                self.run_step(self.make_step("capture", p, alloc, bucket))
+
+            @rule(args=capture_args, alloc=allocs)
+            def recapture(self, args: tuple[int, LengthParams], alloc: str) -> None:
+                """Capture (again) a bucket with another batch: replan and new graph."""
+                bucket, p = args
+                self.run_step(self.make_step("capture", p, alloc, bucket))
+
+            @rule(p=graph_lp, alloc=allocs)
+            def replay(self, p: LengthParams, alloc: str) -> None:
+                """Replay a real batch through the smallest bucket that holds it (capturing it first if new)."""
+                self.replay_batch(p, alloc)
+
+        @rule(p=length_params(cap, **lp), alloc=allocs)
+        def eager(self, p: LengthParams, alloc: str) -> None:
+            """An eager (non-graph) step of any size up to the target's largest batch."""
+            self.run_step(self.make_step("eager", p, alloc))
+
+        if multi_q:
+
+            @rule(p=prefill_lp, alloc=allocs)
+            def prefill_chunk(self, p: LengthParams, alloc: str) -> None:
+                """A chunked-prefill batch, eagerly (as engines run mixed prefill outside graphs)."""
+                self.run_step(self.make_step("eager", p, alloc))
+
+        if multi_q and buckets:
+
+            @rule(p=spec_lp, alloc=allocs)
+            def spec_decode_replay(self, p: LengthParams, alloc: str) -> None:
+                """Speculative-decode verify (q_len 2-8 per request) through a graph."""
+                self.replay_batch(p, alloc)
+
+    Machine.cfg = cfg
+    Machine.cap = cap
+    Machine.spec = target if isinstance(target, str) else target_spec(tgt_obj)
+    Machine.target_config = dict(tgt_obj.config())
+    Machine.__name__ = Machine.__qualname__ = f"ReplayMachine[{tgt_obj.name}]"
+    # a separate example-database key per target configuration (the class source is shared)
+    Machine._hypothesis_internal_add_digest = repr(cfg.key()[:2]).encode()
+    return Machine
+
+
+@dataclass
+class FuzzReport:
+    """How a clean fuzz run went (a run with findings raises `FuzzFailure` instead)."""
+
+    target: str
+    seed: int
+    budget: Budget
+    profile: str
+    rounds: int
+    elapsed: float
+
+
+def machine_settings(profile: str, examples: int, *, step_count: int | None = None,
+                     database: Any = "default") -> settings:
+    """Hypothesis settings of a fuzz run: the profile's step count and deadline, slow-data checks off."""
+    spec = PROFILES[resolve_profile(profile)]
+    kw: dict[str, Any] = {}
+    if database != "default":
+        kw["database"] = database
+    # no explain phase: it re-runs the failing example hundreds of times to find "always-run" lines, which costs
+    # more than the whole search on a GPU target and says little about a metadata bug
+    phases = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+    return settings(max_examples=examples, stateful_step_count=step_count or spec.step_count,
+                    deadline=spec.deadline_ms, phases=phases,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                           HealthCheck.data_too_large, HealthCheck.large_base_example],
+                    **kw)
+
+
+def fuzz_target(
+    target: str | Target,
+    *,
+    config: Mapping[str, Any] | None = None,
+    budget: Budget | str | int | float | None = None,
+    seed: int = 0,
+    profile: str = "auto",
+    step_count: int | None = None,
+    database: Any = "default",
+    **machine_kw: Any,
+) -> FuzzReport:
+    """Fuzz replay sequences against `target` until the budget is spent; raises `FuzzFailure` on findings.
+
+    A time budget runs rounds of the profile's example count with seeds ``seed, seed+1, ...`` until time is up
+    (Hypothesis has no wall-clock stop); every round first replays failures saved in the example database.
+    Other keyword arguments go to `replay_machine`.
+    """
+    prof = resolve_profile(profile)
+    bud = parse_budget(budget) if budget is not None else Budget(examples=PROFILES[prof].examples)
+    machine = replay_machine(target, config=config, seed=seed, **machine_kw)
+    t0 = time.monotonic()
+    rounds = 0
+    while True:
+        examples = bud.examples if bud.examples is not None else PROFILES[prof].examples
+        hypothesis_seed(seed + rounds)(machine)
+        run_state_machine_as_test(machine, settings=machine_settings(prof, examples, step_count=step_count,
+                                                                     database=database))
+        rounds += 1
+        if bud.seconds is None or time.monotonic() - t0 >= bud.seconds:
+            break
+    return FuzzReport(target=machine.spec, seed=seed, budget=bud, profile=prof, rounds=rounds,
+                      elapsed=time.monotonic() - t0)

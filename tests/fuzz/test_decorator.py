@@ -1,0 +1,87 @@
+"""The public decorator and the import-light package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import faulty_targets as ft
+import pytest
+
+import flashcheck
+from flashcheck.errors import InvalidDefinition
+from flashcheck.fuzz.options import FuzzOptions, set_active_options
+from flashcheck.fuzz.recorder import FindingLog
+from flashcheck.fuzz.stateful import FuzzFailure
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+
+
+def test_import_flashcheck_imports_neither_torch_nor_hypothesis() -> None:
+    code = ("import sys, flashcheck, flashcheck.fuzz, flashcheck.pytest_plugin; f = flashcheck.fuzz; "
+            "print(sorted(m for m in ('torch', 'hypothesis', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": SRC, "PATH": ""}).stdout
+    assert out.strip() == "[]"
+
+
+def test_fuzz_is_callable_after_submodule_import() -> None:
+    import flashcheck.fuzz.strategies  # makes flashcheck.fuzz the package attribute
+
+    dec = flashcheck.fuzz(target="cpu-reference", budget=2)
+    assert callable(dec)
+    assert flashcheck.fuzz.strategies.batch_specs is not None
+
+
+def test_decorated_test_finds_a_faulty_target_and_calls_the_step_property(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    @flashcheck.fuzz(target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=5, device="cpu")
+    def test_faulty(step: object, result: object) -> None:
+        calls.append(type(step).__name__)
+
+    assert test_faulty.__name__ == "test_faulty"
+    previous = set_active_options(FuzzOptions(profile="ci", out_dir=tmp_path))
+    try:
+        with pytest.raises(FuzzFailure) as info:
+            test_faulty()
+    finally:
+        set_active_options(previous)
+    assert {f.id for f in info.value.findings} == {"FC304"}
+    assert calls and set(calls) == {"Step"}
+    assert any("flashcheck: seed 5" in n for n in getattr(info.value, "__notes__", []))
+    assert list(tmp_path.glob("*.json"))
+
+
+def test_decorated_clean_target_passes_with_instance_and_factory() -> None:
+    @flashcheck.fuzz(target=lambda: ft.ReferenceTarget(**SMALL), budget=5, seed=1, device="cpu", profile="ci")
+    def test_clean() -> None:
+        pass
+
+    test_clean()
+
+
+def test_decorator_rejects_other_signatures() -> None:
+    with pytest.raises(InvalidDefinition, match="takes none"):
+        @flashcheck.fuzz(target="cpu-reference")
+        def test_bad(x: object) -> None:
+            pass
+
+
+def test_budget_option_overrides_and_target_option_fills_in(tmp_path: Path) -> None:
+    from flashcheck.fuzz.options import Budget
+
+    @flashcheck.fuzz(budget=500, device="cpu", seed=2)
+    def test_default_target() -> None:
+        pass
+
+    previous = set_active_options(FuzzOptions(target="faulty_targets:PlanInfoVaries", budget=Budget(examples=30),
+                                              profile="ci"))
+    try:
+        r = test_default_target.fuzz_test.resolve()  # type: ignore[attr-defined]
+        assert r["target"] == "faulty_targets:PlanInfoVaries" and r["budget"] == Budget(examples=30)
+    finally:
+        set_active_options(previous)
+    _ = FindingLog

@@ -1,0 +1,155 @@
+"""The pytest plugin, tested with pytester on CPU: markers, options, seed 'last', skips, fixtures, report section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+QUALITY = str(Path(__file__).resolve().parents[1] / "quality")
+
+FAULTY = f"""
+import sys
+sys.path.insert(0, {QUALITY!r})
+import torch
+torch.set_num_threads(1)
+import flashcheck
+
+SMALL = {{"max_kv_len": 256, "chunk": 32, "max_pages": 256}}
+
+
+@flashcheck.fuzz(target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=5, device="cpu")
+def test_faulty_backend():
+    pass
+
+
+@flashcheck.fuzz(target="cpu-reference", config=SMALL, budget=3, seed=5, device="cpu")
+def test_clean_backend():
+    pass
+"""
+
+
+def test_markers_are_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.fuzz:*", "@pytest.mark.gpu:*"])
+
+
+def test_header_has_seed_versions_and_seed_last_repeats_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    first = pytester.runpytest("--flashcheck-seed", "12345")
+    first.stdout.fnmatch_lines(["flashcheck 0.*seed=12345*profile=auto*", "flashcheck versions: torch *, "
+                                "flashinfer *, device *"])
+    again = pytester.runpytest("--flashcheck-seed", "last")
+    again.stdout.fnmatch_lines(["flashcheck 0.*seed=12345*"])
+    assert again.ret == 0
+
+
+def test_seed_last_without_a_previous_run_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest("--flashcheck-seed", "last", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no previous seed*"])
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--flashcheck-seed", "abc", "*integer or 'last'*"),
+    ("--flashcheck-budget", "ten", "*--flashcheck-budget*"),
+])
+def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: str, value: str, message: str) -> None:
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest(option, value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_options_reach_fixtures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from flashcheck.fuzz.options import Budget
+
+        def test_opts(flashcheck_options, flashcheck_target):
+            assert flashcheck_options.budget == Budget(seconds=90.0)
+            assert flashcheck_options.seed == 7 and flashcheck_options.profile == "ci"
+            assert flashcheck_options.target == "cpu-reference" and flashcheck_target.name == "cpu-reference"
+            assert flashcheck_options.out_dir is not None
+    """)
+    result = pytester.runpytest("--flashcheck-budget", "1.5m", "--flashcheck-seed", "7", "--flashcheck-profile", "ci",
+                                "--flashcheck-target", "cpu-reference")
+    result.assert_outcomes(passed=1)
+
+
+def test_session_and_checker_fixtures_run_a_step(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from flashcheck.scenario import Step
+
+        def test_step(flashcheck_session, flashcheck_checker):
+            r = flashcheck_session.execute(Step("replay", (1, 1), (5, 17)), 0)
+            assert r.findings == [] and r.sample.padded == 2
+            assert flashcheck_checker.drain_findings() == []
+    """)
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_gpu_tests_skip_with_a_reason_without_cuda(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        import flashcheck
+
+        @pytest.mark.gpu
+        def test_needs_gpu():
+            raise AssertionError("must not run")
+
+        @flashcheck.fuzz(target="decode-tc", budget=2)
+        def test_builtin_gpu_target():
+            raise AssertionError("must not run")
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*no CUDA device*"])
+
+
+def test_environment_unavailable_is_a_skip(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from flashcheck.errors import EnvironmentUnavailable
+
+        def test_env():
+            raise EnvironmentUnavailable("FlashInfer 0.6 has no sm_75 kernels")
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*flashcheck: FlashInfer 0.6 has no sm_75 kernels*"])
+
+
+def test_fuzz_tests_are_marked_and_findings_are_a_report_section(pytester: pytest.Pytester) -> None:
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    pytester.makepyfile(test_backend=FAULTY)
+    out = pytester.path / "repros"
+    result = pytester.runpytest("-m", "fuzz", "--flashcheck-out", str(out), "--flashcheck-profile", "ci")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*- flashcheck findings -*",  # the failing test's own section
+        "*FC304 plan-info-stable*",
+        "*replay:     flashcheck replay*",
+        "*= flashcheck findings =*",  # the terminal summary
+        "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
+        "seed *: rerun with --flashcheck-seed last",
+    ])
+    assert list(out.glob("*.json"))
+    assert settings.get_current_profile_name() == before  # --flashcheck-profile is undone at the end of the run
+
+
+def test_fuzz_marker_deselects_plain_tests(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_backend=FAULTY.replace("budget=40", "budget=1").replace("PlanInfoVaries",
+                                                                                      "StaleLastPageLen"))
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest("-m", "not fuzz")
+    result.assert_outcomes(passed=1, deselected=2)
+
+
+def test_builtin_suite_runs_the_cpu_reference_without_gpu(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("-m", "fuzz", "--pyargs", "flashcheck.fuzz.suite", "--flashcheck-budget", "3",
+                                "--flashcheck-profile", "ci", "-rs")
+    result.assert_outcomes(passed=2, skipped=9)

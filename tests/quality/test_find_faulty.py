@@ -1,0 +1,46 @@
+"""Quality: the replay state machine must find each planted bug within a small budget, shrink it to a short
+program, and stay quiet on the clean reference target. Seeds are fixed (and printed on failure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faulty_targets as ft
+import pytest
+
+from flashcheck.fuzz.recorder import FindingLog
+from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+from flashcheck.targets.reference import ReferenceTarget
+
+SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+
+
+@pytest.mark.parametrize(("cls", "check_id"), [
+    (ft.StaleLastPageLen, "FC303"),
+    (ft.PollutedIndptr, "FC301"),
+    (ft.PlanInfoVaries, "FC304"),
+])
+def test_finds_planted_bug_and_shrinks(cls: type[ReferenceTarget], check_id: str, tmp_path: Path) -> None:
+    log = FindingLog(tmp_path)
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(cls(**SMALL), budget=60, seed=1, profile="ci", device="cpu", database=None, log=log)
+    exc = info.value
+    assert check_id in {f.id for f in exc.findings}, f"seed 1: {[str(f) for f in exc.findings]}"
+    program = [n for n in getattr(exc, "__notes__", []) if n.startswith("state.") and "teardown" not in n]
+    assert 2 <= len(program) <= 4, "\n".join(program)  # capture + the replays that expose it
+    rec = next(r for r in exc.records if r.finding.id == check_id)
+    assert rec.path is not None and rec.path.parent == tmp_path
+    # the reproducer holds the shrunk scenario, cut after the failing step
+    assert len(rec.repro["scenario"]["steps"]) == rec.repro["step"] + 1 <= len(program) + 1
+
+
+def test_clean_reference_target_stays_quiet() -> None:
+    report = fuzz_target(ReferenceTarget(**SMALL), budget=25, seed=2, profile="ci", device="cpu", database=None)
+    assert report.rounds == 1 and report.target == "cpu-reference"
+
+
+def test_reset_session_finds_it_too(tmp_path: Path) -> None:
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(ft.PlanInfoVaries(**SMALL), budget=30, seed=3, profile="ci", device="cpu", database=None,
+                    reset="session", log=FindingLog(tmp_path))
+    assert {f.id for f in info.value.findings} == {"FC304"}
