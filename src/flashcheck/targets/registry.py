@@ -124,7 +124,7 @@ def _factory(name: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(module)
     except ImportError as exc:
-        raise InvalidArgument(f"target {name!r}: cannot import {module!r} ({exc}); is it on sys.path?") from exc
+        raise InvalidArgument(f"target {name!r}: cannot import module {module!r} ({exc}); is it on sys.path?") from exc
     for part in qual.split("."):
         if part == "<locals>" or not hasattr(obj, part):
             raise InvalidArgument(f"target {name!r}: {module!r} has no importable attribute {qual!r}")
