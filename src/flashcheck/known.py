@@ -49,6 +49,16 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         "copy on every plan even when every input is pinned; seen on the H100 in reports/gpu-0.6.13.md "
         "(research/flashinfer_internals.md §2.2).",
     ),
+    KnownBehaviour(
+        check="FC202",
+        targets="mla-*",
+        where="flashinfer/mla/_batch_mla/_backends/_fa_common.py",
+        versions="0.7*",
+        reason="FlashInfer 0.7.2's rewritten MLA wrapper allocates device memory in plan() (`_fa_common.py` lines 549 "
+        "and 932 in 0.7.2.post1) on every re-plan of a CUDA-graph-mode wrapper: 4 and 9 caching-allocator "
+        "allocations per replay preparation, seen on the H100 in the 10-minute campaign "
+        "(reports/h100-campaign/, reproducers 1ca89b1ecd9fe8fc and 88afbbc3b6a71e15). 0.6.13 does not.",
+    ),
 )
 
 

@@ -213,11 +213,9 @@ class Driver:
         # the arena reports through scan() and, under a Checker, also through drain_findings(): keep one of each
         seen = {f.signature() for f in findings}
         for raw in [*arena_findings, *self.checker.drain_findings()]:
-            f = (
-                raw.with_location(target=self.target.name, step=index, step_name=name)
-                if raw.location.step is None
-                else raw
-            )
+            f = raw if raw.location.target else raw.with_location(target=self.target.name)
+            if f.location.step is None:
+                f = f.with_location(step=index, step_name=name)
             if f.signature() not in seen:
                 seen.add(f.signature())
                 findings.append(f)

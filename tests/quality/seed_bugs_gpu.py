@@ -74,7 +74,9 @@ class IndptrPollutedInGraph(DecodeTarget):
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         o = super()._run(wrapper, q, out)
-        if wrapper is not self.eager:  # inside the captured forward of a bucket
+        # only the captured forward rewrites the buffer (as in the seed); polluting during the eager warm-up made the
+        # second warm-up's kernel read an indptr its plan never saw and hang the H100 (reports/gpu-evidence.md)
+        if wrapper is not self.eager and self.torch.cuda.is_current_stream_capturing():
             b = q.shape[0]
             # the captured forward recomputes the sparse indptr in place (minicpm_backend): SEED BUG
             self.kv_indptr_gpu[1 : b + 1].copy_(self.torch.cumsum(self.sparse_counts[:b], 0))

@@ -104,3 +104,13 @@ def test_target_errors_go_through_the_classification_table() -> None:
 def test_classification_table(exc: BaseException, verdict: str, check: str | None) -> None:
     c = classify_exception(exc)
     assert c.verdict == verdict and c.check_id == check
+
+
+def test_runtime_findings_name_the_target() -> None:
+    """Findings drained from the checker carry the target (the H100 campaign summary showed them without one)."""
+    from tests.quality.seed_bugs_cpu import UndersizedWorkspace
+
+    t = UndersizedWorkspace()
+    with open_session(t, device="cpu", layers="off", seed=1) as drv:
+        found = [f for i, s in enumerate(random_steps(t.capacity, 40, seed=5)) for f in drv.execute(s, i).findings]
+    assert found and all(f.location.target == t.name for f in found)
