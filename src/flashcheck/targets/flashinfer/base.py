@@ -8,19 +8,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from flashcheck.batch import BatchSpec
+from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PaddingPolicy, PagedLayout
 from flashcheck.properties.csr import CsrInput
 from flashcheck.targets.flashinfer.compat import FI, load_flashinfer, normalize_plan_info
 from flashcheck.targets.protocol import Capacity, TargetEnv
 
-__all__ = ["FlashInferTargetBase", "GraphSlot", "Metadata"]
+__all__ = ["FlashInferTargetBase", "GraphSlot", "Metadata", "llama_template"]
 
 Metadata = Literal["host", "device"]
 Replan = Literal["full", "fast"]
 
 WORKSPACE_BYTES = 128 << 20  # vLLM uses 256 MiB, SGLang 512 MiB; 128 MiB holds every shape we generate
+
+
+def llama_template(page_size: int = 16, dtype: DType = "float16", causal: bool = True) -> BatchSpec:
+    """Llama-3-8B-like attention heads (32 query, 8 KV, dim 128): the default shape of the non-MLA targets."""
+    return BatchSpec(
+        (1,),
+        (1,),
+        page_size=page_size,
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim_qk=128,
+        head_dim_vo=128,
+        q_dtype=dtype,
+        kv_dtype=dtype,
+        causal=causal,
+    )
 
 
 @dataclass

@@ -9,25 +9,14 @@ from typing import Any
 from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PagedLayout
-from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot, Replan
+from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot, Replan, llama_template
 
 __all__ = ["DecodeTarget", "default_decode_template"]
 
 
 def default_decode_template(page_size: int = 16, dtype: DType = "float16") -> BatchSpec:
     """Llama-3-8B-like decode heads (32 query, 8 KV, dim 128)."""
-    return BatchSpec(
-        (1,),
-        (1,),
-        page_size=page_size,
-        num_qo_heads=32,
-        num_kv_heads=8,
-        head_dim_qk=128,
-        head_dim_vo=128,
-        q_dtype=dtype,
-        kv_dtype=dtype,
-        causal=False,
-    )
+    return llama_template(page_size, dtype, causal=False)
 
 
 class DecodeTarget(FlashInferTargetBase):
@@ -78,11 +67,11 @@ class DecodeTarget(FlashInferTargetBase):
             paged_kv_last_page_len_buffer=self.last_gpu[:bucket],
         )
 
-    def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
+    def _plan_args(self, layout: PagedLayout, tot: int) -> tuple[Any, ...]:
+        """The positional arguments `plan()` and `fast_decode_plan()` share."""
         t = self.capacity.template
-        n = layout.padded_batch_size
-        m = self.meta(n)
-        wrapper.plan(
+        m = self.meta(layout.padded_batch_size)
+        return (
             m["kv_indptr"],
             self.kv_indices_gpu[:tot],
             m["last"],
@@ -90,35 +79,24 @@ class DecodeTarget(FlashInferTargetBase):
             t.num_kv_heads,
             t.head_dim_qk,
             t.page_size,
-            pos_encoding_mode="NONE",
-            **self._common_kw(),
         )
+
+    def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
+        wrapper.plan(*self._plan_args(layout, tot), pos_encoding_mode="NONE", **self._common_kw())
 
     def _replan(self, slot: GraphSlot, layout: PagedLayout, tot: int) -> None:
         if self.replan == "full":
             self._plan(slot.wrapper, layout, tot, graph=True)
             return
-        t = self.capacity.template
         n = layout.padded_batch_size
-        m = self.meta(n)
-        kw = self._common_kw()
+        host_indptr = self.kv_indptr_cpu[: n + 1] if self.metadata == "host" else None
         self.fi.fast_decode_plan(
             slot.wrapper,
-            m["kv_indptr"],
-            self.kv_indices_gpu[:tot],
-            m["last"],
-            t.num_qo_heads,
-            t.num_kv_heads,
-            t.head_dim_qk,
-            t.page_size,
+            *self._plan_args(layout, tot),
             pos_encoding_mode="NONE",
-            window_left=kw["window_left"],
-            logits_soft_cap=kw["logits_soft_cap"],
-            q_data_type=kw["q_data_type"],
-            kv_data_type=kw["kv_data_type"],
-            sm_scale=kw["sm_scale"],
             non_blocking=True,
-            global_override_indptr_cpu=self.kv_indptr_cpu[: n + 1] if self.metadata == "host" else None,
+            global_override_indptr_cpu=host_indptr,
+            **self._common_kw(),
         )
 
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PagedLayout
-from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot
+from flashcheck.targets.flashinfer.base import FlashInferTargetBase, GraphSlot, llama_template
 
 __all__ = ["PagedPrefillTarget", "RaggedPrefillTarget", "default_prefill_template"]
 
@@ -18,18 +18,7 @@ Backend = Literal["fa2", "fa3", "auto"]
 
 
 def default_prefill_template(page_size: int = 16, dtype: DType = "float16", causal: bool = True) -> BatchSpec:
-    return BatchSpec(
-        (1,),
-        (1,),
-        page_size=page_size,
-        num_qo_heads=32,
-        num_kv_heads=8,
-        head_dim_qk=128,
-        head_dim_vo=128,
-        q_dtype=dtype,
-        kv_dtype=dtype,
-        causal=causal,
-    )
+    return llama_template(page_size, dtype, causal)
 
 
 def _check_backend(backend: str) -> None:
