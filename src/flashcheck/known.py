@@ -46,7 +46,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         where="flashinfer/prefill.py",
         reason="BatchPrefillWithPagedKVCacheWrapper.plan() copies kv_lens into its device buffer from a pageable "
         "CPU tensor it builds itself (`self._kv_lens_buffer[:B].copy_(kv_lens_host, non_blocking)`), a staging "
-        "copy on every plan even when every input is pinned; seen on the H100 in reports/gpu-0.6.13.md "
+        "copy on every plan even when every input is pinned; seen on the H100 in reports/gpu-evidence.md (K1) "
         "(research/flashinfer_internals.md §2.2).",
     ),
     KnownBehaviour(

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from flashcheck.cli._common import parse_json_object
 from flashcheck.errors import InvalidArgument
 
 __all__ = ["add_arguments", "auto_targets", "run"]
@@ -115,12 +115,7 @@ def _new_config(args: argparse.Namespace) -> Any:
             time_s = parse_duration(DEFAULT_TIME)
     gpus = visible_gpu_ids() if args.device != "cpu" else []
     node, nodes = resolve_node(args.node_index, args.num_nodes)
-    try:
-        tcfg = json.loads(args.target_config) if args.target_config else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--target-config is not JSON: {exc}") from exc
-    if not isinstance(tcfg, dict):
-        raise InvalidArgument("--target-config must be a JSON object of constructor arguments")
+    tcfg = parse_json_object(args.target_config, "--target-config")
     if args.ledger:
         from flashcheck.campaign.ledger import load_ledger
 

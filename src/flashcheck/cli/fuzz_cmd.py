@@ -7,13 +7,12 @@ findings (the shrunk program and the replay command are printed), 0 clean, 3 whe
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from typing import TYPE_CHECKING
 
 from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
-from flashcheck.errors import InvalidArgument
+from flashcheck.cli._common import parse_json_object
 
 if TYPE_CHECKING:
     from flashcheck.fuzz.recorder import FindingLog
@@ -36,12 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from flashcheck.fuzz.recorder import FindingLog
     from flashcheck.rundir import RunWriter
 
-    try:
-        config = json.loads(args.config) if args.config else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--config is not JSON: {exc}") from exc
-    if not isinstance(config, dict):
-        raise InvalidArgument("--config must be a JSON object")
+    config = parse_json_object(args.config, "--config")
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     writer = RunWriter(args.out, {"kind": "fuzz", "command": " ".join(sys.argv), "seed": seed,
                                   "target": args.target, "target_config": config, "budget": args.budget})
