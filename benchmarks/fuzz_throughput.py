@@ -80,7 +80,7 @@ def bench_state_machine(target: str, device: str, layers: str, seconds: float, s
     t0 = time.perf_counter()
     findings = 0
     try:
-        fuzz_target(target, budget=f"{seconds}s", seed=seed + 1, profile="gpu" if device.startswith("cuda") else "ci",
+        fuzz_target(target, budget=f"{seconds}s", seed=seed, profile="gpu" if device.startswith("cuda") else "ci",
                     device=device, layers=layers, database=None, check=on_step)
     except FuzzFailure as exc:
         findings = len(exc.findings)
@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="decode-tc")
     p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
-    p.add_argument("--layers", default="all", choices=("off", "cheap", "all"))
+    p.add_argument("--layers", default="cheap,all", help="comma-separated detection layers to run the flashcheck modes "
+                   "under (off, cheap, all); every property is checked under each")
     p.add_argument("--seconds", type=float, default=20.0, help="timed seconds per mode (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
@@ -190,18 +191,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)  # tiny CPU ops: thread-pool contention dominates otherwise
     print(f"fuzz throughput: target {args.target}, device {device}, layers {args.layers}, {args.seconds:g}s per "
           f"mode, seed {args.seed}", flush=True)
-    rows = [
-        bench_driver(args.target, device, args.layers, args.seconds, args.seed),
-        bench_state_machine(args.target, device, args.layers, args.seconds, args.seed),
-        bench_given_baseline(args.target, device, args.seconds, args.seed),
-    ]
+    rows = []
+    for layers in args.layers.split(","):
+        if layers not in ("off", "cheap", "all"):
+            p.error(f"--layers: {layers!r} is not one of off, cheap, all")
+        for bench in (bench_driver, bench_state_machine):
+            row = bench(args.target, device, layers, args.seconds, args.seed)
+            row["mode"] = f"{row['mode']}, layers {layers}"
+            row["layers"] = layers
+            rows.append(row)
+            print(json.dumps(row, default=str), flush=True)
+    rows.append(bench_given_baseline(args.target, device, args.seconds, args.seed))
     base = float(rows[-1]["per_second"])
-    print(f"\n{'mode':34} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
+    print(f"\n{'mode':44} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
           f"{'mean bs':>8} {'mean kv':>9}")
     for r in rows:
         r["vs_given"] = r["per_second"] / base if base > 0 else None
         ratio = f"{r['vs_given']:.2f}x" if r["vs_given"] is not None else "n/a"
-        print(f"{r['mode']:34} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
+        print(f"{r['mode']:44} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
               f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}")
     doc = {"benchmark": "fuzz_throughput", "target": args.target, "device": device, "layers": args.layers,
            "seconds_per_mode": args.seconds, "seed": args.seed, "results": rows, "environment": environment(),

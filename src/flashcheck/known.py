@@ -9,13 +9,14 @@ unexpected pass is news: the upstream behaviour changed).
 from __future__ import annotations
 
 import fnmatch
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flashcheck.errors import InvalidDefinition
 from flashcheck.findings import Finding
 
-__all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "split_known"]
+__all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "split_known"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,26 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
 )
 
 
+def imported_flashinfer_version() -> str:
+    """The version of the FlashInfer this process imported, or "" when it has not imported it."""
+    mod = sys.modules.get("flashinfer")
+    return str(getattr(mod, "__version__", "")) if mod is not None else ""
+
+
 def split_known(
-    findings: Iterable[Finding], target: str, version: str = "", known: Iterable[KnownBehaviour] = KNOWN_UPSTREAM
+    findings: Iterable[Finding],
+    target: str,
+    version: str | None = None,
+    known: Iterable[KnownBehaviour] = KNOWN_UPSTREAM,
 ) -> tuple[list[Finding], list[tuple[Finding, KnownBehaviour]]]:
-    """(unexpected findings, [(known finding, its entry)])."""
+    """(unexpected findings, [(known finding, its entry)]).
+
+    `version` is the FlashInfer version entries are matched against (default: the one imported; "" matches every
+    entry's versions).
+    """
     entries = tuple(known)
+    if version is None:
+        version = imported_flashinfer_version()
     unexpected: list[Finding] = []
     hits: list[tuple[Finding, KnownBehaviour]] = []
     for f in findings:

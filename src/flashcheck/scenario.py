@@ -31,6 +31,8 @@ from flashcheck.targets.protocol import Target, TargetEnv
 
 __all__ = ["Driver", "Scenario", "Step", "StepOp", "StepResult"]
 
+_POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
+
 StepOp = Literal["eager", "capture", "replay"]
 _OPS: tuple[str, ...] = get_args(StepOp)
 
@@ -139,6 +141,7 @@ class Driver:
         self.t0 = time.perf_counter()
         self.poisoned = False
         self._torch: Any = None
+        self._q_pool: Any = None
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -176,10 +179,23 @@ class Driver:
         )
 
     def queries(self, spec: BatchSpec, seed: int) -> Any:
+        """Query rows for a batch: a seeded window of a random pool made once per session on the device (no
+        per-step RNG or host-to-device copy). The rows depend only on the session seed, the capacity and `seed`."""
         torch = self._torch
-        gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x5EED)
-        q = torch.randn((spec.total_qo, spec.num_qo_heads, spec.head_dim_qk), generator=gen)
-        return q.to(_torch_dtype(torch, spec.q_dtype)).to(self.device)
+        rows = spec.total_qo
+        shape = (spec.num_qo_heads, spec.head_dim_qk)
+        dtype = _torch_dtype(torch, spec.q_dtype)
+        n = min(self.cap.max_total_qo, _POOL_ROWS) + _POOL_SLACK
+        if rows > n:  # a batch larger than the pool: draw it directly
+            gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x5EED)
+            return torch.randn((rows, *shape), generator=gen).to(dtype).to(self.device)
+        pool = self._q_pool
+        if pool is None or tuple(pool.shape[1:]) != shape or pool.dtype != dtype:
+            gen = torch.Generator(device="cpu").manual_seed(self.seed ^ 0x5EED)
+            pool = torch.randn((n, *shape), generator=gen).to(dtype).to(self.device)
+            self._q_pool = pool
+        start = int(np.random.default_rng(seed & 0xFFFFFFFF).integers(0, n - rows + 1))
+        return pool[start : start + rows].clone()
 
     def execute(self, step: Step, index: int) -> StepResult:
         if self.poisoned:

@@ -368,3 +368,22 @@ def test_cupti_on_a_cpu_profiler_is_quiet() -> None:
         with chk.region("replay"):
             torch.ones(3).tolist()
         assert chk.drain_findings() == []
+
+
+
+def test_a_second_cupti_layer_in_the_process_is_skipped_with_a_reason() -> None:
+    """Kineto runs one profiler per process: a second checker reports the layer as skipped instead of breaking
+    the first one's profiler."""
+
+    def cpu_profiler() -> Any:
+        return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+    first = CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)
+    second = CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)
+    with Checker(layers=[first]) as a:
+        with Checker(layers=[second]) as b:
+            assert b.active_layers == [] and "another checker" in b.skipped_layers["cupti"]
+        assert a.active_layers == ["cupti"]
+        a.drain_findings()
+    with Checker(layers=[second]) as c:  # free again once the first is gone
+        assert c.active_layers == ["cupti"]

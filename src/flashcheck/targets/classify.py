@@ -58,6 +58,14 @@ ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str],
     (
         "environment",
         None,
+        None,
+        r"Ninja build failed|Error building extension|error: command .*nvcc.* failed",
+        "the kernel could not be JIT-compiled on this machine (compiler error, killed or out of memory): "
+        "prebuild it (flashinfer-jit-cache) or retry with fewer parallel compile jobs (MAX_JOBS)",
+    ),
+    (
+        "environment",
+        None,
         ("MissingJITCacheError", "NotImplementedError"),
         r".*",
         "the backend does not implement this configuration",

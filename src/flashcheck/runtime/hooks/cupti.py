@@ -17,6 +17,7 @@ that launched it, found by CUPTI correlation id), and the profiler is restarted.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,6 +148,9 @@ def _default_profiler() -> Any:
     return torch.profiler.profile(activities=acts)
 
 
+_RUNNING: list[CuptiHook] = []  # the hook whose profiler runs: Kineto has one per process
+
+
 class CuptiHook(Hook):
     """Runs ``torch.profiler`` for the checker session and turns its CUDA events into monitor events at drain.
 
@@ -169,6 +173,8 @@ class CuptiHook(Hook):
         self._pending: list[Event] = []
 
     def unavailable_reason(self) -> str | None:
+        if _RUNNING and _RUNNING[0] is not self:
+            return "another checker's CUPTI layer is active in this process (Kineto runs one profiler per process)"
         if self._available is not None:
             return None if self._available() else "no CUDA device"
         import torch
@@ -178,17 +184,22 @@ class CuptiHook(Hook):
     def _install(self, sink: EventSink) -> None:
         self._pending = []
         self._start()
+        _RUNNING.append(self)
 
     def _start(self) -> None:
-        prof = self._factory()
-        prof.start()
+        with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": we read every cycle
+            warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+            prof = self._factory()
+            prof.start()
         self._prof = prof
 
     def _stop(self) -> list[Event]:
         prof, self._prof = self._prof, None
         if prof is None:
             return []
-        prof.stop()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+            prof.stop()
         return attribute(raw_events(prof.profiler.kineto_results.events()))
 
     def _uninstall(self) -> None:
@@ -197,7 +208,11 @@ class CuptiHook(Hook):
         for m in reversed(list(self._markers.values())):
             m.__exit__(None, None, None)
         self._read_markers, self._markers = [], {}
-        self._pending.extend(self._stop())
+        try:
+            self._pending.extend(self._stop())
+        finally:
+            if self in _RUNNING:
+                _RUNNING.remove(self)
 
     def _marker(self, name: str) -> Any:
         import torch

@@ -1,0 +1,73 @@
+"""A time budget stops a fuzz run about one example after it is spent; documented upstream behaviours
+(`flashcheck.known`) are counted, not failures, while everything else still fails the run."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+
+from flashcheck.fuzz import stateful
+from flashcheck.fuzz.stateful import FuzzFailure, close_sessions, fuzz_target
+from flashcheck.known import KnownBehaviour, split_known
+
+SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, per_example: float) -> list[int]:
+    """Replace Hypothesis' runner and the clock: each round 'takes' examples * per_example seconds."""
+    clock = [0.0]
+    asked: list[int] = []
+
+    def fake_run(machine: Any, settings: Any) -> None:
+        asked.append(int(settings.max_examples))
+        clock[0] += settings.max_examples * per_example
+
+    monkeypatch.setattr(stateful, "run_state_machine_as_test", fake_run)
+    monkeypatch.setattr(stateful.time, "monotonic", lambda: clock[0])
+    return asked
+
+
+def test_time_budget_sizes_rounds_from_the_measured_time_per_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_runs(monkeypatch, per_example=0.5)
+    report = fuzz_target("cpu-reference", config=SMALL, budget="10s", profile="ci", device="cpu", database=None)
+    # 3 examples measure 1.5 s; the 8.5 s left hold 17 more; then the budget is spent
+    assert asked == [stateful._FIRST_ROUND, 17]
+    assert report.rounds == 2
+
+
+def test_time_budget_never_asks_more_than_the_profile_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_runs(monkeypatch, per_example=0.01)
+    fuzz_target("cpu-reference", config=SMALL, budget="1s", profile="ci", device="cpu", database=None)
+    assert asked[0] == stateful._FIRST_ROUND and max(asked) == 20  # the ci profile's examples
+    assert sum(asked) * 0.01 >= 1.0
+
+
+def test_example_budget_is_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_runs(monkeypatch, per_example=100.0)
+    fuzz_target("cpu-reference", config=SMALL, budget=7, profile="ci", device="cpu", database=None)
+    assert asked == [7]
+
+
+TARGET = "faulty_targets:PlanInfoVaries"  # FC304 on replay
+
+
+def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = KnownBehaviour(check="FC304", targets="*", where="", reason="test: documented upstream behaviour")
+    monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[entry]))
+    try:
+        fuzz_target(TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None)
+    finally:
+        close_sessions()
+
+
+def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    other = KnownBehaviour(check="FC201", targets="*", where="", reason="test: another check")
+    monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[other]))
+    try:
+        with pytest.raises(FuzzFailure) as info:
+            fuzz_target(TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None)
+    finally:
+        close_sessions()
+    assert {f.id for f in info.value.findings} == {"FC304"}
