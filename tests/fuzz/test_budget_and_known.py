@@ -56,10 +56,16 @@ TARGET = "faulty_targets:PlanInfoVaries"  # FC304 on replay
 def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     entry = KnownBehaviour(check="FC304", targets="*", where="", reason="test: documented upstream behaviour")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[entry]))
+    seen: list[str] = []
+
+    def record(step: Any, result: Any) -> None:
+        seen.extend(f.id for f in result.findings)
+
     try:
-        fuzz_target(TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None)
+        fuzz_target(TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None, check=record)
     finally:
         close_sessions()
+    assert "FC304" in seen  # the finding happened, and the run still passed
 
 
 def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -306,12 +306,8 @@ def _dirty_blocks(t: torch.Tensor, byte: int) -> torch.Tensor:
 
     if t.storage_offset() % 8 == 0:
         word = int.from_bytes(bytes([byte]) * 8, "little", signed=True)
-        return _any_rows(t.view(torch.int64) != word, _BLOCK // 8)
-    return _any_rows(t != byte, _BLOCK)
-
-
-def _any_rows(mask: torch.Tensor, width: int) -> torch.Tensor:
-    return mask.view(-1, width).any(dim=1)
+        return (t.view(torch.int64) != word).view(-1, _BLOCK // 8).any(dim=1)
+    return (t != byte).view(-1, _BLOCK).any(dim=1)
 
 
 def _refine(t: torch.Tensor, byte: int | None, blk: int, tail: int) -> list[Any]:
