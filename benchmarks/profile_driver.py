@@ -2,6 +2,10 @@
 
     python benchmarks/profile_driver.py --target decode-tc --steps 300 --layers cheap,all      # on a GPU node
     python benchmarks/profile_driver.py --target cpu-reference --steps 200 --layers cheap      # anywhere
+    python benchmarks/profile_driver.py --target decode-tc --steps 100 --layers cheap --kernels  # + device time
+
+With ``--kernels`` a second pass of the same steps runs under ``torch.profiler`` and prints the operators and
+kernels by device time (layers ``cheap`` or ``off`` only: ``all`` owns the process's CUPTI session).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import pstats
 import time
 
 
-def profile(target: str, device: str, layers: str, steps: int, seed: int, top: int) -> str:
+def profile(target: str, device: str, layers: str, steps: int, seed: int, top: int, kernels: bool = False) -> str:
     from flashcheck.fuzz.scenarios import random_steps
     from flashcheck.session import open_session
 
@@ -29,11 +33,34 @@ def profile(target: str, device: str, layers: str, steps: int, seed: int, top: i
             drv.execute(plan[i], i)
         prof.disable()
         dt = time.perf_counter() - t0
+        table = _kernel_table(drv, plan, n_warm, top) if kernels else ""
     buf = io.StringIO()
     buf.write(f"== {target} layers={layers}: {steps} steps in {dt:.2f}s = {steps / dt:.1f} steps/s (profiled)\n")
     for key in ("cumulative", "tottime"):
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+    buf.write(table)
     return buf.getvalue()
+
+
+def _kernel_table(drv: object, plan: list[object], n_warm: int, top: int) -> str:
+    """The same steps again under torch.profiler: operators by self device time, and the device's busy share."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    execute = drv.execute  # type: ignore[attr-defined]
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+        for i in range(n_warm, len(plan)):
+            execute(plan[i], len(plan) + i)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    ka = tp.key_averages()
+    busy = sum(getattr(e, "self_device_time_total", 0.0) for e in ka) / 1e6
+    head = (f"== device time: {busy:.3f}s busy of {wall:.3f}s wall under the profiler "
+            f"({100 * busy / wall:.0f}%; kernels and copies, summed)\n")
+    return head + ka.table(sort_by="self_device_time_total", row_limit=top) + "\n"
 
 
 def main() -> int:
@@ -44,12 +71,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--kernels", action="store_true", help="also profile device time with torch.profiler (CUDA)")
     a = p.parse_args()
+    if a.kernels and "all" in a.layers.split(","):
+        p.error("--kernels: the 'all' layers own the process's CUPTI session; use --layers cheap or off")
     from flashcheck.session import default_device
 
     device = a.device or default_device()
     for layers in a.layers.split(","):
-        print(profile(a.target, device, layers, a.steps, a.seed, a.top), flush=True)
+        print(profile(a.target, device, layers, a.steps, a.seed, a.top, a.kernels), flush=True)
     return 0
 
 

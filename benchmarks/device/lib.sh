@@ -3,7 +3,7 @@
 #   BUDGET_S  seconds this call may spend before packing (default 540)
 W=${W:-/tmp/fc}
 mkdir -p "$W"
-DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
+DEADLINE=${DEADLINE:-$(( $(date +%s) + ${BUDGET_S:-540} ))}  # kept when a script sources another
 left() { echo $(( DEADLINE - $(date +%s) )); }
 # step LOG CMD...: run CMD with what is left of the budget, append its output and exit status to $W/LOG
 step() {

@@ -195,6 +195,40 @@ def test_arena_on_cuda_overflow_fires_and_legit_use_is_quiet() -> None:
         assert chk.drain_findings() == findings
 
 
+def test_arena_graphs_report_what_the_eager_scan_reports_and_catch_a_late_overflow() -> None:
+    """The recorded arm and scan graphs agree with the eager path step for step, including an overflow written
+    after the graphs took over (step 6) and the clean steps around it."""
+    from flashcheck.runtime.arena import Arena
+
+    arenas = [Arena(graphs=True), Arena(graphs=False)]
+    views = [
+        (
+            a.workspace("float", (1 << 20) + 100, device="cuda", zero=False),
+            a.workspace("int", 3 * 4096 + 5, device="cuda", kind="int", zero=False),
+            a.workspace("sem", 8192, device="cuda", kind="engine"),
+        )
+        for a in arenas
+    ]
+    per_step = []
+    for step in range(9):
+        got = []
+        for a, (f, i, sem) in zip(arenas, views, strict=True):
+            a.arm()
+            f[: 1000 * (step + 1)].fill_(step + 1)
+            i[: 17 * (step + 1)].fill_(7)
+            sem[step * 100].fill_(1)
+            if step == 6:
+                f.as_strided((f.numel() + 64,), (1,))[f.numel() - 8 :].fill_(1)
+            got.append(a.scan(step))
+        (f_graph, u_graph), (f_eager, u_eager) = got
+        assert u_graph == u_eager, step
+        assert [x.message for x in f_graph] == [x.message for x in f_eager], step
+        per_step.append([x.id for x in f_graph])
+    graphs = arenas[0].graphs
+    assert graphs is not None and graphs.captures >= 4 and graphs.replays >= 8  # arm and scan, both parities
+    assert per_step[6] == ["FC302"] and all(ids == [] for k, ids in enumerate(per_step) if k != 6)
+
+
 def test_checker_off_restores_the_sync_debug_mode_and_replay() -> None:
     import torch.cuda._gpu_trace as gt
 

@@ -159,3 +159,51 @@ def test_last_diff_matches_a_plain_scan(n: int, last: int | str, offset: int) ->
         t[k - 1] = 3
         t[: max(0, k - 10)] = 0
     assert _last_diff(t, 0xA5) == k
+
+
+def test_graph_cache_records_a_key_on_its_second_sight_and_forgets_on_invalidate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The policy of the CUDA-graph path, with the capture stubbed (CPU CI has no graphs; tests/gpu runs them)."""
+    from flashcheck.runtime.arena_graph import GraphCache
+
+    cache = GraphCache()
+    recorded: list[str] = []
+    replays: list[object] = []
+
+    def fake_capture(build: object) -> tuple[object, str]:
+        recorded.append("graph")
+        return "graph", "static-out"
+
+    monkeypatch.setattr(cache, "_capture", fake_capture)
+    monkeypatch.setattr(torch._C._CUDAGraph, "replay", replays.append, raising=False)
+    calls: list[int] = []
+
+    def build() -> str:
+        calls.append(1)
+        return "eager-out"
+
+    assert [cache.run("k", build) for _ in range(4)] == ["eager-out", "eager-out", "static-out", "static-out"]
+    assert recorded == ["graph"] and len(calls) == 2 and replays == ["graph", "graph"]
+    cache.invalidate()
+    assert cache.run("k", build) == "eager-out" and len(calls) == 3
+
+
+def test_graph_cache_stays_eager_for_a_key_whose_capture_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime.arena_graph import GraphCache
+
+    cache = GraphCache()
+    tries: list[int] = []
+    monkeypatch.setattr(cache, "_capture", lambda build: tries.append(1))
+    assert [cache.run("k", lambda: 5) for _ in range(4)] == [5, 5, 5, 5]
+    assert tries == [1] and cache.replays == 0
+
+
+def test_cpu_arena_never_records_graphs() -> None:
+    a = Arena()
+    ws = a.workspace("float", 10_000, device="cpu")
+    for _ in range(4):
+        a.arm()
+        ws[:10].fill_(1)
+        a.scan()
+    assert a.graphs is not None and a.graphs.captures == 0 and a.graphs.replays == 0

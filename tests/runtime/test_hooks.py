@@ -13,7 +13,14 @@ from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import HookError
 from flashcheck.runtime.hooks import gpu_trace as gpu_trace_mod
 from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook
-from flashcheck.runtime.hooks.cupti import READ_MARKER, REGION_MARKER, CuptiHook, RawEvent, attribute
+from flashcheck.runtime.hooks.cupti import (
+    READ_MARKER,
+    REGION_MARKER,
+    CuptiHook,
+    RawEvent,
+    _quiet_profiler,
+    attribute,
+)
 from flashcheck.runtime.hooks.dispatch import DispatchHook
 from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
@@ -387,3 +394,25 @@ def test_a_second_cupti_layer_in_the_process_is_skipped_with_a_reason() -> None:
         a.drain_findings()
     with Checker(layers=[second]) as c:  # free again once the first is gone
         assert c.active_layers == ["cupti"]
+
+
+def test_cupti_hides_the_profiler_clears_events_warning_it_causes() -> None:
+    """torch warns "Warning: Profiler clears events at the end of each cycle" when a profiler restarts; the layer
+    reads every cycle, so the warning is noise in the user's test report and must not escape."""
+    import warnings
+
+    class WarningProfiler:
+        def start(self) -> None:
+            warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=1)
+
+        def stop(self) -> None:
+            warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=1)
+
+    hook = CuptiHook(profiler_factory=WarningProfiler, available=lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hook._start()
+        hook._prof = None  # _stop would read the fake's (absent) events
+        with _quiet_profiler():  # what _stop wraps around prof.stop()
+            WarningProfiler().stop()
+    assert [str(w.message) for w in caught] == []

@@ -1,4 +1,4 @@
-"""The torch reference (used on the GPU) agrees with the numpy reference, decode fast path included."""
+"""The torch reference (used on the GPU) agrees with the numpy reference, on its one-shot and its per-request path."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from flashcheck.batch import BatchSpec
 from flashcheck.layout import build_paged_layout
-from flashcheck.reference import paged_attention
+from flashcheck.reference import paged_attention, torch_ref
 from flashcheck.reference.torch_ref import paged_attention_torch
 
 torch = pytest.importorskip("torch")
@@ -37,6 +37,13 @@ def test_torch_reference_matches_numpy(reqs, decode, page, group, window, cap, c
     kc = rng.standard_normal((lay.num_pages, page, 2, 8)).astype(np.float32)
     vc = rng.standard_normal((lay.num_pages, page, 2, 8)).astype(np.float32)
     want = paged_attention(q, kc, vc, lay)
-    got = paged_attention_torch(torch.from_numpy(q), torch.from_numpy(kc), torch.from_numpy(vc), lay).numpy()
     rows = lay.real_qo_rows()
-    np.testing.assert_allclose(got[:rows], want[:rows], rtol=1e-4, atol=1e-5)
+    limit = torch_ref._BATCHED_ELEMENTS
+    try:
+        for batched in (limit, 0):  # the one-shot path, then request by request (what too large a batch takes)
+            torch_ref._BATCHED_ELEMENTS = batched
+            got = paged_attention_torch(torch.from_numpy(q), torch.from_numpy(kc), torch.from_numpy(vc), lay).numpy()
+            np.testing.assert_allclose(got[:rows], want[:rows], rtol=1e-4, atol=1e-5)
+            assert not got[rows:].any()  # padded rows stay 0
+    finally:
+        torch_ref._BATCHED_ELEMENTS = limit

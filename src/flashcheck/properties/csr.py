@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from flashcheck._arrays import as_host_array
+from flashcheck._arrays import as_host_arrays
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout
@@ -112,11 +112,11 @@ def check_csr(inp: CsrInput, *, location: Location | None = None, prefix: str = 
     loc = location or Location()
     if inp.page_size < 1 or inp.num_pages < 1:
         raise InvalidArgument(f"page_size and num_pages must be >= 1, got {inp.page_size} and {inp.num_pages}")
-    kv_indptr = as_host_array(inp.kv_indptr)
-    last = as_host_array(inp.kv_last_page_len)
-    qo = None if inp.qo_indptr is None else as_host_array(inp.qo_indptr)
-    seq = None if inp.seq_lens is None else as_host_array(inp.seq_lens)
-    indices = as_host_array(inp.kv_indices)
+    # one transfer per device for every metadata array (graph buffers live on the GPU)
+    kv_indptr, last, qo, seq, indices = as_host_arrays(
+        [inp.kv_indptr, inp.kv_last_page_len, inp.qo_indptr, inp.seq_lens, inp.kv_indices]
+    )
+    assert kv_indptr is not None and last is not None and indices is not None  # required fields of CsrInput
     n_indices = len(indices) if inp.kv_indices_len is None else inp.kv_indices_len
     out: list[Finding] = []
 

@@ -10,7 +10,7 @@ import numpy as np
 from flashcheck.findings import Finding, Location
 from flashcheck.registry import register_check
 
-__all__ = ["EQUIV_ID", "EQUIV_NAME", "Tolerance", "compare_outputs", "tolerance_for"]
+__all__ = ["EQUIV_ID", "EQUIV_NAME", "Tolerance", "any_violation", "compare_outputs", "tolerance_for"]
 
 EQUIV_ID, EQUIV_NAME = "FC303", "replay-matches-eager"
 
@@ -21,10 +21,13 @@ class _EquivalenceDoc:
 
     What it checks
         After each step the driver compares the real output rows (padded rows are garbage by design and are
-        excluded) of (a) the eager run against the fp32 reference and (b) the graph replay against the eager run
-        of a fresh non-graph wrapper on the same batch, within dtype tolerances (fp16 ``atol=rtol=2e-2``, bf16
-        ``5e-2``, fp8 ``1.5e-1``). NaN or Inf in a real row always fails. Evidence names the worst row, request,
-        head and both values.
+        excluded) of (a) an eager run against the fp32 reference and (b) a graph replay against the fp32
+        reference and the eager run of a fresh non-graph wrapper on the same batch, within dtype tolerances (fp16
+        ``atol=rtol=2e-2``, bf16 ``5e-2``, fp8 ``1.5e-1``). NaN or Inf in a real row always fails. Evidence names
+        the worst row, request, head and both values. A replay is screened against the reference on the device;
+        when the screen fails (or the target has no reference) the fresh eager run follows and the finding says
+        which of the two diverged: ``replay vs eager`` (a replay bug) or ``eager vs reference`` (the kernel or the
+        metadata is wrong outside graphs too).
 
     Why it breaks serving
         Replay divergence is silent: stale metadata in a persistent buffer, values frozen at capture (a scalar or
@@ -69,6 +72,15 @@ def tolerance_for(q_dtype: str, kv_dtype: str) -> Tolerance:
     """The looser of the two dtypes' tolerances."""
     a, b = _TOL.get(q_dtype, _TOL["float16"]), _TOL.get(kv_dtype, _TOL["float16"])
     return Tolerance(max(a.atol, b.atol), max(a.rtol, b.rtol))
+
+
+def any_violation(got: Any, want: Any, *, tol: Tolerance, rows: int) -> Any:
+    """A 0-d bool tensor on the device of `got`: does an element of the first `rows` rows fail the test of
+    `compare_outputs` (non-finite, or ``|got - want| > atol + rtol * |want|``)? The driver screens every output
+    with it and copies outputs to the host only to explain a failure. Both are torch tensors of one shape."""
+    g = got[:rows].float()
+    w = want[:rows].float()
+    return (g.isfinite().logical_not() | ((g - w).abs() > tol.atol + tol.rtol * w.abs())).any()
 
 
 def compare_outputs(

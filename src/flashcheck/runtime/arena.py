@@ -11,6 +11,7 @@ tensors (CI) and CUDA tensors alike. torch is imported lazily.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.runtime.api import WorkspaceKind
+from flashcheck.runtime.arena_graph import GraphCache
 
 if TYPE_CHECKING:
     import torch
@@ -68,6 +70,8 @@ class Arena:
         reader: a context manager factory the scan runs under (the checker passes ``checker_read`` so that the
             arena's own device reads never count as violations).
         sink: called with the findings of every scan (the checker queues them for ``drain_findings``).
+        graphs: on CUDA, record `arm` and `scan` as CUDA graphs once their inputs repeat and replay them (one
+            launch instead of a dozen kernels per workspace); False keeps every step eager.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class Arena:
         guard_bytes: int = GUARD_BYTES,
         reader: ReadContext | None = None,
         sink: Callable[[list[Finding]], None] | None = None,
+        graphs: bool = True,
     ) -> None:
         if guard_bytes < 0:
             raise InvalidArgument(f"guard_bytes must be >= 0, got {guard_bytes}")
@@ -85,6 +90,7 @@ class Arena:
         self._ws: dict[str, _Workspace] = {}
         self._arms = 0
         self.last_usage: dict[str, WorkspaceUsage] = {}
+        self.graphs = GraphCache() if graphs else None
 
     # -------------------------------------------------------------------------------------------- creation
     def workspace(
@@ -125,6 +131,7 @@ class Arena:
             usable.zero_()
         keep = (zero and kind == "engine") if keep_zero is None else keep_zero
         self._ws[name] = _Workspace(name, kind, nbytes, backing, usable, g, not keep, zero, guard_byte=guard_byte)
+        self._changed()
         return usable
 
     def adopt(self, name: str, tensor: torch.Tensor, *, kind: WorkspaceKind = "engine", sentinel: bool = False) -> None:
@@ -138,6 +145,11 @@ class Arena:
             raise InvalidArgument(f"adopted buffer {name!r} must be contiguous to be viewed as bytes")
         flat = tensor.reshape(-1).view(torch.uint8)
         self._ws[name] = _Workspace(name, kind, flat.numel(), None, flat, 0, sentinel, False)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.graphs is not None:
+            self.graphs.invalidate()
 
     def names(self) -> list[str]:
         return list(self._ws)
@@ -156,34 +168,48 @@ class Arena:
         with self._read():
             for ws in self._ws.values():
                 if ws.sentinel_ok:
-                    ws.usable.fill_(s)
                     ws.armed_sentinel = s
                 if ws.backing is not None and ws.guard:
-                    ws.backing[: ws.guard].fill_(gb)
-                    ws.backing[ws.guard + ws.nbytes :].fill_(gb)
                     ws.guard_byte = gb
+            for dev, group in self._by_device().items():
+                fill = functools.partial(_fill, group, s, gb)
+                if self.graphs is not None and dev.startswith("cuda"):
+                    self.graphs.run(("arm", dev, s, gb), fill)
+                else:
+                    fill()
 
     def scan(self, step: int | None = None) -> tuple[list[Finding], dict[str, tuple[int, int]]]:
         """After run / replay: (FC302 findings, name -> (used bytes, allocated bytes)); used is -1 if unknown.
 
-        Every workspace is reduced on its own device first and the results come back in one transfer per device
-        (then one more for the workspaces with a dirty block): a scan costs two host syncs, not a few per workspace.
+        Every workspace is reduced on its own device, down to its exact high-water mark, and the results come back
+        in one transfer per device: a scan costs one host sync, not a few per workspace (on CUDA, one graph launch
+        once the sentinel pattern repeats).
         """
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
         with self._read():
-            wss = list(self._ws.values())
-            bases = [self._base(ws) for ws in wss]
-            probes = _read_ints([_probe(ws, b) for ws, b in zip(wss, bases, strict=True)])
-            exact = _read_ints([_refine(ws.usable, b, p[2], p[3]) for ws, b, p in zip(wss, bases, probes, strict=True)])
-            for ws, base, p, e in zip(wss, bases, probes, exact, strict=True):
-                f, u = self._account(ws, step, base, p, e[0])
-                findings.extend(f)
-                usage[ws.name] = (u.used, u.allocated)
-                self.last_usage[ws.name] = u
+            for dev, group in self._by_device().items():
+                bases = [self._base(ws) for ws in group]
+                probe = functools.partial(_probe_all, group, bases, dev)
+                if self.graphs is not None and dev.startswith("cuda"):
+                    key = ("scan", dev, *((b, ws.guard_byte) for ws, b in zip(group, bases, strict=True)))
+                    result = self.graphs.run(key, probe)
+                else:
+                    result = probe()
+                for ws, base, p in zip(group, bases, result.cpu().tolist(), strict=True):
+                    f, u = self._account(ws, step, base, p, p[2])
+                    findings.extend(f)
+                    usage[ws.name] = (u.used, u.allocated)
+                    self.last_usage[ws.name] = u
         if findings and self._sink is not None:
             self._sink(findings)
         return findings, usage
+
+    def _by_device(self) -> dict[str, list[_Workspace]]:
+        out: dict[str, list[_Workspace]] = {}
+        for ws in self._ws.values():
+            out.setdefault(str(ws.usable.device), []).append(ws)
+        return out
 
     def _read(self) -> contextlib.AbstractContextManager[None]:
         return self._reader() if self._reader is not None else contextlib.nullcontext()
@@ -263,40 +289,82 @@ def _diff_span(t: torch.Tensor, byte: int) -> tuple[int, int, int]:
 
 
 def _last_diff(t: torch.Tensor, byte: int) -> int:
-    """Index + 1 of the last byte of `t` that differs from `byte` (0 if none), without Python loops over bytes.
+    """Index + 1 of the last byte of `t` that differs from `byte` (0 if none), without Python loops over bytes."""
+    return _read_ints([[_last_diff_dev(t, byte)]])[0][0]
 
-    Reduces blocks of 4 KiB with ``any`` first, then finds the last differing byte in the last dirty block, so the
-    only full-size temporary is one bool mask.
-    """
-    blk, tail = _read_ints([list(_last_diff_probe(t, byte))])[0]
-    return _read_ints([_refine(t, byte, blk, tail)])[0][0]
+
+def _fill(group: list[_Workspace], sentinel: int, guard_byte: int) -> None:
+    """The kernels of one arm on one device (the sentinel and guard bytes are baked into a recorded graph)."""
+    for ws in group:
+        if ws.sentinel_ok:
+            ws.usable.fill_(sentinel)
+        if ws.backing is not None and ws.guard:
+            ws.backing[: ws.guard].fill_(guard_byte)
+            ws.backing[ws.guard + ws.nbytes :].fill_(guard_byte)
+
+
+def _probe_all(group: list[_Workspace], bases: list[int | None], dev: str) -> torch.Tensor:
+    """[len(group), 3] int64 on `dev`: `_probe` of every workspace of one device, for one transfer."""
+    import torch
+
+    rows = [
+        torch.stack([torch.full((), v, dtype=torch.int64, device=dev) if isinstance(v, int) else v.to(torch.int64)
+                     for v in _probe(ws, b)])
+        for ws, b in zip(group, bases, strict=True)
+    ]
+    return torch.stack(rows)
 
 
 def _probe(ws: _Workspace, base: int | None) -> list[Any]:
-    """Device-side reductions of one workspace: [guard bytes written after, before, last dirty block, tail last]."""
+    """Device-side reductions of one workspace: [guard bytes written after, before, high-water mark (-1: unknown)]."""
     n_after: Any = 0
     n_before: Any = 0
     if ws.backing is not None and ws.guard:
         n_after = (ws.backing[ws.guard + ws.nbytes :] != ws.guard_byte).sum()
         n_before = (ws.backing[: ws.guard] != ws.guard_byte).sum()
-    blk, tail = _last_diff_probe(ws.usable, base) if base is not None else (0, 0)
-    return [n_after, n_before, blk, tail]
+    last = _last_diff_dev(ws.usable, base) if base is not None else -1
+    return [n_after, n_before, last]
 
 
-def _last_diff_probe(t: torch.Tensor, byte: int) -> tuple[Any, Any]:
-    """(1-based index of the last block of `t` with a byte != `byte`, 1-based last such byte of the partial tail)."""
+def _last_diff_dev(t: torch.Tensor, byte: int) -> Any:
+    """Index + 1 of the last byte of `t` != `byte` (0 if none), as a 0-d tensor on `t`'s device (no host sync).
+
+    Blocks of 4 KiB are reduced with ``any`` first (the only full-size temporary is one mask, of 8-byte words where
+    the view allows it); the last dirty block is then gathered by a device-side index and searched byte by byte.
+    """
     import torch
 
     n = t.numel()
     full = n - n % _BLOCK
-    tail: Any = 0
-    blk: Any = 0
-    if full < n:
-        tail = (torch.arange(1, n - full + 1, device=t.device) * (t[full:] != byte)).max()
+    if n == 0:
+        return 0
+    last: Any = 0
     if full:
         blocks = _dirty_blocks(t[:full], byte)
-        blk = (torch.arange(1, blocks.numel() + 1, device=t.device) * blocks).max()
-    return blk, tail
+        blk = (_ramp(blocks.numel(), t.device) * blocks).max()  # 1-based; 0: no dirty block
+        row = t[:full].view(-1, _BLOCK).index_select(0, (blk - 1).clamp(min=0).reshape(1))[0]
+        in_blk = (_ramp(_BLOCK, t.device) * (row != byte)).max()
+        last = torch.where(blk > 0, (blk - 1) * _BLOCK + in_blk, 0)
+    if full < n:
+        tail = (_ramp(n - full, t.device) * (t[full:] != byte)).max()
+        last = torch.where(tail > 0, full + tail, last)
+    return last
+
+
+_RAMPS: dict[tuple[str, int], Any] = {}
+
+
+def _ramp(n: int, device: Any) -> torch.Tensor:
+    """[1, 2, ..., n] as int64 on `device`, made once per (device, n): a scan reuses it on every step."""
+    import torch
+
+    key = (str(device), n)
+    r = _RAMPS.get(key)
+    if r is None:
+        if len(_RAMPS) >= 256:  # one or two sizes per workspace; a process with many arenas starts over
+            _RAMPS.clear()
+        r = _RAMPS[key] = torch.arange(1, n + 1, device=device, dtype=torch.int64)
+    return r
 
 
 def _dirty_blocks(t: torch.Tensor, byte: int) -> torch.Tensor:
@@ -308,21 +376,6 @@ def _dirty_blocks(t: torch.Tensor, byte: int) -> torch.Tensor:
         word = int.from_bytes(bytes([byte]) * 8, "little", signed=True)
         return (t.view(torch.int64) != word).view(-1, _BLOCK // 8).any(dim=1)
     return (t != byte).view(-1, _BLOCK).any(dim=1)
-
-
-def _refine(t: torch.Tensor, byte: int | None, blk: int, tail: int) -> list[Any]:
-    """[index + 1 of the last differing byte] from a probe: the tail wins, else search the last dirty block."""
-    import torch
-
-    if byte is None:
-        return [-1]
-    full = t.numel() - t.numel() % _BLOCK
-    if tail:
-        return [full + tail]
-    if not blk:
-        return [0]
-    seg = t[(blk - 1) * _BLOCK : blk * _BLOCK] != byte
-    return [(blk - 1) * _BLOCK + (torch.arange(1, _BLOCK + 1, device=t.device) * seg).max()]
 
 
 def _read_ints(rows: list[list[Any]]) -> list[list[int]]:

@@ -16,9 +16,10 @@ that launched it, found by CUPTI correlation id), and the profiler is restarted.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,8 +188,7 @@ class CuptiHook(Hook):
         _RUNNING.append(self)
 
     def _start(self) -> None:
-        with warnings.catch_warnings():  # "Profiler clears events at the end of each cycle": we read every cycle
-            warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+        with _quiet_profiler():
             prof = self._factory()
             prof.start()
         self._prof = prof
@@ -197,8 +197,7 @@ class CuptiHook(Hook):
         prof, self._prof = self._prof, None
         if prof is None:
             return []
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Profiler clears events", category=UserWarning)
+        with _quiet_profiler():
             prof.stop()
         return attribute(raw_events(prof.profiler.kineto_results.events()))
 
@@ -247,3 +246,12 @@ class CuptiHook(Hook):
             finally:
                 self._start()
         return out
+
+
+@contextlib.contextmanager
+def _quiet_profiler() -> Iterator[None]:
+    """Hide torch's "Warning: Profiler clears events at the end of each cycle" (we read every cycle). The filter's
+    pattern is matched from the start of the message, which begins with "Warning: "."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*Profiler clears events", category=UserWarning)
+        yield
