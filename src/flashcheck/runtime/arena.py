@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flashcheck._arrays import as_host_arrays
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.runtime.api import WorkspaceKind
@@ -290,7 +291,8 @@ def _diff_span(t: torch.Tensor, byte: int) -> tuple[int, int, int]:
 
 def _last_diff(t: torch.Tensor, byte: int) -> int:
     """Index + 1 of the last byte of `t` that differs from `byte` (0 if none), without Python loops over bytes."""
-    return _read_ints([[_last_diff_dev(t, byte)]])[0][0]
+    (last,) = as_host_arrays([_last_diff_dev(t, byte)])
+    return 0 if last is None else int(last)
 
 
 def _fill(group: list[_Workspace], sentinel: int, guard_byte: int) -> None:
@@ -376,20 +378,3 @@ def _dirty_blocks(t: torch.Tensor, byte: int) -> torch.Tensor:
         word = int.from_bytes(bytes([byte]) * 8, "little", signed=True)
         return (t.view(torch.int64) != word).view(-1, _BLOCK // 8).any(dim=1)
     return (t != byte).view(-1, _BLOCK).any(dim=1)
-
-
-def _read_ints(rows: list[list[Any]]) -> list[list[int]]:
-    """Ints and 0-d tensors to ints, with one device-to-host transfer per device (not one per value)."""
-    import torch
-
-    out = [[v if isinstance(v, int) else 0 for v in row] for row in rows]
-    by_device: dict[Any, list[tuple[int, int, Any]]] = {}
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row):
-            if not isinstance(v, int):
-                by_device.setdefault(v.device, []).append((i, j, v))
-    for items in by_device.values():
-        values = torch.stack([v.to(torch.int64) for _, _, v in items]).tolist()
-        for (i, j, _), x in zip(items, values, strict=True):
-            out[i][j] = int(x)
-    return out

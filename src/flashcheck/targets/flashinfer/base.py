@@ -298,6 +298,21 @@ class FlashInferTargetBase:
     def _run(self, wrapper: Any, q: Any, out: Any) -> Any:
         raise NotImplementedError
 
+    def _paged_plan_args(self, layout: PagedLayout, tot: int) -> tuple[Any, ...]:
+        """The paged-CSR positional arguments that decode `plan()`, `fast_decode_plan()` and paged prefill `plan()`
+        share (prefill puts its qo_indptr before them): kv_indptr, kv_indices, last_page_len, heads, page size."""
+        t = self.capacity.template
+        m = self.meta(layout.padded_batch_size)
+        return (
+            m["kv_indptr"],
+            self.kv_indices_gpu[:tot],
+            m["last"],
+            t.num_qo_heads,
+            t.num_kv_heads,
+            t.head_dim_qk,
+            t.page_size,
+        )
+
     def _common_kw(self) -> dict[str, Any]:
         t = self.capacity.template
         return {

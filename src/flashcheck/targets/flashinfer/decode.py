@@ -67,22 +67,8 @@ class DecodeTarget(FlashInferTargetBase):
             paged_kv_last_page_len_buffer=self.last_gpu[:bucket],
         )
 
-    def _plan_args(self, layout: PagedLayout, tot: int) -> tuple[Any, ...]:
-        """The positional arguments `plan()` and `fast_decode_plan()` share."""
-        t = self.capacity.template
-        m = self.meta(layout.padded_batch_size)
-        return (
-            m["kv_indptr"],
-            self.kv_indices_gpu[:tot],
-            m["last"],
-            t.num_qo_heads,
-            t.num_kv_heads,
-            t.head_dim_qk,
-            t.page_size,
-        )
-
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
-        wrapper.plan(*self._plan_args(layout, tot), pos_encoding_mode="NONE", **self._common_kw())
+        wrapper.plan(*self._paged_plan_args(layout, tot), pos_encoding_mode="NONE", **self._common_kw())
 
     def _replan(self, slot: GraphSlot, layout: PagedLayout, tot: int) -> None:
         if self.replan == "full":
@@ -92,7 +78,7 @@ class DecodeTarget(FlashInferTargetBase):
         host_indptr = self.kv_indptr_cpu[: n + 1] if self.metadata == "host" else None
         self.fi.fast_decode_plan(
             slot.wrapper,
-            *self._plan_args(layout, tot),
+            *self._paged_plan_args(layout, tot),
             pos_encoding_mode="NONE",
             non_blocking=True,
             global_override_indptr_cpu=host_indptr,

@@ -88,16 +88,9 @@ class PagedPrefillTarget(FlashInferTargetBase):
 
     def _plan(self, wrapper: Any, layout: PagedLayout, tot: int, *, graph: bool) -> None:
         t = self.capacity.template
-        m = self.meta(layout.padded_batch_size)
         wrapper.plan(
-            m["qo_indptr"],
-            m["kv_indptr"],
-            self.kv_indices_gpu[:tot],
-            m["last"],
-            t.num_qo_heads,
-            t.num_kv_heads,
-            t.head_dim_qk,
-            t.page_size,
+            self.meta(layout.padded_batch_size)["qo_indptr"],
+            *self._paged_plan_args(layout, tot),
             head_dim_vo=t.head_dim_vo,
             causal=t.causal,
             pos_encoding_mode="NONE",
