@@ -33,7 +33,8 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
     from flashcheck.session import open_session
 
     with open_session(target, device=device, layers=layers, seed=seed) as drv:  # type: ignore[arg-type]
-        steps = random_steps(drv.cap, 100_000, seed)
+        # steps come in chunks, as a campaign worker gets them: 100k live Step objects would slow every full GC
+        steps = random_steps(drv.cap, _CHUNK, seed)
         n_warm = len(drv.cap.buckets) + 20  # captures + JIT of every kernel variant before timing
         for i in range(n_warm):
             drv.execute(steps[i], i)
@@ -41,18 +42,30 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
         t0, i, findings, ops = time.perf_counter(), n_warm, 0, {"eager": 0, "capture": 0, "replay": 0}
         bs: list[int] = []
         kv: list[int] = []
-        while time.perf_counter() - t0 < seconds and i < len(steps):
-            r = drv.execute(steps[i], i)
+        windows: list[float] = []
+        t_win = t0
+        while time.perf_counter() - t0 < seconds:
+            if i % _CHUNK == 0:
+                steps = random_steps(drv.cap, _CHUNK, seed + i, capture_first=False)
+            step = steps[i % _CHUNK]
+            r = drv.execute(step, i)
             findings += len(r.findings)
-            bs.append(len(steps[i].kv_lens))
-            kv.append(sum(steps[i].kv_lens))
-            ops[steps[i].op] += 1
+            bs.append(len(step.kv_lens))
+            kv.append(sum(step.kv_lens))
+            ops[step.op] += 1
             i += 1
+            if (i - n_warm) % 250 == 0:  # steps/s per window of 250 steps: shows drift within the timed run
+                now = time.perf_counter()
+                windows.append(round(250 / (now - t_win), 1))
+                t_win = now
         _sync(device)
         dt = time.perf_counter() - t0
     n = i - n_warm
     return {"mode": "driver (bulk numpy scenarios)", "steps": n, "seconds": dt, "per_second": n / dt,
-            "findings": findings, "ops": ops, **_means(bs, kv)}
+            "findings": findings, "ops": ops, "windows_steps_per_s": windows, **_means(bs, kv)}
+
+
+_CHUNK = 1000
 
 
 def _means(bs: list[int], kv: list[int]) -> dict[str, float]:

@@ -3,6 +3,7 @@
     python benchmarks/profile_driver.py --target decode-tc --steps 300 --layers cheap,all      # on a GPU node
     python benchmarks/profile_driver.py --target cpu-reference --steps 200 --layers cheap      # anywhere
     python benchmarks/profile_driver.py --target decode-tc --steps 100 --layers cheap --kernels  # + device time
+    python benchmarks/profile_driver.py --target decode-tc --mode state-machine --seconds 10 --layers cheap
 
 With ``--kernels`` a second pass of the same steps runs under ``torch.profiler`` and prints the operators and
 kernels by device time (layers ``cheap`` or ``off`` only: ``all`` owns the process's CUPTI session).
@@ -11,6 +12,7 @@ kernels by device time (layers ``cheap`` or ``off`` only: ``all`` owns the proce
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
@@ -39,6 +41,36 @@ def profile(target: str, device: str, layers: str, steps: int, seed: int, top: i
     for key in ("cumulative", "tottime"):
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
     buf.write(table)
+    return buf.getvalue()
+
+
+def profile_machine(target: str, device: str, layers: str, seconds: float, seed: int, top: int) -> str:
+    """cProfile of the Hypothesis replay state machine (what ``pytest -m fuzz`` runs) for `seconds`, after a
+    warm-up round (session, JIT); counts executed steps."""
+    from flashcheck.fuzz.stateful import FuzzFailure, close_sessions, fuzz_target
+
+    count = [0]
+
+    def on_step(step: object, result: object) -> None:
+        count[0] += 1
+
+    kw = {"seed": seed, "profile": "gpu" if device.startswith("cuda") else "ci", "device": device,
+          "layers": layers, "database": None, "check": on_step}
+    fuzz_target(target, budget=3, **kw)  # type: ignore[arg-type]
+    count[0] = 0
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    with contextlib.suppress(FuzzFailure):  # a finding ends the run early; the profile stands
+        fuzz_target(target, budget=f"{seconds}s", **kw)  # type: ignore[arg-type]
+    prof.disable()
+    dt = time.perf_counter() - t0
+    close_sessions()
+    buf = io.StringIO()
+    buf.write(f"== {target} state machine layers={layers}: {count[0]} steps in {dt:.2f}s = "
+              f"{count[0] / dt:.1f} steps/s (profiled)\n")
+    for key in ("cumulative", "tottime"):
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
     return buf.getvalue()
 
 
@@ -72,6 +104,9 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--kernels", action="store_true", help="also profile device time with torch.profiler (CUDA)")
+    p.add_argument("--mode", choices=("driver", "state-machine"), default="driver",
+                   help="profile the driver over generated steps, or the Hypothesis state machine")
+    p.add_argument("--seconds", type=float, default=10.0, help="state-machine mode: profiled seconds")
     a = p.parse_args()
     if a.kernels and "all" in a.layers.split(","):
         p.error("--kernels: the 'all' layers own the process's CUPTI session; use --layers cheap or off")
@@ -79,6 +114,9 @@ def main() -> int:
 
     device = a.device or default_device()
     for layers in a.layers.split(","):
+        if a.mode == "state-machine":
+            print(profile_machine(a.target, device, layers, a.seconds, a.seed, a.top), flush=True)
+            continue
         print(profile(a.target, device, layers, a.steps, a.seed, a.top, a.kernels), flush=True)
     return 0
 

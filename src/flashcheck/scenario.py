@@ -143,6 +143,7 @@ class Driver:
         self.poisoned = False
         self._torch: Any = None
         self._q_pool: Any = None
+        self._graphed_ref: Any = None
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -368,11 +369,19 @@ class Driver:
             return np.asarray(x, dtype=np.float32)
 
     def _reference(self, q: Any, layout: PagedLayout) -> Any:
-        """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails)."""
+        """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
+        CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
+        then a graph's static output, valid until the next call."""
         from flashcheck.reference.torch_ref import paged_attention_torch
 
         with self.checker.checker_read():
-            return paged_attention_torch(q, self.k_cache, self.v_cache, layout)
+            if not str(self.device).startswith("cuda"):
+                return paged_attention_torch(q, self.k_cache, self.v_cache, layout)
+            if self._graphed_ref is None:
+                from flashcheck.reference.graphed import GraphedReference
+
+                self._graphed_ref = GraphedReference(self.k_cache, self.v_cache)
+            return self._graphed_ref(q, layout)
 
     def _violates(self, got: Any, want: Any, layout: PagedLayout) -> bool:
         """Screen on the device: does a real row of `got` fail the FC303 tolerance test against `want`? One

@@ -14,7 +14,9 @@ from flashcheck.fuzz.strategies import (
     LengthParams,
     batch_sizes,
     batch_specs,
+    burst_params,
     capacity_for,
+    capture_params,
     lengths_for,
     scenarios,
     steps,
@@ -88,6 +90,26 @@ def test_steps_respect_buckets(step: object) -> None:
     assert isinstance(step, Step)
     if step.op != "eager":
         assert step.bucket in CAP.buckets and len(step.qo_lens) <= step.bucket
+
+
+@settings(max_examples=40)
+@given(capture_params(CAP), st.integers(1, 7))
+def test_capture_params_fit_their_bucket_and_bursts_stay_in_it(bp: tuple[int, LengthParams], i: int) -> None:
+    bucket, p = bp
+    assert bucket in CAP.buckets and 1 <= p.batch_size <= bucket
+    below = max([b for b in CAP.buckets if b < CAP.bucket_for(p.batch_size)], default=0)
+    nxt = burst_params(CAP, p, i)
+    # the same bucket serves the follow-on batch, drawn from the same distribution with its own seed
+    assert CAP.bucket_for(nxt.batch_size) == CAP.bucket_for(p.batch_size) and below < nxt.batch_size
+    assert (nxt.distribution, nxt.kv_cap, nxt.edges) == (p.distribution, p.kv_cap, p.edges) and nxt.seed != p.seed
+    assert burst_params(CAP, p, i) == nxt and burst_params(CAP, p, 0) is p  # deterministic; i == 0 is p
+
+
+def test_capture_params_shrink_to_the_smallest_bucket_and_reject_no_buckets() -> None:
+    bucket, p = find(capture_params(CAP), lambda bp: True, settings=settings(database=None))
+    assert bucket == CAP.buckets[0] and p.batch_size == 1
+    with pytest.raises(InvalidArgument, match="buckets"):
+        capture_params(capacity_for(CAP.template))
 
 
 @settings(max_examples=10)

@@ -199,6 +199,17 @@ def test_graph_cache_stays_eager_for_a_key_whose_capture_failed(monkeypatch: pyt
     assert tries == [1] and cache.replays == 0
 
 
+def test_graph_cache_records_no_more_than_max_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `max_graphs` recorded keys, new keys run eagerly (the padded reference bounds its graphs so)."""
+    from flashcheck.runtime.arena_graph import GraphCache
+
+    cache = GraphCache(max_graphs=1)
+    monkeypatch.setattr(cache, "_capture", lambda build: ("graph", "static-out"))
+    monkeypatch.setattr(torch._C._CUDAGraph, "replay", lambda g: None, raising=False)
+    assert [cache.run("a", lambda: "eager") for _ in range(3)] == ["eager", "eager", "static-out"]
+    assert [cache.run("b", lambda: "eager") for _ in range(3)] == ["eager", "eager", "eager"]
+
+
 def test_cpu_arena_never_records_graphs() -> None:
     a = Arena()
     ws = a.workspace("float", 10_000, device="cpu")

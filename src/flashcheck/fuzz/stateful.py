@@ -33,7 +33,15 @@ from flashcheck.findings import Finding
 from flashcheck.fuzz.distributions import DISTRIBUTIONS
 from flashcheck.fuzz.options import PROFILES, Budget, parse_budget, resolve_profile
 from flashcheck.fuzz.recorder import FindingLog, Recorded, default_log, describe
-from flashcheck.fuzz.strategies import ALLOCATORS, EDGE_CASES, LengthParams, length_params, lengths_for
+from flashcheck.fuzz.strategies import (
+    ALLOCATORS,
+    EDGE_CASES,
+    LengthParams,
+    burst_params,
+    capture_params,
+    length_params,
+    lengths_for,
+)
 from flashcheck.known import split_known
 from flashcheck.scenario import Driver, Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
@@ -118,6 +126,7 @@ class _Sessions:
 
 
 _SESSIONS = _Sessions()
+_BURST = 8  # at most this many replays per replay rule: serving runs many steps between two captures
 _FIRST_ROUND = 3  # examples in the first round of a time budget (then sized from the measured time per example)
 atexit.register(_SESSIONS.close)
 
@@ -259,9 +268,7 @@ def replay_machine(
     allocs = st.sampled_from(ALLOCATORS)
     buckets = cap.buckets
     graph_lp = length_params(cap, max_batch=buckets[-1], **lp) if buckets else st.nothing()
-    capture_args = st.sampled_from(buckets or (1,)).flatmap(
-        lambda b: st.tuples(st.just(b), length_params(cap, sizes=st.integers(1, b), **lp))
-    )
+    capture_args = capture_params(cap, **lp) if buckets else st.nothing()
     multi_q = cap.max_qo_len > 1
     prefill_lp = length_params(cap, distributions=("chunked_prefill",), edge_cases=cfg.edge_cases)
     spec_lp = (
@@ -285,10 +292,12 @@ def replay_machine(
                 bucket, p = args
                 self.run_step(self.make_step("capture", p, alloc, bucket))
 
-            @rule(p=graph_lp, alloc=allocs)
-            def replay(self, p: LengthParams, alloc: str) -> None:
-                """Replay a real batch through the smallest bucket that holds it (capturing it first if new)."""
-                self.replay_batch(p, alloc)
+            @rule(p=graph_lp, alloc=allocs, more=st.integers(0, _BURST - 1))
+            def replay(self, p: LengthParams, alloc: str, more: int) -> None:
+                """Serve a burst of real batches through the smallest bucket that holds the first (capturing it
+                first if new): `p`, then `more` batches that the same bucket serves (`burst_params`)."""
+                for i in range(1 + more):
+                    self.replay_batch(burst_params(self.cap, p, i), alloc)
 
         @rule(p=length_params(cap, **lp), alloc=allocs)
         def eager(self, p: LengthParams, alloc: str) -> None:
@@ -304,10 +313,11 @@ def replay_machine(
 
         if multi_q and buckets:
 
-            @rule(p=spec_lp, alloc=allocs)
-            def spec_decode_replay(self, p: LengthParams, alloc: str) -> None:
-                """Speculative-decode verify (q_len 2-8 per request) through a graph."""
-                self.replay_batch(p, alloc)
+            @rule(p=spec_lp, alloc=allocs, more=st.integers(0, _BURST - 1))
+            def spec_decode_replay(self, p: LengthParams, alloc: str, more: int) -> None:
+                """A burst of speculative-decode verify batches (q_len 2-8 per request) through a graph."""
+                for i in range(1 + more):
+                    self.replay_batch(burst_params(self.cap, p, i), alloc)
 
     Machine.cfg = cfg
     Machine.cap = cap

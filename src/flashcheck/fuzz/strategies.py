@@ -38,7 +38,9 @@ __all__ = [
     "LengthParams",
     "batch_sizes",
     "batch_specs",
+    "burst_params",
     "capacity_for",
+    "capture_params",
     "length_params",
     "lengths_for",
     "padding_policies",
@@ -154,6 +156,28 @@ def length_params(
                      st.sampled_from(_kv_caps(cap)), edge_st)
 
 
+def capture_params(cap: Capacity, **kw: Any) -> st.SearchStrategy[tuple[int, LengthParams]]:
+    """``(bucket, params)`` of a graph capture: a bucket of `cap` and a batch of at most its size. Shrinks toward the
+    smallest bucket. Keyword arguments go to `length_params`. (One fixed strategy per bucket, not a ``flatmap``:
+    a flatmap builds and validates a new strategy on every draw, milliseconds each.)"""
+    if not cap.buckets:
+        raise InvalidArgument("capture_params() needs a capacity with graph buckets")
+    return st.one_of([st.tuples(st.just(b), length_params(cap, sizes=st.integers(1, b), **kw)) for b in cap.buckets])
+
+
+def burst_params(cap: Capacity, p: LengthParams, i: int) -> LengthParams:
+    """The `i`-th batch after `p` in a burst of replays through `p`'s bucket (serving steps between two captures):
+    same distribution, length cap and edge cases, seed ``p.seed + i``, and a batch size drawn with numpy that the
+    same bucket serves (above the next smaller bucket). ``i == 0`` is `p` itself."""
+    if i == 0:
+        return p
+    bucket = cap.bucket_for(p.batch_size) or p.batch_size
+    below = max([b for b in cap.buckets if b < bucket], default=0)
+    seed = (p.seed + i) & _SEED_MAX
+    size = int(np.random.default_rng(seed ^ 0xB0257).integers(below + 1, bucket + 1))
+    return LengthParams(p.distribution, size, seed, p.kv_cap, p.edges)
+
+
 def batch_specs(
     capacity: Capacity | BatchSpec | st.SearchStrategy[BatchSpec],
     *,
@@ -212,9 +236,8 @@ def steps(
             options.append(st.builds(lambda p, a: _step(cap, "replay", p, a, cap.bucket_for(p.batch_size)),
                                      length_params(cap, max_batch=top, **kw), allocs))
         else:
-            options.append(st.sampled_from(cap.buckets).flatmap(
-                lambda b: st.builds(lambda p, a: _step(cap, "capture", p, a, b),
-                                    length_params(cap, sizes=st.integers(1, b), **kw), allocs)))
+            options.append(st.builds(lambda bp, a: _step(cap, "capture", bp[1], a, bp[0]),
+                                     capture_params(cap, **kw), allocs))
     return st.one_of(options)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from flashcheck.batch import BatchSpec
 from flashcheck.layout import PagedLayout
 
-__all__ = ["paged_attention_torch"]
+__all__ = ["attend_padded", "paged_attention_torch", "to_device"]
 
 
 def paged_attention_torch(
@@ -37,7 +37,7 @@ def paged_attention_torch(
     real = int(qo[b])
     req = np.repeat(np.arange(b), qo_lens)  # query row -> its request, and its index inside the request
     off = np.arange(real) - qo[:b].astype(np.int64)[req]
-    indices, kv_lens, pages, q_lens, req_d, off_d = _to_device(
+    indices, kv_lens, pages, q_lens, req_d, off_d = to_device(
         torch, dev, [layout.kv_indices, layout.seq_lens[:b], kv[: b + 1], qo_lens, req, off]
     )
     longest_q = int(qo_lens.max()) if b else 0
@@ -96,23 +96,37 @@ def _batched(
     b = kv_lens.numel()
     page = spec.page_size
     n_pages = -(-int(kv_lens.max()) // page)
-    s = n_pages * page
     slot = pages[:-1, None] + torch.arange(n_pages, device=dev)[None, :]  # [b, pages] index into kv_indices
     page_ids = indices[slot.clamp(max=indices.numel() - 1)].reshape(-1)
-    # whole pages are gathered (contiguous rows of the cache: a copy, not a per-token index); padding masked below
-    k = k_cache.index_select(0, page_ids).view(b, s, *k_cache.shape[2:])  # [b, s, KH, D]
-    v = v_cache.index_select(0, page_ids).view(b, s, *v_cache.shape[2:])
-    kh = k.shape[2]
-    g = spec.num_qo_heads // kh
-    # fp32 copies made straight into the layouts the batched matmuls read (one copy each)
-    kt = k.permute(0, 2, 3, 1).to(torch.float32, memory_format=torch.contiguous_format)  # [b, KH, D, s]
-    vt = v.permute(0, 2, 1, 3).to(torch.float32, memory_format=torch.contiguous_format)  # [b, KH, s, Dvo]
     req, off = rows
-    lq = longest_q
-    qp = torch.zeros((b, lq, spec.num_qo_heads, q.shape[-1]), dtype=torch.float32, device=dev)
-    qp[req, off] = q.float()
-    qf = qp.view(b, lq, kh, g, -1).permute(0, 2, 3, 1, 4).reshape(b, kh, g * lq, -1)
-    logits = torch.matmul(qf, kt).view(b, kh, g, lq, s) * spec.scale
+    qp = torch.zeros((b, longest_q, *q.shape[1:]), dtype=q.dtype, device=dev)
+    qp[req, off] = q
+    return attend_padded(torch, qp, k_cache, v_cache, page_ids, kv_lens, q_lens, spec)[req, off]
+
+
+def attend_padded(
+    torch: Any, qp: Any, k_cache: Any, v_cache: Any, page_ids: Any, kv_lens: Any, q_lens: Any, spec: BatchSpec
+) -> Any:
+    """The one-shot core: queries ``qp`` [b, lq, H, Dqk] (request i's rows first, zeros after), the whole pages
+    ``page_ids`` [b * pages] of each request, its kv and query lengths [b] (0 and 0 for an empty row) ->
+    fp32 [b, lq, H, Dvo]. Padding (pages past a request's length, rows past its queries) is masked or ignored."""
+    dev = qp.device
+    b, lq = qp.shape[0], qp.shape[1]
+    kh = k_cache.shape[2]
+    g = spec.num_qo_heads // kh
+    # whole pages gathered straight into head-major order (KV head, request, token): each matmul batch is one
+    # (head, request) pair with no transposing copy; padding is masked below
+    k = k_cache.permute(2, 0, 1, 3).index_select(1, page_ids).view(kh * b, -1, k_cache.shape[-1])  # [KH*b, s, D]
+    v = v_cache.permute(2, 0, 1, 3).index_select(1, page_ids).view(kh * b, -1, v_cache.shape[-1])
+    s = k.shape[1]
+    # fp16/bf16 on CUDA: matmuls of the cache's own dtype with fp32 accumulation and output, the same products and
+    # sums as fp32 math without fp32 copies of K and V; else fp32 copies
+    low = _low_precision_ok(torch, qp, k_cache)
+    dt = qp.dtype if low else torch.float32
+    kt = k.to(dt).transpose(1, 2)  # [KH*b, D, s]: read transposed by the matmul
+    vt = v.to(dt)
+    qf = qp.to(dt).view(b, lq, kh, g, -1).permute(2, 0, 3, 1, 4).reshape(kh * b, g * lq, -1)
+    logits = _mm(torch, qf, kt, low).view(kh, b, g, lq, s) * spec.scale
     if spec.logits_soft_cap > 0:
         logits = spec.logits_soft_cap * torch.tanh(logits / spec.logits_soft_cap)
     key = torch.arange(s, device=dev)[None, None, :]
@@ -122,10 +136,40 @@ def _batched(
         visible = visible & (key <= pos[:, :, None])
     if spec.window_left >= 0:
         visible = visible & (key >= pos[:, :, None] - spec.window_left)
-    logits = logits.masked_fill(~visible[:, None, None], float("-inf"))
-    p = torch.softmax(logits, dim=-1).nan_to_num(0.0)
-    o = torch.matmul(p.view(b, kh, g * lq, s), vt).view(b, kh, g, lq, -1)
-    return o.permute(0, 3, 1, 2, 4).reshape(b, lq, spec.num_qo_heads, -1)[req, off]
+    logits = logits.masked_fill(~visible[None, :, None], float("-inf"))
+    p = torch.softmax(logits, dim=-1).nan_to_num(0.0).view(kh * b, g * lq, s)
+    if low:  # fp32 probabilities as a sum of cache-dtype terms (2 for fp16, 3 for bf16): one matmul, rows added
+        parts, rest = [], p
+        for _ in range(2 if dt == torch.float16 else 3):
+            parts.append(rest.to(dt))
+            rest = rest - parts[-1].float()
+        o = _mm(torch, torch.cat(parts, dim=1), vt, low).view(kh * b, len(parts), g * lq, -1).sum(dim=1)
+    else:
+        o = torch.bmm(p, vt)
+    return o.view(kh, b, g, lq, -1).permute(1, 3, 0, 2, 4).reshape(b, lq, spec.num_qo_heads, -1)
+
+
+_LOW_PRECISION: dict[str, bool] = {}  # per device type: does torch.bmm take out_dtype there (CUDA, torch >= 2.8)?
+
+
+def _low_precision_ok(torch: Any, q: Any, k_cache: Any) -> bool:
+    """Whether the reference may multiply fp16/bf16 operands with fp32 accumulation and output on this device."""
+    if q.dtype != k_cache.dtype or q.dtype not in (torch.float16, torch.bfloat16) or q.device.type != "cuda":
+        return False
+    ok = _LOW_PRECISION.get(q.device.type)
+    if ok is None:
+        try:
+            probe = torch.ones((1, 1, 1), dtype=q.dtype, device=q.device)
+            ok = torch.bmm(probe, probe, out_dtype=torch.float32).dtype == torch.float32
+        except (RuntimeError, TypeError, NotImplementedError):
+            ok = False
+        _LOW_PRECISION[q.device.type] = ok
+    return ok
+
+
+def _mm(torch: Any, a: Any, b: Any, low: bool) -> Any:
+    """Batched [n, i, k] @ [n, k, j] -> fp32; fp32 accumulation of low-precision operands when `low`."""
+    return torch.bmm(a, b, out_dtype=torch.float32) if low else torch.bmm(a, b)
 
 
 class _Staging:
@@ -139,14 +183,17 @@ class _Staging:
 _STAGING: dict[str, _Staging] = {}
 
 
-def _to_device(torch: Any, dev: Any, arrays: list[Any]) -> list[Any]:
-    """int64 device copies of small host int arrays in one transfer. On CUDA it goes through a pinned buffer
-    without a stream sync (a pageable copy waits for every kernel queued before it, three times per reference);
-    the buffer is reused only after its previous copy has completed."""
+def to_device(torch: Any, dev: Any, arrays: list[Any], out: Any = None) -> list[Any]:
+    """int64 device copies of small host int arrays in one transfer (into the int64 buffer `out` when given, e.g.
+    a graph's static input). On CUDA it goes through a pinned buffer without a stream sync (a pageable copy waits
+    for every kernel queued before it); the buffer is reused only after its previous copy has completed."""
     flat = [np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays]
-    if torch.device(dev).type != "cuda":
-        return [torch.as_tensor(a, device=dev) for a in flat]
     n = sum(a.size for a in flat)
+    if torch.device(dev).type != "cuda":
+        if out is None:
+            return [torch.as_tensor(a, device=dev) for a in flat]
+        out[:n].copy_(torch.from_numpy(np.concatenate(flat)))
+        return _split(out, flat)
     st = _STAGING.get(str(dev))
     if st is None or st.buf.numel() < n:
         st = _STAGING[str(dev)] = _Staging(torch.empty(max(n, 1 << 14), dtype=torch.int64, pin_memory=True))
@@ -154,11 +201,18 @@ def _to_device(torch: Any, dev: Any, arrays: list[Any]) -> list[Any]:
         st.done.synchronize()
     host = st.buf[:n]
     host.numpy()[:] = np.concatenate(flat) if flat else []
-    on_dev = host.to(dev, non_blocking=True)
+    if out is None:
+        out = host.to(dev, non_blocking=True)
+    else:
+        out[:n].copy_(host, non_blocking=True)
     st.done = torch.cuda.Event()
     st.done.record()
-    out, at = [], 0
+    return _split(out, flat)
+
+
+def _split(buf: Any, flat: list[Any]) -> list[Any]:
+    parts, at = [], 0
     for a in flat:
-        out.append(on_dev[at : at + a.size])
+        parts.append(buf[at : at + a.size])
         at += a.size
-    return out
+    return parts

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-__all__ = ["GraphCache"]
+__all__ = ["GraphCache", "capture_graph"]
 
 T = TypeVar("T")
 
@@ -22,7 +22,8 @@ T = TypeVar("T")
 class GraphCache:
     """Captured graphs of side-effect-only or reduction work, keyed by what the recorded kernels bake in."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_graphs: int | None = None) -> None:
+        self.max_graphs = max_graphs  # beyond this many recorded graphs, new keys run eagerly
         self._graphs: dict[Hashable, tuple[Any, Any]] = {}
         self._seen: dict[Hashable, int] = {}
         self._failed: set[Hashable] = set()
@@ -48,7 +49,7 @@ class GraphCache:
         entry = self._graphs.get(key)
         if entry is None:
             self._seen[key] = self._seen.get(key, 0) + 1
-            if self._seen[key] < 2:
+            if self._seen[key] < 2 or (self.max_graphs is not None and len(self._graphs) >= self.max_graphs):
                 return build()
             out = build()  # this call's result, and the warm-up: cached helpers are made outside the capture
             entry = self._capture(build)
@@ -65,12 +66,39 @@ class GraphCache:
     def _capture(self, build: Callable[[], Any]) -> tuple[Any, Any] | None:
         import torch
 
-        graph = torch.cuda.CUDAGraph()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph, pool=self._pool):
-                out = build()
+            graph, out = capture_graph(build, self._pool)
         except RuntimeError:  # an op that cannot be captured here: stay eager for this key
             return None
-        self._pool = graph.pool()
         self.captures += 1
         return graph, out
+
+
+_STREAMS: dict[int, Any] = {}
+
+
+def capture_graph(fn: Callable[[], T], pool: Any, stream: Any = None) -> tuple[Any, T]:
+    """Record ``fn()`` into a new CUDA graph drawing on memory pool `pool`, on a side stream (default: one per
+    device, kept): ``(graph, fn's result)``. Unlike ``torch.cuda.graph`` it does not synchronize the device or
+    flush the device and pinned-host caches first, which costs milliseconds per capture, more than a fuzz step
+    (vLLM patches those flushes out of its captures for the same reason)."""
+    import torch
+
+    if stream is None:
+        cuda: Any = torch.cuda
+        dev = cuda.current_device()
+        stream = _STREAMS.get(dev)
+        if stream is None:
+            stream = _STREAMS[dev] = cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        graph.capture_begin(pool=pool)
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out

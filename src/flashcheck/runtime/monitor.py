@@ -16,7 +16,7 @@ from typing import Literal
 
 from flashcheck.findings import Finding, Frame, Location, Severity
 from flashcheck.runtime.api import Region
-from flashcheck.runtime.stacks import user_frame
+from flashcheck.runtime.stacks import user_frame, with_source
 
 __all__ = [
     "ALLOC_ID",
@@ -317,7 +317,8 @@ class Monitor:
     def _finding(self, g: _Group) -> Finding:
         rec = g.region
         layers = sorted(g.layers)
-        top = g.key_frame
+        stack = with_source(g.stack)
+        top = user_frame(stack) if g.key_frame is not None else None
         where = f"`{g.hot}`" + (f" (inside `{rec.name}`)" if rec.name != g.hot else "")
         step = f" at step {rec.step}" if rec.step is not None else ""
         detail = ", ".join(g.details) if g.details else "no detail"
@@ -326,7 +327,7 @@ class Monitor:
         msg = f"{g.what}{times} inside {where}{step}: {detail} (seen by {seen})"
         if top is None:
             msg += "; no Python stack: only layers without one saw it, the location is where the region was opened"
-            top = user_frame(rec.stack) if rec.stack else None
+            top = user_frame(with_source(rec.stack)) if rec.stack else None
         loc = Location(
             file=top.file if top else None,
             line=top.line if top else None,
@@ -357,5 +358,5 @@ class Monitor:
             hint=g.hint,
             location=loc,
             evidence=evidence,
-            stack=g.stack,
+            stack=stack,
         )

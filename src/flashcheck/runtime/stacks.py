@@ -16,7 +16,7 @@ from types import FrameType
 
 from flashcheck.findings import Frame
 
-__all__ = ["capture_stack", "is_internal_file", "user_frame"]
+__all__ = ["capture_stack", "is_internal_file", "user_frame", "with_source"]
 
 _FLASHCHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIRS = tuple(
@@ -47,7 +47,10 @@ def is_internal_file(path: str) -> bool:
 
 
 def capture_stack(skip: int = 1, limit: int = _MAX_DEPTH) -> tuple[Frame, ...]:
-    """The current Python stack, outermost first, innermost last, without the `skip` innermost frames."""
+    """The current Python stack, outermost first, innermost last, without the `skip` innermost frames.
+
+    Source lines are not read here (hot: every observed event captures a stack); `with_source` adds them to the
+    few stacks that become findings."""
     f: FrameType | None
     try:
         f = sys._getframe(skip)
@@ -57,10 +60,19 @@ def capture_stack(skip: int = 1, limit: int = _MAX_DEPTH) -> tuple[Frame, ...]:
     while f is not None and len(frames) < limit:
         code = f.f_code
         line = f.f_lineno or 0
-        frames.append(Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip()))
+        frames.append(Frame(code.co_filename, line, code.co_name))
         f = f.f_back
     frames.reverse()
     return tuple(frames)
+
+
+def with_source(stack: Sequence[Frame]) -> tuple[Frame, ...]:
+    """`stack` with each frame's source line filled in where it is missing and the file can be read."""
+    out = []
+    for fr in stack:
+        code = fr.code or linecache.getline(fr.file, fr.line).strip()
+        out.append(fr if code == fr.code else Frame(fr.file, fr.line, fr.function, code))
+    return tuple(out)
 
 
 def user_frame(stack: Sequence[Frame]) -> Frame | None:

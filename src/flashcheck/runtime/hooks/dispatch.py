@@ -164,8 +164,11 @@ class DispatchHook(Hook):
             if hit is None:
                 return
             kind, memory, detail = hit
+            capturing = _stream_capturing()
+            if kind == "h2d_copy" and memory == "pinned" and capturing is False:
+                return  # harmless outside graph capture (the monitor drops it): skip the costly stack walk
             self._emit(Event(kind, "dispatch", capture_stack(3), detail, memory=memory, thread=threading.get_ident(),
-                             capturing=_stream_capturing()))
+                             capturing=capturing))
         except Exception as exc:
             self._error(exc)
 

@@ -12,6 +12,7 @@ from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PaddingPolicy, PagedLayout
 from flashcheck.properties.csr import CsrInput
+from flashcheck.runtime.arena_graph import capture_graph
 from flashcheck.targets.flashinfer.compat import FI, load_flashinfer, normalize_plan_info
 from flashcheck.targets.protocol import Capacity, TargetEnv
 
@@ -227,16 +228,27 @@ class FlashInferTargetBase:
         slot.static_q = t.zeros((rows, tpl.num_qo_heads, tpl.head_dim_qk), dtype=q.dtype, device=q.device)
         slot.static_q[: q.shape[0]].copy_(q)
         self._capture_plan(slot, bucket, layout)
-        stream = t.cuda.Stream()
+        stream = self._side_stream()
         stream.wait_stream(t.cuda.current_stream())
         with t.cuda.stream(stream):
             for _ in range(2):  # warm-up outside the graph, as engines do
                 slot.static_out = self._run(slot.wrapper, slot.static_q, out=None)
-        t.cuda.current_stream().wait_stream(stream)
-        slot.graph = t.cuda.CUDAGraph()
-        with t.cuda.graph(slot.graph):
-            slot.static_out = self._run(slot.wrapper, slot.static_q, out=None)
+        # Captured as engines capture many graphs (vLLM): one memory pool per bucket, kept across recaptures, and
+        # no device sync or cache flushes first (`capture_graph`)
+        if "pool" not in slot.extra:
+            slot.extra["pool"] = t.cuda.graph_pool_handle()
+        graph, out = capture_graph(lambda: self._run(slot.wrapper, slot.static_q, out=None), slot.extra["pool"], stream)
+        # the previous graph is dropped only now: its blocks go back to the bucket's pool, which stays alive
+        slot.graph, slot.static_out = graph, out
         slot.real_batch, slot.real_rows = layout.batch_size, layout.real_qo_rows()
+
+    def _side_stream(self) -> Any:
+        """The stream graphs are warmed up and captured on (one per target, as engines keep one)."""
+        stream = getattr(self, "_capture_stream", None)
+        if stream is None:
+            cuda: Any = self.torch.cuda
+            stream = self._capture_stream = cuda.Stream()
+        return stream
 
     def _capture_plan(self, slot: GraphSlot, bucket: int, layout: PagedLayout) -> None:
         tot = self.fill_metadata(layout)
