@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Either FlashInfer version (calls R, S; third session: AA for 0.6.13, Z for 0.7.2 via call_072_z.sh), after a change
+# Either FlashInfer version (calls R, S; fourth session: AA for 0.6.13, Z for 0.7.2 via call_072_z.sh), after a change
 # to the driver, the targets or the reference:
 # the seed bugs, the whole GPU test suite and the 200-step matrix of every target side by side, then `pytest -m fuzz`
 # on every clean and seed-bug target (fuzz_suite_all.sh).

@@ -1,4 +1,5 @@
-"""The torch reference (used on the GPU) agrees with the numpy reference, on its one-shot and its per-request path."""
+"""The torch reference (used on the GPU) agrees with the numpy reference, on its one-shot and its per-request path,
+and so does the driver's padded reference (`reference.graphed`, run eagerly on CPU)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from flashcheck.batch import BatchSpec
 from flashcheck.layout import build_paged_layout
 from flashcheck.reference import paged_attention, torch_ref
+from flashcheck.reference.graphed import GraphedReference
 from flashcheck.reference.torch_ref import paged_attention_torch
 
 torch = pytest.importorskip("torch")
@@ -47,3 +49,7 @@ def test_torch_reference_matches_numpy(reqs, decode, page, group, window, cap, c
             assert not got[rows:].any()  # padded rows stay 0
     finally:
         torch_ref._BATCHED_ELEMENTS = limit
+    unpadded = build_paged_layout(spec, allocator="shuffled", seed=seed)  # the padded reference takes real rows only
+    rows = unpadded.real_qo_rows()
+    got = GraphedReference(torch.from_numpy(kc), torch.from_numpy(vc))(torch.from_numpy(q[:rows]), unpadded).numpy()
+    np.testing.assert_allclose(got, paged_attention(q[:rows], kc, vc, unpadded), rtol=1e-4, atol=1e-5)
