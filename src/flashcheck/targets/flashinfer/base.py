@@ -237,7 +237,12 @@ class FlashInferTargetBase:
         # no device sync or cache flushes first (`capture_graph`)
         if "pool" not in slot.extra:
             slot.extra["pool"] = t.cuda.graph_pool_handle()
-        graph, out = capture_graph(lambda: self._run(slot.wrapper, slot.static_q, out=None), slot.extra["pool"], stream)
+        try:
+            graph, out = capture_graph(lambda: self._run(slot.wrapper, slot.static_q, out=None), slot.extra["pool"],
+                                       stream)
+        except BaseException:
+            slot.graph = None  # the old graph read the replaced static_q: it must not be replayed
+            raise
         # the previous graph is dropped only now: its blocks go back to the bucket's pool, which stays alive
         slot.graph, slot.static_out = graph, out
         slot.real_batch, slot.real_rows = layout.batch_size, layout.real_qo_rows()
