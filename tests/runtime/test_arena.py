@@ -165,7 +165,7 @@ def test_graph_cache_records_a_key_on_its_second_sight_and_forgets_on_invalidate
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The policy of the CUDA-graph path, with the capture stubbed (CPU CI has no graphs; tests/gpu runs them)."""
-    from flashcheck.runtime.arena_graph import GraphCache
+    from flashcheck._cuda_graphs import GraphCache
 
     cache = GraphCache()
     recorded: list[str] = []
@@ -190,7 +190,7 @@ def test_graph_cache_records_a_key_on_its_second_sight_and_forgets_on_invalidate
 
 
 def test_graph_cache_stays_eager_for_a_key_whose_capture_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcheck.runtime.arena_graph import GraphCache
+    from flashcheck._cuda_graphs import GraphCache
 
     cache = GraphCache()
     tries: list[int] = []
@@ -201,7 +201,7 @@ def test_graph_cache_stays_eager_for_a_key_whose_capture_failed(monkeypatch: pyt
 
 def test_graph_cache_records_no_more_than_max_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past `max_graphs` recorded keys, new keys run eagerly (the padded reference bounds its graphs so)."""
-    from flashcheck.runtime.arena_graph import GraphCache
+    from flashcheck._cuda_graphs import GraphCache
 
     cache = GraphCache(max_graphs=1)
     monkeypatch.setattr(cache, "_capture", lambda build: ("graph", "static-out"))

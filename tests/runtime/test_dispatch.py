@@ -50,6 +50,10 @@ def test_d2h_of_a_device_tensor_in_a_hot_region_fires_at_the_line(op: str, regio
     # The offending line is the lambda's body; the caller's line is in the stack below it.
     assert (f.location.file, f.location.line, f.location.step) == (__file__, D2H_OPS[op].__code__.co_firstlineno, 5)
     assert any(fr.file == __file__ and fr.line == line for fr in f.stack)
+    # source lines are read when the finding is made (stacks are captured without them): the user's line is quoted
+    caller = next(fr for fr in f.stack if fr.file == __file__ and fr.line == line)
+    assert caller.code == "D2H_OPS[op](x)"
+    assert f.evidence["code"].startswith(f'"{op}": lambda x:')
 
 
 @pytest.mark.parametrize("op", sorted(D2H_OPS))

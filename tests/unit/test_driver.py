@@ -117,3 +117,22 @@ def test_runtime_findings_name_the_target() -> None:
     with open_session(t, device="cpu", layers="off", seed=1) as drv:
         found = [f for i, s in enumerate(random_steps(t.capacity, 40, seed=5)) for f in drv.execute(s, i).findings]
     assert found and all(f.location.target == t.name for f in found)
+
+
+def test_fc303_copies_device_outputs_to_the_host_to_explain_a_divergence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU the eager output and the fp32 reference stay on the device, and numpy cannot read a CUDA tensor:
+    the comparison that explains a failed screen must copy both to the host itself. Tensors tracked by autograd,
+    which numpy refuses too, stand in for device tensors here (CI has no GPU)."""
+    from flashcheck.scenario import Driver
+
+    base = CPU_SEED_BUGS["query-frozen-at-capture"]
+
+    class Tracked(base):  # type: ignore[misc, valid-type]
+        def run(self, q: object) -> object:
+            return super().run(q).requires_grad_()
+
+    reference = Driver._reference
+    monkeypatch.setattr(Driver, "_reference", lambda self, q, layout: reference(self, q, layout).requires_grad_())
+    t = Tracked()
+    per_step = run(t, random_steps(t.capacity, 40, seed=5))
+    assert any("FC303" in ids for ids in per_step), per_step

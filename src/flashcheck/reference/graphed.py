@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from flashcheck._cuda_graphs import GraphCache
 from flashcheck.layout import PagedLayout
 from flashcheck.reference import torch_ref
-from flashcheck.runtime.arena_graph import GraphCache
 
 __all__ = ["GraphedReference"]
 

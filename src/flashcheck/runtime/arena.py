@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flashcheck._arrays import as_host_arrays
+from flashcheck._cuda_graphs import GraphCache
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.runtime.api import WorkspaceKind
-from flashcheck.runtime.arena_graph import GraphCache
 
 if TYPE_CHECKING:
     import torch

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from flashcheck._cuda_graphs import capture_graph
 from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
 from flashcheck.layout import PaddingPolicy, PagedLayout
 from flashcheck.properties.csr import CsrInput
-from flashcheck.runtime.arena_graph import capture_graph
 from flashcheck.targets.flashinfer.compat import FI, load_flashinfer, normalize_plan_info
 from flashcheck.targets.protocol import Capacity, TargetEnv
 

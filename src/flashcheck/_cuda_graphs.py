@@ -1,12 +1,11 @@
-"""The arena's per-step work (arm and scan) as captured CUDA graphs: the same kernels, one launch each.
+"""Recorded CUDA graphs for flashcheck's own per-step work, and captures without `torch.cuda.graph`'s flushes.
 
-A scan reduces every workspace with a dozen small kernels (guard compares, dirty blocks, the last dirty byte) and an
-arm fills every workspace and guard zone, so eight workspaces cost about 170 kernel launches from Python per step:
-most of a fuzz step's host time. The shapes never change (workspaces do not move or resize) and the only per-step
-inputs are each workspace's sentinel and guard byte, which alternate between two values from one arm to the next.
-`GraphCache` therefore captures one graph per combination of those bytes, once it has seen the combination twice
-(the first steps, before the pattern settles, run eagerly), and replays it from then on. CUDA tensors only; torch
-is imported lazily. The GPU tests compare the graphs with the eager path, which stays the reference.
+`GraphCache` replays work whose shapes repeat: the arena's arm and scan (a dozen small kernels per workspace, about
+170 launches per step for eight workspaces; their only inputs, each workspace's sentinel and guard byte, alternate
+between two values) and the driver's padded fp32 reference (`reference.graphed`). It records a key's work once it
+has seen the key twice (the first calls run eagerly) and replays that graph from then on; the eager path stays the
+reference, and the GPU tests compare the two. `capture_graph` records without the device sync and cache flushes of
+`torch.cuda.graph`; the FlashInfer targets capture their buckets with it too. CUDA only; torch is imported lazily.
 """
 
 from __future__ import annotations
