@@ -53,7 +53,7 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
         version = str(flashinfer.__version__)
     except ImportError:
         version = ""
-    from flashcheck.scenario import Driver
+    from flashcheck.driver import Driver
     from flashcheck.targets.registry import make_target
 
     rec: dict[str, Any] = {"target": name, "checker": mode}

@@ -1,8 +1,9 @@
 """The one exception hierarchy of flashcheck.
 
 `FlashcheckError` is the root. Its branches separate "you called us wrong" (`UsageError`: `InvalidArgument`,
-`InvalidDefinition`) from "we found a bug" (`ViolationFound`) and from "this machine cannot run that"
-(`EnvironmentUnavailable`, which test integrations turn into a skip, never a failure).
+`InvalidDefinition`) from "we found a bug" (`ViolationFound`), from "this machine cannot run that"
+(`EnvironmentUnavailable`, which test integrations turn into a skip, never a failure) and from "a fault reported
+earlier left this process unable to run more steps" (`ContextPoisoned`: restart the process and go on).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from flashcheck.findings import Finding
 
 __all__ = [
+    "ContextPoisoned",
     "EnvironmentUnavailable",
     "FlashcheckError",
     "InvalidArgument",
@@ -48,6 +50,13 @@ class EnvironmentUnavailable(FlashcheckError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ContextPoisoned(FlashcheckError):
+    """A kernel fault or a hang, already reported as a finding, left this process's CUDA context unusable.
+
+    It is never a verdict: whoever drives the session restarts the process (a fresh worker) and goes on.
+    """
 
 
 class ViolationFound(FlashcheckError, AssertionError):

@@ -30,8 +30,8 @@ from flashcheck.fuzz.options import (
 )
 
 if TYPE_CHECKING:
+    from flashcheck.driver import Driver
     from flashcheck.runtime.api import CheckerLike
-    from flashcheck.scenario import Driver
     from flashcheck.targets.protocol import Target
 
 __all__ = ["cuda_unavailable_reason"]

@@ -33,6 +33,7 @@ CHECK_PACKAGES: tuple[str, ...] = (
     "flashcheck.verifier.rules",
     "flashcheck.targets.classify",
     "flashcheck.campaign.checks",
+    "flashcheck.watchdog",
 )
 
 

@@ -7,14 +7,17 @@ reproduces under exactly the machinery that found it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
+from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument
 from flashcheck.runtime.api import CheckerLike, NullChecker
-from flashcheck.scenario import Driver, Scenario, StepResult
+from flashcheck.scenario import Scenario, StepResult
 from flashcheck.targets.protocol import Target, check_target
 from flashcheck.targets.registry import make_target
+from flashcheck.watchdog import default_step_timeout
 
 __all__ = ["Layers", "default_device", "make_checker", "open_session", "run_scenario"]
 
@@ -33,8 +36,9 @@ GUARD_BYTES = 64 << 10
 
 
 @contextlib.contextmanager
-def make_checker(layers: Layers, device: str, *, hot_path_plan: bool = False) -> Iterator[CheckerLike]:
-    """The runtime checker with the chosen detection layers (``off``: regions and the arena only)."""
+def make_checker(layers: Layers, device: str, *, cold_regions: Iterable[str] = ()) -> Iterator[CheckerLike]:
+    """The runtime checker with the chosen detection layers (``off``: regions and the arena only); `cold_regions`
+    are per-step regions the target declares cold (`Target.cold_regions`)."""
     if layers not in ("off", "cheap", "all"):
         raise InvalidArgument(f"layers must be 'off', 'cheap' or 'all', got {layers!r}")
     from flashcheck.runtime.arena import Arena
@@ -43,7 +47,7 @@ def make_checker(layers: Layers, device: str, *, hot_path_plan: bool = False) ->
     if layers == "off":
         yield NullChecker(Arena(guard_bytes=GUARD_BYTES))
         return
-    with Checker(layers=layers, device=device, hot_path_plan=hot_path_plan, guard_bytes=GUARD_BYTES) as chk:
+    with Checker(layers=layers, device=device, cold_regions=cold_regions, guard_bytes=GUARD_BYTES) as chk:
         yield chk
 
 
@@ -56,18 +60,31 @@ def open_session(
     layers: Layers = "all",
     seed: int = 0,
     worker: int = 0,
-    hot_path_plan: bool = False,
+    step_timeout: float | Literal["auto"] | None = "auto",
+    hang_file: Path | None = None,
+    hard_exit: bool = False,
 ) -> Iterator[Driver]:
-    """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`."""
+    """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`.
+
+    `step_timeout`: seconds before a step is FC252 step-hung (``auto``: `default_step_timeout`; None: no watchdog).
+    `hang_file` and `hard_exit` are for isolated workers (see `flashcheck.watchdog.Watchdog`)."""
     dev = device or default_device()
     tgt = make_target(target, **dict(config or {})) if isinstance(target, str) else check_target(target)
-    with make_checker(layers, dev, hot_path_plan=hot_path_plan) as chk:
-        drv = Driver(tgt, chk, device=dev, seed=seed, worker=worker)
+    timeout = default_step_timeout(dev) if step_timeout == "auto" else step_timeout
+    with make_checker(layers, dev, cold_regions=getattr(tgt, "cold_regions", ())) as chk:
+        drv = Driver(
+            tgt, chk, device=dev, seed=seed, worker=worker, step_timeout=timeout, hang_file=hang_file,
+            hard_exit=hard_exit,
+        )
         drv.setup()
         try:
             yield drv
         finally:
-            tgt.teardown()
+            try:
+                tgt.teardown()
+            except Exception:
+                if not drv.poisoned:  # after a fault, freeing device memory fails too: the fault is reported
+                    raise
 
 
 def run_scenario(
@@ -91,4 +108,6 @@ def run_scenario(
             results.append(r)
             if on_step is not None:
                 on_step(i, r)
+            if drv.poisoned:  # a fault or hang was reported; nothing after it can run in this process
+                break
     return results

@@ -68,9 +68,9 @@ def test_d2h_outside_hot_regions_or_inside_checker_read_is_quiet() -> None:
     x = dev()
     with Checker(layers=["dispatch"]) as chk:
         x.tolist()
-        with chk.region("run", step=0):
+        with chk.region("setup", step=0):
             x.tolist()
-        with chk.region("plan", step=0):
+        with chk.region("capture", step=0):
             x.tolist()
         with chk.region("replay", step=0), chk.checker_read():
             x.tolist()
@@ -89,13 +89,17 @@ def test_device_work_in_replay_is_quiet() -> None:
     assert isinstance(y, SimulatedDeviceTensor)
 
 
-def test_hot_path_plan_mode_checks_plan() -> None:
+def test_eager_plan_is_checked_unless_declared_cold() -> None:
     x = dev()
-    with Checker(layers=["dispatch"], hot_path_plan=True) as chk:
+    with Checker(layers=["dispatch"]) as chk:
         with chk.region("plan", step=2):
             x.tolist()
         (f,) = chk.drain_findings()
     assert f.id == "FC201" and f.location.region == "plan"
+    with Checker(layers=["dispatch"], cold_regions=("plan",)) as chk:
+        with chk.region("plan", step=2):
+            x.tolist()
+        assert chk.drain_findings() == []
 
 
 def test_pinned_copy_in_capture_fires_fc203_pageable_is_quiet() -> None:

@@ -67,7 +67,7 @@ def test_sync_debug_fires_in_replay_with_the_user_line() -> None:
             for _ in range(3):  # the same line three times: the "always" filter keeps every occurrence
                 line = here() + 1
                 fake.sync_op()
-        with chk.region("run"):
+        with chk.region("capture"):
             fake.sync_op()  # mode not armed outside hot regions: nothing
         (f,) = chk.drain_findings()
     # The fake stands in for torch, so its own frame is the innermost "user" frame; the caller is below it.
@@ -79,7 +79,7 @@ def test_sync_debug_fires_in_replay_with_the_user_line() -> None:
 def test_sync_debug_quiet_outside_hot_regions_and_in_checker_read() -> None:
     fake = FakeSyncMode()
     with Checker(layers=[sync_hook(fake)]) as chk:
-        with chk.region("plan"):
+        with chk.region("setup"):
             fake.mode = 1
             fake.sync_op()
             fake.mode = 0
@@ -150,7 +150,7 @@ def test_gpu_trace_sync_and_alloc_fire_in_replay_only() -> None:
             line = here() + 1
             regs["device_sync"].fire()
             regs["alloc"].fire(0x1000)
-        with chk.region("run"):
+        with chk.region("capture"):
             regs["stream_sync"].fire(7)
             regs["alloc"].fire(0x2000)
         with chk.region("replay"), chk.checker_read():
@@ -280,8 +280,8 @@ def test_graph_replay_opens_an_implicit_replay_region() -> None:
     with Checker(layers=[GraphReplayHook(G), DispatchHook()]) as chk:
         G().replay()
         (f,) = chk.drain_findings()
-        with chk.region("run"):
-            G().replay()  # a driver region is open: no implicit region, and `run` is not hot
+        with chk.region("capture"):
+            G().replay()  # a driver region is open: no implicit region, and `capture` is not hot
         assert chk.drain_findings() == []
     assert f.id == "FC201" and f.location.region == "replay"
     assert "replay" in G.__dict__ and not hasattr(G.replay, "__flashcheck_wrapper__")

@@ -35,18 +35,28 @@ def test_sync_in_hot_region_fires_with_user_location(region: str) -> None:
     assert "device-to-host copy" in f.message and "aten._to_copy" in f.message
 
 
-@pytest.mark.parametrize("region", ["plan", "run", "capture"])
+@pytest.mark.parametrize("region", ["plan", "run"])
+def test_sync_on_the_eager_per_step_path_fires(region: str) -> None:
+    mon = Monitor()
+    run(mon, region, Event("sync", "gpu_trace", STACK, "stream_synchronize"), step=2)
+    (f,) = mon.drain()
+    assert f.id == SYNC_ID and f.location.region == region and f.location.step == 2
+
+
+@pytest.mark.parametrize("region", ["setup", "capture"])
 def test_sync_outside_hot_regions_is_quiet(region: str) -> None:
     mon = Monitor()
     run(mon, region, Event("sync", "gpu_trace", STACK, "stream_synchronize"))
     assert mon.drain() == []
 
 
-def test_hot_path_plan_mode_makes_plan_hot() -> None:
-    mon = Monitor(hot_path_plan=True)
+def test_a_region_the_target_declares_cold_is_quiet() -> None:
+    mon = Monitor(cold_regions=("plan",))
     run(mon, "plan", Event("sync", "sync_debug", STACK))
+    assert mon.drain() == []
+    run(mon, "run", Event("sync", "sync_debug", STACK))
     (f,) = mon.drain()
-    assert f.id == SYNC_ID and f.location.region == "plan"
+    assert f.id == SYNC_ID and f.location.region == "run"
 
 
 def test_plan_nested_in_prepare_replay_is_hot() -> None:

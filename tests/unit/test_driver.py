@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashcheck.errors import EnvironmentUnavailable, InvalidArgument
+from flashcheck.errors import ContextPoisoned, EnvironmentUnavailable, InvalidArgument
 from flashcheck.fuzz.scenarios import random_steps
 from flashcheck.scenario import Scenario, Step
 from flashcheck.session import open_session
@@ -73,20 +73,33 @@ def test_target_errors_go_through_the_classification_table() -> None:
     step = Step("eager", (1,), (5,))
     with open_session(_Raises(ValueError("batch size 3 does not match the cuda graph mode batch size 4")),
                       device="cpu", layers="off") as drv:
-        r = drv.execute(step, 0)
-        assert r.findings == [] and r.rejected and "cuda graph mode" in r.rejected
+        r = drv.execute(step, 0)  # a backend's ValueError on a step inside the capacity: a finding, never a skip
+        assert r.rejected is None and [f.id for f in r.findings] == ["FC250"]
     with open_session(_Raises(KeyError("stale request id")), device="cpu", layers="off") as drv:
         (f,) = drv.execute(step, 0).findings
         assert f.id == "FC250" and f.stack and "KeyError" in f.message
     with open_session(_Raises(RuntimeError("CUDA error: an illegal memory access was encountered")), device="cpu",
                       layers="off") as drv:
         (f,) = drv.execute(step, 0).findings
-        assert f.id == "FC250" and drv.poisoned
-        with pytest.raises(EnvironmentUnavailable, match="poisoned"):
+        assert f.id == "FC250" and drv.poisoned and f.location.region == "run"
+        with pytest.raises(ContextPoisoned, match="restart"):
             drv.execute(step, 1)
     with open_session(_Raises(RuntimeError("no kernel image is available for execution on the device")),
                       device="cpu", layers="off") as drv, pytest.raises(EnvironmentUnavailable):
         drv.execute(step, 0)
+
+
+class _Declares(ReferenceTarget):
+    def accepts(self, spec: object) -> str | None:
+        return "odd batch sizes are not supported" if len(spec.kv_lens) % 2 else None  # type: ignore[attr-defined]
+
+
+def test_only_a_declared_input_contract_rejects_a_step() -> None:
+    with open_session(_Declares(), device="cpu", layers="off") as drv:
+        odd = drv.execute(Step("eager", (1,), (5,)), 0)
+        even = drv.execute(Step("eager", (1, 1), (5, 9)), 1)
+    assert odd.rejected is not None and "odd batch sizes" in odd.rejected and odd.sample is None
+    assert even.rejected is None and even.findings == [] and even.sample is not None
 
 
 @pytest.mark.parametrize(
@@ -95,7 +108,7 @@ def test_target_errors_go_through_the_classification_table() -> None:
         (RuntimeError("Error in function 'aligned_alloc' at allocator.h:49: Buffer overflow when allocating memory "
                       "for batch_prefill_tmp_v with size 69206016"), "finding", "FC302"),
         (ValueError("The total number of rows in qo_indptr 128 in cuda graph mode cannot exceed the number of rows "
-                    "set during initialization 64."), "rejected", None),
+                    "set during initialization 64."), "finding", "FC250"),
         (RuntimeError("CUDA error: device-side assert triggered"), "finding", "FC250"),
         (NotImplementedError("workspace_size is not implemented for cudnn"), "environment", None),
         # FlashInfer 0.7.2's fa3 prefill JIT build failed on the H100 (reports/gpu-evidence.md): the machine, not
@@ -123,7 +136,7 @@ def test_fc303_copies_device_outputs_to_the_host_to_explain_a_divergence(monkeyp
     """On the GPU the eager output and the fp32 reference stay on the device, and numpy cannot read a CUDA tensor:
     the comparison that explains a failed screen must copy both to the host itself. Tensors tracked by autograd,
     which numpy refuses too, stand in for device tensors here (CI has no GPU)."""
-    from flashcheck.scenario import Driver
+    from flashcheck.driver import Driver
 
     base = CPU_SEED_BUGS["query-frozen-at-capture"]
 

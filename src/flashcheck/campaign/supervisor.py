@@ -26,11 +26,13 @@ from flashcheck.campaign.ledger import scenario_sha, step_shape
 from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_duration
 from flashcheck.campaign.progress import Progress, Snapshot, WorkerLine
 from flashcheck.campaign.store import CampaignStore
+from flashcheck.campaign.worker import HANG_FILE
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding
 from flashcheck.repro import make_repro
 from flashcheck.rundir import Sample
 from flashcheck.scenario import Scenario
+from flashcheck.watchdog import hang_finding, read_hang_file
 
 __all__ = ["Outcome", "Supervisor"]
 
@@ -68,7 +70,7 @@ class _Handle:
         self.began = False
         self.executed = 0
         self.last_event = time.monotonic()
-        self.hung = self.poisoned = self.asked_to_stop = False
+        self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = False
         self.steps_session = 0
         self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
 
@@ -96,6 +98,8 @@ class Supervisor:
         self.gens: dict[int, int] = {}
         self.early_deaths: dict[int, int] = {}
         self.pending_corpus: list[tuple[str, Scenario]] = []
+        self.pending_rest: list[Scenario] = []  # what workers that faulted, hung or crashed did not get to run
+        self._rest_jobs = 0
         self.stopping = False
         self.stop_reason = ""
         self.fatal: Outcome | None = None
@@ -158,6 +162,14 @@ class Supervisor:
             return None
         busy = {h.job.corpus_id for h in self.handles.values() if h.job is not None and h.job.corpus_id}
         targets = self._targets()
+        while self.pending_rest:
+            rest = self.pending_rest.pop(0)
+            if rest.target not in targets:
+                continue
+            n = len(rest.steps) if left is None else min(len(rest.steps), left)
+            rest = Scenario(rest.target, rest.steps[:n], rest.seed, rest.target_config)
+            self._rest_jobs += 1
+            return Job(f"rest:{self._rest_jobs}", "corpus", rest.target, n, payload={"scenario": rest.to_dict()})
         while self.pending_corpus:
             cid, scen = self.pending_corpus.pop(0)
             if cid in self.store.corpus_done or cid in busy or scen.target not in targets:
@@ -218,6 +230,7 @@ class Supervisor:
             self.store.skipped_steps += int(ev.get("steps", 0))
         elif kind == "poisoned":
             h.poisoned = True
+            h.setup_failed = bool(ev.get("setup"))
         elif kind == "env":
             self._on_env(str(ev.get("target")), str(ev.get("reason")))
         elif kind == "done":
@@ -300,10 +313,15 @@ class Supervisor:
         ws = self.store.worker(h.index)
         job = h.job
         if job is not None and h.poisoned:
-            self._complete(h)  # the step's FC250 finding was reported; the rest of the chunk is lost
+            # the step's finding was reported; a fresh worker runs the rest of the chunk (not after a failed setup,
+            # which would fail again at every step)
+            if not h.setup_failed:
+                self._continue_after(h, h.executed)
+            self._complete(h)
         elif job is not None and h.began and (h.hung or not h.asked_to_stop):
             self._record_crash(h, rc)
             ws.crashes += 1
+            self._continue_after(h, h.executed + 1)
             self._complete(h)
         elif h.asked_to_stop:
             h.job = None  # stopped mid-chunk: the chunk is not complete and a resumed campaign re-runs it
@@ -321,6 +339,15 @@ class Supervisor:
             self.store.save()
             self._spawn(h.index)
 
+    def _continue_after(self, h: _Handle, first: int) -> None:
+        """Queue the steps of `h`'s scenario from `first` on for a fresh worker: a fault, hang or crash ends the
+        process, never the run. Replays of buckets the fresh worker has not captured capture them first."""
+        scen = self._inflight(h)
+        if self.stopping or scen is None or first >= len(scen.steps):
+            return
+        rest = Scenario(scen.target, scen.steps[first:], scen.seed, scen.target_config)
+        self.pending_rest.append(rest)
+
     def _record_crash(self, h: _Handle, rc: int | None) -> None:
         scen = self._inflight(h)
         if scen is None or not scen.steps:
@@ -329,6 +356,15 @@ class Supervisor:
         phase = "step" if h.executed < len(scen.steps) else "teardown"
         step = scen.steps[i]
         name = f"{step.op} bs={len(step.qo_lens)}" + (f" bucket={step.bucket}" if step.bucket else "")
+        hang_file = self.store.dir / "workers" / str(h.index) / HANG_FILE
+        dump = read_hang_file(hang_file)
+        hang_file.unlink(missing_ok=True)
+        if dump is not None:  # the worker's watchdog wrote every thread's stack before it ended the process
+            f = hang_finding(target=scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * 0.7,
+                             stacks=dump[1])
+            self._record(f, scen, i)
+            self.progress.note(f"worker {h.index}: step {i} ({name}) hung; restarting it")
+            return
         cause = crash_cause(rc, h.hung)
         trimmed = Scenario(scen.target, scen.steps[: i + 1], scen.seed, scen.target_config)
         evidence = {

@@ -24,13 +24,14 @@ from typing import Any, TextIO
 
 from flashcheck.campaign.ledger import Ledger, load_ledger
 from flashcheck.campaign.options import CampaignConfig
-from flashcheck.errors import EnvironmentUnavailable
+from flashcheck.errors import EnvironmentUnavailable, ViolationFound
 from flashcheck.findings import atomic_write_text
 from flashcheck.scenario import Scenario
 
-__all__ = ["EXIT_POISONED", "main"]
+__all__ = ["EXIT_POISONED", "HANG_FILE", "main"]
 
 EXIT_POISONED = 75  # the CUDA context is poisoned (the finding was reported): restart me, no FC251
+HANG_FILE = "hang.txt"  # what the step watchdog writes before it ends a hung worker (FC252)
 
 
 class _Commands:
@@ -103,9 +104,12 @@ class Worker:
             self.emit("skipped", job=job, steps=len(reasons), reasons=sorted(set(reasons)))
         self.emit("begin", job=job, steps=len(scen.steps))
         executed = 0
+        # the worker's own watchdog fires first (its stacks become FC252); the supervisor's kill is the backstop
+        timeout = self.cfg.step_timeout * 0.7
         try:
             with open_session(tgt, device=self.device, layers=self.cfg.layers,  # type: ignore[arg-type]
-                              seed=scen.seed, worker=self.index) as drv:
+                              seed=scen.seed, worker=self.index, step_timeout=timeout,
+                              hang_file=self.dir / HANG_FILE, hard_exit=True) as drv:
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
@@ -117,11 +121,13 @@ class Worker:
                         self.emit("poisoned", job=job, i=i)
                         self.out.flush()
                         os._exit(EXIT_POISONED)
-        except EnvironmentUnavailable as exc:
+        except EnvironmentUnavailable as exc:  # an explicit cause, established by the classification table
             self.emit("env", job=job, target=scen.target, reason=exc.reason)
-        except Exception as exc:  # setup of this target failed: drop the target, keep the other targets running
-            traceback.print_exc()
-            self.emit("env", job=job, target=scen.target, reason=f"setup failed: {type(exc).__name__}: {exc}"[:500])
+        except ViolationFound as exc:  # the target's own setup raised: a finding; a fresh process for what follows
+            self.emit("step", job=job, i=0, sample=None, findings=[f.to_dict() for f in exc.findings], rejected=None)
+            self.emit("poisoned", job=job, i=0, setup=True)
+            self.out.flush()
+            os._exit(EXIT_POISONED)
         self.emit("done", job=job, steps=executed)
 
     def serve(self, commands: _Commands) -> None:

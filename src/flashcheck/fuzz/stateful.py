@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
 from flashcheck.fuzz.distributions import DISTRIBUTIONS
@@ -42,11 +43,13 @@ from flashcheck.fuzz.strategies import (
     length_params,
     lengths_for,
 )
+from flashcheck.isolation import IsolatedDriver
 from flashcheck.known import split_known
-from flashcheck.scenario import Driver, Scenario, Step, StepResult
+from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
 from flashcheck.targets.protocol import Capacity, Target, check_target
 from flashcheck.targets.registry import make_target, target_spec
+from flashcheck.watchdog import default_step_timeout
 
 __all__ = [
     "FuzzFailure",
@@ -85,19 +88,33 @@ class MachineConfig:
     log: FindingLog | None = None
     distributions: tuple[str, ...] = DISTRIBUTIONS
     edge_cases: tuple[str, ...] = EDGE_CASES
+    isolate: bool | None = None
+    step_timeout: float | Literal["auto"] | None = "auto"
 
     def key(self) -> tuple[Any, ...]:
         tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
-        return (tgt, json.dumps(dict(self.config), sort_keys=True, default=str), self.device, self.layers, self.seed)
+        return (tgt, json.dumps(dict(self.config), sort_keys=True, default=str), self.device, self.layers, self.seed,
+                self.isolated(), self.step_timeout)
+
+    def isolated(self) -> bool:
+        """Run the session in a worker process (restarted after a fault or hang): by default on CUDA, where a fault
+        poisons the process; never for a target instance (it cannot cross the process boundary)."""
+        if not isinstance(self.target, str):
+            return False
+        if self.isolate is not None:
+            return self.isolate
+        from flashcheck.session import default_device
+
+        return str(self.device or default_device()).startswith("cuda")
 
 
 class _Sessions:
     """Open sessions, one per `MachineConfig.key()`; closed at exit or by `close_sessions()`."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver]] = {}
+        self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver | IsolatedDriver]] = {}
 
-    def driver(self, cfg: MachineConfig) -> Driver:
+    def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
         key = cfg.key()
         hit = self._open.get(key)
         if hit is not None and not hit[1].poisoned:
@@ -106,9 +123,19 @@ class _Sessions:
             self.drop(key)
         stack = contextlib.ExitStack()
         try:
-            drv = stack.enter_context(
-                open_session(cfg.target, config=cfg.config or None, device=cfg.device, layers=cfg.layers, seed=cfg.seed)
-            )
+            drv: Driver | IsolatedDriver
+            if cfg.isolated():
+                assert isinstance(cfg.target, str)
+                timeout = cfg.step_timeout if cfg.step_timeout != "auto" else default_step_timeout("cuda")
+                drv = stack.enter_context(
+                    IsolatedDriver(cfg.target, config=cfg.config or None, device=cfg.device, layers=cfg.layers,
+                                   seed=cfg.seed, step_timeout=timeout)
+                )
+            else:
+                drv = stack.enter_context(
+                    open_session(cfg.target, config=cfg.config or None, device=cfg.device, layers=cfg.layers,
+                                 seed=cfg.seed, step_timeout=cfg.step_timeout)
+                )
         except BaseException:
             stack.close()
             raise
@@ -148,9 +175,7 @@ class ReplayMachine(RuleBasedStateMachine):
         super().__init__()
         cfg = type(self).cfg
         self.driver = _SESSIONS.driver(cfg)
-        self.driver.captured.clear()  # this example captures every bucket it replays
-        with self.driver.checker.checker_read():
-            self.driver.checker.drain_findings()
+        self.driver.reset_example()  # this example captures every bucket it replays
         self.steps: list[Step] = []
         self.captured: set[int] = set()
         self.ws_fraction = 0.0
@@ -232,6 +257,8 @@ def replay_machine(
     log: FindingLog | None = None,
     distributions: Sequence[str] = DISTRIBUTIONS,
     edge_cases: Sequence[str] = EDGE_CASES,
+    isolate: bool | None = None,
+    step_timeout: float | Literal["auto"] | None = "auto",
 ) -> type[ReplayMachine]:
     """A `RuleBasedStateMachine` class that fuzzes replay sequences against `target`.
 
@@ -245,6 +272,9 @@ def replay_machine(
             per example).
         check: an extra property ``check(step, result)`` called after every step; raise to fail.
         log: where reproducers go (default: the process-wide log).
+        isolate: run the session in a worker process that is restarted after a fault (FC250) or a hang (FC252),
+            so the run goes on; default: on CUDA, for a target given by name.
+        step_timeout: seconds before a step is FC252 step-hung (``auto``: 120 s on CUDA, none on the CPU).
 
     Use it as any Hypothesis state machine: ``TestReplay = replay_machine("decode-tc").TestCase``.
     """
@@ -262,6 +292,8 @@ def replay_machine(
         log=log,
         distributions=tuple(distributions),
         edge_cases=tuple(edge_cases),
+        isolate=isolate,
+        step_timeout=step_timeout,
     )
     cap = tgt_obj.capacity
     lp: dict[str, Any] = {"distributions": cfg.distributions, "edge_cases": cfg.edge_cases}

@@ -1,8 +1,8 @@
 """The interface between targets/drivers and the runtime checker (pure typing, no torch).
 
-A driver opens a *region* around every target call (``plan``, ``run``, ``capture``, ``prepare_replay``,
-``replay``); detectors attribute events to the innermost open region. Reads the checker itself makes (CSR checks of
-device buffers, high-water-mark scans, output comparisons) happen inside ``checker_read()`` and never count.
+A driver opens a *region* around every target call (``setup``, ``plan``, ``run``, ``capture``, ``prepare_replay``,
+``replay``); detectors attribute events to the innermost open region. Reads the checker itself makes (CSR checks
+of device buffers, high-water-mark scans, output comparisons) happen inside ``checker_read()`` and never count.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from flashcheck.findings import Finding
 
 __all__ = ["REGIONS", "ArenaLike", "CheckerLike", "NullChecker", "Region", "WorkspaceKind"]
 
-Region = Literal["plan", "run", "capture", "prepare_replay", "replay"]
-REGIONS: tuple[Region, ...] = ("plan", "run", "capture", "prepare_replay", "replay")
+Region = Literal["setup", "plan", "run", "capture", "prepare_replay", "replay"]
+REGIONS: tuple[Region, ...] = ("setup", "plan", "run", "capture", "prepare_replay", "replay")
 WorkspaceKind = Literal["float", "int", "pinned", "engine"]
 
 

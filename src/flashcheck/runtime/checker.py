@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +31,7 @@ class Checker:
     Args:
         layers: ``"cheap"`` (sync debug mode, gpu trace, allocator statistics, replay wrapper, dispatch mode during
             capture), ``"all"`` (+ dispatch mode in hot regions, CUPTI), or a list of layer names / `Hook` objects.
-        hot_path_plan: apply the replay rules (FC201, FC202) to ``plan`` regions too.
+        cold_regions: per-step regions the target declares cold (see `flashcheck.runtime.monitor.Monitor`).
         device: default device of arena workspaces and of allocator statistics (default: ``cuda`` when available,
             else ``cpu``).
         guard_bytes: size of the arena's guard zones.
@@ -50,7 +50,7 @@ class Checker:
         self,
         layers: LayerSpec = "cheap",
         *,
-        hot_path_plan: bool = False,
+        cold_regions: Iterable[str] = (),
         device: Any = None,
         guard_bytes: int = GUARD_BYTES,
     ) -> None:
@@ -58,7 +58,7 @@ class Checker:
         self._hooks: list[Hook] = build_hooks(layers, device=device)
         self.device = device
         stackless = any(h.layer in ("cupti", "alloc_stats") for h in self._hooks)
-        self.monitor = Monitor(hot_path_plan=hot_path_plan, record_region_stacks=stackless)
+        self.monitor = Monitor(cold_regions=cold_regions, record_region_stacks=stackless)
         self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
         self._pending: list[Finding] = []
         self._errors: list[tuple[str, BaseException]] = []

@@ -39,7 +39,11 @@ EventKind = Literal["sync", "d2h_copy", "h2d_copy", "alloc", "free", "pool_growt
 Layer = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "synthetic"]
 Memory = Literal["pageable", "pinned", "unknown"]
 
-HOT_REGIONS: frozenset[str] = frozenset({"prepare_replay", "replay"})
+# Every region a serving engine runs once per step is hot for host syncs and copies (FC201): the eager path too,
+# since vLLM's piecewise mode and every non-graph batch run attention eagerly each step. Allocations (FC202) matter
+# on the graph path only: eager steps allocate their outputs through the caching allocator by design.
+HOT_REGIONS: frozenset[str] = frozenset({"plan", "run", "prepare_replay", "replay"})
+GRAPH_PATH_REGIONS: frozenset[str] = frozenset({"prepare_replay", "replay"})
 _MAX_DETAILS = 8
 
 
@@ -136,13 +140,14 @@ class Monitor:
     """Regions plus events in, Findings out. Thread-aware: events count only on the thread that opened the region.
 
     Args:
-        hot_path_plan: also treat ``plan`` regions as hot (the per-step plan path must not sync or allocate).
+        cold_regions: per-step regions a target declares cold (it runs them once, not every step); nothing inside
+            them is reported. Default: none.
         record_region_stacks: remember where each region was opened, used as the location of events that carry no
             Python stack (CUPTI, allocator statistics).
     """
 
-    def __init__(self, *, hot_path_plan: bool = False, record_region_stacks: bool = False) -> None:
-        self.hot_path_plan = hot_path_plan
+    def __init__(self, *, cold_regions: Iterable[str] = (), record_region_stacks: bool = False) -> None:
+        self.cold_regions = frozenset(cold_regions)
         self.record_region_stacks = record_region_stacks
         self._lock = threading.RLock()
         self._open: list[RegionRecord] = []
@@ -213,13 +218,11 @@ class Monitor:
     def reading(self, thread: int | None = None) -> bool:
         return self._reading.get(threading.get_ident() if thread is None else thread, 0) > 0
 
-    def is_hot(self, names: Iterable[str]) -> str | None:
-        """The region name that makes this place hot (replay rules apply), or None."""
-        hot = None
-        for n in names:
-            if n in HOT_REGIONS or (self.hot_path_plan and n == "plan"):
-                hot = n
-        return hot
+    def is_hot(self, names: Iterable[str], *, graph_path: bool = False) -> str | None:
+        """The outermost region name that makes this place hot (a ``plan`` inside ``prepare_replay`` is on the
+        replay path), or None. ``graph_path``: the rules that apply on the graph path only (allocations)."""
+        regions = GRAPH_PATH_REGIONS if graph_path else HOT_REGIONS
+        return next((n for n in names if n in regions and n not in self.cold_regions), None)
 
     # ------------------------------------------------------------------------------------------------ events
     def observe(self, ev: Event) -> None:
@@ -267,10 +270,13 @@ class Monitor:
             return SYNC_ID, SYNC_NAME, hot, "device-to-host copy"
         if ev.kind == "h2d_copy" and ev.memory == "pageable":
             return SYNC_ID, SYNC_NAME, hot, "host-to-device copy from pageable memory (a blocking staging copy)"
+        graph_hot = self.is_hot(names, graph_path=True)
+        if graph_hot is None:
+            return None
         if ev.kind == "alloc":
-            return ALLOC_ID, ALLOC_NAME, hot, "device memory allocation"
+            return ALLOC_ID, ALLOC_NAME, graph_hot, "device memory allocation"
         if ev.kind == "pool_growth":
-            return ALLOC_ID, ALLOC_NAME, hot, "caching-allocator pool growth (new device memory reserved)"
+            return ALLOC_ID, ALLOC_NAME, graph_hot, "caching-allocator pool growth (new device memory reserved)"
         return None
 
     def _add(self, check: str, name: str, rec: RegionRecord, hot: str, what: str, ev: Event) -> None:

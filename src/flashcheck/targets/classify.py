@@ -1,9 +1,15 @@
-"""One table that classifies what a target (FlashInfer or a user backend) raises.
+"""One table that classifies what a target (FlashInfer or a user backend) raises, by cause.
 
-- ``rejected``: the backend refused the input on purpose (a contract `ValueError`); not a finding, the step is
-  skipped and counted.
-- ``finding``: a bug: an illegal memory access, a device-side assert, a workspace overflow, an unexpected error.
-- ``environment``: the machine cannot run it (no kernel for this architecture, JIT disabled, no nvcc); skip.
+The driver only hands a target steps inside its declared `Capacity` (and its explicit input contract, if it
+declares one), so an exception from a target is never a skip:
+
+- ``finding``: a bug. A kernel fault (illegal memory access, device-side assert, ...) is FC250 and *poisons the CUDA
+  context* (`Classification.poisons_context`): nothing else can run in that process. A planner overflow is FC302.
+  Any other exception, a backend's ``ValueError`` included, is FC250 "raised on valid input": in production it kills
+  the engine.
+- ``environment``: the machine cannot run it, for an explicit cause only (no kernel image for this architecture,
+  JIT disabled or failing to build, no compiler, a configuration the backend does not implement). Never after a
+  fault: the driver reports every error that follows a poisoned context as part of the fault.
 """
 
 from __future__ import annotations
@@ -16,10 +22,17 @@ from typing import Literal
 from flashcheck.findings import Finding, Frame, Location
 from flashcheck.registry import register_check
 
-__all__ = ["ERROR_TABLE", "TARGET_ERROR_ID", "Classification", "classify_exception", "finding_from_exception"]
+__all__ = [
+    "ERROR_TABLE",
+    "TARGET_ERROR_ID",
+    "Classification",
+    "classify_exception",
+    "finding_from_exception",
+    "is_device_fault",
+]
 
 TARGET_ERROR_ID, TARGET_ERROR_NAME = "FC250", "target-raised"
-Verdict = Literal["rejected", "finding", "environment"]
+Verdict = Literal["finding", "environment"]
 
 
 @dataclass(frozen=True)
@@ -27,25 +40,32 @@ class Classification:
     verdict: Verdict
     check_id: str | None  # the check a finding is reported under
     reason: str
+    poisons_context: bool = False  # the CUDA context is unusable: restart the process before the next step
 
 
-# (verdict, check id, exception type names or None for any, message regex, reason). First match wins.
-ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str], ...] = (
-    (
-        "finding",
-        "FC302",
-        None,
-        r"Buffer overflow when allocating memory|exceeds max buffer size|"
-        r"exceeds max_total_num_works",
-        "workspace sized too small for this batch (FlashInfer planner overflow)",
-    ),
+_FAULT = (
+    r"illegal memory access|device-side assert|misaligned address|unspecified launch failure|illegal instruction|"
+    r"an illegal instruction|CUDA error: (?!out of memory)|CUBLAS_STATUS_EXECUTION_FAILED|cudaErrorLaunchFailure|"
+    r"hardware stack error|uncorrectable ECC"
+)
+
+# (verdict, check id, exception type names or None for any, message regex, reason, poisons context). First match wins.
+ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str, bool], ...] = (
     (
         "finding",
         "FC250",
         None,
-        r"illegal memory access|device-side assert|misaligned address|"
-        r"unspecified launch failure|illegal instruction",
-        "the kernel faulted: the CUDA context is poisoned",
+        _FAULT,
+        "the kernel faulted: the CUDA context is poisoned (every later CUDA call in this process fails)",
+        True,
+    ),
+    (
+        "finding",
+        "FC302",
+        None,
+        r"Buffer overflow when allocating memory|exceeds max buffer size|exceeds max_total_num_works",
+        "workspace sized too small for this batch (FlashInfer planner overflow)",
+        False,
     ),
     (
         "environment",
@@ -54,6 +74,7 @@ ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str],
         r"no kernel image is available|not supported on (this|current) (device|GPU)|"
         r"MissingJITCacheError|requires (SM|sm_?)\d+|is only supported on SM|nvcc.*not found|CUDA_HOME",
         "the kernel is not available on this machine",
+        False,
     ),
     (
         "environment",
@@ -62,64 +83,77 @@ ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str],
         r"Ninja build failed|Error building extension|error: command .*nvcc.* failed",
         "the kernel could not be JIT-compiled on this machine (compiler error, killed or out of memory): "
         "prebuild it (flashinfer-jit-cache) or retry with fewer parallel compile jobs (MAX_JOBS)",
+        False,
     ),
     (
         "environment",
         None,
-        ("MissingJITCacheError", "NotImplementedError"),
+        ("MissingJITCacheError", "NotImplementedError", "ModuleNotFoundError"),
         r".*",
-        "the backend does not implement this configuration",
-    ),
-    (
-        "rejected",
-        None,
-        ("ValueError",),
-        r"cuda ?graph mode|cannot exceed the number of rows|batch size|"
-        r"should be a torch\.Tensor|must be|should be|expected|mismatch|not supported",
-        "the backend rejected the input by contract",
+        "the backend does not implement this configuration, or a package it needs is missing",
+        False,
     ),
 )
 
 
 @register_check(TARGET_ERROR_ID, TARGET_ERROR_NAME, "runtime")
 class _TargetErrorDoc:
-    """The code under test raised an error that is not a documented rejection of the input.
+    """The code under test raised, or a kernel it launched faulted, on a step inside its declared capacity.
 
     What it checks
-        Every exception a target raises is classified by one table (`flashcheck.targets.classify.ERROR_TABLE`):
-        contract rejections (FlashInfer's ``ValueError`` for a fixed graph batch size) are skipped; a missing
-        kernel or architecture is the environment (skip); an illegal memory access, a device-side assert or an
-        unexpected exception is this finding, with the traceback as its stack.
+        Every exception a target raises, and every CUDA error its kernels cause wherever it surfaces (inside the
+        target call, at the driver's synchronize inside the call's error boundary, or later in flashcheck's own
+        reads), is classified by one table (`flashcheck.targets.classify.ERROR_TABLE`). A kernel fault (illegal
+        memory access, device-side assert, misaligned address, launch failure) is this finding and poisons the
+        CUDA context: the driver stops the session, and the plugin, ``flashcheck fuzz`` and campaigns restart the
+        process and go on. Any other exception on a valid step, a backend's ``ValueError`` included, is this finding
+        ("raised on valid input"). Only an explicit environment cause (no kernel image, a JIT build failure, a
+        missing package, an unimplemented configuration) skips the target instead.
 
     Why it breaks serving
         An illegal memory access poisons the CUDA context: every later request on that GPU fails until the process
-        restarts. An unexpected exception in metadata building takes down the scheduler step.
+        restarts. An exception in metadata building or in ``plan()`` on a batch the engine itself produced kills the
+        scheduler step, and with it the engine: FlashInfer's "The batch size should be fixed in cudagraph mode"
+        means the engine re-planned a graph wrapper with the real batch instead of its bucket.
 
     Example
         A metadata builder indexing a block table with a padded row's stale request id::
 
             kv_indices[...] = block_table[req_pool_indices[i], : num_pages[i]]   # IndexError for padding rows
 
+        A graph replayed on the plan of its capture (no re-plan before replay) faults::
+
+            RuntimeError: CUDA error: an illegal memory access was encountered
+
     Use instead
-        Validate the batch before building metadata (FC301), pad with a valid policy, and keep the kernel's inputs
-        inside the buffers it was given.
+        Validate the batch before building metadata (FC301), pad with a valid policy, re-plan every graph wrapper
+        with its bucket's padded batch before each replay, and keep the kernel's inputs inside the buffers it was
+        given. Reproduce a fault under ``flashcheck replay REPRO --sanitizer memcheck`` to name the kernel and the
+        address.
 
     Known false positives
-        A backend that signals rejection with a type other than ``ValueError`` is reported here; add its message
-        to the table or wrap it in ``ValueError``.
+        A target that cannot handle part of its declared capacity is reported here: declare the limit in its
+        `Capacity`, or an explicit input contract (`Target.accepts`), so the generator stays inside it.
     """
 
 
 def classify_exception(exc: BaseException) -> Classification:
-    """Look `exc` up in `ERROR_TABLE`; unknown errors are findings (FC250)."""
+    """Look `exc` up in `ERROR_TABLE`; anything else is a finding (FC250, raised on valid input)."""
     names = {t.__name__ for t in type(exc).__mro__}
     text = f"{type(exc).__name__}: {exc}"
-    for verdict, check_id, types, pattern, reason in ERROR_TABLE:
+    for verdict, check_id, types, pattern, reason, poisons in ERROR_TABLE:
         if types is not None and not names.intersection(types):
             continue
         if re.search(pattern, text, re.IGNORECASE):
-            return Classification(verdict, check_id, reason)
-    return Classification("finding", TARGET_ERROR_ID, "unexpected exception from the target")
+            return Classification(verdict, check_id, reason, poisons)
+    return Classification(
+        "finding", TARGET_ERROR_ID, "raised on valid input (the step is inside the target's capacity)"
+    )
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """Whether `exc` is a kernel fault that poisons the CUDA context (wherever it surfaced)."""
+    return classify_exception(exc).poisons_context
 
 
 def finding_from_exception(exc: BaseException, cls: Classification, location: Location) -> Finding:

@@ -1,0 +1,500 @@
+"""The driver: runs scenario steps against a target under the runtime checker and checks every property.
+
+It owns the KV cache and the queries (both seeded) and opens a region around every target call. Each call runs
+inside an *error boundary*: on CUDA the driver synchronizes before leaving it, so a kernel fault surfaces in the
+region that launched the work; a fault that still surfaces later (in flashcheck's own reads) is attributed to the
+last target region of the step. After each step it checks FC301 on the buffers a graph reads (just before replay),
+FC304 plan_info stability, FC305 the output contract, FC303 every output against the fp32 reference (a failed
+replay screen is explained by a fresh eager run), the arena's FC302 and the runtime detectors' FC2xx. Every step
+runs under a watchdog (FC252). Exceptions go through the classification table; none is a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashcheck.batch import BatchSpec
+from flashcheck.errors import (
+    ContextPoisoned,
+    EnvironmentUnavailable,
+    FlashcheckError,
+    InvalidArgument,
+    ViolationFound,
+)
+from flashcheck.findings import Finding, Location
+from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
+from flashcheck.properties.csr import check_csr, check_layout
+from flashcheck.properties.equivalence import any_violation, compare_outputs, tolerance_for
+from flashcheck.properties.output_contract import check_output_contract
+from flashcheck.properties.plan_info import check_plan_info
+from flashcheck.rundir import Sample
+from flashcheck.runtime.api import CheckerLike, Region
+from flashcheck.scenario import Step, StepResult
+from flashcheck.targets.classify import classify_exception, finding_from_exception
+from flashcheck.targets.protocol import Target, TargetEnv
+from flashcheck.watchdog import StepHung, Watchdog, hang_finding
+
+__all__ = ["Driver"]
+
+_POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
+
+
+class Driver:
+    """Runs steps against a target under a checker. Create, `setup()`, then `execute()` each step.
+
+    Args:
+        target: the code under test.
+        checker: the runtime checker (or a `NullChecker`).
+        device: ``"cuda"`` or ``"cpu"``.
+        seed: session seed (KV cache and query pool contents).
+        check_reference: compare every output with the fp32 reference (FC303).
+        worker: campaign worker index recorded in samples.
+        replay_malformed: replay even when the graph's buffers fail FC301 (the kernel may fault).
+        step_timeout: seconds a step may take before it is FC252 step-hung (None: no watchdog).
+        hang_file: where the C-level watchdog writes every thread's stack when a step cannot be interrupted.
+        hard_exit: end the process when a hung step cannot be interrupted (isolated workers only).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        checker: CheckerLike,
+        *,
+        device: str = "cpu",
+        seed: int = 0,
+        check_reference: bool = True,
+        worker: int = 0,
+        replay_malformed: bool = False,
+        step_timeout: float | None = None,
+        hang_file: Path | None = None,
+        hard_exit: bool = False,
+    ) -> None:
+        self.target = target
+        self.checker = checker
+        self.device = device
+        self.seed = seed
+        self.check_reference = check_reference
+        self.worker = worker
+        self.replay_malformed = replay_malformed
+        self.cap = target.capacity
+        self.captured: dict[int, list[int] | None] = {}
+        self.t0 = time.perf_counter()
+        self.poisoned = False
+        self.steps_run = 0
+        self._cuda = str(device).startswith("cuda")
+        self._last_region: tuple[Region, str] | None = None
+        self._watchdog = Watchdog(step_timeout, hang_file=hang_file, hard_exit=hard_exit) if step_timeout else None
+        self._torch: Any = None
+        self._q_pool: Any = None
+        self._graphed_ref: Any = None
+
+    # ---- setup -----------------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Fill the KV cache and set the target up. An error of the target's own setup is classified like any
+        other: `EnvironmentUnavailable` only for an explicit cause, else `ViolationFound` with its finding."""
+        import torch
+
+        self._torch = torch
+        tpl = self.cap.template
+        gen = torch.Generator(device="cpu").manual_seed(self.seed)
+        kv_dt = getattr(torch, tpl.kv_dtype)
+        shape_k = (self.cap.max_pages, tpl.page_size, tpl.num_kv_heads, tpl.head_dim_qk)
+        shape_v = (self.cap.max_pages, tpl.page_size, tpl.num_kv_heads, tpl.head_dim_vo)
+        k = torch.randn(shape_k, generator=gen).to(kv_dt).to(self.device)
+        if self.cap.value_from_key:  # MLA: V is ckv, the first head_dim_vo columns of K
+            v = k[..., : tpl.head_dim_vo]
+        else:
+            v = torch.randn(shape_v, generator=gen).to(kv_dt).to(self.device)
+        self.k_cache, self.v_cache = k, v
+        loc = Location(target=self.target.name, step_name="setup", region="setup")
+        try:
+            with self.checker.region("setup", step_name="setup"):
+                self.target.setup(TargetEnv(device=self.device, arena=self.checker.arena, k_cache=k, v_cache=v))
+                self._sync()
+        except FlashcheckError:
+            raise
+        except Exception as exc:
+            cls = classify_exception(exc)
+            if cls.verdict == "environment":
+                raise EnvironmentUnavailable(f"{self.target.name}: {cls.reason}: {exc}") from exc
+            self.poisoned = cls.poisons_context
+            raise ViolationFound([finding_from_exception(exc, cls, loc)]) from exc
+
+    def reset_example(self) -> None:
+        """Forget captured graphs' plan_info and pending detector events (a new fuzz example starts)."""
+        self.captured.clear()
+        with self.checker.checker_read():
+            self.checker.drain_findings()
+
+    # ---- one step --------------------------------------------------------------------------------------------
+    def spec_for(self, step: Step) -> BatchSpec:
+        return self.cap.template.with_lengths(step.qo_lens, step.kv_lens)
+
+    def layout_for(self, step: Step, pad_to: int | None = None, spec: BatchSpec | None = None) -> PagedLayout:
+        spec = spec or self.spec_for(step)
+        pad = pad_to if pad_to is not None and pad_to > spec.batch_size else None
+        return build_paged_layout(
+            spec,
+            num_pages=self.cap.max_pages,
+            allocator=step.allocator if self.cap.paged else "contiguous",
+            pad_to=pad,
+            padding=self.cap.padding if pad else PaddingPolicy.NONE,
+            seed=step.seed,
+        )
+
+    def queries(self, spec: BatchSpec, seed: int) -> Any:
+        """Query rows for a batch: a seeded window of a random pool made once per session on the device (no
+        per-step RNG or host-to-device copy). The rows depend only on the session seed, the capacity and `seed`."""
+        torch = self._torch
+        rows = spec.total_qo
+        shape = (spec.num_qo_heads, spec.head_dim_qk)
+        dtype = getattr(torch, spec.q_dtype)
+        n = min(self.cap.max_total_qo, _POOL_ROWS) + _POOL_SLACK
+        if rows > n:  # a batch larger than the pool: draw it directly
+            gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x5EED)
+            return torch.randn((rows, *shape), generator=gen).to(dtype).to(self.device)
+        pool = self._q_pool
+        if pool is None or tuple(pool.shape[1:]) != shape or pool.dtype != dtype:
+            gen = torch.Generator(device="cpu").manual_seed(self.seed ^ 0x5EED)
+            pool = torch.randn((n, *shape), generator=gen).to(dtype).to(self.device)
+            self._q_pool = pool
+        start = int(np.random.default_rng(seed & 0xFFFFFFFF).integers(0, n - rows + 1))
+        return pool[start : start + rows].clone()
+
+    def execute(self, step: Step, index: int) -> StepResult:
+        """Run one step and check it. Raises `ContextPoisoned` once a fault or hang left the process unusable,
+        `EnvironmentUnavailable` for an explicit environment cause, `InvalidArgument` for a step outside the
+        target's capacity; every error of the code under test is a finding in the result."""
+        if self.poisoned:
+            raise ContextPoisoned(
+                f"{self.target.name}: an earlier step faulted or hung and left this process unusable; restart it"
+            )
+        spec = self.spec_for(step)
+        self._validate(step, spec)
+        name = f"{step.op} bs={spec.batch_size}" + (f" bucket={step.bucket}" if step.bucket else "")
+        padded = spec.batch_size if step.op == "eager" else self._bucket(step, spec)
+        contract = self._input_contract(spec)
+        if contract is not None:  # the target declared this input outside its contract: a skip, counted
+            return StepResult([], None, rejected=contract)
+        loc = Location(target=self.target.name, step=index, step_name=name)
+        self._last_region = None
+        findings: list[Finding] = []
+        usage: dict[str, tuple[int, int]] = {}
+        try:
+            with self._watched(f"step {index} ({name}) of {self.target.name}"):
+                try:
+                    if step.op == "eager":
+                        findings += self._eager(step, spec, index, name, loc)
+                    elif step.op == "capture":
+                        findings += self._capture(step, spec, padded, index, name, loc)
+                    else:
+                        findings += self._replay(step, spec, padded, index, name, loc)
+                except _TargetRaised as raised:
+                    findings.append(self._target_error(raised.exc, loc))
+                if not self.poisoned:
+                    with self.checker.checker_read():
+                        arena_findings, usage = self.checker.arena.scan(index)
+                    findings += arena_findings
+        except StepHung:
+            findings.append(self._hang(index, name))
+        except FlashcheckError:
+            raise
+        except Exception as exc:  # surfaced in flashcheck's own reads (reference, checks, scan) after target work
+            cls = classify_exception(exc)
+            if not cls.poisons_context:
+                raise  # flashcheck's own bug: never disguised as a finding against the target
+            self.poisoned = True
+            findings.append(self._late_fault(exc, cls, loc))
+        self.steps_run += 1
+        findings = self._merge_detector_findings(findings, index, name)
+        sample = Sample(
+            t=time.perf_counter() - self.t0,
+            step=index,
+            op=step.op,
+            target=self.target.name,
+            batch_size=spec.batch_size,
+            padded=padded,
+            total_qo=spec.total_qo,
+            total_kv=spec.total_kv,
+            workspaces=usage,
+            findings=tuple(f.id for f in findings),
+            worker=self.worker,
+        )
+        return StepResult(findings, sample)
+
+    # ---- the three operations --------------------------------------------------------------------------------
+    def _eager(self, step: Step, spec: BatchSpec, index: int, name: str, loc: Location) -> list[Finding]:
+        layout = self.layout_for(step, spec=spec)
+        q = self.queries(spec, step.seed)
+        self.checker.arena.arm()
+        with self._call("plan", index, name):
+            self.target.plan(layout)
+        with self._call("run", index, name):
+            out = self.target.run(q)
+        found = check_layout(layout, location=loc)
+        contract = self._output_contract(out, layout, "eager", loc)
+        if contract:
+            return found + contract
+        if self.check_reference:
+            found += self._compare(out, self._reference(q, layout), "eager vs reference", layout, loc)
+        return found
+
+    def _capture(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
+        layout = self.layout_for(step, pad_to=bucket, spec=spec)
+        q = self.queries(spec, step.seed)
+        self.checker.arena.arm()
+        with self._call("capture", index, name):
+            self.target.capture(bucket, layout, q)
+        with self.checker.checker_read(), self._call(None, index, name):
+            self.captured[bucket] = self.target.plan_info(bucket)
+        return check_layout(layout, location=loc)
+
+    def _replay(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
+        found: list[Finding] = []
+        if bucket not in self.captured:  # engines capture every bucket at start-up: do it implicitly
+            found += self._capture(step, spec, bucket, index, f"capture bs={bucket} (implicit)", loc)
+        layout = self.layout_for(step, pad_to=bucket, spec=spec)
+        q = self.queries(spec, step.seed)
+        self.checker.arena.arm()
+        with self._call("prepare_replay", index, name):
+            self.target.prepare_replay(bucket, layout)
+        replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")
+        csr: list[Finding] = []
+        with self.checker.checker_read():
+            with self._call(None, index, name):
+                meta = self.target.graph_metadata(bucket)
+                current = self.target.plan_info(bucket)
+            if meta is not None:
+                csr = check_csr(meta, location=replay_loc, prefix=f"graph bs={bucket}: ")
+            captured = self.captured.get(bucket)
+            if captured is not None and current is not None:
+                found += check_plan_info(captured, current, bucket=bucket, location=replay_loc)
+        found += csr
+        if csr and not self.replay_malformed:
+            # replaying malformed CSR can fault the kernel and poison the CUDA context for every later step
+            return found
+        with self._call("replay", index, name):
+            out = self.target.replay(bucket, q)
+        contract = self._output_contract(out, layout, "replay", replay_loc)
+        if contract:
+            return found + contract
+        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves both
+        ref = self._reference(q, layout) if self.check_reference else None
+        if ref is not None and not self._violates(out, ref, layout):
+            return found  # within tolerance of the fp32 reference
+        # no reference, or the replay failed its screen: a fresh eager run of the same batch tells a replay bug
+        # ("replay vs eager") from a kernel or metadata that is wrong outside graphs too ("eager vs reference")
+        out_host = self._host(out)  # the eager run may reuse the graph's output buffer
+        eager_layout = self.layout_for(step, spec=spec)
+        with self._call("plan", index, name + " (eager check)"):
+            self.target.plan(eager_layout)
+        with self._call("run", index, name + " (eager check)"):
+            eager = self.target.run(q)
+        contract = self._output_contract(eager, eager_layout, "eager", replay_loc)
+        if contract:
+            return found + contract
+        found += self._compare(out_host, eager, "replay vs eager", eager_layout, replay_loc)
+        if ref is not None:
+            found += self._compare(eager, ref, "eager vs reference", eager_layout, replay_loc)
+        return found
+
+    # ---- error boundaries ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _call(self, region: Region | None, index: int, name: str) -> Iterator[None]:
+        """Run target code inside `region`; its exceptions, and on CUDA the faults of the kernels it launched
+        (surfaced by a synchronize before the boundary closes), become `_TargetRaised`."""
+        with contextlib.ExitStack() as stack:
+            if region is not None:
+                self._last_region = (region, name)
+                stack.enter_context(self.checker.region(region, step=index, step_name=name))
+            try:
+                yield
+                self._sync()
+            except (FlashcheckError, StepHung):
+                raise
+            except Exception as exc:
+                raise _TargetRaised(exc) from exc
+
+    def _sync(self) -> None:
+        """Wait for the work just launched, as the checker's own read (never an FC201 of the target)."""
+        if self._cuda and self._torch is not None:
+            with self.checker.checker_read():
+                self._torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def _watched(self, label: str) -> Iterator[None]:
+        if self._watchdog is None:
+            yield
+            return
+        self._watchdog.arm(label)
+        try:
+            yield
+        finally:
+            self._watchdog.disarm()
+
+    def _target_error(self, exc: Exception, loc: Location) -> Finding:
+        cls = classify_exception(exc)
+        if cls.verdict == "environment" and not self.poisoned:
+            raise EnvironmentUnavailable(f"{self.target.name}: {cls.reason}: {exc}") from exc
+        if cls.poisons_context:
+            self.poisoned = True
+        region = self._last_region[0] if self._last_region else None
+        return finding_from_exception(exc, cls, dataclasses.replace(loc, region=region))
+
+    def _late_fault(self, exc: Exception, cls: Any, loc: Location) -> Finding:
+        region, name = self._last_region or (None, loc.step_name or "")
+        f = finding_from_exception(exc, cls, dataclasses.replace(loc, region=region))
+        where = f"after `{region}` ({name})" if region else "before any target call returned"
+        return Finding(
+            id=f.id,
+            name=f.name,
+            kind=f.kind,
+            message=f"{f.message} (surfaced in flashcheck's own reads {where})",
+            hint=f.hint,
+            location=f.location,
+            stack=f.stack,
+            evidence={**dict(f.evidence), "surfaced": "flashcheck read", "after_region": region},
+        )
+
+    def _hang(self, index: int, name: str) -> Finding:
+        wd = self._watchdog
+        assert wd is not None
+        if self._cuda:
+            self.poisoned = True  # the kernel may still be running: nothing else can use this context
+        region = self._last_region[0] if self._last_region else None
+        return hang_finding(
+            target=self.target.name, step=index, step_name=name, timeout=wd.timeout, stacks=wd.stacks, region=region
+        )
+
+    def _merge_detector_findings(self, findings: list[Finding], index: int, name: str) -> list[Finding]:
+        """Add what the runtime detectors saw (the arena reports through scan() and, under a Checker, also
+        through drain_findings(): keep one of each). After a fault the detectors' own reads may fail too."""
+        try:
+            drained = self.checker.drain_findings()
+        except Exception:
+            if not self.poisoned:
+                raise
+            drained = []
+
+        def placed(f: Finding) -> Finding:
+            f = f if f.location.target else f.with_location(target=self.target.name)
+            return f if f.location.step is not None else f.with_location(step=index, step_name=name)
+
+        out = [placed(f) for f in findings]
+        seen = {f.signature() for f in out}
+        for f in map(placed, drained):
+            if f.signature() not in seen:
+                seen.add(f.signature())
+                out.append(f)
+        return out
+
+    # ---- contracts -------------------------------------------------------------------------------------------
+    def _input_contract(self, spec: BatchSpec) -> str | None:
+        accepts = getattr(self.target, "accepts", None)
+        if accepts is None:
+            return None
+        reason = accepts(spec)
+        return None if reason is None else f"outside {self.target.name}'s declared input contract: {reason}"
+
+    def _output_contract(self, out: Any, layout: PagedLayout, what: str, loc: Location) -> list[Finding]:
+        spec = layout.spec
+        shape = tuple(out.shape) if hasattr(out, "shape") and hasattr(out, "dtype") else None
+        return check_output_contract(
+            shape,
+            str(out.dtype) if shape is not None else None,
+            str(getattr(out, "device", self.device)) if shape is not None else None,
+            rows=layout.real_qo_rows(),
+            heads=spec.num_qo_heads,
+            head_dim=spec.head_dim_vo,
+            want_dtype=spec.q_dtype,
+            want_device=self.device,
+            what=what,
+            location=dataclasses.replace(loc, region="run" if what == "eager" else "replay"),
+        )
+
+    def _bucket(self, step: Step, spec: BatchSpec) -> int:
+        bucket = step.bucket if step.bucket is not None else self.cap.bucket_for(spec.batch_size)
+        if bucket is None or bucket not in self.cap.buckets:
+            raise InvalidArgument(
+                f"step {step.op} needs a graph bucket >= batch size {spec.batch_size}; target {self.target.name} "
+                f"captures {list(self.cap.buckets) or 'no graphs'}"
+            )
+        if bucket < spec.batch_size:
+            raise InvalidArgument(f"bucket {bucket} is smaller than the batch size {spec.batch_size}")
+        return bucket
+
+    def _validate(self, step: Step, spec: BatchSpec) -> None:
+        c = self.cap
+        problems = []
+        if spec.batch_size > c.max_batch_size:
+            problems.append(f"batch size {spec.batch_size} > max_batch_size {c.max_batch_size}")
+        if max(spec.qo_lens) > c.max_qo_len:
+            problems.append(f"qo_len {max(spec.qo_lens)} > max_qo_len {c.max_qo_len}")
+        if max(spec.kv_lens) > c.max_kv_len:
+            problems.append(f"kv_len {max(spec.kv_lens)} > max_kv_len {c.max_kv_len}")
+        if spec.num_pages_needed + 1 > c.max_pages:
+            problems.append(f"{spec.num_pages_needed} pages > pool of {c.max_pages - 1}")
+        if spec.total_qo > c.max_total_qo:
+            problems.append(f"{spec.total_qo} query rows > max_total_qo {c.max_total_qo}")
+        if problems:
+            raise InvalidArgument(
+                f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}"
+            )
+
+    # ---- reads -----------------------------------------------------------------------------------------------
+    def _host(self, x: Any) -> Any:
+        with self.checker.checker_read():
+            if hasattr(x, "detach"):
+                return x.detach().float().cpu().numpy()
+            return np.asarray(x, dtype=np.float32)
+
+    def _reference(self, q: Any, layout: PagedLayout) -> Any:
+        """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
+        CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
+        then a graph's static output, valid until the next call."""
+        from flashcheck.reference.torch_ref import paged_attention_torch
+
+        with self.checker.checker_read():
+            if not self._cuda:
+                return paged_attention_torch(q, self.k_cache, self.v_cache, layout)
+            if self._graphed_ref is None:
+                from flashcheck.reference.graphed import GraphedReference
+
+                self._graphed_ref = GraphedReference(self.k_cache, self.v_cache)
+            return self._graphed_ref(q, layout)
+
+    def _violates(self, got: Any, want: Any, layout: PagedLayout) -> bool:
+        """Screen on the device: does a real row of `got` fail the FC303 tolerance test against `want`? One
+        one-byte transfer; host arrays, or tensors of different shapes or devices, answer True (compare fully)."""
+        if not (hasattr(got, "detach") and hasattr(want, "detach")):
+            return True
+        if tuple(got.shape) != tuple(want.shape) or got.device != want.device:
+            return True
+        tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
+        with self.checker.checker_read():
+            return bool(any_violation(got, want, tol=tol, rows=layout.real_qo_rows()).item())
+
+    def _compare(self, got: Any, want: Any, what: str, layout: PagedLayout, loc: Location) -> list[Finding]:
+        if not self._violates(got, want, layout):
+            return []
+        rows = layout.real_qo_rows()
+        g = self._host(got)[:rows]
+        w = self._host(want)[:rows]  # on the GPU both stay on the device until a screen fails
+        row_to_req = np.repeat(np.arange(layout.batch_size), np.diff(layout.qo_indptr[: layout.batch_size + 1]))
+        tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
+        return compare_outputs(g, w, tol=tol, what=what, row_to_request=row_to_req, location=loc)
+
+
+class _TargetRaised(Exception):
+    """Carries an exception raised by the code under test (as opposed to one of flashcheck's own)."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc

@@ -1,0 +1,296 @@
+"""An isolated session: the driver runs in a worker process, so a fault or a hang never ends the run.
+
+`IsolatedDriver` has the driver's ``execute(step, index) -> StepResult`` and sends each step to a worker process
+(``python -m flashcheck.isolation``) that holds the session (target, checker, KV cache). When a step poisons the
+CUDA context (FC250) or hangs past its timeout (FC252), or the worker dies (FC251), the step's result carries the
+finding and the next step runs in a fresh worker; steps that replay a bucket the fresh worker has not captured
+capture it first, as an engine does at start-up. The pytest plugin and ``flashcheck fuzz`` use it on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument, ViolationFound
+from flashcheck.findings import Finding
+from flashcheck.rundir import Sample
+from flashcheck.scenario import Step, StepResult
+from flashcheck.targets.protocol import Target
+from flashcheck.watchdog import hang_finding, read_hang_file
+
+__all__ = ["IsolatedDriver"]
+
+_GRACE = 30.0  # seconds past the worker's own watchdog (timeout + its grace) before the parent kills it
+
+
+class IsolatedDriver:
+    """Drop-in for `Driver.execute` with the session in a worker process (restarted after a fault or hang).
+
+    Args:
+        target: a built-in name or ``"module:Class"`` (an instance cannot cross the process boundary).
+        config: the target's configuration.
+        device, layers, seed: as for `open_session`.
+        step_timeout: seconds a step may take in the worker (None: no watchdog there; the parent still gives up
+            after `setup_timeout` per step and reports the worker as hung).
+        setup_timeout: seconds the worker may take to start and set the target up (JIT compiles included).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        device: str | None = None,
+        layers: str = "all",
+        seed: int = 0,
+        step_timeout: float | None = 120.0,
+        setup_timeout: float = 900.0,
+    ) -> None:
+        from flashcheck.targets.registry import make_target
+
+        self.spec = target
+        self.config = dict(config or {})
+        self.target: Target = make_target(target, **self.config)  # name and capacity, in this process (no setup)
+        self.device, self.layers, self.seed = device, layers, seed
+        self.step_timeout = step_timeout
+        self.setup_timeout = setup_timeout
+        self.poisoned = False  # never: a poisoned worker is replaced
+        self.restarts = 0
+        self._proc: subprocess.Popen[str] | None = None
+        self._events: queue.Queue[str | None] = queue.Queue()
+        self._dir = Path(tempfile.mkdtemp(prefix="flashcheck-iso-"))
+        self._hang_file = self._dir / "hang.txt"
+
+    # ---- the driver's interface --------------------------------------------------------------------------------
+    @property
+    def cap(self) -> Any:
+        return self.target.capacity
+
+    def execute(self, step: Step, index: int) -> StepResult:
+        setup = self._ensure_started()
+        if setup is not None:  # the target's setup raised: this step's finding; the next step tries again
+            return StepResult(setup, None)
+        self._send({"cmd": "step", "step": step.to_dict(), "i": index})
+        limit = (self.step_timeout + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
+        ev = self._receive(limit)
+        if ev is None:  # the worker died or hung past every watchdog
+            return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)
+        kind = ev.get("ev")
+        if kind == "result":
+            findings = [Finding.from_dict(d) for d in ev.get("findings", [])]
+            sample = Sample.from_dict(ev["sample"]) if ev.get("sample") else None
+            if ev.get("poisoned"):
+                self._stop_worker()  # the finding is in hand; the next step starts a fresh worker
+            return StepResult(findings, sample, rejected=ev.get("rejected"))
+        self._raise(ev)
+        raise AssertionError("unreachable")
+
+    def reset_example(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._send({"cmd": "reset"})
+            ev = self._receive(60.0)
+            if ev is None or ev.get("ev") != "ok":
+                self._stop_worker()
+
+    def close(self) -> None:
+        self._stop_worker()
+        with contextlib.suppress(OSError):
+            self._hang_file.unlink(missing_ok=True)
+            self._dir.rmdir()
+
+    def __enter__(self) -> IsolatedDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the worker ----------------------------------------------------------------------------------------
+    def _ensure_started(self) -> list[Finding] | None:
+        if self._proc is not None and self._proc.poll() is None:
+            return None
+        if self._proc is not None:
+            self.restarts += 1
+        self._events = queue.Queue()
+        spec = {
+            "target": self.spec,
+            "config": self.config,
+            "device": self.device,
+            "layers": self.layers,
+            "seed": self.seed,
+            "step_timeout": self.step_timeout,
+            "hang_file": str(self._hang_file),
+        }
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # module:Class targets import the same way
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "flashcheck.isolation", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        threading.Thread(target=self._read, args=(self._proc, self._events), daemon=True).start()
+        ev = self._receive(self.setup_timeout)
+        if ev is None:
+            self._stop_worker()
+            raise EnvironmentUnavailable(f"{self.spec}: the isolated worker did not start (see its stderr above)")
+        if ev.get("ev") == "violation":
+            self._stop_worker()
+            return [Finding.from_dict(d) for d in ev.get("findings", [])]
+        if ev.get("ev") != "ready":
+            self._stop_worker()
+            self._raise(ev)
+        return None
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            events.put(line)
+        events.put(None)
+
+    def _send(self, cmd: Mapping[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            self._proc.stdin.write(json.dumps(cmd) + "\n")
+            self._proc.stdin.flush()
+
+    def _receive(self, timeout: float) -> dict[str, Any] | None:
+        while True:
+            try:
+                line = self._events.get(timeout=timeout)
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            with contextlib.suppress(json.JSONDecodeError):
+                ev: dict[str, Any] = json.loads(line)
+                return ev
+
+    def _stop_worker(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self._proc = proc  # keep it for `restarts` accounting; poll() is not None now
+
+    def _lost(self, step: Step, index: int, *, hung: bool) -> StepResult:
+        from flashcheck.campaign.checks import crash_cause, crash_finding
+
+        proc = self._proc
+        if hung and proc is not None:
+            proc.kill()
+        rc = proc.wait() if proc is not None else None
+        name = f"{step.op} bs={len(step.qo_lens)}" + (f" bucket={step.bucket}" if step.bucket else "")
+        dump = read_hang_file(self._hang_file)
+        self._hang_file.unlink(missing_ok=True)
+        if dump is not None or hung:
+            f = hang_finding(
+                target=self.target.name,
+                step=index,
+                step_name=name,
+                timeout=float(self.step_timeout or 0),
+                stacks=dump[1] if dump is not None else "(the worker wrote no stacks: it was killed by its parent)",
+            )
+        else:
+            f = crash_finding(
+                target=self.target.name,
+                step_index=index,
+                step_name=name,
+                op=step.op,
+                cause=crash_cause(rc, False),
+                evidence={"returncode": rc, "phase": "step"},
+            )
+        return StepResult([f], None)
+
+    @staticmethod
+    def _raise(ev: Mapping[str, Any]) -> None:
+        kind, msg = ev.get("ev"), str(ev.get("message", ""))
+        if kind == "env":
+            raise EnvironmentUnavailable(msg)
+        if kind == "usage":
+            raise InvalidArgument(msg)
+        raise RuntimeError(f"the isolated flashcheck worker failed:\n{msg}")
+
+
+# ---- the worker process ----------------------------------------------------------------------------------------
+def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
+    from flashcheck.session import open_session
+
+    def emit(**fields: Any) -> None:
+        out.write(json.dumps(fields, default=str) + "\n")
+        out.flush()
+
+    try:
+        with open_session(
+            str(spec["target"]),
+            config=spec.get("config") or None,
+            device=spec.get("device"),
+            layers=spec.get("layers", "all"),
+            seed=int(spec.get("seed", 0)),
+            step_timeout=spec.get("step_timeout"),
+            hang_file=Path(spec["hang_file"]),
+            hard_exit=True,
+        ) as drv:
+            emit(ev="ready", pid=os.getpid())
+            for line in sys.stdin:
+                cmd = json.loads(line)
+                if cmd.get("cmd") == "reset":
+                    drv.reset_example()
+                    emit(ev="ok")
+                    continue
+                r = drv.execute(Step.from_dict(cmd["step"]), int(cmd["i"]))
+                emit(
+                    ev="result",
+                    findings=[f.to_dict() for f in r.findings],
+                    sample=r.sample.to_dict() if r.sample else None,
+                    rejected=r.rejected,
+                    poisoned=drv.poisoned,
+                )
+                if drv.poisoned:
+                    out.flush()
+                    os._exit(0)  # nothing can run in this context, not even a clean teardown
+    except EnvironmentUnavailable as exc:
+        emit(ev="env", message=exc.reason)
+    except ViolationFound as exc:  # the target's own setup raised: a finding, not an error of ours
+        emit(ev="violation", findings=[f.to_dict() for f in exc.findings])
+    except FlashcheckError as exc:
+        emit(ev="usage", message=str(exc))
+    except BaseException as exc:
+        emit(ev="error", message="".join(traceback.format_exception(exc)))
+        return 4
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flashcheck.isolation")
+    p.add_argument("spec", help="session spec as JSON (target, config, device, layers, seed, step_timeout)")
+    args = p.parse_args(argv)
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # the target's prints go to stderr; stdout carries the protocol
+    return _serve(json.loads(args.spec), out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""FC252 step-hung: a per-step watchdog, and the finding for a step that outlived its timeout.
+
+The watchdog works in two tiers. At the timeout it records the Python stacks of every thread and raises `StepHung`
+in the thread running the step; a step stuck in Python code (a busy loop, a lock) comes back with the finding and
+the run goes on. A step stuck where Python cannot interrupt it (a kernel spinning on the GPU, a blocking CUDA call)
+does not come back: after a grace period the C-level `faulthandler` watchdog writes every thread's stack to the hang
+file and, in isolated workers (``hard_exit``), ends the process, so the parent turns the hang file into the same
+finding and starts a fresh worker. No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+from flashcheck.errors import InvalidArgument
+from flashcheck.findings import Finding, Frame, Location
+from flashcheck.registry import register_check
+
+__all__ = ["HANG_ID", "HANG_NAME", "StepHung", "Watchdog", "default_step_timeout", "hang_finding", "read_hang_file"]
+
+HANG_ID, HANG_NAME = "FC252", "step-hung"
+_HANG_HEADER = "flashcheck: step hung: "
+
+
+@register_check(HANG_ID, HANG_NAME, "runtime")
+class _StepHungDoc:
+    """A step (a target's plan, run, capture, prepare-replay or replay, with its kernels) did not finish in time.
+
+    What it checks
+        Every step runs under a watchdog (``step_timeout``, default 120 s on CUDA; ``--step-timeout`` on the
+        command line). When a step outlives it, the finding carries the Python stacks of every thread at that moment
+        and the step's reproducer. A hang in Python code is interrupted and the session goes on; a hang in a kernel
+        or a blocking CUDA call cannot be interrupted, so isolated workers (the pytest plugin and ``flashcheck fuzz``
+        on a GPU, campaign workers) write the stacks and exit, and their parent records this finding and starts a
+        fresh worker for the remaining steps.
+
+    Why it breaks serving
+        A kernel that never finishes (a loop bound read from a stale or unbound plan buffer, a wait on a flag no
+        other block sets) freezes the GPU for every request; the engine's watchdog then kills the process. A host
+        thread blocked on a lock or a full queue stalls the scheduler the same way.
+
+    Example
+        A decode wrapper built without ``use_cuda_graph=True`` is captured and re-planned before every replay: the
+        re-plan moves the buffers the graph reads, and the replayed kernel spins on garbage split counts::
+
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")   # no use_cuda_graph=True
+
+    Use instead
+        Build graph-mode wrappers with ``use_cuda_graph=True`` and the persistent buffers the graph reads, re-plan
+        them with the bucket's padded batch, and reproduce the hang under ``flashcheck replay REPRO --sanitizer
+        memcheck`` to see which kernel runs away.
+
+    Known false positives
+        A step that is only slow (a JIT compile on first use, a very large batch on a slow GPU) is reported when
+        the timeout is shorter than it: raise ``--step-timeout``.
+    """
+
+
+class StepHung(BaseException):
+    """Raised asynchronously in the thread running a step that outlived the watchdog's timeout."""
+
+
+def _thread_stacks(skip_thread: int | None = None) -> dict[str, list[Frame]]:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out: dict[str, list[Frame]] = {}
+    for ident, frame in sys._current_frames().items():
+        if ident == skip_thread:
+            continue
+        frames = [
+            Frame(fs.filename, fs.lineno or 0, fs.name, (fs.line or "").strip())
+            for fs in traceback.extract_stack(frame)
+        ]
+        out[f"{names.get(ident, 'thread')} ({ident})"] = frames
+    return out
+
+
+class Watchdog:
+    """Arms a timer around one step at a time (`arm` / `disarm`); thread-safe against its own timer thread.
+
+    Args:
+        timeout: seconds a step may take.
+        grace: seconds after the timeout before the C-level watchdog writes every stack to `hang_file` (and, with
+            `hard_exit`, ends the process); default: a quarter of the timeout, between 1 and 15 s.
+        hang_file: where the C-level watchdog writes; None: standard error.
+        hard_exit: end the process when the step does not come back (isolated workers only: never in a user's
+            own process, where the stacks are written and the process is left alone).
+    """
+
+    def __init__(
+        self, timeout: float, *, grace: float | None = None, hang_file: Path | None = None, hard_exit: bool = False
+    ) -> None:
+        self.timeout = float(timeout)
+        self.grace = float(grace) if grace is not None else min(15.0, max(1.0, self.timeout / 4))
+        self.hang_file = hang_file
+        self.hard_exit = hard_exit
+        self.fired = False
+        self.stacks: dict[str, list[Frame]] = {}
+        self.label = ""
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._thread = 0
+        self._fh: IO[str] | None = None
+
+    def arm(self, label: str) -> None:
+        """Start watching the calling thread's step `label`."""
+        with self._lock:
+            self.fired, self.stacks, self.label = False, {}, label
+            self._thread = threading.get_ident()
+            self._timer = threading.Timer(self.timeout, self._fire)
+            self._timer.daemon = True
+            self._timer.name = "flashcheck-watchdog"
+            self._timer.start()
+        self._arm_hard(label)
+
+    def disarm(self) -> None:
+        """Stop watching; a `StepHung` fired but not yet delivered is withdrawn."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self.fired:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
+        faulthandler.cancel_dump_traceback_later()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+            if self.hang_file is not None:
+                self.hang_file.unlink(missing_ok=True)
+
+    def _arm_hard(self, label: str) -> None:
+        if self.hang_file is not None:
+            self._fh = self.hang_file.open("w", encoding="utf-8")
+            self._fh.write(f"{_HANG_HEADER}{label} (timeout {self.timeout:g}s)\n")
+            self._fh.flush()
+        out = self._fh if self._fh is not None else sys.stderr
+        # no usable file descriptor (a captured stderr): the first tier alone
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            faulthandler.dump_traceback_later(self.timeout + self.grace, repeat=False, file=out, exit=self.hard_exit)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                return
+            self.stacks = _thread_stacks(skip_thread=threading.get_ident())
+            self.fired = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), ctypes.py_object(StepHung))
+
+
+def hang_finding(
+    *,
+    target: str,
+    step: int,
+    step_name: str,
+    timeout: float,
+    stacks: Mapping[str, list[Frame]] | str,
+    region: str | None = None,
+) -> Finding:
+    """The FC252 finding for a step that outlived `timeout`; `stacks` per thread, or the hang file's text."""
+    main: tuple[Frame, ...] = ()
+    if isinstance(stacks, str):
+        text = stacks
+    else:
+        text = "\n".join(
+            f"{name}:\n" + "".join(f"  {f.file}:{f.line} in {f.function}\n" for f in frames)
+            for name, frames in stacks.items()
+        )
+        main = next((tuple(fr) for name, fr in stacks.items() if name.startswith("MainThread")), ())
+    return Finding(
+        id=HANG_ID,
+        name=HANG_NAME,
+        kind="runtime",
+        message=f"step {step} ({step_name}) did not finish within {timeout:g}s"
+        + (f" (in `{region}`)" if region else ""),
+        hint="the stacks show where every thread was; replay the reproducer under --sanitizer memcheck to find "
+        "the kernel that runs away, or raise --step-timeout if the step is only slow",
+        location=Location(target=target, step=step, step_name=step_name, region=region),
+        stack=main,
+        evidence={"check": "hang", "timeout_s": timeout, "threads": text[-20000:]},
+    )
+
+
+def read_hang_file(path: Path) -> tuple[str, str] | None:
+    """(label, stacks text) from a hang file the C-level watchdog wrote, or None if it holds no dump."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+    head, _, rest = text.partition("\n")
+    if not head.startswith(_HANG_HEADER) or not rest.strip():
+        return None
+    return head[len(_HANG_HEADER) :], rest
+
+
+def default_step_timeout(device: str) -> float | None:
+    """120 s on CUDA (a first JIT compile of a kernel family takes up to ~80 s); no watchdog on the CPU unless
+    asked (``FLASHCHECK_STEP_TIMEOUT`` sets both)."""
+    env = os.environ.get("FLASHCHECK_STEP_TIMEOUT")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            raise InvalidArgument(f"FLASHCHECK_STEP_TIMEOUT={env!r} is not a number of seconds") from None
+        return value if value > 0 else None
+    return 120.0 if str(device).startswith("cuda") else None
