@@ -44,6 +44,7 @@ from flashcheck.watchdog import StepHung, Watchdog, hang_finding
 __all__ = ["Driver"]
 
 _POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
+WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a session, times this
 
 
 class Driver:
@@ -60,6 +61,8 @@ class Driver:
         step_timeout: seconds a step may take before it is FC252 step-hung (None: no watchdog).
         hang_file: where the C-level watchdog writes every thread's stack when a step cannot be interrupted.
         hard_exit: end the process when a hung step cannot be interrupted (isolated workers only).
+        warm_up_scale: the first eager, capture and replay step of the session may take this many timeouts (lazy
+            imports, kernel JIT compiles).
     """
 
     def __init__(
@@ -75,8 +78,10 @@ class Driver:
         step_timeout: float | None = None,
         hang_file: Path | None = None,
         hard_exit: bool = False,
+        warm_up_scale: float = WARM_UP_SCALE,
     ) -> None:
         self.target = target
+        self.warm_up_scale = warm_up_scale
         self.checker = checker
         self.device = device
         self.seed = seed
@@ -90,6 +95,7 @@ class Driver:
         self.steps_run = 0
         self._cuda = str(device).startswith("cuda")
         self._last_region: tuple[Region, str] | None = None
+        self._ops_seen: set[str] = set()
         self._watchdog = Watchdog(step_timeout, hang_file=hang_file, hard_exit=hard_exit) if step_timeout else None
         self._torch: Any = None
         self._q_pool: Any = None
@@ -187,8 +193,11 @@ class Driver:
         self._last_region = None
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
+        # the first step of each kind in a session pays for lazy imports and kernel JIT compiles: a longer leash
+        warm = step.op not in self._ops_seen
+        self._ops_seen.add(step.op)
         try:
-            with self._watched(f"step {index} ({name}) of {self.target.name}"):
+            with self._watched(f"step {index} ({name}) of {self.target.name}", warm=warm):
                 try:
                     if step.op == "eager":
                         findings += self._eager(step, spec, index, name, loc)
@@ -329,11 +338,11 @@ class Driver:
                 self._torch.cuda.synchronize()
 
     @contextlib.contextmanager
-    def _watched(self, label: str) -> Iterator[None]:
+    def _watched(self, label: str, *, warm: bool) -> Iterator[None]:
         if self._watchdog is None:
             yield
             return
-        self._watchdog.arm(label)
+        self._watchdog.arm(label, scale=self.warm_up_scale if warm else 1.0)
         try:
             yield
         finally:
@@ -366,11 +375,12 @@ class Driver:
     def _hang(self, index: int, name: str) -> Finding:
         wd = self._watchdog
         assert wd is not None
-        if self._cuda:
-            self.poisoned = True  # the kernel may still be running: nothing else can use this context
+        # the kernel may still be running, and the interrupt may have landed inside library code (an import, a
+        # lock): nothing else should run in this process
+        self.poisoned = True
         region = self._last_region[0] if self._last_region else None
         return hang_finding(
-            target=self.target.name, step=index, step_name=name, timeout=wd.timeout, stacks=wd.stacks, region=region
+            target=self.target.name, step=index, step_name=name, timeout=wd.limit, stacks=wd.stacks, region=region
         )
 
     def _merge_detector_findings(self, findings: list[Finding], index: int, name: str) -> list[Finding]:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from flashcheck.driver import WARM_UP_SCALE
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
 from flashcheck.rundir import Sample
@@ -83,7 +84,8 @@ class IsolatedDriver:
         if setup is not None:  # the target's setup raised: this step's finding; the next step tries again
             return StepResult(setup, None)
         self._send({"cmd": "step", "step": step.to_dict(), "i": index})
-        limit = (self.step_timeout + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
+        # a backstop only: the worker's own watchdog (with its warm-up leash and grace) answers first
+        limit = (self.step_timeout * WARM_UP_SCALE + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
         ev = self._receive(limit)
         if ev is None:  # the worker died or hung past every watchdog
             return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)

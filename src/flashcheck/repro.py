@@ -32,8 +32,14 @@ REPRO_SCHEMA = 1
 def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str = "all") -> dict[str, Any]:
     """The scenario truncated after the failing step, and the finding it must reproduce."""
     trimmed = Scenario(scenario.target, scenario.steps[: step + 1], scenario.seed, scenario.target_config)
-    doc: dict[str, Any] = {"schema": REPRO_SCHEMA, "scenario": trimmed.to_dict(), "step": step, "layers": layers,
-                           "finding": finding.to_dict(), "environment": environment()}
+    doc: dict[str, Any] = {
+        "schema": REPRO_SCHEMA,
+        "scenario": trimmed.to_dict(),
+        "step": step,
+        "layers": layers,
+        "finding": finding.to_dict(),
+        "environment": environment(),
+    }
     root = _module_root(scenario.target)
     if root is not None:
         doc["sys_path"] = [root]
@@ -90,8 +96,14 @@ def load_repro(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tuple[list[Finding], bool]:
+def replay_repro(
+    repro: Mapping[str, Any], *, device: str | None = None, isolate: bool | None = None
+) -> tuple[list[Finding], bool]:
     """Re-run the scenario up to the failing step in a fresh session.
+
+    A reproducer of a fault or a hang (FC250 that poisoned the context, FC251, FC252) runs in an isolated worker
+    process with the step watchdog, so it comes back as the same finding instead of hanging or killing the caller;
+    `isolate` forces either way (``FLASHCHECK_REPLAY_IN_PROCESS=1``: never, as under compute-sanitizer).
 
     Returns the findings at the failing step and whether the recorded finding (same check ID and sub-check)
     reappeared.
@@ -101,13 +113,40 @@ def replay_repro(repro: Mapping[str, Any], *, device: str | None = None) -> tupl
     _extend_sys_path(repro)
     scenario = Scenario.from_dict(repro["scenario"])
     step = int(repro["step"])
-    results = run_scenario(scenario, device=device, layers=repro.get("layers", "all"), stop_at=step)
-    found = results[step].findings if len(results) > step else []
     want = repro.get("finding") or {}
+    layers = repro.get("layers", "all")
+    if isolate is None:
+        isolate = (
+            want.get("id") in ("FC250", "FC251", "FC252") and os.environ.get("FLASHCHECK_REPLAY_IN_PROCESS") != "1"
+        )
+    if isolate and (":" not in scenario.target or _module_importable(scenario.target)):
+        from flashcheck.isolation import IsolatedDriver
+        from flashcheck.watchdog import default_step_timeout
+
+        timeout = float(want.get("evidence", {}).get("timeout_s") or default_step_timeout("cuda") or 120.0)
+        with IsolatedDriver(
+            scenario.target,
+            config=scenario.target_config,
+            device=device,
+            layers=layers,
+            seed=scenario.seed,
+            step_timeout=timeout,
+        ) as drv:
+            results = [drv.execute(s, i) for i, s in enumerate(scenario.steps[: step + 1])]
+    else:
+        results = run_scenario(scenario, device=device, layers=layers, stop_at=step)
+    found = results[step].findings if len(results) > step else []
     hit = any(
         f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check") for f in found
     )
     return found, hit
+
+
+def _module_importable(spec: str) -> bool:
+    try:
+        return importlib.util.find_spec(spec.partition(":")[0]) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def pytest_snippet(repro: Mapping[str, Any], path: str = "repro.json") -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from flashcheck.driver import Driver
+from flashcheck.driver import WARM_UP_SCALE, Driver
 from flashcheck.errors import InvalidArgument
 from flashcheck.runtime.api import CheckerLike, NullChecker
 from flashcheck.scenario import Scenario, StepResult
@@ -63,6 +63,7 @@ def open_session(
     step_timeout: float | Literal["auto"] | None = "auto",
     hang_file: Path | None = None,
     hard_exit: bool = False,
+    warm_up_scale: float = WARM_UP_SCALE,
 ) -> Iterator[Driver]:
     """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`.
 
@@ -74,7 +75,7 @@ def open_session(
     with make_checker(layers, dev, cold_regions=getattr(tgt, "cold_regions", ())) as chk:
         drv = Driver(
             tgt, chk, device=dev, seed=seed, worker=worker, step_timeout=timeout, hang_file=hang_file,
-            hard_exit=hard_exit,
+            hard_exit=hard_exit, warm_up_scale=warm_up_scale,
         )
         drv.setup()
         try:

@@ -36,12 +36,14 @@ class _StepHungDoc:
     """A step (a target's plan, run, capture, prepare-replay or replay, with its kernels) did not finish in time.
 
     What it checks
-        Every step runs under a watchdog (``step_timeout``, default 120 s on CUDA; ``--step-timeout`` on the
-        command line). When a step outlives it, the finding carries the Python stacks of every thread at that moment
-        and the step's reproducer. A hang in Python code is interrupted and the session goes on; a hang in a kernel
-        or a blocking CUDA call cannot be interrupted, so isolated workers (the pytest plugin and ``flashcheck fuzz``
-        on a GPU, campaign workers) write the stacks and exit, and their parent records this finding and starts a
-        fresh worker for the remaining steps.
+        Every step runs under a watchdog (``step_timeout``, default 120 s, or ``FLASHCHECK_STEP_TIMEOUT``;
+        ``--step-timeout`` on the command line; the first eager, capture and replay step of a session get five
+        times as long, for lazy imports and kernel JIT compiles). When a step outlives it, the finding carries the
+        Python stacks of every thread at that moment and the step's reproducer. A hang in Python code is
+        interrupted; the session is then marked poisoned (the interrupt may have landed inside library code) and
+        a fresh one goes on. A hang in a kernel or a blocking CUDA call cannot be interrupted, so isolated workers
+        (the pytest plugin and ``flashcheck fuzz`` on a GPU, campaign workers) write the stacks and exit, and their
+        parent records this finding and starts a fresh worker for the remaining steps.
 
     Why it breaks serving
         A kernel that never finishes (a loop bound read from a stale or unbound plan buffer, a wait on a flag no
@@ -89,7 +91,7 @@ class Watchdog:
     Args:
         timeout: seconds a step may take.
         grace: seconds after the timeout before the C-level watchdog writes every stack to `hang_file` (and, with
-            `hard_exit`, ends the process); default: a quarter of the timeout, between 1 and 15 s.
+            `hard_exit`, ends the process); default: a third of the timeout, at most 15 s.
         hang_file: where the C-level watchdog writes; None: standard error.
         hard_exit: end the process when the step does not come back (isolated workers only: never in a user's
             own process, where the stacks are written and the process is left alone).
@@ -99,7 +101,7 @@ class Watchdog:
         self, timeout: float, *, grace: float | None = None, hang_file: Path | None = None, hard_exit: bool = False
     ) -> None:
         self.timeout = float(timeout)
-        self.grace = float(grace) if grace is not None else min(15.0, max(1.0, self.timeout / 4))
+        self.grace = float(grace) if grace is not None else min(15.0, max(0.25, self.timeout / 3))
         self.hang_file = hang_file
         self.hard_exit = hard_exit
         self.fired = False
@@ -109,17 +111,24 @@ class Watchdog:
         self._timer: threading.Timer | None = None
         self._thread = 0
         self._fh: IO[str] | None = None
+        self._limit = self.timeout
 
-    def arm(self, label: str) -> None:
-        """Start watching the calling thread's step `label`."""
+    def arm(self, label: str, *, scale: float = 1.0) -> None:
+        """Start watching the calling thread's step `label`, for `scale` times the timeout."""
         with self._lock:
             self.fired, self.stacks, self.label = False, {}, label
             self._thread = threading.get_ident()
-            self._timer = threading.Timer(self.timeout, self._fire)
+            self._limit = self.timeout * scale
+            self._timer = threading.Timer(self._limit, self._fire)
             self._timer.daemon = True
             self._timer.name = "flashcheck-watchdog"
             self._timer.start()
         self._arm_hard(label)
+
+    @property
+    def limit(self) -> float:
+        """The timeout of the step watched now (or last)."""
+        return self._limit
 
     def disarm(self) -> None:
         """Stop watching; a `StepHung` fired but not yet delivered is withdrawn."""
@@ -139,12 +148,12 @@ class Watchdog:
     def _arm_hard(self, label: str) -> None:
         if self.hang_file is not None:
             self._fh = self.hang_file.open("w", encoding="utf-8")
-            self._fh.write(f"{_HANG_HEADER}{label} (timeout {self.timeout:g}s)\n")
+            self._fh.write(f"{_HANG_HEADER}{label} (timeout {self._limit:g}s)\n")
             self._fh.flush()
         out = self._fh if self._fh is not None else sys.stderr
         # no usable file descriptor (a captured stderr): the first tier alone
         with contextlib.suppress(ValueError, OSError, AttributeError):
-            faulthandler.dump_traceback_later(self.timeout + self.grace, repeat=False, file=out, exit=self.hard_exit)
+            faulthandler.dump_traceback_later(self._limit + self.grace, repeat=False, file=out, exit=self.hard_exit)
 
     def _fire(self) -> None:
         with self._lock:
@@ -201,8 +210,8 @@ def read_hang_file(path: Path) -> tuple[str, str] | None:
 
 
 def default_step_timeout(device: str) -> float | None:
-    """120 s on CUDA (a first JIT compile of a kernel family takes up to ~80 s); no watchdog on the CPU unless
-    asked (``FLASHCHECK_STEP_TIMEOUT`` sets both)."""
+    """120 s (a first JIT compile of a FlashInfer kernel family takes up to ~80 s), or ``FLASHCHECK_STEP_TIMEOUT``
+    (0: no watchdog). `device` is kept for callers that size it per device."""
     env = os.environ.get("FLASHCHECK_STEP_TIMEOUT")
     if env:
         try:
@@ -210,4 +219,4 @@ def default_step_timeout(device: str) -> float | None:
         except ValueError:
             raise InvalidArgument(f"FLASHCHECK_STEP_TIMEOUT={env!r} is not a number of seconds") from None
         return value if value > 0 else None
-    return 120.0 if str(device).startswith("cuda") else None
+    return 120.0

@@ -51,11 +51,13 @@ def test_every_injected_crash_is_one_finding_with_a_working_reproducer(tmp_path:
         assert f["evidence"]["quarantine"]["step"]["batch_size"] in (3, 5)
 
 
-def test_a_hung_worker_is_killed_and_reported_once(tmp_path: Path) -> None:
+def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert campaign("--target", "crashy:HangOnShape", "--steps", "60", "--chunk-steps", "20", "--seed", "4",
                     "--step-timeout", "2s", "--out", str(out)) == 1
-    assert checks(out) == {"hang": 1}
+    assert checks(out, "FC252") == {"hang": 1} and checks(out) == {}
+    (f,) = findings_of(out)
+    assert "crashy.py" in f["evidence"]["threads"] and "time.sleep" not in f["message"]
     assert read_json(out / "run.json")["stats"]["steps"] == 60
 
 

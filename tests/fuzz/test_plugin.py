@@ -153,3 +153,48 @@ def test_builtin_suite_runs_the_cpu_reference_without_gpu(pytester: pytest.Pytes
     result = pytester.runpytest("-m", "fuzz", "--pyargs", "flashcheck.fuzz.suite", "--flashcheck-budget", "3",
                                 "--flashcheck-profile", "ci", "-rs")
     result.assert_outcomes(passed=2, skipped=9)
+
+
+VERDICTS = f"""
+import sys
+sys.path.insert(0, {QUALITY!r})
+import torch
+torch.set_num_threads(1)
+import flashcheck
+
+SMALL = {{"max_kv_len": 256, "chunk": 32, "max_pages": 256}}
+
+
+@flashcheck.fuzz(target="faulty_verdicts:RaisesOnValidInput", config=SMALL, budget=15, seed=5, device="cpu")
+def test_raises_on_valid_input():
+    pass
+
+
+@flashcheck.fuzz(target="faulty_verdicts:SpinsInPrepareReplay", config=SMALL, budget=15, seed=5, device="cpu")
+def test_spins():
+    pass
+
+
+@flashcheck.fuzz(target="faulty_verdicts:FaultSurfacesLater", config=SMALL, budget=15, seed=5, device="cpu")
+def test_fault_surfaces_later():
+    pass
+
+
+@flashcheck.fuzz(target="cpu-reference", config=SMALL, budget=5, seed=5, device="cpu")
+def test_clean():
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_plugin_reports_errors_on_valid_input_hangs_and_late_faults_as_failures(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLASHCHECK_STEP_TIMEOUT", "1")
+    pytester.makepyfile(VERDICTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--flashcheck-profile", "ci", "-q")
+    result.assert_outcomes(failed=3, passed=1)
+    out = result.stdout.str()
+    assert "FC250 target-raised" in out and "raised on valid input" in out
+    assert "FC252 step-hung" in out and "surfaced in flashcheck's own reads" in out
+    assert "rejected" not in out.lower().replace("not rejected", "")

@@ -75,16 +75,23 @@ def test_clean_reference_stays_quiet_with_every_layer_and_the_watchdog() -> None
     assert _first(ReferenceTarget(**fv.SMALL), layers="all", step_timeout=30.0) == (-1, [])
 
 
-def test_a_step_that_spins_is_fc252_with_stacks_and_the_session_goes_on() -> None:
+def test_a_step_that_spins_is_fc252_with_stacks_and_poisons_the_session() -> None:
     t = fv.SpinsInPrepareReplay(**fv.SMALL)
+    steps = random_steps(t.capacity, 16, seed=5)
     with open_session(t, device="cpu", layers="off", step_timeout=0.5) as drv:
-        steps = random_steps(t.capacity, 16, seed=5)
-        hung = [(i, drv.execute(s, i)) for i, s in enumerate(steps)]
-    hits = [(i, f) for i, r in hung for f in r.findings]
-    assert hits and {f.id for _, f in hits} == {"FC252"}
-    i, f = hits[0]
-    assert "faulty_verdicts.py" in str(f.evidence["threads"]) and f.location.region == "prepare_replay"
-    assert any(not r.findings for _, r in hung[i + 1 :]), "the session must go on after a hang"
+        for i, s in enumerate(steps):
+            r = drv.execute(s, i)
+            if r.findings:
+                break
+        (f,) = r.findings
+        assert f.id == "FC252" and f.location.region == "prepare_replay"
+        assert "faulty_verdicts.py" in str(f.evidence["threads"]) and f.evidence["timeout_s"] in (0.5, 2.5)  # a first replay gets the warm-up leash
+        # the interrupt may have landed inside library code: this session is done, a fresh one goes on
+        assert drv.poisoned
+        with pytest.raises(ContextPoisoned):
+            drv.execute(steps[i + 1], i + 1)
+    with open_session(t, device="cpu", layers="off", step_timeout=0.5) as drv:
+        assert drv.execute(steps[0], 0).findings == []
 
 
 def test_an_uninterruptible_hang_in_an_isolated_worker_is_fc252_and_the_run_goes_on(

@@ -26,7 +26,7 @@ from flashcheck.campaign.ledger import scenario_sha, step_shape
 from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_duration
 from flashcheck.campaign.progress import Progress, Snapshot, WorkerLine
 from flashcheck.campaign.store import CampaignStore
-from flashcheck.campaign.worker import HANG_FILE
+from flashcheck.campaign.worker import HANG_FILE, WATCHDOG_SHARE
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding
 from flashcheck.repro import make_repro
@@ -272,7 +272,7 @@ class Supervisor:
 
     def _record(self, f: Finding, scen: Scenario, step: int) -> None:
         repro = make_repro(scen, step, f, layers=self.cfg.layers)
-        repro["command"] = "python -m flashcheck.campaign.worker repro REPRO.json"
+        repro["command"] = "flashcheck replay REPRO.json"
         result = self.store.add_finding(f, repro)
         if result == "duplicate":
             return
@@ -360,7 +360,7 @@ class Supervisor:
         dump = read_hang_file(hang_file)
         hang_file.unlink(missing_ok=True)
         if dump is not None:  # the worker's watchdog wrote every thread's stack before it ended the process
-            f = hang_finding(target=scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * 0.7,
+            f = hang_finding(target=scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
                              stacks=dump[1])
             self._record(f, scen, i)
             self.progress.note(f"worker {h.index}: step {i} ({name}) hung; restarting it")

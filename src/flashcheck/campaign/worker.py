@@ -28,10 +28,11 @@ from flashcheck.errors import EnvironmentUnavailable, ViolationFound
 from flashcheck.findings import atomic_write_text
 from flashcheck.scenario import Scenario
 
-__all__ = ["EXIT_POISONED", "HANG_FILE", "main"]
+__all__ = ["EXIT_POISONED", "HANG_FILE", "WATCHDOG_SHARE", "main"]
 
 EXIT_POISONED = 75  # the CUDA context is poisoned (the finding was reported): restart me, no FC251
 HANG_FILE = "hang.txt"  # what the step watchdog writes before it ends a hung worker (FC252)
+WATCHDOG_SHARE = 0.6  # of --step-timeout: the worker's watchdog (+ its grace) ends a hung step before the supervisor
 
 
 class _Commands:
@@ -105,11 +106,11 @@ class Worker:
         self.emit("begin", job=job, steps=len(scen.steps))
         executed = 0
         # the worker's own watchdog fires first (its stacks become FC252); the supervisor's kill is the backstop
-        timeout = self.cfg.step_timeout * 0.7
+        timeout = self.cfg.step_timeout * WATCHDOG_SHARE
         try:
             with open_session(tgt, device=self.device, layers=self.cfg.layers,  # type: ignore[arg-type]
                               seed=scen.seed, worker=self.index, step_timeout=timeout,
-                              hang_file=self.dir / HANG_FILE, hard_exit=True) as drv:
+                              hang_file=self.dir / HANG_FILE, hard_exit=True, warm_up_scale=1.0) as drv:
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
@@ -164,7 +165,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _repro(args: argparse.Namespace) -> int:
     from flashcheck.repro import load_repro, replay_repro
 
-    findings, hit = replay_repro(load_repro(args.file), device=args.device)
+    findings, hit = replay_repro(load_repro(args.file), device=args.device, isolate=False)
     sys.stdout.write("".join(f"{f}\n" for f in findings) + f"reproduced: {hit}\n")
     return 1 if hit else 0
 

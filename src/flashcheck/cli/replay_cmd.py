@@ -15,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="reproducer JSON (written by the fuzzer, a campaign or pytest)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
     p.add_argument("--no-snippet", dest="snippet", action="store_false", help="do not print the pytest snippet")
+    p.add_argument("--sanitizer", metavar="TOOL", default=None,
+                   help="also re-run it under compute-sanitizer (memcheck, racecheck, initcheck, synccheck) to name "
+                        "the kernel and address of a fault")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +40,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"not reproduced: {len(found)} finding(s) at step {repro['step']}, none matches "
               f"{want.get('id')} ({want.get('evidence', {}).get('check', '')})")
+    if args.sanitizer:
+        from flashcheck.sanitizer import run_under_sanitizer
+
+        report = run_under_sanitizer(args.file, args.sanitizer, device=args.device)
+        print(f"\ncompute-sanitizer --tool {args.sanitizer}: {report.count} error(s)")
+        for what, where in report.errors:
+            print(f"  {what}\n    in {where}")
+        if not report.errors and report.count:
+            print(report.output[-4000:])
+        hit = hit or report.count > 0
     if args.snippet:
         print("\npytest snippet (fails while the bug is there):\n")
         print(pytest_snippet(repro, args.file))

@@ -53,6 +53,7 @@ class FuzzSpec:
     step_count: int | None = None
     distributions: tuple[str, ...] = DISTRIBUTIONS
     edge_cases: tuple[str, ...] = EDGE_CASES
+    isolate: bool | None = None
 
     @property
     def needs_gpu(self) -> bool:
@@ -104,7 +105,7 @@ class FuzzTest:
         r, spec = self.resolve(), self.spec
         return replay_machine(r["target"], config=spec.config, device=spec.device, layers=spec.layers,
                               seed=r["seed"], reset=spec.reset, check=self._check, log=default_log(),
-                              distributions=spec.distributions, edge_cases=spec.edge_cases)
+                              distributions=spec.distributions, edge_cases=spec.edge_cases, isolate=spec.isolate)
 
     def run(self) -> None:
         if self._check is None:
@@ -114,7 +115,7 @@ class FuzzTest:
             fuzz_target(r["target"], config=spec.config, budget=r["budget"], seed=r["seed"], profile=r["profile"],
                         step_count=spec.step_count, device=spec.device, layers=spec.layers, reset=spec.reset,
                         check=self._check, log=default_log(), distributions=spec.distributions,
-                        edge_cases=spec.edge_cases)
+                        edge_cases=spec.edge_cases, isolate=spec.isolate)
         except FuzzFailure as exc:
             note = f"flashcheck: seed {r['seed']}; rerun the whole run's seeds with --flashcheck-seed last"
             add_note = getattr(exc, "add_note", None)
@@ -136,6 +137,7 @@ def fuzz(
     step_count: int | None = None,
     distributions: Sequence[str] = DISTRIBUTIONS,
     edge_cases: Sequence[str] = EDGE_CASES,
+    isolate: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[[], None]]:
     """Decorate a test function to fuzz replay sequences against `target`.
 
@@ -147,11 +149,13 @@ def fuzz(
         budget: examples (``200``) or time (``"30s"``); ``--flashcheck-budget`` overrides it. Default: the profile's.
         seed: pin the Hypothesis seed; default: derived from the run's ``--flashcheck-seed`` and the test's name.
         profile: ``ci``, ``gpu``, ``nightly`` or ``auto``; default: ``--flashcheck-profile``.
-        layers, device, reset, step_count, distributions, edge_cases: see `flashcheck.fuzz.stateful.replay_machine`.
+        layers, device, reset, step_count, distributions, edge_cases, isolate: see
+            `flashcheck.fuzz.stateful.replay_machine`.
     """
     spec = FuzzSpec(target=target, config=dict(config or {}), budget=parse_budget(budget) if budget is not None
                     else None, seed=seed, profile=profile, layers=layers, device=device, reset=reset,
-                    step_count=step_count, distributions=tuple(distributions), edge_cases=tuple(edge_cases))
+                    step_count=step_count, distributions=tuple(distributions), edge_cases=tuple(edge_cases),
+                    isolate=isolate)
 
     def decorate(fn: Callable[..., Any]) -> Callable[[], None]:
         runner = FuzzTest(fn, spec)

@@ -85,6 +85,10 @@ class Target(Protocol):
 
     Every method is called by the driver inside the matching region; the driver passes *real* rows only (the
     target pads to its bucket itself, as an engine does) and compares the real rows of what comes back.
+
+    Two optional members, read with ``getattr``: ``accepts(spec: BatchSpec) -> str | None``, an explicit input
+    contract (a reason rejects the step, the only way a step is skipped), and ``cold_regions``, the per-step regions
+    this engine runs only once (nothing inside them is checked for host syncs).
     """
 
     name: str

@@ -9,11 +9,12 @@ __all__: list[str] = []
 
 @register_check("FC201", "host-sync-in-replay", "runtime")
 class _HostSyncInReplay:
-    """No host synchronization and no device-to-host copy between "prepare replay" and the end of ``graph.replay()``.
+    """No host synchronization and no device-to-host copy on the per-step path, eager or graph.
 
     What it checks
-        Every event the detection layers see inside a ``prepare_replay`` or ``replay`` region (and inside ``plan``
-        when the checker runs with ``hot_path_plan=True``): a device, stream or event synchronize, a device-to-host
+        Every event the detection layers see inside a per-step region (``plan`` and ``run`` of the eager path,
+        ``prepare_replay`` and ``replay`` of the graph path; a target may declare a region it runs only once cold):
+        a device, stream or event synchronize, a device-to-host
         copy (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(t)``, ``nonzero``, a boolean-mask index), and a
         host-to-device copy from pageable memory (the CUDA runtime stages it synchronously even with
         ``non_blocking=True``). The same event seen by several layers is one finding; its evidence lists the layers
@@ -30,7 +31,7 @@ class _HostSyncInReplay:
 
             with checker.region("prepare_replay", step=i):
                 seq_lens = seq_lens_dev[:bs].tolist()         # FC201: device-to-host copy
-                wrapper.plan(kv_indptr_dev, ...)              # FC201 (hot-path mode): plan() copies indptr to CPU
+                wrapper.plan(kv_indptr_dev, ...)              # FC201: plan() copies indptr to the host
 
     Use instead
         Keep host mirrors (numpy or pinned CPU tensors) of every value the host needs, compute the metadata there,
@@ -50,9 +51,10 @@ class _AllocationInReplay:
 
     What it checks
         Device allocations made through torch's caching allocator inside ``prepare_replay`` / ``replay`` regions
-        (and ``plan`` in hot-path mode): each one seen by the ``gpu_trace`` allocation callback (with its Python
-        stack), and the allocation count and reserved bytes read from the allocator statistics when a hot region
-        is entered and left (``alloc_stats``; a growth of reserved memory is reported as pool growth).
+        (the graph path; eager steps allocate their outputs by design): each one seen by the ``gpu_trace``
+        allocation callback (with its Python stack), and the allocation count and reserved bytes read from the
+        allocator statistics when a graph-path region is entered and left (``alloc_stats``; a growth of reserved
+        memory is reported as pool growth).
 
     Why it breaks serving
         A graph replays fixed addresses. A buffer allocated on the replay path is either not the one the graph

@@ -1,0 +1,252 @@
+"""Verdicts on faulty engine targets: every bug family is found (never skipped, never "environment"), in each mode.
+
+Three modes, each bounded by its own time budget, over the faulty targets of ``tests/quality/faulty_engine_gpu.py``
+(kernel faults from stale plans, unbound buffers, graph wrappers built or re-planned wrong, eager-path syncs, an
+output-contract violation):
+
+- ``driver``: each target in an isolated session (`flashcheck.isolation.IsolatedDriver`): steps and seconds to the
+  first finding of an accepted check;
+- ``campaign``: one ``flashcheck campaign`` over a faulting, a hanging, a raising and an eager-sync target and the
+  clean built-in ``decode-tc``: findings per target, targets dropped, steps run, and each reproducer replayed in a
+  fresh process (``flashcheck replay``, exit 1 = the same finding came back);
+- ``plugin``: ``pytest -m fuzz`` through the plugin on one target per family: exit status and the checks reported.
+
+    PYTHONPATH=src:tests/quality python benchmarks/verdicts.py --out $OUT/verdicts-0.6.13.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+QUALITY = ROOT / "tests" / "quality"
+CAMPAIGN = ("NoReplanDecodeTC", "GraphWithoutCudaGraphWrapper", "ReplanWithRealBatch", "EagerCpuSync")
+PLUGIN = ("NoReplanDecodeCuda", "ReplanWithRealBatch", "EagerScalarSync", "ExtraPaddedRow")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(QUALITY), env.get("PYTHONPATH", "")])
+    return env
+
+
+def driver_mode(steps: int, seed: int, step_timeout: float, deadline: float) -> list[dict[str, Any]]:
+    from faulty_engine_gpu import FAULTY_ENGINE_TARGETS
+
+    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.isolation import IsolatedDriver
+
+    out: list[dict[str, Any]] = []
+    for name, (cls, accepted) in FAULTY_ENGINE_TARGETS.items():
+        rec: dict[str, Any] = {"target": name, "class": cls.__name__, "accepted": list(accepted), "found": False}
+        if time.monotonic() > deadline:
+            rec["skipped"] = "time budget of the driver mode spent"
+            out.append(rec)
+            continue
+        t0 = time.perf_counter()
+        seen: dict[str, int] = {}
+        try:
+            with IsolatedDriver(
+                f"faulty_engine_gpu:{cls.__name__}", device="cuda", layers="cheap", seed=seed, step_timeout=step_timeout
+            ) as drv:
+                plan = random_steps(drv.cap, steps, seed)
+                t1 = time.perf_counter()
+                for i, s in enumerate(plan):
+                    r = drv.execute(s, i)
+                    for f in r.findings:
+                        seen[f.id] = seen.get(f.id, 0) + 1
+                    hit = [f for f in r.findings if f.id in accepted]
+                    if hit:
+                        rec.update(
+                            found=True,
+                            check=hit[0].id,
+                            steps_to_first=i + 1,
+                            seconds_to_first=round(time.perf_counter() - t1, 2),
+                            message=hit[0].message[:300],
+                            location=str(hit[0].location),
+                            restarts=drv.restarts,
+                        )
+                        break
+                    if time.monotonic() > deadline:
+                        rec["stopped"] = f"time budget spent after {i + 1} steps"
+                        break
+        except Exception as exc:  # recorded, never hidden: the report shows it as not found
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:1000]
+        rec["findings"] = seen
+        rec["wall_s"] = round(time.perf_counter() - t0, 2)
+        print(json.dumps(rec), flush=True)
+        out.append(rec)
+    return out
+
+
+def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int) -> dict[str, Any]:
+    run = work / "campaign"
+    targets = [f"faulty_engine_gpu:{c}" for c in CAMPAIGN] + ["decode-tc"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flashcheck",
+        "campaign",
+        "--target",
+        ",".join(targets),
+        "--time",
+        f"{seconds}s",
+        "--step-timeout",
+        f"{step_timeout}s",
+        "--layers",
+        "cheap",
+        "--seed",
+        str(seed),
+        "--workers",
+        "1",
+        "--log-every",
+        "30",
+        "--out",
+        str(run),
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False)
+    rec: dict[str, Any] = {
+        "command": " ".join(cmd[2:]),
+        "exit": proc.returncode,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "log_tail": proc.stdout[-3000:],
+    }
+    try:
+        meta = json.loads((run / "run.json").read_text())
+        findings = json.loads((run / "findings.json").read_text())["findings"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        rec["error"] = f"no run directory: {exc}; stderr: {proc.stderr[-2000:]}"
+        return rec
+    rec["stats"] = meta.get("stats", {})
+    rec["stop_reason"] = meta.get("stop_reason") or meta.get("campaign", {}).get("stop_reason")
+    rec["dropped_targets"] = meta.get("campaign", {}).get("dropped_targets", {})
+    per_target: dict[str, dict[str, int]] = {}
+    replays = []
+    for f in findings:
+        tgt = f.get("location", {}).get("target", "?")
+        per_target.setdefault(tgt, {})[f["id"]] = per_target.setdefault(tgt, {}).get(f["id"], 0) + 1
+        r0 = time.perf_counter()
+        rp = subprocess.run(
+            [sys.executable, "-m", "flashcheck", "replay", str(run / f["repro"]), "--no-snippet"],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        replays.append(
+            {
+                "target": tgt,
+                "id": f["id"],
+                "check": f.get("evidence", {}).get("check"),
+                "message": f["message"][:200],
+                "replay_exit": rp.returncode,
+                "reproduced": rp.returncode == 1,
+                "replay_s": round(time.perf_counter() - r0, 1),
+            }
+        )
+        print(json.dumps(replays[-1]), flush=True)
+    rec["findings_by_target"] = per_target
+    rec["replays"] = replays
+    return rec
+
+
+def plugin_mode(work: Path, budget: int, seconds_each: int) -> list[dict[str, Any]]:
+    out = []
+    for cls in PLUGIN:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "flashcheck.pytest_plugin",
+            "-m",
+            "fuzz",
+            "--pyargs",
+            "flashcheck.fuzz.suite",
+            "-k",
+            "replay_sequences",
+            "--flashcheck-target",
+            f"faulty_engine_gpu:{cls}",
+            "--flashcheck-budget",
+            str(budget),
+            "--flashcheck-out",
+            str(work / f"plugin-{cls}"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False, timeout=seconds_each)
+            text, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            text, rc = str(exc.stdout or ""), None
+        ids = sorted(set(re.findall(r"\b(FC[1-3]\d\d) [a-z-]+", text)))
+        rec = {
+            "target": cls,
+            "exit": rc,
+            "checks_reported": ids,
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "tail": text[-1500:],
+        }
+        print(json.dumps({k: v for k, v in rec.items() if k != "tail"}), flush=True)
+        out.append(rec)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--modes", default="driver,campaign,plugin")
+    p.add_argument("--steps", type=int, default=60, help="driver mode: steps per target at most")
+    p.add_argument("--driver-seconds", type=int, default=240)
+    p.add_argument("--campaign-seconds", type=int, default=150)
+    p.add_argument("--plugin-budget", type=int, default=8, help="examples per plugin run")
+    p.add_argument("--plugin-seconds", type=int, default=120, help="wall limit of one plugin run")
+    p.add_argument("--step-timeout", type=int, default=30)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--work", default="/tmp/flashcheck-verdicts")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    sys.path[:0] = [str(ROOT / "src"), str(QUALITY)]
+    from flashcheck.rundir import environment
+
+    env = environment()
+    try:
+        import flashinfer
+
+        env["flashinfer"] = flashinfer.__version__
+    except ImportError:
+        env["flashinfer"] = None
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}
+    modes = a.modes.split(",")
+
+    def save() -> None:
+        if a.out:
+            Path(a.out).write_text(json.dumps(doc, indent=2, default=str))
+
+    if "driver" in modes:
+        doc["driver"] = driver_mode(a.steps, a.seed, a.step_timeout, time.monotonic() + a.driver_seconds)
+        save()
+    if "campaign" in modes:
+        doc["campaign"] = campaign_mode(work, a.campaign_seconds, a.step_timeout, a.seed)
+        save()
+    if "plugin" in modes:
+        doc["plugin"] = plugin_mode(work, a.plugin_budget, a.plugin_seconds)
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
