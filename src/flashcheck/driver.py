@@ -44,7 +44,8 @@ from flashcheck.watchdog import StepHung, Watchdog, hang_finding
 __all__ = ["Driver"]
 
 _POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
-WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a session, times this
+WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a process, times this
+_WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
 
 class Driver:
@@ -61,7 +62,7 @@ class Driver:
         step_timeout: seconds a step may take before it is FC252 step-hung (None: no watchdog).
         hang_file: where the C-level watchdog writes every thread's stack when a step cannot be interrupted.
         hard_exit: end the process when a hung step cannot be interrupted (isolated workers only).
-        warm_up_scale: the first eager, capture and replay step of the session may take this many timeouts (lazy
+        warm_up_scale: the first eager, capture and replay step of the process may take this many timeouts (lazy
             imports, kernel JIT compiles).
     """
 
@@ -95,7 +96,6 @@ class Driver:
         self.steps_run = 0
         self._cuda = str(device).startswith("cuda")
         self._last_region: tuple[Region, str] | None = None
-        self._ops_seen: set[str] = set()
         self._watchdog = Watchdog(step_timeout, hang_file=hang_file, hard_exit=hard_exit) if step_timeout else None
         self._torch: Any = None
         self._q_pool: Any = None
@@ -193,9 +193,9 @@ class Driver:
         self._last_region = None
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
-        # the first step of each kind in a session pays for lazy imports and kernel JIT compiles: a longer leash
-        warm = step.op not in self._ops_seen
-        self._ops_seen.add(step.op)
+        # the first step of each kind in a process pays for lazy imports and kernel JIT compiles: a longer leash
+        warm = step.op not in _WARMED
+        _WARMED.add(step.op)
         try:
             with self._watched(f"step {index} ({name}) of {self.target.name}", warm=warm):
                 try:

@@ -131,13 +131,14 @@ class Watchdog:
         return self._limit
 
     def disarm(self) -> None:
-        """Stop watching; a `StepHung` fired but not yet delivered is withdrawn."""
+        """Stop watching. A `StepHung` already fired is delivered before the step's caller leaves the block that
+        catches it (the interpreter checks for it at every call and backward jump). It is never withdrawn with
+        ``PyThreadState_SetAsyncExc(id, NULL)``: CPython 3.11 then leaves its eval breaker set for good, and the
+        whole process runs many times slower."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if self.fired:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), None)
         faulthandler.cancel_dump_traceback_later()
         if self._fh is not None:
             self._fh.close()

@@ -49,7 +49,7 @@ from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
 from flashcheck.targets.protocol import Capacity, Target, check_target
 from flashcheck.targets.registry import make_target, target_spec
-from flashcheck.watchdog import default_step_timeout
+from flashcheck.watchdog import HANG_ID, default_step_timeout
 
 __all__ = [
     "FuzzFailure",
@@ -63,6 +63,14 @@ __all__ = [
 
 Reset = Literal["capture", "session"]
 StepCheck = Callable[[Step, StepResult], None]
+
+
+class _NotShrinkable(BaseException):  # noqa: N818  (Hypothesis lets a BaseException through unshrunk)
+    """A failure Hypothesis must not shrink: a hang costs its whole timeout on every shrink attempt."""
+
+    def __init__(self, records: Sequence[Recorded]) -> None:
+        super().__init__("a step hung")
+        self.records = tuple(records)
 
 
 class FuzzFailure(ViolationFound):
@@ -219,6 +227,8 @@ class ReplayMachine(RuleBasedStateMachine):
             layers=self.cfg.layers,
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
         )
+        if any(f.id == HANG_ID for f in findings):
+            raise _NotShrinkable(records)
         raise FuzzFailure(records)
 
     def make_step(
@@ -434,9 +444,14 @@ def fuzz_target(
             examples = _FIRST_ROUND if per_example is None else int((bud.seconds - spent) / max(per_example, 1e-3))
             examples = max(1, min(cap, examples))
         hypothesis_seed(seed + rounds)(machine)
-        run_state_machine_as_test(
-            machine, settings=machine_settings(prof, examples, step_count=step_count, database=database)
-        )
+        try:
+            run_state_machine_as_test(
+                machine, settings=machine_settings(prof, examples, step_count=step_count, database=database)
+            )
+        except _NotShrinkable as exc:
+            failure = FuzzFailure(exc.records)
+            failure.args = (f"{failure.args[0]}\n(not shrunk: a hung step costs its whole timeout per attempt)",)
+            raise failure from None
         rounds += 1
         asked += examples
         if bud.seconds is None or time.monotonic() - t0 >= bud.seconds:
