@@ -12,3 +12,10 @@ torch.set_num_threads(1)
 QUALITY = str(Path(__file__).resolve().parent.parent / "quality")
 if QUALITY not in sys.path:
     sys.path.insert(0, QUALITY)
+
+# pytester's inline runs restore sys.modules afterwards: let the outer process do torch's lazy imports of a dispatch
+# mode once, so that no inner run imports (and registers) torch's operator libraries a second time
+from flashcheck.runtime.checker import Checker  # noqa: E402
+
+with Checker(layers=["dispatch"]):
+    pass

@@ -133,6 +133,7 @@ class DispatchHook(Hook):
 
     def _install(self, sink: EventSink) -> None:
         self._pushed_by = None
+        _warm_up()
 
     def _uninstall(self) -> None:
         self._pop()
@@ -171,6 +172,21 @@ class DispatchHook(Hook):
                              capturing=capturing))
         except Exception as exc:
             self._error(exc)
+
+
+def _warm_up() -> None:
+    """Dispatch one op under a bare dispatch mode, outside every region: the first op under a dispatch mode
+    imports hundreds of torch modules lazily (dynamo, the op library), which must neither cost a watched step its
+    time nor fail inside the target's region and be blamed on it."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Bare(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    with _Bare():  # type: ignore[no-untyped-call]
+        torch.zeros(1).add_(1)
 
 
 def _stream_capturing() -> bool | None:
