@@ -65,7 +65,7 @@ Reset = Literal["capture", "session"]
 StepCheck = Callable[[Step, StepResult], None]
 
 
-class _NotShrinkable(BaseException):  # noqa: N818  (Hypothesis lets a BaseException through unshrunk)
+class _NotShrinkable(BaseException):  # Hypothesis lets a BaseException through unshrunk
     """A failure Hypothesis must not shrink: a hang costs its whole timeout on every shrink attempt."""
 
     def __init__(self, records: Sequence[Recorded]) -> None:
