@@ -85,7 +85,10 @@ def test_a_step_that_spins_is_fc252_with_stacks_and_poisons_the_session() -> Non
                 break
         (f,) = r.findings
         assert f.id == "FC252" and f.location.region == "prepare_replay"
-        assert "faulty_verdicts.py" in str(f.evidence["threads"]) and f.evidence["timeout_s"] in (0.5, 2.5)  # a first replay gets the warm-up leash
+        assert "faulty_verdicts.py" in str(f.evidence["threads"]) and f.evidence["timeout_s"] in (
+            0.5,
+            2.5,
+        )  # a first replay gets the warm-up leash
         # the interrupt may have landed inside library code: this session is done, a fresh one goes on
         assert drv.poisoned
         with pytest.raises(ContextPoisoned):
@@ -209,3 +212,19 @@ def test_output_contract_quiet_on_exact_rows() -> None:
         )
         == []
     )
+
+
+def test_an_isolated_worker_is_replaced_after_a_fault_and_the_steps_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(QUALITY)
+    steps = [
+        Step("capture", (1, 1), (9, 17), bucket=2),
+        Step("replay", (1, 1), (9, 17), bucket=2),
+        Step("replay", (1,), (40,), bucket=1),
+        Step("eager", (2,), (30,)),
+    ]
+    with IsolatedDriver("faulty_verdicts:FaultSurfacesLater", config=fv.SMALL, device="cpu", layers="off") as drv:
+        results = [drv.execute(s, i) for i, s in enumerate(steps)]
+    (fault,) = results[1].findings
+    assert fault.id == "FC250" and fault.evidence["surfaced"] == "flashcheck read"
+    assert [r.findings for r in (results[0], results[2], results[3])] == [[], [], []]
+    assert drv.restarts == 1  # the poisoned worker was replaced; the bs=1 replay captured its bucket again
