@@ -33,7 +33,7 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
     targets = [*FAULTY, "cpu-reference"]
     small = json.dumps({"max_kv_len": 256, "chunk": 32, "max_pages": 256})
     rc = main(["campaign", "--target", ",".join(targets), "--target-config", small,
-               "--layers", "all", "--steps", "120", "--chunk-steps", "20", "--seed", "7", "--step-timeout", "3s",
+               "--layers", "all", "--steps", "120", "--chunk-steps", "20", "--seed", "7", "--step-timeout", "8s",
                "--log-every", "3600", "--out", str(out)])
     assert rc == 1
     meta = read_json(out / "run.json")
