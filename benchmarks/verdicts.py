@@ -43,6 +43,7 @@ def driver_mode(steps: int, seed: int, step_timeout: float, deadline: float) -> 
 
     from flashcheck.fuzz.scenarios import random_steps
     from flashcheck.isolation import IsolatedDriver
+    from flashcheck.known import split_known
 
     out: list[dict[str, Any]] = []
     for name, (cls, accepted) in FAULTY_ENGINE_TARGETS.items():
@@ -61,9 +62,12 @@ def driver_mode(steps: int, seed: int, step_timeout: float, deadline: float) -> 
                 t1 = time.perf_counter()
                 for i, s in enumerate(plan):
                     r = drv.execute(s, i)
-                    for f in r.findings:
+                    unexpected, known = split_known(r.findings, drv.target.name)
+                    for f in unexpected:
                         seen[f.id] = seen.get(f.id, 0) + 1
-                    hit = [f for f in r.findings if f.id in accepted]
+                    for f, _ in known:
+                        seen[f"known {f.id}"] = seen.get(f"known {f.id}", 0) + 1
+                    hit = [f for f in unexpected if f.id in accepted]
                     if hit:
                         rec.update(
                             found=True,

@@ -9,6 +9,7 @@ unexpected pass is news: the upstream behaviour changed).
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ __all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "s
 class KnownBehaviour:
     check: str
     targets: str  # fnmatch pattern over target names
-    where: str  # a frame of the finding's stack (or its location file) must end with this
+    where: str  # the innermost library frame of the event (the finding's location file) must end with this
     reason: str
     versions: str = "*"  # fnmatch pattern over the FlashInfer version
+    message: str = ""  # a regex the finding's message must match (the event kind, e.g. "host-to-device copy")
 
     def __post_init__(self) -> None:
         if not self.reason.strip():
@@ -36,19 +38,41 @@ class KnownBehaviour:
             return False
         if version and not fnmatch.fnmatch(version, self.versions):
             return False
-        files = [fr.file for fr in f.stack] + [f.location.file or ""]
-        return any(x.replace("\\", "/").endswith(self.where) for x in files)
+        if self.message and not re.search(self.message, f.message):
+            return False
+        # the innermost frame outside flashcheck, torch and the standard library, never any frame of the stack: an
+        # engine's own bug under the same plan() (a .tolist() in its metadata builder) has its own line there
+        where = (f.location.file or "").replace("\\", "/")
+        return where.endswith(self.where) and "/flashcheck/" not in where
 
 
 KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
     KnownBehaviour(
         check="FC201",
-        targets="prefill-*",
+        targets="*",
         where="flashinfer/prefill.py",
+        message="host-to-device copy from pageable memory",
         reason="BatchPrefillWithPagedKVCacheWrapper.plan() copies kv_lens into its device buffer from a pageable "
         "CPU tensor it builds itself (`self._kv_lens_buffer[:B].copy_(kv_lens_host, non_blocking)`), a staging "
-        "copy on every plan even when every input is pinned; seen on the H100 in reports/gpu-evidence.md (K1) "
-        "(research/flashinfer_internals.md §2.2).",
+        "copy on every plan even when every input is pinned (K1).",
+    ),
+    KnownBehaviour(
+        check="FC201",
+        targets="*",
+        where="flashinfer/decode.py",
+        message="host-to-device copy from pageable memory",
+        reason="A decode wrapper built without use_cuda_graph copies the qo_indptr it builds itself on the host "
+        "(`_get_range_buf(batch_size + 1, 'cpu')`, pageable) to the device in every plan(): "
+        "`qo_indptr_host.to(self.device, non_blocking=...)` (decode.py:1047 in 0.6.13, :2140 in 0.7.2.post1); a "
+        "staging copy on the eager path that no engine input avoids (K4).",
+    ),
+    KnownBehaviour(
+        check="FC201",
+        targets="*",
+        where="flashinfer/attention/_core.py",
+        reason="BatchAttention.plan() copies qo_indptr, kv_indptr and kv_len_arr to the host and then calls "
+        "torch.cuda.synchronize() unconditionally (attention/_core.py:208-211 in 0.6.13): every plan of the "
+        "holistic kernel stalls the host, whatever the engine passes, which is why engines do not capture it (K5).",
     ),
     KnownBehaviour(
         check="FC202",
@@ -57,8 +81,8 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         versions="0.7*",
         reason="FlashInfer 0.7.2's rewritten MLA wrapper allocates device memory in plan() (`_fa_common.py` lines 549 "
         "and 932 in 0.7.2.post1) on every re-plan of a CUDA-graph-mode wrapper: 4 and 9 caching-allocator "
-        "allocations per replay preparation, seen on the H100 in the 10-minute campaign "
-        "(reports/h100-campaign/, reproducers 1ca89b1ecd9fe8fc and 88afbbc3b6a71e15). 0.6.13 does not.",
+        "allocations per replay preparation (reports/h100-campaign/, reproducers 1ca89b1ecd9fe8fc and "
+        "88afbbc3b6a71e15). 0.6.13 does not (K2).",
     ),
 )
 

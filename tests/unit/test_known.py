@@ -1,18 +1,38 @@
-"""Known upstream behaviours match only findings pointing into the named upstream file."""
+"""Known upstream behaviours match only findings whose innermost library frame is in the named upstream file (never
+flashcheck's own adapter of the same name, never an engine bug under the same plan()), with the named event."""
 
 from __future__ import annotations
 
 import pytest
 
 from flashcheck.errors import InvalidDefinition
-from flashcheck.findings import Finding, Frame
-from flashcheck.known import KnownBehaviour, split_known
+from flashcheck.findings import Finding, Frame, Location
+from flashcheck.known import KNOWN_UPSTREAM, KnownBehaviour, split_known
 
 ENTRY = KnownBehaviour("FC201", "prefill-*", "flashinfer/prefill.py", "staging copy inside plan()")
 
 
-def f(file: str, id_: str = "FC201") -> Finding:
-    return Finding(id_, "host-sync-in-replay", "runtime", "m", stack=(Frame(file, 1, "plan"),))
+def f(file: str, id_: str = "FC201", message: str = "m", stack: tuple[str, ...] = ()) -> Finding:
+    frames = tuple(Frame(x, 1, "plan") for x in (*stack, file))
+    return Finding(id_, "host-sync-in-replay", "runtime", message, stack=frames, location=Location(file=file, line=1))
+
+
+ENGINE = "/srv/engine/attn/flashinfer_backend.py"
+ADAPTER = "/x/src/flashcheck/targets/flashinfer/prefill.py"
+FI_PREFILL = "/x/site/flashinfer/prefill.py"
+K1_MESSAGE = "host-to-device copy from pageable memory (a blocking staging copy) inside `plan` at step 3"
+
+
+def test_the_real_ledger_keeps_flashinfers_own_copy_known_and_reports_the_engines_bug() -> None:
+    own = f(FI_PREFILL, message=K1_MESSAGE, stack=(ENGINE, ADAPTER))
+    # the engine passes device qo_indptr to plan(): FlashInfer copies it to the host, the same plan() frame
+    engine_d2h = f(FI_PREFILL, message="device-to-host copy inside `plan` at step 3", stack=(ENGINE,))
+    # an engine's own .tolist() in its metadata builder, under a stack that holds FlashInfer's and our adapter
+    engine_tolist = f(ENGINE, message="device-to-host copy inside `plan`", stack=(FI_PREFILL, ADAPTER))
+    adapter = f(ADAPTER, message=K1_MESSAGE)
+    unexpected, known = split_known([own, engine_d2h, engine_tolist, adapter], "prefill-fa2", known=KNOWN_UPSTREAM)
+    assert [k[0] for k in known] == [own]
+    assert unexpected == [engine_d2h, engine_tolist, adapter]
 
 
 def test_matches_upstream_file_target_and_check() -> None:

@@ -260,6 +260,10 @@ class Supervisor:
                                                       worker=h.index))
         h.executed += 1
         h.steps_session += 1
+        if ev.get("known"):
+            known = self.store.meta.setdefault("known_upstream", {})
+            for k in ev["known"]:
+                known[k] = known.get(k, 0) + 1
         h.window.append((time.monotonic(), h.steps_session))
         self.early_deaths[h.index] = 0
         scen = h.scenario

@@ -26,6 +26,7 @@ from flashcheck.campaign.ledger import Ledger, load_ledger
 from flashcheck.campaign.options import CampaignConfig
 from flashcheck.errors import EnvironmentUnavailable, ViolationFound
 from flashcheck.findings import atomic_write_text
+from flashcheck.known import split_known
 from flashcheck.scenario import Scenario
 
 __all__ = ["EXIT_POISONED", "HANG_FILE", "WATCHDOG_SHARE", "main"]
@@ -116,8 +117,11 @@ class Worker:
                         break
                     r = drv.execute(step, i)
                     executed += 1
+                    # documented upstream behaviours (flashcheck.known) are counted, not reported as findings
+                    unexpected, known = split_known(r.findings, drv.target.name)
                     self.emit("step", job=job, i=i, sample=r.sample.to_dict() if r.sample else None,
-                              findings=[f.to_dict() for f in r.findings], rejected=r.rejected)
+                              findings=[f.to_dict() for f in unexpected], rejected=r.rejected,
+                              known=[f.id for f, _ in known])
                     if drv.poisoned:
                         self.emit("poisoned", job=job, i=i)
                         self.out.flush()
