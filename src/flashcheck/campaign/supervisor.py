@@ -100,6 +100,7 @@ class Supervisor:
         self.pending_corpus: list[tuple[str, Scenario]] = []
         self.pending_rest: list[Scenario] = []  # what workers that faulted, hung or crashed did not get to run
         self._rest_jobs = 0
+        self._rest_turn = False
         self.stopping = False
         self.stop_reason = ""
         self.fatal: Outcome | None = None
@@ -162,7 +163,8 @@ class Supervisor:
             return None
         busy = {h.job.corpus_id for h in self.handles.values() if h.job is not None and h.job.corpus_id}
         targets = self._targets()
-        while self.pending_rest:
+        self._rest_turn = not self._rest_turn
+        while self.pending_rest and self._rest_turn:
             rest = self.pending_rest.pop(0)
             if rest.target not in targets:
                 continue
@@ -345,9 +347,13 @@ class Supervisor:
 
     def _continue_after(self, h: _Handle, first: int) -> None:
         """Queue the steps of `h`'s scenario from `first` on for a fresh worker: a fault, hang or crash ends the
-        process, never the run. Replays of buckets the fresh worker has not captured capture them first."""
+        process, never the run. Replays of buckets the fresh worker has not captured capture them first. A
+        continuation that faults again is not continued (a target that faults on most steps would otherwise hold
+        the worker in restarts), and continuations alternate with fresh chunks of every target."""
         scen = self._inflight(h)
         if self.stopping or scen is None or first >= len(scen.steps):
+            return
+        if h.job is not None and h.job.id.startswith("rest:"):
             return
         rest = Scenario(scen.target, scen.steps[first:], scen.seed, scen.target_config)
         self.pending_rest.append(rest)
