@@ -291,7 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # the target's prints go to stderr; stdout carries the protocol
-    return _serve(json.loads(args.spec), out)
+    rc = _serve(json.loads(args.spec), out)
+    out.flush()
+    sys.stderr.flush()
+    # no interpreter finalization: torch's CUDA trace callbacks stay registered for the life of the process and
+    # fail noisily once the interpreter has torn its builtins down
+    os._exit(rc)
 
 
 if __name__ == "__main__":
