@@ -237,6 +237,25 @@ class ExtraPaddedRow(_Named, DecodeTarget):
         return slot.static_out[: slot.real_rows + 1]  # BUG: one padded row too many (when the batch was padded)
 
 
+class KernelNeverEnds(_Named, DecodeTarget):
+    """A captured forward whose kernel never finishes for padded batches (a loop bound read from a stale buffer, a
+    wait on a flag no block sets), stood in for by a device-side spin: the replay never completes, the host blocks
+    in its next synchronize where Python cannot interrupt it, and only a worker's watchdog ends it (FC252)."""
+
+    target_name = "kernel-never-ends"
+    accepted: ClassVar[tuple[str, ...]] = ("FC252",)
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("use_tensor_cores", True)
+        super().__init__(**kw)
+
+    def replay(self, bucket: int, q: Any) -> Any:
+        out = super().replay(bucket, q)
+        if q.shape[0] < bucket:
+            self.torch.cuda._sleep(1 << 50)  # BUG: stands for a kernel that spins forever on padded rows
+        return out
+
+
 FAULTY_ENGINE_TARGETS: dict[str, tuple[type, tuple[str, ...]]] = {
     "no-replan-decode-tc": (NoReplanDecodeTC, NoReplanDecodeTC.accepted),
     "no-replan-decode-cuda": (NoReplanDecodeCuda, NoReplanDecodeCuda.accepted),
@@ -248,4 +267,5 @@ FAULTY_ENGINE_TARGETS: dict[str, tuple[type, tuple[str, ...]]] = {
     "eager-cpu-sync": (EagerCpuSync, EagerCpuSync.accepted),
     "eager-scalar-sync": (EagerScalarSync, EagerScalarSync.accepted),
     "extra-padded-row": (ExtraPaddedRow, ExtraPaddedRow.accepted),
+    "kernel-never-ends": (KernelNeverEnds, KernelNeverEnds.accepted),
 }
