@@ -98,28 +98,9 @@ def driver_mode(
 def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int) -> dict[str, Any]:
     run = work / "campaign"
     targets = [f"faulty_engine_gpu:{c}" for c in CAMPAIGN] + ["decode-tc"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "flashcheck",
-        "campaign",
-        "--target",
-        ",".join(targets),
-        "--time",
-        f"{seconds}s",
-        "--step-timeout",
-        f"{step_timeout}s",
-        "--layers",
-        "cheap",
-        "--seed",
-        str(seed),
-        "--workers",
-        "1",
-        "--log-every",
-        "30",
-        "--out",
-        str(run),
-    ]
+    cmd = [sys.executable, "-m", "flashcheck", "campaign", "--target", ",".join(targets), "--time", f"{seconds}s"]
+    cmd += ["--step-timeout", f"{step_timeout}s", "--chunk-steps", "20", "--layers", "cheap", "--seed", str(seed)]
+    cmd += ["--workers", "1", "--log-every", "30", "--out", str(run)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False)
     rec: dict[str, Any] = {
