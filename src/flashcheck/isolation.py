@@ -58,6 +58,7 @@ class IsolatedDriver:
         seed: int = 0,
         step_timeout: float | None = 120.0,
         setup_timeout: float = 900.0,
+        warm_up_scale: float = WARM_UP_SCALE,
     ) -> None:
         from flashcheck.targets.registry import make_target
 
@@ -67,6 +68,7 @@ class IsolatedDriver:
         self.device, self.layers, self.seed = device, layers, seed
         self.step_timeout = step_timeout
         self.setup_timeout = setup_timeout
+        self.warm_up_scale = warm_up_scale
         self.poisoned = False  # never: a poisoned worker is replaced
         self.restarts = 0
         self._proc: subprocess.Popen[str] | None = None
@@ -85,7 +87,7 @@ class IsolatedDriver:
             return StepResult(setup, None)
         self._send({"cmd": "step", "step": step.to_dict(), "i": index})
         # a backstop only: the worker's own watchdog (with its warm-up leash and grace) answers first
-        limit = (self.step_timeout * WARM_UP_SCALE + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
+        limit = (self.step_timeout * self.warm_up_scale + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
         ev = self._receive(limit)
         if ev is None:  # the worker died or hung past every watchdog
             return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)
