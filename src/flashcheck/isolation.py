@@ -46,6 +46,7 @@ class IsolatedDriver:
         step_timeout: seconds a step may take in the worker (None: no watchdog there; the parent still gives up
             after `setup_timeout` per step and reports the worker as hung).
         setup_timeout: seconds the worker may take to start and set the target up (JIT compiles included).
+        warm_up_scale: the first step of each kind in the worker may take this many timeouts.
     """
 
     def __init__(
@@ -135,6 +136,7 @@ class IsolatedDriver:
             "seed": self.seed,
             "step_timeout": self.step_timeout,
             "hang_file": str(self._hang_file),
+            "warm_up_scale": self.warm_up_scale,
         }
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # module:Class targets import the same way
@@ -256,6 +258,7 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
             step_timeout=spec.get("step_timeout"),
             hang_file=Path(spec["hang_file"]),
             hard_exit=True,
+            warm_up_scale=float(spec.get("warm_up_scale", WARM_UP_SCALE)),
         ) as drv:
             emit(ev="ready", pid=os.getpid())
             for line in sys.stdin:

@@ -131,6 +131,7 @@ def replay_repro(
             layers=layers,
             seed=scenario.seed,
             step_timeout=timeout,
+            warm_up_scale=2.0,  # the recorded timeout, with room for a first JIT load, not the 5x search leash
         ) as drv:
             results = [drv.execute(s, i) for i, s in enumerate(scenario.steps[: step + 1])]
     else:
