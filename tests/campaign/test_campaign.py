@@ -58,6 +58,7 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     assert checks(out, "FC252") == {"hang": 1} and checks(out) == {}
     (f,) = findings_of(out)
     assert "crashy.py" in f["evidence"]["threads"] and "time.sleep" not in f["message"]
+    assert f["location"]["target"] == "crashy-hang"  # the target's name, as its other findings use
     assert read_json(out / "run.json")["stats"]["steps"] == 60
 
 

@@ -71,6 +71,7 @@ class _Handle:
         self.executed = 0
         self.last_event = time.monotonic()
         self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = False
+        self.target_name = ""  # the name the target reports findings under (its spec may differ)
         self.steps_session = 0
         self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
 
@@ -195,6 +196,7 @@ class Supervisor:
             if job is None:
                 continue
             h.job, h.scenario, h.began, h.executed, h.status = job, None, False, 0, "busy"
+            h.target_name = ""
             h.last_event = time.monotonic()
             h.send({"cmd": "run", "job": job.id, "kind": job.kind, **job.payload})
 
@@ -230,6 +232,8 @@ class Supervisor:
             self._on_step(h, ev)
         elif kind == "skipped":
             self.store.skipped_steps += int(ev.get("steps", 0))
+        elif kind == "target":
+            h.target_name = str(ev.get("name") or "")
         elif kind == "poisoned":
             h.poisoned = True
             h.setup_failed = bool(ev.get("setup"))
@@ -370,7 +374,7 @@ class Supervisor:
         dump = read_hang_file(hang_file)
         hang_file.unlink(missing_ok=True)
         if dump is not None:  # the worker's watchdog wrote every thread's stack before it ended the process
-            f = hang_finding(target=scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
+            f = hang_finding(target=h.target_name or scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
                              stacks=dump[1])
             self._record(f, scen, i)
             self.progress.note(f"worker {h.index}: step {i} ({name}) hung; restarting it")
@@ -382,7 +386,7 @@ class Supervisor:
             "scenario_sha": scenario_sha(trimmed), "stderr_tail": self._stderr_tail(h.index),
             "quarantine": {"target": scen.target, "step": step_shape(step), "reason": "<cite the issue>"},
         }
-        f = crash_finding(target=scen.target, step_index=i, step_name=name, op=step.op, cause=cause,
+        f = crash_finding(target=h.target_name or scen.target, step_index=i, step_name=name, op=step.op, cause=cause,
                           evidence=evidence, timeout=self.cfg.step_timeout)
         self._record(f, scen, i)
         self.progress.note(f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}; "

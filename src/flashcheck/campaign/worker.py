@@ -112,6 +112,7 @@ class Worker:
             with open_session(tgt, device=self.device, layers=self.cfg.layers,  # type: ignore[arg-type]
                               seed=scen.seed, worker=self.index, step_timeout=timeout,
                               hang_file=self.dir / HANG_FILE, hard_exit=True, warm_up_scale=1.0) as drv:
+                self.emit("target", job=job, name=drv.target.name)
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
