@@ -61,8 +61,16 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
         _sync(device)
         dt = time.perf_counter() - t0
     n = i - n_warm
-    return {"mode": "driver (bulk numpy scenarios)", "steps": n, "seconds": dt, "per_second": n / dt,
-            "findings": findings, "ops": ops, "windows_steps_per_s": windows, **_means(bs, kv)}
+    return {
+        "mode": "driver (bulk numpy scenarios)",
+        "steps": n,
+        "seconds": dt,
+        "per_second": n / dt,
+        "findings": findings,
+        "ops": ops,
+        "windows_steps_per_s": windows,
+        **_means(bs, kv),
+    }
 
 
 _CHUNK = 1000
@@ -86,22 +94,44 @@ def bench_state_machine(target: str, device: str, layers: str, seconds: float, s
         bs.append(len(step.kv_lens))
         kv.append(sum(step.kv_lens))
 
-    fuzz_target(target, budget=3, seed=seed, profile="gpu" if device.startswith("cuda") else "ci", device=device,
-                layers=layers, database=None, check=on_step)  # warm-up (session + JIT), not timed
+    fuzz_target(
+        target,
+        budget=3,
+        seed=seed,
+        profile="gpu" if device.startswith("cuda") else "ci",
+        device=device,
+        layers=layers,
+        database=None,
+        check=on_step,
+    )  # warm-up (session + JIT), not timed
     count[0] = 0
     bs.clear()
     kv.clear()
     t0 = time.perf_counter()
     findings = 0
     try:
-        fuzz_target(target, budget=f"{seconds}s", seed=seed, profile="gpu" if device.startswith("cuda") else "ci",
-                    device=device, layers=layers, database=None, check=on_step)
+        fuzz_target(
+            target,
+            budget=f"{seconds}s",
+            seed=seed,
+            profile="gpu" if device.startswith("cuda") else "ci",
+            device=device,
+            layers=layers,
+            database=None,
+            check=on_step,
+        )
     except FuzzFailure as exc:
         findings = len(exc.findings)
     dt = time.perf_counter() - t0
     close_sessions()
-    return {"mode": "Hypothesis state machine", "steps": count[0], "seconds": dt, "per_second": count[0] / dt,
-            "findings": findings, **_means(bs, kv)}
+    return {
+        "mode": "Hypothesis state machine",
+        "steps": count[0],
+        "seconds": dt,
+        "per_second": count[0] / dt,
+        "findings": findings,
+        **_means(bs, kv),
+    }
 
 
 def bench_given_baseline(target: str, device: str, seconds: float, seed: int) -> dict[str, Any]:
@@ -125,8 +155,9 @@ def bench_given_baseline(target: str, device: str, seconds: float, seed: int) ->
         kv: list[int] = []
         deadline = [0.0]
 
-        @settings(max_examples=10**9, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=10**9, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+        )
         @given(st.lists(st.integers(1, max_kv), min_size=1, max_size=cap.max_batch_size), st.integers(0, 2**31 - 1))
         def loop(kv_lens: list[int], s: int) -> None:
             if time.perf_counter() > deadline[0]:
@@ -155,8 +186,14 @@ def bench_given_baseline(target: str, device: str, seconds: float, seed: int) ->
         _run_until(loop, deadline)
         _sync(device)
         dt = time.perf_counter() - t0
-    return {"mode": "plain @given loop (baseline)", "steps": done[0], "seconds": dt, "per_second": done[0] / dt,
-            "findings": mismatches[0], **_means(bs, kv)}
+    return {
+        "mode": "plain @given loop (baseline)",
+        "steps": done[0],
+        "seconds": dt,
+        "per_second": done[0] / dt,
+        "findings": mismatches[0],
+        **_means(bs, kv),
+    }
 
 
 def _baseline_row(args: argparse.Namespace, device: str, when: str) -> dict[str, Any]:
@@ -195,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="decode-tc")
     p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
-    p.add_argument("--layers", default="cheap,all", help="comma-separated detection layers to run the flashcheck modes "
-                   "under (off, cheap, all); every property is checked under each")
+    p.add_argument(
+        "--layers",
+        default="cheap,all",
+        help="comma-separated detection layers to run the flashcheck modes "
+        "under (off, cheap, all); every property is checked under each",
+    )
     p.add_argument("--seconds", type=float, default=20.0, help="timed seconds per mode (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
@@ -210,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or default_device()
     if device == "cpu":
         torch.set_num_threads(1)  # tiny CPU ops: thread-pool contention dominates otherwise
-    print(f"fuzz throughput: target {args.target}, device {device}, layers {args.layers}, {args.seconds:g}s per "
-          f"mode, seed {args.seed}", flush=True)
+    print(
+        f"fuzz throughput: target {args.target}, device {device}, layers {args.layers}, {args.seconds:g}s per "
+        f"mode, seed {args.seed}",
+        flush=True,
+    )
     # the baseline runs first and last: the faster of the two is the reference (drift between them is visible)
     rows = [_baseline_row(args, device, "first")]
     for layers in args.layers.split(","):
@@ -225,16 +269,30 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row, default=str), flush=True)
     rows.append(_baseline_row(args, device, "last"))
     base = max(float(r["per_second"]) for r in rows if r["mode"].startswith("plain @given"))
-    print(f"\n{'mode':44} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
-          f"{'mean bs':>8} {'mean kv':>9}")
+    print(
+        f"\n{'mode':44} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
+        f"{'mean bs':>8} {'mean kv':>9}"
+    )
     for r in rows:
         r["vs_given"] = r["per_second"] / base if base > 0 else None
         ratio = f"{r['vs_given']:.2f}x" if r["vs_given"] is not None else "n/a"
-        print(f"{r['mode']:44} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
-              f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}")
-    doc = {"benchmark": "fuzz_throughput", "target": args.target, "device": device, "layers": args.layers,
-           "seconds_per_mode": args.seconds, "seed": args.seed, "results": rows, "environment": environment(),
-           "host": platform.node(), "argv": sys.argv, "numpy": np.__version__}
+        print(
+            f"{r['mode']:44} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
+            f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}"
+        )
+    doc = {
+        "benchmark": "fuzz_throughput",
+        "target": args.target,
+        "device": device,
+        "layers": args.layers,
+        "seconds_per_mode": args.seconds,
+        "seed": args.seed,
+        "results": rows,
+        "environment": environment(),
+        "host": platform.node(),
+        "argv": sys.argv,
+        "numpy": np.__version__,
+    }
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")

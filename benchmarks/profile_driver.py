@@ -54,8 +54,14 @@ def profile_machine(target: str, device: str, layers: str, seconds: float, seed:
     def on_step(step: object, result: object) -> None:
         count[0] += 1
 
-    kw = {"seed": seed, "profile": "gpu" if device.startswith("cuda") else "ci", "device": device,
-          "layers": layers, "database": None, "check": on_step}
+    kw = {
+        "seed": seed,
+        "profile": "gpu" if device.startswith("cuda") else "ci",
+        "device": device,
+        "layers": layers,
+        "database": None,
+        "check": on_step,
+    }
     fuzz_target(target, budget=3, **kw)  # type: ignore[arg-type]
     count[0] = 0
     prof = cProfile.Profile()
@@ -67,8 +73,10 @@ def profile_machine(target: str, device: str, layers: str, seconds: float, seed:
     dt = time.perf_counter() - t0
     close_sessions()
     buf = io.StringIO()
-    buf.write(f"== {target} state machine layers={layers}: {count[0]} steps in {dt:.2f}s = "
-              f"{count[0] / dt:.1f} steps/s (profiled)\n")
+    buf.write(
+        f"== {target} state machine layers={layers}: {count[0]} steps in {dt:.2f}s = "
+        f"{count[0] / dt:.1f} steps/s (profiled)\n"
+    )
     for key in ("cumulative", "tottime"):
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
     return buf.getvalue()
@@ -90,8 +98,10 @@ def _kernel_table(drv: object, plan: list[object], n_warm: int, top: int) -> str
     wall = time.perf_counter() - t0
     ka = tp.key_averages()
     busy = sum(getattr(e, "self_device_time_total", 0.0) for e in ka) / 1e6
-    head = (f"== device time: {busy:.3f}s busy of {wall:.3f}s wall under the profiler "
-            f"({100 * busy / wall:.0f}%; kernels and copies, summed)\n")
+    head = (
+        f"== device time: {busy:.3f}s busy of {wall:.3f}s wall under the profiler "
+        f"({100 * busy / wall:.0f}%; kernels and copies, summed)\n"
+    )
     return head + ka.table(sort_by="self_device_time_total", row_limit=top) + "\n"
 
 
@@ -104,8 +114,12 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--kernels", action="store_true", help="also profile device time with torch.profiler (CUDA)")
-    p.add_argument("--mode", choices=("driver", "state-machine"), default="driver",
-                   help="profile the driver over generated steps, or the Hypothesis state machine")
+    p.add_argument(
+        "--mode",
+        choices=("driver", "state-machine"),
+        default="driver",
+        help="profile the driver over generated steps, or the Hypothesis state machine",
+    )
     p.add_argument("--seconds", type=float, default=10.0, help="state-machine mode: profiled seconds")
     a = p.parse_args()
     if a.kernels and "all" in a.layers.split(","):

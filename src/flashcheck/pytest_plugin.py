@@ -44,18 +44,39 @@ _PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("flashcheck", "flashcheck fuzzing of FlashInfer / CUDA-graph serving code")
-    group.addoption("--flashcheck-target", metavar="NAME", default=None,
-                    help="target of the built-in suite and of @fuzz tests that name none: a built-in name "
-                         "(cpu-reference, decode-tc, ...) or module:Class")
-    group.addoption("--flashcheck-budget", metavar="N|TIME", default=None,
-                    help="per fuzz test: a number of examples (200) or a time (30s, 5m); overrides the tests' own")
-    group.addoption("--flashcheck-seed", metavar="INT|last", default=None,
-                    help="seed of the run (printed in the header); 'last' reuses the previous run's seed")
-    group.addoption("--flashcheck-profile", metavar="NAME", default="auto", choices=PROFILE_NAMES,
-                    help="ci (fast), gpu (no deadline: kernels JIT-compile on first use), nightly; "
-                         "auto (default): gpu with CUDA, else ci")
-    group.addoption("--flashcheck-out", metavar="DIR", default=None,
-                    help="directory for reproducers (default: the pytest cache, .pytest_cache/d/flashcheck-repros)")
+    group.addoption(
+        "--flashcheck-target",
+        metavar="NAME",
+        default=None,
+        help="target of the built-in suite and of @fuzz tests that name none: a built-in name "
+        "(cpu-reference, decode-tc, ...) or module:Class",
+    )
+    group.addoption(
+        "--flashcheck-budget",
+        metavar="N|TIME",
+        default=None,
+        help="per fuzz test: a number of examples (200) or a time (30s, 5m); overrides the tests' own",
+    )
+    group.addoption(
+        "--flashcheck-seed",
+        metavar="INT|last",
+        default=None,
+        help="seed of the run (printed in the header); 'last' reuses the previous run's seed",
+    )
+    group.addoption(
+        "--flashcheck-profile",
+        metavar="NAME",
+        default="auto",
+        choices=PROFILE_NAMES,
+        help="ci (fast), gpu (no deadline: kernels JIT-compile on first use), nightly; "
+        "auto (default): gpu with CUDA, else ci",
+    )
+    group.addoption(
+        "--flashcheck-out",
+        metavar="DIR",
+        default=None,
+        help="directory for reproducers (default: the pytest cache, .pytest_cache/d/flashcheck-repros)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,9 +93,13 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = getattr(config, "cache", None)
     if out_dir is None and cache is not None:
         out_dir = Path(cache.mkdir("flashcheck-repros"))
-    opts = FuzzOptions(target=config.getoption("flashcheck_target", None), budget=budget,
-                       seed=_resolve_seed(config, config.getoption("flashcheck_seed", None)), profile=profile,
-                       out_dir=out_dir)
+    opts = FuzzOptions(
+        target=config.getoption("flashcheck_target", None),
+        budget=budget,
+        seed=_resolve_seed(config, config.getoption("flashcheck_seed", None)),
+        profile=profile,
+        out_dir=out_dir,
+    )
     config.stash[_PREVIOUS] = set_active_options(opts)
     rec = sys.modules.get("flashcheck.fuzz.recorder")
     if rec is not None:  # a run inside a run (pytester): report only this run's findings, restore at the end
@@ -111,9 +136,13 @@ def _load_hypothesis_profile(profile: str) -> str:
     previous = settings.get_current_profile_name()
     spec = PROFILES[profile]
     name = f"flashcheck-{profile}"
-    settings.register_profile(name, max_examples=spec.examples, deadline=spec.deadline_ms,
-                              stateful_step_count=spec.step_count,
-                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile(
+        name,
+        max_examples=spec.examples,
+        deadline=spec.deadline_ms,
+        stateful_step_count=spec.step_count,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     settings.load_profile(name)
     return previous
 

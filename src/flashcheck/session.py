@@ -74,8 +74,15 @@ def open_session(
     timeout = default_step_timeout(dev) if step_timeout == "auto" else step_timeout
     with make_checker(layers, dev, cold_regions=getattr(tgt, "cold_regions", ())) as chk:
         drv = Driver(
-            tgt, chk, device=dev, seed=seed, worker=worker, step_timeout=timeout, hang_file=hang_file,
-            hard_exit=hard_exit, warm_up_scale=warm_up_scale,
+            tgt,
+            chk,
+            device=dev,
+            seed=seed,
+            worker=worker,
+            step_timeout=timeout,
+            hang_file=hang_file,
+            hard_exit=hard_exit,
+            warm_up_scale=warm_up_scale,
         )
         drv.setup()
         try:

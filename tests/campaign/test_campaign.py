@@ -35,8 +35,12 @@ def checks(run_dir: Path, id_: str = "FC251") -> Counter[str]:
 @pytest.mark.slow
 def test_every_injected_crash_is_one_finding_with_a_working_reproducer(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    assert campaign("--target", "crashy:CrashTwoWays", "--steps", "150", "--chunk-steps", "25", "--seed", "3",
-                    "--out", str(out)) == 1
+    assert (
+        campaign(
+            "--target", "crashy:CrashTwoWays", "--steps", "150", "--chunk-steps", "25", "--seed", "3", "--out", str(out)
+        )
+        == 1
+    )
     meta = read_json(out / "run.json")
     assert meta["stats"]["steps"] == 150  # the campaign carried on through every crash
     assert meta["stats"]["crashes"] >= 2 and meta["stats"]["restarts"] == meta["stats"]["crashes"]
@@ -45,16 +49,32 @@ def test_every_injected_crash_is_one_finding_with_a_working_reproducer(tmp_path:
         repro = read_json(out / f["repro"])
         assert repro["step"] == len(repro["scenario"]["steps"]) - 1
         # the reproducer crashes a fresh process exactly the way the worker died
-        rc = subprocess.run(worker_cmd("repro", str(out / f["repro"])), env=subprocess_env(),
-                            capture_output=True, check=False).returncode
+        rc = subprocess.run(
+            worker_cmd("repro", str(out / f["repro"])), env=subprocess_env(), capture_output=True, check=False
+        ).returncode
         assert rc == f["evidence"]["returncode"], f["evidence"]
         assert f["evidence"]["quarantine"]["step"]["batch_size"] in (3, 5)
 
 
 def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    assert campaign("--target", "crashy:HangOnShape", "--steps", "60", "--chunk-steps", "20", "--seed", "4",
-                    "--step-timeout", "2s", "--out", str(out)) == 1
+    assert (
+        campaign(
+            "--target",
+            "crashy:HangOnShape",
+            "--steps",
+            "60",
+            "--chunk-steps",
+            "20",
+            "--seed",
+            "4",
+            "--step-timeout",
+            "2s",
+            "--out",
+            str(out),
+        )
+        == 1
+    )
     assert checks(out, "FC252") == {"hang": 1} and checks(out) == {}
     (f,) = findings_of(out)
     assert "crashy.py" in f["evidence"]["threads"] and "time.sleep" not in f["message"]
@@ -64,11 +84,33 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
 
 def test_a_ledger_quarantines_the_crasher_before_launch(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.json"
-    ledger.write_text(json.dumps({"quarantine": [
-        {"target": "crashy:*", "step": {"batch_size": 3}, "reason": "test: exit_shape crashes (crashy.py)"}]}))
+    ledger.write_text(
+        json.dumps(
+            {
+                "quarantine": [
+                    {"target": "crashy:*", "step": {"batch_size": 3}, "reason": "test: exit_shape crashes (crashy.py)"}
+                ]
+            }
+        )
+    )
     out = tmp_path / "run"
-    assert campaign("--target", "crashy:ExitOnShape", "--steps", "100", "--chunk-steps", "25", "--seed", "3",
-                    "--ledger", str(ledger), "--out", str(out)) == 0
+    assert (
+        campaign(
+            "--target",
+            "crashy:ExitOnShape",
+            "--steps",
+            "100",
+            "--chunk-steps",
+            "25",
+            "--seed",
+            "3",
+            "--ledger",
+            str(ledger),
+            "--out",
+            str(out),
+        )
+        == 0
+    )
     meta = read_json(out / "run.json")
     assert findings_of(out) == [] and meta["stats"]["crashes"] == 0
     assert meta["campaign"]["skipped_steps"] > 0
@@ -85,10 +127,29 @@ def _wait_for(pred: object, proc: subprocess.Popen[bytes], what: str) -> None:
 @pytest.mark.slow
 def test_kill_9_of_the_whole_campaign_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flashcheck", "campaign", "--target", "crashy:Mixed", "--target-config", SMALL,
-           "--layers", "off", "--steps", "300", "--chunk-steps", "10", "--seed", "5", "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "flashcheck",
+        "campaign",
+        "--target",
+        "crashy:Mixed",
+        "--target-config",
+        SMALL,
+        "--layers",
+        "off",
+        "--steps",
+        "300",
+        "--chunk-steps",
+        "10",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
 
     def progressed() -> bool:
         try:
@@ -124,17 +185,51 @@ def test_kill_9_of_the_whole_campaign_then_resume_loses_and_duplicates_nothing(t
 def test_two_nodes_share_one_corpus_directory(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     runs = [tmp_path / "node0", tmp_path / "node1"]
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "flashcheck", "campaign", "--target", "crashy:Polluting", "--target-config", SMALL,
-         "--layers", "off", "--steps", "40", "--chunk-steps", "20", "--seed", "9", "--corpus", str(corpus),
-         "--node-index", str(i), "--num-nodes", "2", "--out", str(runs[i])],
-        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flashcheck",
+                "campaign",
+                "--target",
+                "crashy:Polluting",
+                "--target-config",
+                SMALL,
+                "--layers",
+                "off",
+                "--steps",
+                "40",
+                "--chunk-steps",
+                "20",
+                "--seed",
+                "9",
+                "--corpus",
+                str(corpus),
+                "--node-index",
+                str(i),
+                "--num-nodes",
+                "2",
+                "--out",
+                str(runs[i]),
+            ],
+            env=subprocess_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(2)
+    ]
     for p in procs:
         _, err = p.communicate()
         assert p.returncode == 1, err.decode()[-2000:]
     # disjoint seed streams: the nodes ran different scenarios
-    batches = [[(d["op"], d["batch_size"], d["total_qo"], d["total_kv"])
-                for d in map(json.loads, (r / "samples.jsonl").read_text().splitlines())] for r in runs]
+    batches = [
+        [
+            (d["op"], d["batch_size"], d["total_qo"], d["total_kv"])
+            for d in map(json.loads, (r / "samples.jsonl").read_text().splitlines())
+        ]
+        for r in runs
+    ]
     assert batches[0] and batches[1] and batches[0] != batches[1]
     db = Corpus(open_database(str(corpus), tmp_path))
     entries = dict(db.entries("crashy:Polluting"))
@@ -145,36 +240,58 @@ def test_two_nodes_share_one_corpus_directory(tmp_path: Path) -> None:
     # a third node starts later with a budget spent on corpus replays alone: it re-finds what the others found
     late = tmp_path / "late"
     budget = sum(len(s.steps) for s in entries.values())
-    assert campaign("--target", "crashy:Polluting", "--steps", str(budget), "--seed", "1", "--corpus", str(corpus),
-                    "--out", str(late)) == 1
+    assert (
+        campaign(
+            "--target",
+            "crashy:Polluting",
+            "--steps",
+            str(budget),
+            "--seed",
+            "1",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(late),
+        )
+        == 1
+    )
     assert set(read_json(late / "run.json")["campaign"]["corpus_done"]) >= set(entries)
     assert {f["signature"] for f in findings_of(late)} >= {f["signature"] for f in findings_of(runs[0])}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--target", "no-such-target", "--steps", "1"], "unknown target 'no-such-target'"),
-    (["--target", "nomodule_xyz:Cls", "--steps", "1"], "cannot import module 'nomodule_xyz'"),
-    (["--target", "cpu-reference", "--select", "FC301,FC999", "--steps", "1"], "unknown check 'FC999'"),
-    (["--target", "cpu-reference", "--time", "ten minutes"], "time budget 'ten minutes' does not parse"),
-    (["--target", "cpu-reference", "--steps", "1", "--out", "{file}/sub"], "is not writable"),
-    (["--resume", "{tmp}/nothing"], "no such directory"),
-    (["--resume", "{tmp}"], "no run.json"),
-    (["--resume", "{bad}"], "run.json is unreadable"),
-    (["--resume", "{static}"], "not a campaign"),
-    (["--resume", "{static}", "--target", "cpu-reference"], "drop --target"),
-    (["--target", "cpu-reference", "--steps", "1", "--ledger", "{ledger}"], "has no reason"),
-    ([], "name a --target"),
-])
-def test_bad_input_gets_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
-                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "no-such-target", "--steps", "1"], "unknown target 'no-such-target'"),
+        (["--target", "nomodule_xyz:Cls", "--steps", "1"], "cannot import module 'nomodule_xyz'"),
+        (["--target", "cpu-reference", "--select", "FC301,FC999", "--steps", "1"], "unknown check 'FC999'"),
+        (["--target", "cpu-reference", "--time", "ten minutes"], "time budget 'ten minutes' does not parse"),
+        (["--target", "cpu-reference", "--steps", "1", "--out", "{file}/sub"], "is not writable"),
+        (["--resume", "{tmp}/nothing"], "no such directory"),
+        (["--resume", "{tmp}"], "no run.json"),
+        (["--resume", "{bad}"], "run.json is unreadable"),
+        (["--resume", "{static}"], "not a campaign"),
+        (["--resume", "{static}", "--target", "cpu-reference"], "drop --target"),
+        (["--target", "cpu-reference", "--steps", "1", "--ledger", "{ledger}"], "has no reason"),
+        ([], "name a --target"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     (tmp_path / "file").write_text("")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "run.json").write_text("{cut")
     (tmp_path / "static").mkdir()
     (tmp_path / "static" / "run.json").write_text(json.dumps({"kind": "static", "schema": 1}))
     (tmp_path / "ledger.json").write_text(json.dumps([{"target": "*", "step": {"batch_size": 1}}]))
-    subs = {"{file}": str(tmp_path / "file"), "{tmp}": str(tmp_path), "{bad}": str(tmp_path / "bad"),
-            "{static}": str(tmp_path / "static"), "{ledger}": str(tmp_path / "ledger.json")}
+    subs = {
+        "{file}": str(tmp_path / "file"),
+        "{tmp}": str(tmp_path),
+        "{bad}": str(tmp_path / "bad"),
+        "{static}": str(tmp_path / "static"),
+        "{ledger}": str(tmp_path / "ledger.json"),
+    }
     for k, v in subs.items():
         args = [a.replace(k, v) for a in args]
     assert main(["campaign", *args]) == 2
@@ -182,6 +299,8 @@ def test_bad_input_gets_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_supervisor_side_imports_no_torch() -> None:
-    code = ("import sys, flashcheck.cli, flashcheck.cli.campaign_cmd, flashcheck.campaign.supervisor, "
-            "flashcheck.campaign.corpus; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, flashcheck.cli, flashcheck.cli.campaign_cmd, flashcheck.campaign.supervisor, "
+        "flashcheck.campaign.corpus; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), check=True)

@@ -18,8 +18,10 @@ from flashcheck.findings import Finding, Location
 from flashcheck.scenario import Scenario, Step
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("8h", 28800), ("1h30m", 5400),
-                                               ("2h15m10s", 8110), ("300", 300), ("1.5m", 90)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("10m", 600), ("8h", 28800), ("1h30m", 5400), ("2h15m10s", 8110), ("300", 300), ("1.5m", 90)],
+)
 def test_durations_parse(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
@@ -44,8 +46,9 @@ def test_workers_auto_is_one_per_gpu_or_one_on_cpu() -> None:
 def test_node_index_from_flags_slurm_and_kubernetes() -> None:
     assert resolve_node(None, None, {}) == (0, 1)
     assert resolve_node(2, 4, {}) == (2, 4)
-    assert resolve_node(None, None, {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "4",
-                                     "SLURM_ARRAY_TASK_COUNT": "3"}) == (1, 3)
+    assert resolve_node(
+        None, None, {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "4", "SLURM_ARRAY_TASK_COUNT": "3"}
+    ) == (1, 3)
     assert resolve_node(None, 8, {"JOB_COMPLETION_INDEX": "7"}) == (7, 8)
     assert resolve_node(None, None, {"JOB_COMPLETION_INDEX": "3", "FLASHCHECK_NUM_NODES": "4"}) == (3, 4)
     with pytest.raises(InvalidArgument, match="node index 4"):
@@ -84,9 +87,11 @@ def test_ledger_entries_must_cite_a_reason(tmp_path: Path) -> None:
 def test_ledger_skips_steps_and_scenarios(tmp_path: Path) -> None:
     scen = _scenario()
     p = tmp_path / "l.toml"
-    p.write_text('[[quarantine]]\ntarget = "cpu-*"\nreason = "flashinfer#1"\nstep = { op = "replay", '
-                 'qo_lens = [1, 1, 1] }\n\n[[quarantine]]\ntarget = "*"\nreason = "known"\n'
-                 f'scenario = "{scenario_sha(scen)}"\n')
+    p.write_text(
+        '[[quarantine]]\ntarget = "cpu-*"\nreason = "flashinfer#1"\nstep = { op = "replay", '
+        'qo_lens = [1, 1, 1] }\n\n[[quarantine]]\ntarget = "*"\nreason = "known"\n'
+        f'scenario = "{scenario_sha(scen)}"\n'
+    )
     ledger = load_ledger(p)
     filtered, reasons = ledger.filter_steps(scen)
     assert filtered.steps == () and reasons == ["flashinfer#1", "flashinfer#1"]
@@ -96,8 +101,9 @@ def test_ledger_skips_steps_and_scenarios(tmp_path: Path) -> None:
 
 
 def _finding() -> Finding:
-    return Finding("FC251", "worker-crashed", "runtime", "died", location=Location(target="t"),
-                   evidence={"check": "exit 3"})
+    return Finding(
+        "FC251", "worker-crashed", "runtime", "died", location=Location(target="t"), evidence={"check": "exit 3"}
+    )
 
 
 def _repro(scen: Scenario) -> dict[str, object]:
@@ -123,8 +129,9 @@ def test_store_keeps_the_smallest_reproducer_and_survives_a_resume(tmp_path: Pat
 
 
 def test_progress_redraws_on_a_terminal_and_logs_lines_otherwise() -> None:
-    snap = Snapshot(12.0, "1m00s", 40, [WorkerLine(0, "busy", 40, 3.3, "cpu-reference chunk:1")], {"FC301": 2},
-                    7, 1, 1, 2)
+    snap = Snapshot(
+        12.0, "1m00s", 40, [WorkerLine(0, "busy", 40, 3.3, "cpu-reference chunk:1")], {"FC301": 2}, 7, 1, 1, 2
+    )
     plain = io.StringIO()
     Progress(plain, tty=False).update(snap, force=True)
     assert plain.getvalue().startswith("[campaign] elapsed 12s remaining 1m00s | steps 40 | w0=3.3/s(busy)")

@@ -32,9 +32,29 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
     out = tmp_path / "run"
     targets = [*FAULTY, "cpu-reference"]
     small = json.dumps({"max_kv_len": 256, "chunk": 32, "max_pages": 256})
-    rc = main(["campaign", "--target", ",".join(targets), "--target-config", small,
-               "--layers", "all", "--steps", "120", "--chunk-steps", "20", "--seed", "7", "--step-timeout", "8s",
-               "--log-every", "3600", "--out", str(out)])
+    rc = main(
+        [
+            "campaign",
+            "--target",
+            ",".join(targets),
+            "--target-config",
+            small,
+            "--layers",
+            "all",
+            "--steps",
+            "120",
+            "--chunk-steps",
+            "20",
+            "--seed",
+            "7",
+            "--step-timeout",
+            "8s",
+            "--log-every",
+            "3600",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 1
     meta = read_json(out / "run.json")
     assert meta["stats"]["steps"] >= 120 - len(targets)  # the whole budget (hung steps are not counted as run)
@@ -54,6 +74,12 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
     env["PYTHONPATH"] = f"{QUALITY}:{env['PYTHONPATH']}"
     for f in found:
         repro = out / f["repro"]
-        res = subprocess.run([sys.executable, "-m", "flashcheck", "replay", str(repro), "--no-snippet"], env=env,
-                             capture_output=True, text=True, check=False, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "flashcheck", "replay", str(repro), "--no-snippet"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         assert res.returncode == 1, (f["id"], f["message"], res.stdout[-2000:], res.stderr[-2000:])

@@ -22,7 +22,7 @@ def broken_builder(spec: object, pad_to: int, padding: PaddingPolicy, allocator:
     """Forgets that padded rows must repeat the last indptr value (they point past the real pages)."""
     layout = flashcheck_builder(spec, pad_to, padding, allocator, seed)  # type: ignore[arg-type]
     if layout.padded_batch_size > layout.batch_size:
-        layout.kv_indptr[layout.batch_size + 1:] += 1
+        layout.kv_indptr[layout.batch_size + 1 :] += 1
     return layout
 
 
@@ -63,7 +63,8 @@ def test_fuzz_one_input_accepts_fuzz_tests_and_rejects_others() -> None:
 def test_atheris_run_finds_a_bug_and_saves_it_in_the_example_database(tmp_path: Path) -> None:
     pytest.importorskip("atheris", reason="atheris is an optional extra: pip install 'flashcheck[fuzz]'")
     script = tmp_path / "fuzz_builder.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_atheris import broken_builder
@@ -72,10 +73,12 @@ def test_atheris_run_finds_a_bug_and_saves_it_in_the_example_database(tmp_path: 
 
         run_atheris(metadata_builder_test(broken_builder), instrument=[broken_builder], runs=2000,
                     argv=["-seed=1"])
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False
+    )
     out = proc.stdout + proc.stderr  # atheris prints the Python exception on stdout, libFuzzer on stderr
     assert proc.returncode != 0, out[-2000:]
     assert "ViolationFound" in out and "FC301" in out, out[-2000:]
@@ -86,14 +89,23 @@ def test_atheris_run_finds_a_bug_and_saves_it_in_the_example_database(tmp_path: 
 def test_atheris_run_on_a_correct_builder_completes(tmp_path: Path) -> None:
     pytest.importorskip("atheris", reason="atheris is an optional extra: pip install 'flashcheck[fuzz]'")
     script = tmp_path / "fuzz_ok.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         from flashcheck.fuzz.atheris_bridge import run_atheris
         from flashcheck.fuzz.metadata import flashcheck_builder, metadata_builder_test
 
         run_atheris(metadata_builder_test(flashcheck_builder), instrument=[flashcheck_builder], runs=200,
                     argv=["-seed=1"])
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": SRC}, cwd=tmp_path, timeout=300, check=False)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Done 200 runs" in proc.stderr

@@ -20,10 +20,13 @@ SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 
 def test_import_flashcheck_imports_neither_torch_nor_hypothesis() -> None:
-    code = ("import sys, flashcheck, flashcheck.fuzz, flashcheck.pytest_plugin; f = flashcheck.fuzz; "
-            "print(sorted(m for m in ('torch', 'hypothesis', 'numpy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": SRC, "PATH": ""}).stdout
+    code = (
+        "import sys, flashcheck, flashcheck.fuzz, flashcheck.pytest_plugin; f = flashcheck.fuzz; "
+        "print(sorted(m for m in ('torch', 'hypothesis', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": SRC, "PATH": ""}
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -65,6 +68,7 @@ def test_decorated_clean_target_passes_with_instance_and_factory() -> None:
 
 def test_decorator_rejects_other_signatures() -> None:
     with pytest.raises(InvalidDefinition, match="takes none"):
+
         @flashcheck.fuzz(target="cpu-reference")
         def test_bad(x: object) -> None:
             pass
@@ -77,8 +81,9 @@ def test_budget_option_overrides_and_target_option_fills_in(tmp_path: Path) -> N
     def test_default_target() -> None:
         pass
 
-    previous = set_active_options(FuzzOptions(target="faulty_targets:PlanInfoVaries", budget=Budget(examples=30),
-                                              profile="ci"))
+    previous = set_active_options(
+        FuzzOptions(target="faulty_targets:PlanInfoVaries", budget=Budget(examples=30), profile="ci")
+    )
     try:
         r = test_default_target.fuzz_test.resolve()  # type: ignore[attr-defined]
         assert r["target"] == "faulty_targets:PlanInfoVaries" and r["budget"] == Budget(examples=30)

@@ -39,8 +39,9 @@ def test_markers_are_registered(pytester: pytest.Pytester) -> None:
 def test_header_has_seed_versions_and_seed_last_repeats_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_ok():\n    pass\n")
     first = pytester.runpytest("--flashcheck-seed", "12345")
-    first.stdout.fnmatch_lines(["flashcheck 0.*seed=12345*profile=auto*", "flashcheck versions: torch *, "
-                                "flashinfer *, device *"])
+    first.stdout.fnmatch_lines(
+        ["flashcheck 0.*seed=12345*profile=auto*", "flashcheck versions: torch *, flashinfer *, device *"]
+    )
     again = pytester.runpytest("--flashcheck-seed", "last")
     again.stdout.fnmatch_lines(["flashcheck 0.*seed=12345*"])
     assert again.ret == 0
@@ -53,10 +54,13 @@ def test_seed_last_without_a_previous_run_is_a_usage_error(pytester: pytest.Pyte
     result.stderr.fnmatch_lines(["*no previous seed*"])
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("--flashcheck-seed", "abc", "*integer or 'last'*"),
-    ("--flashcheck-budget", "ten", "*--flashcheck-budget*"),
-])
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--flashcheck-seed", "abc", "*integer or 'last'*"),
+        ("--flashcheck-budget", "ten", "*--flashcheck-budget*"),
+    ],
+)
 def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: str, value: str, message: str) -> None:
     pytester.makepyfile("def test_ok():\n    pass\n")
     result = pytester.runpytest(option, value)
@@ -74,8 +78,16 @@ def test_options_reach_fixtures(pytester: pytest.Pytester) -> None:
             assert flashcheck_options.target == "cpu-reference" and flashcheck_target.name == "cpu-reference"
             assert flashcheck_options.out_dir is not None
     """)
-    result = pytester.runpytest("--flashcheck-budget", "1.5m", "--flashcheck-seed", "7", "--flashcheck-profile", "ci",
-                                "--flashcheck-target", "cpu-reference")
+    result = pytester.runpytest(
+        "--flashcheck-budget",
+        "1.5m",
+        "--flashcheck-seed",
+        "7",
+        "--flashcheck-profile",
+        "ci",
+        "--flashcheck-target",
+        "cpu-reference",
+    )
     result.assert_outcomes(passed=1)
 
 
@@ -129,29 +141,41 @@ def test_fuzz_tests_are_marked_and_findings_are_a_report_section(pytester: pytes
     out = pytester.path / "repros"
     result = pytester.runpytest("-m", "fuzz", "--flashcheck-out", str(out), "--flashcheck-profile", "ci")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "*- flashcheck findings -*",  # the failing test's own section
-        "*FC304 plan-info-stable*",
-        "*replay:     flashcheck replay*",
-        "*= flashcheck findings =*",  # the terminal summary
-        "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
-        "seed *: rerun with --flashcheck-seed last",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*- flashcheck findings -*",  # the failing test's own section
+            "*FC304 plan-info-stable*",
+            "*replay:     flashcheck replay*",
+            "*= flashcheck findings =*",  # the terminal summary
+            "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
+            "seed *: rerun with --flashcheck-seed last",
+        ]
+    )
     assert list(out.glob("*.json"))
     assert settings.get_current_profile_name() == before  # --flashcheck-profile is undone at the end of the run
 
 
 def test_fuzz_marker_deselects_plain_tests(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_backend=FAULTY.replace("budget=40", "budget=1").replace("PlanInfoVaries",
-                                                                                      "StaleLastPageLen"))
+    pytester.makepyfile(
+        test_backend=FAULTY.replace("budget=40", "budget=1").replace("PlanInfoVaries", "StaleLastPageLen")
+    )
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     result = pytester.runpytest("-m", "not fuzz")
     result.assert_outcomes(passed=1, deselected=2)
 
 
 def test_builtin_suite_runs_the_cpu_reference_without_gpu(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("-m", "fuzz", "--pyargs", "flashcheck.fuzz.suite", "--flashcheck-budget", "3",
-                                "--flashcheck-profile", "ci", "-rs")
+    result = pytester.runpytest(
+        "-m",
+        "fuzz",
+        "--pyargs",
+        "flashcheck.fuzz.suite",
+        "--flashcheck-budget",
+        "3",
+        "--flashcheck-profile",
+        "ci",
+        "-rs",
+    )
     result.assert_outcomes(passed=2, skipped=9)
 
 

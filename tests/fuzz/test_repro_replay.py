@@ -21,16 +21,30 @@ SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 def _replay(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}  # src only: the repro names its own module dir
-    return subprocess.run([sys.executable, "-m", "flashcheck", "replay", str(path), "--device", "cpu"],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "flashcheck", "replay", str(path), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def repro_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("repros")
     with pytest.raises(FuzzFailure) as info:
-        fuzz_target(ft.StaleLastPageLen(**SMALL), budget=60, seed=1, profile="ci", device="cpu", database=None,
-                    log=FindingLog(out))
+        fuzz_target(
+            ft.StaleLastPageLen(**SMALL),
+            budget=60,
+            seed=1,
+            profile="ci",
+            device="cpu",
+            database=None,
+            log=FindingLog(out),
+        )
     rec = info.value.records[0]
     assert rec.path is not None
     return rec.path
@@ -98,8 +112,25 @@ def test_fuzz_cli_writes_a_run_directory(tmp_path: Path) -> None:
     from flashcheck.cli import main
 
     out = tmp_path / "run"
-    rc = main(["fuzz", "--target", "faulty_targets:PlanInfoVaries", "--config", json.dumps(SMALL), "--budget", "40",
-               "--seed", "4", "--device", "cpu", "--profile", "ci", "--out", str(out)])
+    rc = main(
+        [
+            "fuzz",
+            "--target",
+            "faulty_targets:PlanInfoVaries",
+            "--config",
+            json.dumps(SMALL),
+            "--budget",
+            "40",
+            "--seed",
+            "4",
+            "--device",
+            "cpu",
+            "--profile",
+            "ci",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 1
     findings = json.loads((out / "findings.json").read_text())["findings"]
     assert {f["id"] for f in findings} == {"FC304"}

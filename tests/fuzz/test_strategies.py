@@ -122,9 +122,17 @@ def test_scenarios_capture_every_bucket_first_and_round_trip(sc: object) -> None
     assert Scenario.from_dict(sc.to_dict()) == sc
 
 
-@pytest.mark.parametrize(("raw", "want"), [("200", Budget(examples=200)), (7, Budget(examples=7)),
-                                           ("30s", Budget(seconds=30.0)), ("1.5m", Budget(seconds=90.0)),
-                                           ("1h", Budget(seconds=3600.0)), (2.5, Budget(seconds=2.5))])
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("200", Budget(examples=200)),
+        (7, Budget(examples=7)),
+        ("30s", Budget(seconds=30.0)),
+        ("1.5m", Budget(seconds=90.0)),
+        ("1h", Budget(seconds=3600.0)),
+        (2.5, Budget(seconds=2.5)),
+    ],
+)
 def test_parse_budget(raw: object, want: Budget) -> None:
     assert parse_budget(raw) == want  # type: ignore[arg-type]
 

@@ -16,19 +16,35 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize(("qo", "causal", "window", "cap", "mla"), [
-    ((1, 1, 1, 1), True, -1, 0.0, False),  # decode
-    ((3, 1, 5, 2), True, 7, 0.0, False),  # prefill chunks / speculative decode, sliding window
-    ((2, 4), False, -1, 30.0, False),  # non-causal, logit soft cap
-    ((1, 1, 1), True, -1, 0.0, True),  # MLA: V is the first columns of K, one latent head
-])
-def test_low_precision_reference_matches_fp32(dtype: str, qo: tuple[int, ...], causal: bool, window: int, cap: float,
-                                              mla: bool) -> None:
+@pytest.mark.parametrize(
+    ("qo", "causal", "window", "cap", "mla"),
+    [
+        ((1, 1, 1, 1), True, -1, 0.0, False),  # decode
+        ((3, 1, 5, 2), True, 7, 0.0, False),  # prefill chunks / speculative decode, sliding window
+        ((2, 4), False, -1, 30.0, False),  # non-causal, logit soft cap
+        ((1, 1, 1), True, -1, 0.0, True),  # MLA: V is the first columns of K, one latent head
+    ],
+)
+def test_low_precision_reference_matches_fp32(
+    dtype: str, qo: tuple[int, ...], causal: bool, window: int, cap: float, mla: bool
+) -> None:
     rng = np.random.default_rng(len(qo))
     kv = tuple(q + int(e) for q, e in zip(qo, rng.integers(0, 300, len(qo)), strict=True))
     dqk, dvo, kh = (24, 16, 1) if mla else (32, 32, 2)
-    spec = BatchSpec(qo, kv, page_size=16, num_qo_heads=8, num_kv_heads=kh, head_dim_qk=dqk, head_dim_vo=dvo,
-                     causal=causal, window_left=window, logits_soft_cap=cap, q_dtype=dtype, kv_dtype=dtype)
+    spec = BatchSpec(
+        qo,
+        kv,
+        page_size=16,
+        num_qo_heads=8,
+        num_kv_heads=kh,
+        head_dim_qk=dqk,
+        head_dim_vo=dvo,
+        causal=causal,
+        window_left=window,
+        logits_soft_cap=cap,
+        q_dtype=dtype,
+        kv_dtype=dtype,
+    )
     lay = build_paged_layout(spec, allocator="shuffled", seed=3, pad_to=spec.batch_size + 1, padding="vllm_legacy")
     dt = getattr(torch, dtype)
     q = torch.randn((lay.total_qo_rows, 8, dqk), dtype=dt, device="cuda")
@@ -64,8 +80,17 @@ def test_graphed_reference_replays_match_numpy() -> None:
         bs = int(rng.integers(5, 9))  # one padded batch size (8) and one page count (next power of two of 16)
         qo = (2, *(int(x) for x in rng.integers(1, 3, bs - 1)))  # two query rows at most: padded to 2
         kv = tuple(int(x) + q for x, q in zip(rng.integers(200, 240, bs), qo, strict=True))  # 13..16 pages
-        spec = BatchSpec(qo, kv, page_size=16, num_qo_heads=8, num_kv_heads=2, head_dim_qk=32, head_dim_vo=32,
-                         q_dtype="float16", kv_dtype="float16")
+        spec = BatchSpec(
+            qo,
+            kv,
+            page_size=16,
+            num_qo_heads=8,
+            num_kv_heads=2,
+            head_dim_qk=32,
+            head_dim_vo=32,
+            q_dtype="float16",
+            kv_dtype="float16",
+        )
         lay = build_paged_layout(spec, num_pages=600, allocator="shuffled", seed=i)
         q = torch.randn((lay.total_qo_rows, 8, 32), dtype=torch.float16, device="cuda")
         got = ref(q, lay).cpu().numpy()

@@ -16,11 +16,14 @@ from flashcheck.targets.reference import ReferenceTarget
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 
-@pytest.mark.parametrize(("cls", "check_id"), [
-    (ft.StaleLastPageLen, "FC303"),
-    (ft.PollutedIndptr, "FC301"),
-    (ft.PlanInfoVaries, "FC304"),
-])
+@pytest.mark.parametrize(
+    ("cls", "check_id"),
+    [
+        (ft.StaleLastPageLen, "FC303"),
+        (ft.PollutedIndptr, "FC301"),
+        (ft.PlanInfoVaries, "FC304"),
+    ],
+)
 def test_finds_planted_bug_and_shrinks(cls: type[ReferenceTarget], check_id: str, tmp_path: Path) -> None:
     log = FindingLog(tmp_path)
     with pytest.raises(FuzzFailure) as info:
@@ -44,6 +47,14 @@ def test_clean_reference_target_stays_quiet() -> None:
 
 def test_reset_session_finds_it_too(tmp_path: Path) -> None:
     with pytest.raises(FuzzFailure) as info:
-        fuzz_target(ft.PlanInfoVaries(**SMALL), budget=30, seed=3, profile="ci", device="cpu", database=None,
-                    reset="session", log=FindingLog(tmp_path))
+        fuzz_target(
+            ft.PlanInfoVaries(**SMALL),
+            budget=30,
+            seed=3,
+            profile="ci",
+            device="cpu",
+            database=None,
+            reset="session",
+            log=FindingLog(tmp_path),
+        )
     assert {f.id for f in info.value.findings} == {"FC304"}

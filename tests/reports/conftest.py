@@ -30,13 +30,23 @@ ENVIRONMENT = {
 }
 
 _PAGES = {
-    "FC102": ("host-sync-in-graph-capture", "static", "A host synchronisation (.item(), .cpu(), .tolist()) is "
-              "reachable from code that runs under CUDA graph capture."),
-    "FC203": ("persistent-buffer-reallocated", "runtime", "A buffer a captured graph reads was reallocated or "
-              "rebound before the graph replayed."),
+    "FC102": (
+        "host-sync-in-graph-capture",
+        "static",
+        "A host synchronisation (.item(), .cpu(), .tolist()) is "
+        "reachable from code that runs under CUDA graph capture.",
+    ),
+    "FC203": (
+        "persistent-buffer-reallocated",
+        "runtime",
+        "A buffer a captured graph reads was reallocated or rebound before the graph replayed.",
+    ),
     "FC205": ("plan-outside-replay-window", "runtime", "plan() ran on a side stream the replay does not wait for."),
-    "FC301": ("csr-well-formed", "property", "Paged CSR metadata (qo/kv indptr, kv indices, last_page_len) is well "
-              "formed before a kernel reads it."),
+    "FC301": (
+        "csr-well-formed",
+        "property",
+        "Paged CSR metadata (qo/kv indptr, kv indices, last_page_len) is well formed before a kernel reads it.",
+    ),
     "FC302": ("replay-matches-eager", "property", "A replayed graph produces the output an eager run produces."),
     "FC304": ("workspace-within-bounds", "property", "The bytes a plan needs fit in the workspace it was given."),
 }
@@ -74,15 +84,27 @@ def current_findings() -> list[Finding]:
             message="`kv_lens.max().item()` synchronises the host inside `init_forward_metadata_capture_cuda_graph`, "
             "which runs under torch.cuda.graph capture",
             hint="compute the maximum on the host from the scheduler's seq_lens, or pass it in as an int",
-            location=Location(file="engine/attention/flashinfer_backend.py", line=212, column=27,
-                              function="init_forward_metadata_capture_cuda_graph"),
+            location=Location(
+                file="engine/attention/flashinfer_backend.py",
+                line=212,
+                column=27,
+                function="init_forward_metadata_capture_cuda_graph",
+            ),
             evidence={"call": "Tensor.item", "capture_entry": "CudaGraphRunner.capture"},
             stack=_stack(
                 ("engine/model_executor/cuda_graph_runner.py", 301, "capture", "self.capture_one_batch_size(bs)"),
-                ("engine/model_executor/cuda_graph_runner.py", 355, "capture_one_batch_size",
-                 "backend.init_forward_metadata_capture_cuda_graph(bs, ...)"),
-                ("engine/attention/flashinfer_backend.py", 212, "init_forward_metadata_capture_cuda_graph",
-                 "max_kv = kv_lens.max().item()"),
+                (
+                    "engine/model_executor/cuda_graph_runner.py",
+                    355,
+                    "capture_one_batch_size",
+                    "backend.init_forward_metadata_capture_cuda_graph(bs, ...)",
+                ),
+                (
+                    "engine/attention/flashinfer_backend.py",
+                    212,
+                    "init_forward_metadata_capture_cuda_graph",
+                    "max_kv = kv_lens.max().item()",
+                ),
             ),
         ),
         Finding(
@@ -93,12 +115,21 @@ def current_findings() -> list[Finding]:
             "by a new tensor (0x7f3a30400000) before replay 41",
             hint="copy into the captured buffer in place (`buf[:n].copy_(new)`) instead of rebinding the attribute",
             location=Location(target=TARGET, step=41, step_name="replay bs=16", region="prepare_replay"),
-            evidence={"buffer": "kv_indices", "bucket": 16, "captured_ptr": "0x7f3a2c000000",
-                      "replayed_ptr": "0x7f3a30400000", "numel": 65536},
+            evidence={
+                "buffer": "kv_indices",
+                "bucket": 16,
+                "captured_ptr": "0x7f3a2c000000",
+                "replayed_ptr": "0x7f3a30400000",
+                "numel": 65536,
+            },
             stack=_stack(
                 ("flashcheck/scenario.py", 188, "_replay", "target.prepare_replay(bucket, batch)"),
-                ("engine/attention/flashinfer_backend.py", 377, "init_forward_metadata_replay_cuda_graph",
-                 "self.kv_indices = torch.empty_like(kv_indices)"),
+                (
+                    "engine/attention/flashinfer_backend.py",
+                    377,
+                    "init_forward_metadata_replay_cuda_graph",
+                    "self.kv_indices = torch.empty_like(kv_indices)",
+                ),
             ),
         ),
         Finding(
@@ -109,8 +140,14 @@ def current_findings() -> list[Finding]:
             hint="rebuild the padded tail of kv_indptr on every replay: rows past the real batch repeat the last "
             "real value",
             location=Location(target=TARGET, step=57, step_name="replay bs=16", region="replay"),
-            evidence={"check": "indptr-monotone", "index": 9, "value": 34891, "previous": 36606, "batch_size": 9,
-                      "padded": 16},
+            evidence={
+                "check": "indptr-monotone",
+                "index": 9,
+                "value": 34891,
+                "previous": 36606,
+                "batch_size": 9,
+                "padded": 16,
+            },
         ),
         Finding(
             id="FC301",
@@ -199,8 +236,13 @@ def write_run(
             with_repro.append(f)
             continue
         sig = f.signature()
-        repro = {"seed": seed, "target": TARGET, "step": f.location.step, "check": f.id,
-                 "batch": {"qo_lens": [1, 1, 4], "kv_lens": [5, 40, 17], "page_size": 16}}
+        repro = {
+            "seed": seed,
+            "target": TARGET,
+            "step": f.location.step,
+            "check": f.id,
+            "batch": {"qo_lens": [1, 1, 4], "kv_lens": [5, 40, 17], "page_size": 16},
+        }
         atomic_write_text(d / "repros" / f"{sig}.json", json.dumps(repro, indent=2, sort_keys=True) + "\n")
         with_repro.append(f.with_repro(f"repros/{sig}.json"))
     save_findings(d / "findings.json", with_repro)
@@ -222,7 +264,9 @@ def write_run(
         "finished": STARTED + round(duration, 3),
         "environment": ENVIRONMENT,
         "stats": {"steps": len(samples), "rejected_inputs": 3, "graphs_captured": 6, "replays": 57},
-        "errors": errors if errors is not None else [
+        "errors": errors
+        if errors is not None
+        else [
             "step 77 (run bs=31): CUDA error: an illegal memory access was encountered; the input is quarantined "
             "in repros/quarantine-77.json"
         ],

@@ -70,8 +70,12 @@ def test_bad_input_is_a_usage_error(
 ) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "file.json").write_text("{}")
-    names = {"missing": str(tmp_path / "nope"), "file": str(tmp_path / "file.json"), "empty": str(tmp_path / "empty"),
-             "run": str(run_dir)}
+    names = {
+        "missing": str(tmp_path / "nope"),
+        "file": str(tmp_path / "file.json"),
+        "empty": str(tmp_path / "empty"),
+        "run": str(run_dir),
+    }
     assert main([a.format(**names) for a in args]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("flashcheck report: error: ")

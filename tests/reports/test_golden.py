@@ -31,9 +31,7 @@ def check_golden(name: str, text: str) -> None:
         diff = "".join(
             difflib.unified_diff(want.splitlines(True), text.splitlines(True), f"golden/{name}", "rendered", n=2)
         )
-        pytest.fail(
-            f"{name} differs from its golden file (FLASHCHECK_UPDATE_GOLDEN=1 regenerates it):\n{diff[:6000]}"
-        )
+        pytest.fail(f"{name} differs from its golden file (FLASHCHECK_UPDATE_GOLDEN=1 regenerates it):\n{diff[:6000]}")
 
 
 @pytest.mark.parametrize("compare", [False, True], ids=["plain", "compare"])

@@ -121,8 +121,12 @@ def test_html_structure(run_dir: Path, baseline_dir: Path) -> None:
 def test_html_is_self_contained(run_dir: Path) -> None:
     html = render(load_run(run_dir), "html", run_dir=run_dir)
     root = parse(html)
-    loaded = [n for n in root.iter() if n.tag in ("script", "img", "iframe", "link", "audio", "video", "source")
-              and ("src" in n.attrs or "href" in n.attrs)]
+    loaded = [
+        n
+        for n in root.iter()
+        if n.tag in ("script", "img", "iframe", "link", "audio", "video", "source")
+        and ("src" in n.attrs or "href" in n.attrs)
+    ]
     assert loaded == [], "the report must not load anything: inline CSS/JS/SVG only"
     styles = "".join(n.all_text() for n in root.find_all("style"))
     assert "@import" not in styles and "url(" not in styles
@@ -130,8 +134,13 @@ def test_html_is_self_contained(run_dir: Path) -> None:
 
 
 def test_html_escapes_untrusted_text(tmp_path: Path, make_run: Callable[..., Path]) -> None:
-    evil = Finding(id="FC301", name="csr-well-formed", kind="property", message="<script>alert(1)</script> & more",
-                   location=Location(target="<b>t</b>", step=1))
+    evil = Finding(
+        id="FC301",
+        name="csr-well-formed",
+        kind="property",
+        message="<script>alert(1)</script> & more",
+        location=Location(target="<b>t</b>", step=1),
+    )
     d = make_run(tmp_path / "evil", [evil], [], errors=["<img src=x onerror=alert(1)>"])
     html = render(load_run(d), "html", run_dir=d)
     assert "<script>alert(1)" not in html and "<img src=x" not in html
@@ -161,9 +170,17 @@ def test_html_in_headless_browser(run_dir: Path, baseline_dir: Path, tmp_path: P
     page.write_text(render(load_run(run_dir), "html", run_dir=run_dir, baseline=load_run(baseline_dir)), "utf-8")
     assert CHROMIUM is not None
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=2000", "--dump-dom", page.as_uri(),
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=2000",
+        "--dump-dom",
+        page.as_uri(),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -176,6 +193,9 @@ def test_html_in_headless_browser(run_dir: Path, baseline_dir: Path, tmp_path: P
     shot = tmp_path / "report.png"
     proc = subprocess.run(
         [*cmd[:-2], "--hide-scrollbars", "--window-size=1400,2400", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0 and shot.stat().st_size > 50_000, "the screenshot of the report is (nearly) blank"

@@ -143,6 +143,7 @@ def test_reports_never_import_torch(run_dir: Path) -> None:
         "assert not bad, bad\n"
     )
     src = str(Path(__file__).resolve().parents[2] / "src")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": src},
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": src}, check=False
+    )
     assert proc.returncode == 0, proc.stderr

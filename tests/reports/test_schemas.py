@@ -100,14 +100,17 @@ def test_sarif_rules_locations_and_baseline(run_dir: Path, baseline_dir: Path) -
     # static: the finding's own file:line:column
     static = by_rule["FC102"]["locations"][0]
     assert static["physicalLocation"]["artifactLocation"] == {
-        "uri": "engine/attention/flashinfer_backend.py", "uriBaseId": "SRCROOT"}
+        "uri": "engine/attention/flashinfer_backend.py",
+        "uriBaseId": "SRCROOT",
+    }
     assert static["physicalLocation"]["region"] == {"startLine": 212, "startColumn": 27}
     # runtime without a file: the innermost stack frame, plus the scenario step as a logical location
     runtime = by_rule["FC203"]
     loc = runtime["locations"][0]
     assert loc["physicalLocation"]["region"]["startLine"] == 377
     assert loc["logicalLocations"][0]["fullyQualifiedName"] == (
-        "target:flashinfer-paged/step:41(replay bs=16)/region:prepare_replay")
+        "target:flashinfer-paged/step:41(replay bs=16)/region:prepare_replay"
+    )
     assert runtime["stacks"][0]["frames"][0]["location"]["physicalLocation"]["region"]["startLine"] == 377
     # property without file or stack: logical location only
     prop = next(r for r in run["results"] if r["ruleId"] == "FC304")

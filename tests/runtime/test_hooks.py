@@ -376,7 +376,6 @@ def test_cupti_on_a_cpu_profiler_is_quiet() -> None:
         assert chk.drain_findings() == []
 
 
-
 def test_a_second_cupti_layer_in_the_process_is_skipped_with_a_reason() -> None:
     """Kineto runs one profiler per process: a second checker reports the layer as skipped instead of breaking
     the first one's profiler."""

@@ -21,7 +21,10 @@ from flashcheck.errors import FlashcheckError, InvalidArgument
         ({"qo_lens": (0,), "kv_lens": (3,)}, r"qo_lens\[0\]=0 must be >= 1"),
         ({"qo_lens": (5,), "kv_lens": (3,)}, r"kv_lens\[0\]=3 must be >= qo_lens\[0\]=5"),
         ({"qo_lens": (1,), "kv_lens": (3,), "page_size": 0}, r"page_size=0 must be an int >= 1"),
-        ({"qo_lens": (1,), "kv_lens": (3,), "num_qo_heads": 6, "num_kv_heads": 4}, r"num_qo_heads=6 must be a multiple"),
+        (
+            {"qo_lens": (1,), "kv_lens": (3,), "num_qo_heads": 6, "num_kv_heads": 4},
+            r"num_qo_heads=6 must be a multiple",
+        ),
         ({"qo_lens": (1,), "kv_lens": (3,), "q_dtype": "fp16"}, r"q_dtype='fp16' must be one of"),
         ({"qo_lens": (1,), "kv_lens": (3,), "window_left": -2}, r"window_left=-2 must be -1"),
         ({"qo_lens": (1,), "kv_lens": (3,), "logits_soft_cap": -1.0}, r"logits_soft_cap=-1.0 must be >= 0"),
@@ -54,8 +57,14 @@ def test_spec_is_immutable() -> None:
 )
 def test_json_round_trip(reqs: list[tuple[int, int]], page: int, causal: bool, window: int) -> None:
     spec = BatchSpec(
-        tuple(q for q, _ in reqs), tuple(q + extra for q, extra in reqs), page_size=page, causal=causal,
-        window_left=window, logits_soft_cap=30.0, num_qo_heads=8, num_kv_heads=2,
+        tuple(q for q, _ in reqs),
+        tuple(q + extra for q, extra in reqs),
+        page_size=page,
+        causal=causal,
+        window_left=window,
+        logits_soft_cap=30.0,
+        num_qo_heads=8,
+        num_kv_heads=2,
     )
     again = BatchSpec.from_json(json.dumps(json.loads(spec.to_json())))
     assert again == spec

@@ -22,9 +22,14 @@ def base(padding: str = "vllm_legacy", pad_to: int = 6) -> PagedLayout:
 
 def inp(layout: PagedLayout, **over: object) -> CsrInput:
     d: dict[str, object] = dict(
-        kv_indptr=layout.kv_indptr.copy(), kv_indices=layout.kv_indices.copy(),
-        kv_last_page_len=layout.kv_last_page_len.copy(), num_pages=layout.num_pages, page_size=layout.page_size,
-        qo_indptr=layout.qo_indptr.copy(), seq_lens=layout.seq_lens.copy(), batch_size=layout.batch_size,
+        kv_indptr=layout.kv_indptr.copy(),
+        kv_indices=layout.kv_indices.copy(),
+        kv_last_page_len=layout.kv_last_page_len.copy(),
+        num_pages=layout.num_pages,
+        page_size=layout.page_size,
+        qo_indptr=layout.qo_indptr.copy(),
+        seq_lens=layout.seq_lens.copy(),
+        batch_size=layout.batch_size,
         padding=layout.padding,
     )
     d.update(over)
@@ -85,7 +90,9 @@ def test_fires_on_negative_kv_start() -> None:
 def test_fires_when_indptr_points_past_indices() -> None:
     layout = base()
     (f,) = check_csr(inp(layout, kv_indices=layout.kv_indices[:-3]))
-    assert f.evidence["check"] == "indptr-within-indices" and f"len(kv_indices)={len(layout.kv_indices) - 3}" in f.message
+    assert (
+        f.evidence["check"] == "indptr-within-indices" and f"len(kv_indices)={len(layout.kv_indices) - 3}" in f.message
+    )
 
 
 def test_capacity_override_for_persistent_indices_buffer() -> None:
@@ -144,8 +151,13 @@ def test_fires_on_padding_rows_that_break_the_policy(policy: str, mutate, field:
     layout = base(policy)
     d = {k: v.copy() for k, v in layout.arrays().items()}
     mutate(d)
-    found = check_csr(inp(layout, **{k: d[k] for k in ("kv_indptr", "kv_last_page_len", "qo_indptr")},
-                          kv_indices_len=len(layout.kv_indices) + 5))
+    found = check_csr(
+        inp(
+            layout,
+            **{k: d[k] for k in ("kv_indptr", "kv_last_page_len", "qo_indptr")},
+            kv_indices_len=len(layout.kv_indices) + 5,
+        )
+    )
     assert checks_of(found) == ["padding-policy"], found
     assert found[0].evidence["policy"] == policy and f"{field}=" in found[0].message
 

@@ -56,7 +56,10 @@ def test_scenario_json_round_trip() -> None:
     ],
 )
 def test_steps_that_do_not_fit_get_clear_errors(step: Step, match: str) -> None:
-    with open_session(ReferenceTarget(), device="cpu", layers="off") as drv, pytest.raises(InvalidArgument, match=match):
+    with (
+        open_session(ReferenceTarget(), device="cpu", layers="off") as drv,
+        pytest.raises(InvalidArgument, match=match),
+    ):
         drv.execute(step, 0)
 
 
@@ -71,21 +74,29 @@ class _Raises(ReferenceTarget):
 
 def test_target_errors_go_through_the_classification_table() -> None:
     step = Step("eager", (1,), (5,))
-    with open_session(_Raises(ValueError("batch size 3 does not match the cuda graph mode batch size 4")),
-                      device="cpu", layers="off") as drv:
+    with open_session(
+        _Raises(ValueError("batch size 3 does not match the cuda graph mode batch size 4")), device="cpu", layers="off"
+    ) as drv:
         r = drv.execute(step, 0)  # a backend's ValueError on a step inside the capacity: a finding, never a skip
         assert r.rejected is None and [f.id for f in r.findings] == ["FC250"]
     with open_session(_Raises(KeyError("stale request id")), device="cpu", layers="off") as drv:
         (f,) = drv.execute(step, 0).findings
         assert f.id == "FC250" and f.stack and "KeyError" in f.message
-    with open_session(_Raises(RuntimeError("CUDA error: an illegal memory access was encountered")), device="cpu",
-                      layers="off") as drv:
+    with open_session(
+        _Raises(RuntimeError("CUDA error: an illegal memory access was encountered")), device="cpu", layers="off"
+    ) as drv:
         (f,) = drv.execute(step, 0).findings
         assert f.id == "FC250" and drv.poisoned and f.location.region == "run"
         with pytest.raises(ContextPoisoned, match="restart"):
             drv.execute(step, 1)
-    with open_session(_Raises(RuntimeError("no kernel image is available for execution on the device")),
-                      device="cpu", layers="off") as drv, pytest.raises(EnvironmentUnavailable):
+    with (
+        open_session(
+            _Raises(RuntimeError("no kernel image is available for execution on the device")),
+            device="cpu",
+            layers="off",
+        ) as drv,
+        pytest.raises(EnvironmentUnavailable),
+    ):
         drv.execute(step, 0)
 
 
@@ -105,10 +116,22 @@ def test_only_a_declared_input_contract_rejects_a_step() -> None:
 @pytest.mark.parametrize(
     ("exc", "verdict", "check"),
     [
-        (RuntimeError("Error in function 'aligned_alloc' at allocator.h:49: Buffer overflow when allocating memory "
-                      "for batch_prefill_tmp_v with size 69206016"), "finding", "FC302"),
-        (ValueError("The total number of rows in qo_indptr 128 in cuda graph mode cannot exceed the number of rows "
-                    "set during initialization 64."), "finding", "FC250"),
+        (
+            RuntimeError(
+                "Error in function 'aligned_alloc' at allocator.h:49: Buffer overflow when allocating memory "
+                "for batch_prefill_tmp_v with size 69206016"
+            ),
+            "finding",
+            "FC302",
+        ),
+        (
+            ValueError(
+                "The total number of rows in qo_indptr 128 in cuda graph mode cannot exceed the number of rows "
+                "set during initialization 64."
+            ),
+            "finding",
+            "FC250",
+        ),
         (RuntimeError("CUDA error: device-side assert triggered"), "finding", "FC250"),
         (NotImplementedError("workspace_size is not implemented for cudnn"), "environment", None),
         # FlashInfer 0.7.2's fa3 prefill JIT build failed on the H100 (reports/gpu-evidence.md): the machine, not

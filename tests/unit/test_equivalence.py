@@ -16,8 +16,7 @@ TOL = Tolerance(2e-2, 2e-2)
 
 
 def host_finds(got: np.ndarray, want: np.ndarray, rows: int) -> list:  # type: ignore[type-arg]
-    return compare_outputs(got[:rows], want[:rows], tol=TOL, what="replay vs reference",
-                           row_to_request=np.arange(rows))
+    return compare_outputs(got[:rows], want[:rows], tol=TOL, what="replay vs reference", row_to_request=np.arange(rows))
 
 
 @given(

@@ -41,5 +41,7 @@ def test_example_adapter_bug_is_found() -> None:
 
     target = Forgetful()
     with open_session(target, device="cpu", layers="off", seed=2) as drv:
-        ids = {f.id for i, s in enumerate(random_steps(target.capacity, 25, seed=4)) for f in drv.execute(s, i).findings}
+        ids = {
+            f.id for i, s in enumerate(random_steps(target.capacity, 25, seed=4)) for f in drv.execute(s, i).findings
+        }
     assert ids & {"FC301", "FC303"}

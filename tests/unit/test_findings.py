@@ -13,18 +13,39 @@ from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity, load_findings, save_findings
 
 F = Finding(
-    id="FC301", name="csr-well-formed", kind="property", message="kv_indptr[9]=34891 < kv_indptr[8]=36606",
-    hint="h", severity=Severity.ERROR, confidence=Confidence.HIGH,
-    location=Location(step=3, step_name="replay bs=16", target="decode"), evidence={"check": "x", "index": 9},
-    stack=(Frame("a.py", 3, "f", "x.tolist()"),), repro="repro.json",
+    id="FC301",
+    name="csr-well-formed",
+    kind="property",
+    message="kv_indptr[9]=34891 < kv_indptr[8]=36606",
+    hint="h",
+    severity=Severity.ERROR,
+    confidence=Confidence.HIGH,
+    location=Location(step=3, step_name="replay bs=16", target="decode"),
+    evidence={"check": "x", "index": 9},
+    stack=(Frame("a.py", 3, "f", "x.tolist()"),),
+    repro="repro.json",
 )
 
 
 def test_round_trip_and_stable_keys(tmp_path: Path) -> None:
     d = F.to_dict()
     assert sorted(d) == sorted(
-        ["schema", "id", "name", "kind", "severity", "confidence", "message", "hint", "location", "evidence",
-         "stack", "repro", "docs_url", "signature"]
+        [
+            "schema",
+            "id",
+            "name",
+            "kind",
+            "severity",
+            "confidence",
+            "message",
+            "hint",
+            "location",
+            "evidence",
+            "stack",
+            "repro",
+            "docs_url",
+            "signature",
+        ]
     )
     assert Finding.from_dict(json.loads(json.dumps(d))) == F
     save_findings(tmp_path / "f.json", [F, F.with_location(step=4)])
@@ -57,7 +78,9 @@ def test_violation_found_carries_findings() -> None:
 
 
 def test_import_does_not_import_torch() -> None:
-    code = "import sys, flashcheck; flashcheck.BatchSpec; flashcheck.Finding; import flashcheck.cli; " \
-           "import flashcheck.registry as r; r.all_checks(); print('torch' in sys.modules)"
+    code = (
+        "import sys, flashcheck; flashcheck.BatchSpec; flashcheck.Finding; import flashcheck.cli; "
+        "import flashcheck.registry as r; r.all_checks(); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -19,8 +19,17 @@ def test_pow2() -> None:
 
 def test_padded_reference_fires_on_a_wrong_page() -> None:
     """The padded path reads the layout's pages: a layout pointing a request at another page changes the result."""
-    spec = BatchSpec((1, 1), (20, 9), page_size=4, num_qo_heads=2, num_kv_heads=2, head_dim_qk=8, head_dim_vo=8,
-                     q_dtype="float32", kv_dtype="float32")
+    spec = BatchSpec(
+        (1, 1),
+        (20, 9),
+        page_size=4,
+        num_qo_heads=2,
+        num_kv_heads=2,
+        head_dim_qk=8,
+        head_dim_vo=8,
+        q_dtype="float32",
+        kv_dtype="float32",
+    )
     lay = build_paged_layout(spec, allocator="shuffled", seed=1)
     rng = np.random.default_rng(0)
     q = torch.from_numpy(rng.standard_normal((2, 2, 8)).astype(np.float32))

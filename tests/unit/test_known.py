@@ -42,8 +42,11 @@ def test_matches_upstream_file_target_and_check() -> None:
 
 @pytest.mark.parametrize(
     ("finding", "target"),
-    [(f("/x/engine/backend.py"), "prefill-fa3"), (f("/x/site/flashinfer/prefill.py"), "decode-tc"),
-     (f("/x/site/flashinfer/prefill.py", "FC202"), "prefill-fa2")],
+    [
+        (f("/x/engine/backend.py"), "prefill-fa3"),
+        (f("/x/site/flashinfer/prefill.py"), "decode-tc"),
+        (f("/x/site/flashinfer/prefill.py", "FC202"), "prefill-fa2"),
+    ],
 )
 def test_does_not_hide_other_findings(finding: Finding, target: str) -> None:
     unexpected, known = split_known([finding], target, known=[ENTRY])

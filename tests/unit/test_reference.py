@@ -52,8 +52,15 @@ def naive(q, k, v, causal, scale, window, cap):  # type: ignore[no-untyped-def]
 def test_paged_reference_matches_naive(reqs, page, kv_heads, group, causal, window, cap, dims, seed, alloc) -> None:  # type: ignore[no-untyped-def]
     dqk, dvo = dims
     spec = BatchSpec(
-        tuple(q for q, _ in reqs), tuple(q + e for q, e in reqs), page_size=page, num_qo_heads=kv_heads * group,
-        num_kv_heads=kv_heads, head_dim_qk=dqk, head_dim_vo=dvo, causal=causal, window_left=window,
+        tuple(q for q, _ in reqs),
+        tuple(q + e for q, e in reqs),
+        page_size=page,
+        num_qo_heads=kv_heads * group,
+        num_kv_heads=kv_heads,
+        head_dim_qk=dqk,
+        head_dim_vo=dvo,
+        causal=causal,
+        window_left=window,
         logits_soft_cap=cap,
     )
     lay = build_paged_layout(spec, allocator=alloc, seed=seed, num_pages=spec.num_pages_needed + 3)

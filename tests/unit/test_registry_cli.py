@@ -23,8 +23,11 @@ def test_lookup_by_id_and_name() -> None:
 
 @pytest.mark.parametrize(
     ("id_", "name", "kind", "match"),
-    [("X1", "a", "static", "must look like"), ("FC301", "a", "static", "must start with FC1"),
-     ("FC199", "Bad_Name", "static", "lower-case words")],
+    [
+        ("X1", "a", "static", "must look like"),
+        ("FC301", "a", "static", "must start with FC1"),
+        ("FC199", "Bad_Name", "static", "lower-case words"),
+    ],
 )
 def test_register_rejects_malformed(id_: str, name: str, kind: str, match: str) -> None:
     with pytest.raises(InvalidDefinition, match=match):

@@ -20,7 +20,7 @@ from flashcheck.verifier.engine import Rule, rule
 DATA = Path(__file__).parent.parent / "data"
 FIXTURES = Path(__file__).parent.parent / "rules" / "fixtures"
 
-BACKEND = '''\
+BACKEND = """\
 import torch
 
 
@@ -30,7 +30,7 @@ class Backend:
 
     def init_forward_metadata_replay_cuda_graph(self, bs):
         return self.kv_indptr[bs].item()
-'''
+"""
 
 
 def project(tmp_path: Path, source: str = BACKEND, pyproject: str | None = None) -> Path:
@@ -142,8 +142,10 @@ def test_configuration_roots_and_rules(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('hot-paths = "Backend.plan"',
-         "hot-paths must be a list of strings, got 'Backend.plan'; write hot-paths = [\"Backend.plan\"]"),
+        (
+            'hot-paths = "Backend.plan"',
+            "hot-paths must be a list of strings, got 'Backend.plan'; write hot-paths = [\"Backend.plan\"]",
+        ),
         ("hot-path = []", "unknown key 'hot-path' in [tool.flashcheck.static]; did you mean 'hot-paths'?"),
         ('default-roots = "yes"', "default-roots must be true or false"),
         ("select = [", "is not valid TOML"),
@@ -172,8 +174,18 @@ def test_sarif_output_validates_against_the_sarif_2_1_0_schema(
     results = doc["runs"][0]["results"]
     rules = doc["runs"][0]["tool"]["driver"]["rules"]
     # FC109 stays quiet: seen from this repository's root the fixtures live under tests/, which is not library code.
-    assert {r["ruleId"] for r in results} == {"FC100", "FC101", "FC102", "FC103", "FC104", "FC105", "FC106",
-                                              "FC107", "FC108", "FC199"}
+    assert {r["ruleId"] for r in results} == {
+        "FC100",
+        "FC101",
+        "FC102",
+        "FC103",
+        "FC104",
+        "FC105",
+        "FC106",
+        "FC107",
+        "FC108",
+        "FC199",
+    }
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
     assert any("codeFlows" in r for r in results if r["ruleId"] == "FC101")
     assert "What it checks" in next(r for r in rules if r["id"] == "FC101")["help"]["text"]

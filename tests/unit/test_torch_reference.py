@@ -29,11 +29,27 @@ torch = pytest.importorskip("torch")
 )
 def test_torch_reference_matches_numpy(reqs, decode, page, group, window, cap, causal, seed) -> None:  # type: ignore[no-untyped-def]
     qo = tuple(1 if decode else q for q, _ in reqs)
-    spec = BatchSpec(qo, tuple(q + e for q, (_, e) in zip(qo, reqs, strict=True)), page_size=page,
-                     num_qo_heads=2 * group, num_kv_heads=2, head_dim_qk=8, head_dim_vo=8, causal=causal,
-                     window_left=window, logits_soft_cap=cap, q_dtype="float32", kv_dtype="float32")
-    lay = build_paged_layout(spec, allocator="shuffled", seed=seed, pad_to=spec.batch_size + 1, padding="vllm_legacy"
-                             if page > 1 else "sglang")
+    spec = BatchSpec(
+        qo,
+        tuple(q + e for q, (_, e) in zip(qo, reqs, strict=True)),
+        page_size=page,
+        num_qo_heads=2 * group,
+        num_kv_heads=2,
+        head_dim_qk=8,
+        head_dim_vo=8,
+        causal=causal,
+        window_left=window,
+        logits_soft_cap=cap,
+        q_dtype="float32",
+        kv_dtype="float32",
+    )
+    lay = build_paged_layout(
+        spec,
+        allocator="shuffled",
+        seed=seed,
+        pad_to=spec.batch_size + 1,
+        padding="vllm_legacy" if page > 1 else "sglang",
+    )
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((lay.total_qo_rows, spec.num_qo_heads, 8)).astype(np.float32)
     kc = rng.standard_normal((lay.num_pages, page, 2, 8)).astype(np.float32)

@@ -64,15 +64,25 @@ def crash_cause(returncode: int | None, hung: bool) -> str:
     return f"exit {returncode}"
 
 
-def crash_finding(*, target: str, step_index: int, step_name: str, op: str, cause: str,
-                  evidence: Mapping[str, Any], timeout: float | None = None) -> Finding:
+def crash_finding(
+    *,
+    target: str,
+    step_index: int,
+    step_name: str,
+    op: str,
+    cause: str,
+    evidence: Mapping[str, Any],
+    timeout: float | None = None,
+) -> Finding:
     """The FC251 finding for a worker that died at `step_index` of its in-flight scenario."""
     how = f"made no progress for {timeout:g}s" if cause == "hang" and timeout else f"died ({cause})"
     return Finding(
-        id=CRASH_ID, name=CRASH_NAME, kind="runtime",
+        id=CRASH_ID,
+        name=CRASH_NAME,
+        kind="runtime",
         message=f"the campaign worker {how} while running step {step_index} ({step_name}) of its scenario",
         hint="replay the reproducer in a fresh process; quarantine it with a --ledger entry citing a reason "
-             "if it is a known crasher",
+        "if it is a known crasher",
         location=Location(target=target, step=step_index, step_name=step_name),
         evidence={"check": cause, "op": op, **dict(evidence)},
     )

@@ -43,8 +43,13 @@ def scenario_sha(scenario: Scenario) -> str:
 
 def step_shape(step: Step) -> dict[str, Any]:
     """The fields a ledger entry can match, for one step (what FC251 evidence quotes)."""
-    return {"op": step.op, "batch_size": len(step.qo_lens), "bucket": step.bucket, "qo_lens": list(step.qo_lens),
-            "kv_lens": list(step.kv_lens)}
+    return {
+        "op": step.op,
+        "batch_size": len(step.qo_lens),
+        "bucket": step.bucket,
+        "qo_lens": list(step.qo_lens),
+        "kv_lens": list(step.kv_lens),
+    }
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def _entry(raw: Any, where: str) -> LedgerEntry:
     if not reason:
         raise InvalidArgument(
             f"{where}: ledger entry {dict(raw)!r:.160} has no reason; every quarantine must cite one "
-            "(an issue link or why the crash is expected), e.g. reason = \"flashinfer#1234\""
+            '(an issue link or why the crash is expected), e.g. reason = "flashinfer#1234"'
         )
     target = raw.get("target")
     if not isinstance(target, str) or not target:

@@ -30,8 +30,12 @@ def parse_duration(text: str) -> float:
     else:
         parts = _DURATION_RE.findall(s)
         units = [u for _, u in parts]
-        if not parts or "".join(f"{n}{u}" for n, u in parts) != s or len(set(units)) != len(units) \
-                or units != sorted(units, key="hms".index):
+        if (
+            not parts
+            or "".join(f"{n}{u}" for n, u in parts) != s
+            or len(set(units)) != len(units)
+            or units != sorted(units, key="hms".index)
+        ):
             raise InvalidArgument(
                 f"time budget {text!r} does not parse; write it like 90s, 10m, 8h or 1h30m (hours, minutes, "
                 "seconds, in that order)"

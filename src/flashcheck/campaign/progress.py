@@ -85,15 +85,21 @@ class Progress:
 
     def _line(self, snap: Snapshot) -> str:
         rates = " ".join(f"w{w.index}={w.rate:.1f}/s({w.status})" for w in snap.workers)
-        return (f"elapsed {format_duration(snap.elapsed)} remaining {snap.remaining} | steps {snap.steps} | {rates} | "
-                f"findings {self._findings(snap)} | shapes {snap.shapes} | crashes {snap.crashes} "
-                f"restarts {snap.restarts} | corpus {snap.corpus}")
+        return (
+            f"elapsed {format_duration(snap.elapsed)} remaining {snap.remaining} | steps {snap.steps} | {rates} | "
+            f"findings {self._findings(snap)} | shapes {snap.shapes} | crashes {snap.crashes} "
+            f"restarts {snap.restarts} | corpus {snap.corpus}"
+        )
 
     def _block(self, snap: Snapshot) -> list[str]:
-        lines = [f"flashcheck campaign  elapsed {format_duration(snap.elapsed)}  remaining {snap.remaining}  "
-                 f"steps {snap.steps}  shapes {snap.shapes}  corpus {snap.corpus}"]
-        lines += [f"  worker {w.index:<3} {w.status:<9} {w.steps:>8} steps {w.rate:>7.1f} steps/s  {w.target}"
-                  for w in snap.workers]
+        lines = [
+            f"flashcheck campaign  elapsed {format_duration(snap.elapsed)}  remaining {snap.remaining}  "
+            f"steps {snap.steps}  shapes {snap.shapes}  corpus {snap.corpus}"
+        ]
+        lines += [
+            f"  worker {w.index:<3} {w.status:<9} {w.steps:>8} steps {w.rate:>7.1f} steps/s  {w.target}"
+            for w in snap.workers
+        ]
         lines.append(f"  findings: {self._findings(snap)}   crashes {snap.crashes}   restarts {snap.restarts}")
         return lines
 

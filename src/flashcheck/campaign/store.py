@@ -50,8 +50,11 @@ def load_campaign_meta(run_dir: Path) -> dict[str, Any]:
         kind = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
         raise InvalidArgument(f"--resume {run_dir}: run.json is a {kind!r} run, not a campaign")
     camp = meta.get("campaign")
-    if not isinstance(camp, dict) or not isinstance(camp.get("config"), dict) \
-            or not isinstance(camp.get("workers"), dict):
+    if (
+        not isinstance(camp, dict)
+        or not isinstance(camp.get("config"), dict)
+        or not isinstance(camp.get("workers"), dict)
+    ):
         raise InvalidArgument(f"--resume {run_dir}: run.json has no campaign state (config and workers)")
     if (run_dir / "findings.json").exists():
         load_findings(run_dir / "findings.json")  # raises InvalidArgument when damaged
@@ -69,8 +72,12 @@ class WorkerState:
         self.restarts = int(d.get("restarts", 0))
 
     def to_dict(self) -> dict[str, int]:
-        return {"next_chunk": self.next_chunk, "steps_done": self.steps_done, "crashes": self.crashes,
-                "restarts": self.restarts}
+        return {
+            "next_chunk": self.next_chunk,
+            "steps_done": self.steps_done,
+            "crashes": self.crashes,
+            "restarts": self.restarts,
+        }
 
 
 class CampaignStore:
@@ -101,8 +108,9 @@ class CampaignStore:
     @classmethod
     def create(cls, run_dir: Path, meta: dict[str, Any]) -> CampaignStore:
         if (run_dir / "run.json").exists():
-            raise InvalidArgument(f"{run_dir} already holds a run; continue it with --resume {run_dir} or pass "
-                                  "another --out")
+            raise InvalidArgument(
+                f"{run_dir} already holds a run; continue it with --resume {run_dir} or pass another --out"
+            )
         return cls(run_dir, meta, resuming=False)
 
     @classmethod
@@ -169,8 +177,12 @@ class CampaignStore:
         self.sizes[sig] = size
         save_findings(self.dir / "findings.json", self.findings.values())
         if result == "new" and sig not in self.first_seen:
-            self.first_seen[sig] = {"id": finding.id, "target": finding.location.target,
-                                    "elapsed": round(self.elapsed(), 3), "steps": self.steps_done()}
+            self.first_seen[sig] = {
+                "id": finding.id,
+                "target": finding.location.target,
+                "elapsed": round(self.elapsed(), 3),
+                "steps": self.steps_done(),
+            }
         return result
 
     def add_sample(self, sample: Sample) -> None:
@@ -180,21 +192,32 @@ class CampaignStore:
     def save(self, **extra: Any) -> None:
         """Rewrite run.json atomically with every counter (call after each completed chunk)."""
         camp = self.meta["campaign"]
-        camp.update(workers={str(k): v.to_dict() for k, v in sorted(self.workers.items())},
-                    corpus_done=sorted(self.corpus_done), first_seen=self.first_seen, dropped_targets=self.dropped,
-                    elapsed=round(self.elapsed(), 3), sessions=self.sessions, skipped_steps=self.skipped_steps)
+        camp.update(
+            workers={str(k): v.to_dict() for k, v in sorted(self.workers.items())},
+            corpus_done=sorted(self.corpus_done),
+            first_seen=self.first_seen,
+            dropped_targets=self.dropped,
+            elapsed=round(self.elapsed(), 3),
+            sessions=self.sessions,
+            skipped_steps=self.skipped_steps,
+        )
         camp.update(extra)
         steps = self.steps_done()
         by_id: dict[str, int] = {}
         for f in self.findings.values():
             by_id[f.id] = by_id.get(f.id, 0) + 1
         el = self.elapsed()
-        self.writer.write_meta(stats={
-            "steps": steps, "elapsed_s": round(el, 3), "steps_per_s": round(steps / el, 3) if el > 0 else 0.0,
-            "findings": len(self.findings), "findings_by_id": by_id,
-            "crashes": sum(w.crashes for w in self.workers.values()),
-            "restarts": sum(w.restarts for w in self.workers.values()),
-        })
+        self.writer.write_meta(
+            stats={
+                "steps": steps,
+                "elapsed_s": round(el, 3),
+                "steps_per_s": round(steps / el, 3) if el > 0 else 0.0,
+                "findings": len(self.findings),
+                "findings_by_id": by_id,
+                "crashes": sum(w.crashes for w in self.workers.values()),
+                "restarts": sum(w.restarts for w in self.workers.values()),
+            }
+        )
 
     def error(self, message: str) -> None:
         self.meta.setdefault("errors", []).append(message)

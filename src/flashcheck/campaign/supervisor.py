@@ -91,8 +91,16 @@ class _Handle:
 
 
 class Supervisor:
-    def __init__(self, cfg: CampaignConfig, store: CampaignStore, corpus: Corpus, progress: Progress, *,
-                 corpus_poll: float = 30.0, save_every: float = 10.0) -> None:
+    def __init__(
+        self,
+        cfg: CampaignConfig,
+        store: CampaignStore,
+        corpus: Corpus,
+        progress: Progress,
+        *,
+        corpus_poll: float = 30.0,
+        save_every: float = 10.0,
+    ) -> None:
         self.cfg, self.store, self.corpus, self.progress = cfg, store, corpus, progress
         self.events: queue.Queue[tuple[int, int, str]] = queue.Queue()
         self.handles: dict[int, _Handle] = {}
@@ -121,10 +129,21 @@ class Supervisor:
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus[w % len(self.cfg.gpus)]
         log = (wdir / "stderr.log").open("ab")
-        cmd = [sys.executable, "-m", "flashcheck.campaign.worker", "serve", "--run-dir", str(self.store.dir),
-               "--worker", str(w), "--config", json.dumps(self.cfg.to_dict())]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True,
-                                bufsize=1)
+        cmd = [
+            sys.executable,
+            "-m",
+            "flashcheck.campaign.worker",
+            "serve",
+            "--run-dir",
+            str(self.store.dir),
+            "--worker",
+            str(w),
+            "--config",
+            json.dumps(self.cfg.to_dict()),
+        ]
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1
+        )
         h = _Handle(w, gen, proc, log)
         self.handles[w] = h
         threading.Thread(target=self._read, args=(h,), name=f"flashcheck-worker-{w}", daemon=True).start()
@@ -177,8 +196,14 @@ class Supervisor:
             cid, scen = self.pending_corpus.pop(0)
             if cid in self.store.corpus_done or cid in busy or scen.target not in targets:
                 continue
-            return Job(f"corpus:{cid}", "corpus", scen.target, len(scen.steps), corpus_id=cid,
-                       payload={"scenario": scen.to_dict()})
+            return Job(
+                f"corpus:{cid}",
+                "corpus",
+                scen.target,
+                len(scen.steps),
+                corpus_id=cid,
+                payload={"scenario": scen.to_dict()},
+            )
         if not targets:
             return None
         ws = self.store.worker(w)
@@ -262,8 +287,9 @@ class Supervisor:
         ws = self.store.worker(h.index)
         if ev.get("sample"):
             s = Sample.from_dict(ev["sample"])
-            self.store.add_sample(dataclasses.replace(s, step=ws.steps_done + h.executed, t=self.store.elapsed(),
-                                                      worker=h.index))
+            self.store.add_sample(
+                dataclasses.replace(s, step=ws.steps_done + h.executed, t=self.store.elapsed(), worker=h.index)
+            )
         h.executed += 1
         h.steps_session += 1
         if ev.get("known"):
@@ -339,8 +365,10 @@ class Supervisor:
             self.early_deaths[h.index] = self.early_deaths.get(h.index, 0) + 1
             h.job = None
             if self.early_deaths[h.index] >= MAX_EARLY_DEATHS:
-                msg = (f"worker {h.index} died {MAX_EARLY_DEATHS} times in a row before running a step (last exit "
-                       f"status {rc}); see {self.store.dir}/workers/{h.index}/stderr.log")
+                msg = (
+                    f"worker {h.index} died {MAX_EARLY_DEATHS} times in a row before running a step (last exit "
+                    f"status {rc}); see {self.store.dir}/workers/{h.index}/stderr.log"
+                )
                 self.store.error(msg)
                 self.fatal = Outcome(2, msg)
                 self._stop("worker cannot start")
@@ -374,23 +402,40 @@ class Supervisor:
         dump = read_hang_file(hang_file)
         hang_file.unlink(missing_ok=True)
         if dump is not None:  # the worker's watchdog wrote every thread's stack before it ended the process
-            f = hang_finding(target=h.target_name or scen.target, step=i, step_name=name, timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
-                             stacks=dump[1])
+            f = hang_finding(
+                target=h.target_name or scen.target,
+                step=i,
+                step_name=name,
+                timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
+                stacks=dump[1],
+            )
             self._record(f, scen, i)
             self.progress.note(f"worker {h.index}: step {i} ({name}) hung; restarting it")
             return
         cause = crash_cause(rc, h.hung)
         trimmed = Scenario(scen.target, scen.steps[: i + 1], scen.seed, scen.target_config)
         evidence = {
-            "returncode": rc, "phase": phase, "worker": h.index, "job": h.job.id if h.job else None,
-            "scenario_sha": scenario_sha(trimmed), "stderr_tail": self._stderr_tail(h.index),
+            "returncode": rc,
+            "phase": phase,
+            "worker": h.index,
+            "job": h.job.id if h.job else None,
+            "scenario_sha": scenario_sha(trimmed),
+            "stderr_tail": self._stderr_tail(h.index),
             "quarantine": {"target": scen.target, "step": step_shape(step), "reason": "<cite the issue>"},
         }
-        f = crash_finding(target=h.target_name or scen.target, step_index=i, step_name=name, op=step.op, cause=cause,
-                          evidence=evidence, timeout=self.cfg.step_timeout)
+        f = crash_finding(
+            target=h.target_name or scen.target,
+            step_index=i,
+            step_name=name,
+            op=step.op,
+            cause=cause,
+            evidence=evidence,
+            timeout=self.cfg.step_timeout,
+        )
         self._record(f, scen, i)
-        self.progress.note(f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}; "
-                           "restarting it")
+        self.progress.note(
+            f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}; restarting it"
+        )
 
     def _stderr_tail(self, w: int, lines: int = 12) -> str:
         try:
@@ -427,12 +472,28 @@ class Supervisor:
         by_id: dict[str, int] = {}
         for f in self.store.findings.values():
             by_id[f.id] = by_id.get(f.id, 0) + 1
-        lines = [WorkerLine(h.index, h.status, self.store.worker(h.index).steps_done + h.executed, h.rate(),
-                            h.job.target + " " + h.job.id if h.job else "") for h in self.handles.values()]
+        lines = [
+            WorkerLine(
+                h.index,
+                h.status,
+                self.store.worker(h.index).steps_done + h.executed,
+                h.rate(),
+                h.job.target + " " + h.job.id if h.job else "",
+            )
+            for h in self.handles.values()
+        ]
         wss = self.store.workers.values()
-        return Snapshot(self.store.elapsed(), self._remaining_text(), self.store.steps_done() + sum(
-            h.executed for h in self.handles.values()), lines, by_id, len(self.store.shapes),
-            sum(w.crashes for w in wss), sum(w.restarts for w in wss), len(self.store.corpus_done))
+        return Snapshot(
+            self.store.elapsed(),
+            self._remaining_text(),
+            self.store.steps_done() + sum(h.executed for h in self.handles.values()),
+            lines,
+            by_id,
+            len(self.store.shapes),
+            sum(w.crashes for w in wss),
+            sum(w.restarts for w in wss),
+            len(self.store.corpus_done),
+        )
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:

@@ -100,8 +100,11 @@ class Worker:
             self.emit("done", job=job, steps=0)
             return
         scen, reasons = self.ledger.filter_steps(scen)
-        atomic_write_text(self.dir / "inflight.json", json.dumps(
-            {"job": job, "worker": self.index, "pid": os.getpid(), "scenario": scen.to_dict()}, indent=1) + "\n")
+        atomic_write_text(
+            self.dir / "inflight.json",
+            json.dumps({"job": job, "worker": self.index, "pid": os.getpid(), "scenario": scen.to_dict()}, indent=1)
+            + "\n",
+        )
         if reasons:
             self.emit("skipped", job=job, steps=len(reasons), reasons=sorted(set(reasons)))
         self.emit("begin", job=job, steps=len(scen.steps))
@@ -109,9 +112,17 @@ class Worker:
         # the worker's own watchdog fires first (its stacks become FC252); the supervisor's kill is the backstop
         timeout = self.cfg.step_timeout * WATCHDOG_SHARE
         try:
-            with open_session(tgt, device=self.device, layers=self.cfg.layers,  # type: ignore[arg-type]
-                              seed=scen.seed, worker=self.index, step_timeout=timeout,
-                              hang_file=self.dir / HANG_FILE, hard_exit=True, warm_up_scale=1.0) as drv:
+            with open_session(
+                tgt,
+                device=self.device,
+                layers=self.cfg.layers,  # type: ignore[arg-type]
+                seed=scen.seed,
+                worker=self.index,
+                step_timeout=timeout,
+                hang_file=self.dir / HANG_FILE,
+                hard_exit=True,
+                warm_up_scale=1.0,
+            ) as drv:
                 self.emit("target", job=job, name=drv.target.name)
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
@@ -120,9 +131,15 @@ class Worker:
                     executed += 1
                     # documented upstream behaviours (flashcheck.known) are counted, not reported as findings
                     unexpected, known = split_known(r.findings, drv.target.name)
-                    self.emit("step", job=job, i=i, sample=r.sample.to_dict() if r.sample else None,
-                              findings=[f.to_dict() for f in unexpected], rejected=r.rejected,
-                              known=[f.id for f, _ in known])
+                    self.emit(
+                        "step",
+                        job=job,
+                        i=i,
+                        sample=r.sample.to_dict() if r.sample else None,
+                        findings=[f.to_dict() for f in unexpected],
+                        rejected=r.rejected,
+                        known=[f.id for f, _ in known],
+                    )
                     if drv.poisoned:
                         self.emit("poisoned", job=job, i=i)
                         self.out.flush()

@@ -24,8 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("flashcheck.cli.demo", "check generated batches against the CPU reference (no GPU needed)"),
     "rules": ("flashcheck.cli.rules", "list every check, or print the page of one (flashcheck rules FC301)"),
     "report": ("flashcheck.cli.report_cmd", "render a run directory as terminal, JSON, JUnit, SARIF, Markdown or HTML"),
-    "static": ("flashcheck.cli.static_cmd", "pre-merge static checks of engine code: host syncs on hot paths, "
-               "FlashInfer misuse (FC1xx)"),
+    "static": (
+        "flashcheck.cli.static_cmd",
+        "pre-merge static checks of engine code: host syncs on hot paths, FlashInfer misuse (FC1xx)",
+    ),
     "fuzz": ("flashcheck.cli.fuzz_cmd", "fuzz replay sequences against a target; reproducers for every finding"),
     "replay": ("flashcheck.cli.replay_cmd", "re-run a reproducer in this process; exit 1 if the finding reproduces"),
 }

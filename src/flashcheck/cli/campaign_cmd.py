@@ -32,10 +32,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = __doc__.split("Examples::", 1)[1] if __doc__ else None
     g = p.add_argument_group("what and how long")
-    g.add_argument("--target", help="target spec(s), comma-separated: a built-in name, module:ClassName, or "
-                   "'auto' (the FlashInfer targets when a GPU and FlashInfer are present, else cpu-reference)")
-    g.add_argument("--demo", action="store_true", help=f"a short campaign on --target auto ({DEMO_TIME_GPU} on "
-                   f"GPU, {DEMO_STEPS_CPU} steps on CPU) ending with the summary; what the README's main job runs")
+    g.add_argument(
+        "--target",
+        help="target spec(s), comma-separated: a built-in name, module:ClassName, or "
+        "'auto' (the FlashInfer targets when a GPU and FlashInfer are present, else cpu-reference)",
+    )
+    g.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"a short campaign on --target auto ({DEMO_TIME_GPU} on "
+        f"GPU, {DEMO_STEPS_CPU} steps on CPU) ending with the summary; what the README's main job runs",
+    )
     g.add_argument("--time", help=f"time budget, e.g. 90s, 10m, 8h, 1h30m (default {DEFAULT_TIME} unless --steps)")
     g.add_argument("--steps", type=int, help="step budget (all workers of this node together)")
     g.add_argument("--seed", type=int, help="campaign seed (default: random, printed in the header)")
@@ -43,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target-config", help="JSON object of constructor overrides for every target")
     g = p.add_argument_group("where and with what")
     g.add_argument("--out", help="run directory (default runs/campaign-YYYYmmdd-HHMMSS)")
-    g.add_argument("--resume", metavar="DIR",
-                   help="continue the campaign in DIR (optionally with a new --time/--steps)")
+    g.add_argument(
+        "--resume", metavar="DIR", help="continue the campaign in DIR (optionally with a new --time/--steps)"
+    )
     g.add_argument("--workers", help="worker processes: 'auto' (one per visible GPU, 1 on CPU) or N")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="device of the workers (default auto)")
     g.add_argument("--layers", choices=("off", "cheap", "all"), help="runtime detection layers (default all)")
@@ -53,13 +61,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunk-steps", type=int, help="steps per scenario chunk, the unit of durability (default 50)")
     g.add_argument("--step-timeout", help="a busy worker silent this long is hung (default 10m; JIT compiles count)")
     g = p.add_argument_group("several machines (see docs/campaigns.md)")
-    g.add_argument("--node-index", type=int, help="this node's index (default: SLURM_ARRAY_TASK_ID, "
-                   "JOB_COMPLETION_INDEX or FLASHCHECK_NODE_INDEX, else 0)")
-    g.add_argument("--num-nodes", type=int, help="number of nodes (default: SLURM_ARRAY_TASK_COUNT or "
-                   "FLASHCHECK_NUM_NODES, else 1)")
+    g.add_argument(
+        "--node-index",
+        type=int,
+        help="this node's index (default: SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX or FLASHCHECK_NODE_INDEX, else 0)",
+    )
+    g.add_argument(
+        "--num-nodes",
+        type=int,
+        help="number of nodes (default: SLURM_ARRAY_TASK_COUNT or FLASHCHECK_NUM_NODES, else 1)",
+    )
     g = p.add_argument_group("display")
-    g.add_argument("--log-every", type=float, default=30.0, help="seconds between progress lines when stdout is "
-                   "not a terminal (default 30)")
+    g.add_argument(
+        "--log-every",
+        type=float,
+        default=30.0,
+        help="seconds between progress lines when stdout is not a terminal (default 30)",
+    )
 
 
 def auto_targets() -> tuple[str, ...]:
@@ -121,18 +139,41 @@ def _new_config(args: argparse.Namespace) -> Any:
 
         load_ledger(args.ledger)  # a bad ledger fails now, not in every worker
     return CampaignConfig(
-        targets=targets, seed=args.seed if args.seed is not None else int.from_bytes(__import__("os").urandom(4),
-                                                                                       "little"),
-        workers=parse_workers(args.workers or "auto", len(gpus)), time_budget=time_s, step_budget=steps,
-        chunk_steps=args.chunk_steps or 50, layers=args.layers or "all", device=args.device or "auto",
-        step_timeout=parse_duration(args.step_timeout) if args.step_timeout else 600.0, node_index=node,
-        num_nodes=nodes, gpus=tuple(gpus), select=_select(args.select),
-        ledger=str(Path(args.ledger).resolve()) if args.ledger else None, corpus=args.corpus, target_config=tcfg,
+        targets=targets,
+        seed=args.seed if args.seed is not None else int.from_bytes(__import__("os").urandom(4), "little"),
+        workers=parse_workers(args.workers or "auto", len(gpus)),
+        time_budget=time_s,
+        step_budget=steps,
+        chunk_steps=args.chunk_steps or 50,
+        layers=args.layers or "all",
+        device=args.device or "auto",
+        step_timeout=parse_duration(args.step_timeout) if args.step_timeout else 600.0,
+        node_index=node,
+        num_nodes=nodes,
+        gpus=tuple(gpus),
+        select=_select(args.select),
+        ledger=str(Path(args.ledger).resolve()) if args.ledger else None,
+        corpus=args.corpus,
+        target_config=tcfg,
     )
 
 
-_FIXED_ON_RESUME = ("target", "demo", "seed", "select", "target_config", "workers", "device", "layers", "ledger",
-                    "corpus", "chunk_steps", "node_index", "num_nodes", "out")
+_FIXED_ON_RESUME = (
+    "target",
+    "demo",
+    "seed",
+    "select",
+    "target_config",
+    "workers",
+    "device",
+    "layers",
+    "ledger",
+    "corpus",
+    "chunk_steps",
+    "node_index",
+    "num_nodes",
+    "out",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,14 +189,17 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         given = [f"--{k.replace('_', '-')}" for k in _FIXED_ON_RESUME if getattr(args, k, None)]
         if given:
-            raise InvalidArgument(f"--resume continues a campaign with its own settings; drop {', '.join(given)} "
-                                  "(only --time, --steps and --step-timeout may change)")
+            raise InvalidArgument(
+                f"--resume continues a campaign with its own settings; drop {', '.join(given)} "
+                "(only --time, --steps and --step-timeout may change)"
+            )
         run_dir = Path(args.resume)
         meta = load_campaign_meta(run_dir)
         cfg = CampaignConfig.from_dict(meta["campaign"]["config"])
         if args.time or args.steps:
-            cfg = dataclasses.replace(cfg, time_budget=parse_duration(args.time) if args.time else None,
-                                      step_budget=args.steps)
+            cfg = dataclasses.replace(
+                cfg, time_budget=parse_duration(args.time) if args.time else None, step_budget=args.steps
+            )
         if args.step_timeout:
             cfg = dataclasses.replace(cfg, step_timeout=parse_duration(args.step_timeout))
         store = CampaignStore.resume(run_dir)
@@ -163,21 +207,37 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = _new_config(args)
         run_dir = Path(args.out or time.strftime("runs/campaign-%Y%m%d-%H%M%S"))
-        meta = {"kind": "campaign", "command": command, "seed": cfg.seed, "target": ",".join(cfg.targets),
-                "campaign": {"config": cfg.to_dict(), "workers": {}}}
+        meta = {
+            "kind": "campaign",
+            "command": command,
+            "seed": cfg.seed,
+            "target": ",".join(cfg.targets),
+            "campaign": {"config": cfg.to_dict(), "workers": {}},
+        }
         store = CampaignStore.create(run_dir, meta)
     corpus = Corpus(open_database(cfg.corpus, run_dir))
-    budget = " + ".join(x for x in (format_duration(cfg.time_budget) if cfg.time_budget else "",
-                                    f"{cfg.step_budget} steps" if cfg.step_budget else "") if x)
-    print(f"flashcheck campaign: seed={cfg.seed} targets={','.join(cfg.targets)} workers={cfg.workers} "
-          f"budget={budget} node={cfg.node_index}/{cfg.num_nodes} out={run_dir}"
-          + (f" (resumed, session {store.sessions}, {store.steps_done()} steps done)" if args.resume else ""),
-          flush=True)
+    budget = " + ".join(
+        x
+        for x in (
+            format_duration(cfg.time_budget) if cfg.time_budget else "",
+            f"{cfg.step_budget} steps" if cfg.step_budget else "",
+        )
+        if x
+    )
+    print(
+        f"flashcheck campaign: seed={cfg.seed} targets={','.join(cfg.targets)} workers={cfg.workers} "
+        f"budget={budget} node={cfg.node_index}/{cfg.num_nodes} out={run_dir}"
+        + (f" (resumed, session {store.sessions}, {store.steps_done()} steps done)" if args.resume else ""),
+        flush=True,
+    )
     progress = Progress(sys.stdout, log_every=args.log_every)
     outcome = Supervisor(cfg, store, corpus, progress).run()
     print(final_report(run_dir), end="", flush=True)
-    print(f"campaign stopped: {outcome.reason}; run directory {run_dir} (resume with "
-          f"flashcheck campaign --resume {run_dir})", flush=True)
+    print(
+        f"campaign stopped: {outcome.reason}; run directory {run_dir} (resume with "
+        f"flashcheck campaign --resume {run_dir})",
+        flush=True,
+    )
     if outcome.code in (2, 3):
         print(f"flashcheck campaign: {outcome.reason}", file=sys.stderr)
     return outcome.code

@@ -37,11 +37,22 @@ def run(args: argparse.Namespace) -> int:
 
     config = parse_json_object(args.config, "--config")
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
-    writer = RunWriter(args.out, {"kind": "fuzz", "command": " ".join(sys.argv), "seed": seed,
-                                  "target": args.target, "target_config": config, "budget": args.budget})
+    writer = RunWriter(
+        args.out,
+        {
+            "kind": "fuzz",
+            "command": " ".join(sys.argv),
+            "seed": seed,
+            "target": args.target,
+            "target_config": config,
+            "budget": args.budget,
+        },
+    )
     log = FindingLog(writer.dir / "repros")
-    print(f"flashcheck fuzz: target {args.target}, seed {seed}, budget {args.budget or 'per profile'}, "
-          f"profile {args.profile}, out {writer.dir}")
+    print(
+        f"flashcheck fuzz: target {args.target}, seed {seed}, budget {args.budget or 'per profile'}, "
+        f"profile {args.profile}, out {writer.dir}"
+    )
     previous = set_active_options(active_options().with_(out_dir=writer.dir / "repros"))
     try:
         return _fuzz(args, config, seed, writer, log)
@@ -59,8 +70,17 @@ def _fuzz(args: argparse.Namespace, config: dict[str, object], seed: int, writer
             writer.add_sample(result.sample)
 
     try:
-        report = fuzz_target(args.target, config=config, budget=args.budget, seed=seed, profile=args.profile,
-                             layers=args.layers, device=args.device, log=log, check=sample)
+        report = fuzz_target(
+            args.target,
+            config=config,
+            budget=args.budget,
+            seed=seed,
+            profile=args.profile,
+            layers=args.layers,
+            device=args.device,
+            log=log,
+            check=sample,
+        )
     except FuzzFailure as exc:
         writer.add_findings(exc.findings)
         writer.close(findings=len(exc.findings))

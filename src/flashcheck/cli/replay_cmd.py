@@ -15,9 +15,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="reproducer JSON (written by the fuzzer, a campaign or pytest)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
     p.add_argument("--no-snippet", dest="snippet", action="store_false", help="do not print the pytest snippet")
-    p.add_argument("--sanitizer", metavar="TOOL", default=None,
-                   help="also re-run it under compute-sanitizer (memcheck, racecheck, initcheck, synccheck) to name "
-                        "the kernel and address of a fault")
+    p.add_argument(
+        "--sanitizer",
+        metavar="TOOL",
+        default=None,
+        help="also re-run it under compute-sanitizer (memcheck, racecheck, initcheck, synccheck) to name "
+        "the kernel and address of a fault",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
     repro = load_repro(args.file)
     sc, want = repro["scenario"], repro.get("finding") or {}
     print(f"flashcheck replay: {args.file}")
-    print(f"  target {sc.get('target')}, seed {sc.get('seed', 0)}, {len(sc.get('steps', []))} step(s), "
-          f"failing step {repro['step']}, layers {repro.get('layers', 'all')}")
+    print(
+        f"  target {sc.get('target')}, seed {sc.get('seed', 0)}, {len(sc.get('steps', []))} step(s), "
+        f"failing step {repro['step']}, layers {repro.get('layers', 'all')}"
+    )
     print(f"  recorded: {want.get('id', '?')} {want.get('name', '')}: {want.get('message', '')}")
     env = repro.get("environment", {})
     if env:
@@ -38,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     if hit:
         print(f"reproduced: {want.get('id')} came back at step {repro['step']}")
     else:
-        print(f"not reproduced: {len(found)} finding(s) at step {repro['step']}, none matches "
-              f"{want.get('id')} ({want.get('evidence', {}).get('check', '')})")
+        print(
+            f"not reproduced: {len(found)} finding(s) at step {repro['step']}, none matches "
+            f"{want.get('id')} ({want.get('evidence', {}).get('check', '')})"
+        )
     if args.sanitizer:
         from flashcheck.sanitizer import run_under_sanitizer
 

@@ -23,19 +23,36 @@ def _ids(value: str) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or directories (default: .)")
-    p.add_argument("--select", type=_ids, action="extend", metavar="IDS",
-                   help="rule IDs, prefixes (FC1, FC10) or names to run, comma separated (replaces the config)")
-    p.add_argument("--ignore", type=_ids, action="extend", metavar="IDS",
-                   help="rule IDs, prefixes or names to skip, comma separated (replaces the config)")
+    p.add_argument(
+        "--select",
+        type=_ids,
+        action="extend",
+        metavar="IDS",
+        help="rule IDs, prefixes (FC1, FC10) or names to run, comma separated (replaces the config)",
+    )
+    p.add_argument(
+        "--ignore",
+        type=_ids,
+        action="extend",
+        metavar="IDS",
+        help="rule IDs, prefixes or names to skip, comma separated (replaces the config)",
+    )
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--baseline", metavar="FILE", help="ignore findings recorded in FILE (only new ones fail)")
-    p.add_argument("--write-baseline", action="store_true",
-                   help="record every current finding in the --baseline file and exit 0")
-    p.add_argument("--config", metavar="PYPROJECT",
-                   help="pyproject.toml to read [tool.flashcheck.static] from (default: nearest to the first PATH)")
-    p.add_argument("--no-default-roots", action="store_true",
-                   help="use only configured and @hot_path roots, not the built-in engine name patterns")
+    p.add_argument(
+        "--write-baseline", action="store_true", help="record every current finding in the --baseline file and exit 0"
+    )
+    p.add_argument(
+        "--config",
+        metavar="PYPROJECT",
+        help="pyproject.toml to read [tool.flashcheck.static] from (default: nearest to the first PATH)",
+    )
+    p.add_argument(
+        "--no-default-roots",
+        action="store_true",
+        help="use only configured and @hot_path roots, not the built-in engine name patterns",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,11 +64,14 @@ def run(args: argparse.Namespace) -> int:
         default_roots=False if args.no_default_roots else None,
     )
     if args.write_baseline and not config.baseline:
-        raise InvalidArgument("--write-baseline needs a baseline path: pass --baseline FILE or set baseline in "
-                              "[tool.flashcheck.static]")
+        raise InvalidArgument(
+            "--write-baseline needs a baseline path: pass --baseline FILE or set baseline in [tool.flashcheck.static]"
+        )
     if config.baseline and not args.write_baseline and not Path(config.baseline).exists():
-        raise InvalidArgument(f"baseline {config.baseline} does not exist; create it with "
-                              f"`flashcheck static --baseline {config.baseline} --write-baseline`")
+        raise InvalidArgument(
+            f"baseline {config.baseline} does not exist; create it with "
+            f"`flashcheck static --baseline {config.baseline} --write-baseline`"
+        )
     result = check_paths(args.paths, config.with_overrides(baseline="") if args.write_baseline else config)
     for err in result.internal_errors:
         print(f"flashcheck static: internal error: {err}", file=sys.stderr)
@@ -59,9 +79,11 @@ def run(args: argparse.Namespace) -> int:
         n = write_baseline(str(config.baseline), result.all_findings)
         print(f"flashcheck static: wrote {n} finding(s) to baseline {config.baseline}", file=sys.stderr)
         return 2 if result.internal_errors else 0
-    summary = (f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
-               f"{result.roots} hot-path roots, {result.seconds:.1f}s"
-               f" ({result.suppressed} suppressed, {result.baselined} in baseline)")
+    summary = (
+        f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
+        f"{result.roots} hot-path roots, {result.seconds:.1f}s"
+        f" ({result.suppressed} suppressed, {result.baselined} in baseline)"
+    )
     text = render(args.format, result.findings, root=config.root, files=result.files, summary=summary)
     if args.output:
         atomic_write_text(args.output, text)

@@ -74,8 +74,11 @@ class FuzzTest:
         self.spec = spec
         self.__qualname__ = fn.__qualname__
         self.__module__ = fn.__module__
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         if len(params) not in (0, 2):
             raise InvalidDefinition(
                 f"@fuzz test {fn.__qualname__} takes {len(params)} argument(s); it takes none (called once before "
@@ -97,25 +100,51 @@ class FuzzTest:
         else:
             run_seed = opts.seed if opts.seed is not None else random.randrange(1 << 32)
             seed = test_seed(run_seed, f"{self.__module__}.{self.__qualname__}")
-        return {"target": target, "budget": opts.budget or spec.budget, "seed": seed,
-                "profile": spec.profile or opts.profile}
+        return {
+            "target": target,
+            "budget": opts.budget or spec.budget,
+            "seed": seed,
+            "profile": spec.profile or opts.profile,
+        }
 
     def machine(self) -> type[ReplayMachine]:
         """The state machine class this test runs (e.g. for ``hypothesis.stateful.run_state_machine_as_test``)."""
         r, spec = self.resolve(), self.spec
-        return replay_machine(r["target"], config=spec.config, device=spec.device, layers=spec.layers,
-                              seed=r["seed"], reset=spec.reset, check=self._check, log=default_log(),
-                              distributions=spec.distributions, edge_cases=spec.edge_cases, isolate=spec.isolate)
+        return replay_machine(
+            r["target"],
+            config=spec.config,
+            device=spec.device,
+            layers=spec.layers,
+            seed=r["seed"],
+            reset=spec.reset,
+            check=self._check,
+            log=default_log(),
+            distributions=spec.distributions,
+            edge_cases=spec.edge_cases,
+            isolate=spec.isolate,
+        )
 
     def run(self) -> None:
         if self._check is None:
             self.fn()
         r, spec = self.resolve(), self.spec
         try:
-            fuzz_target(r["target"], config=spec.config, budget=r["budget"], seed=r["seed"], profile=r["profile"],
-                        step_count=spec.step_count, device=spec.device, layers=spec.layers, reset=spec.reset,
-                        check=self._check, log=default_log(), distributions=spec.distributions,
-                        edge_cases=spec.edge_cases, isolate=spec.isolate)
+            fuzz_target(
+                r["target"],
+                config=spec.config,
+                budget=r["budget"],
+                seed=r["seed"],
+                profile=r["profile"],
+                step_count=spec.step_count,
+                device=spec.device,
+                layers=spec.layers,
+                reset=spec.reset,
+                check=self._check,
+                log=default_log(),
+                distributions=spec.distributions,
+                edge_cases=spec.edge_cases,
+                isolate=spec.isolate,
+            )
         except FuzzFailure as exc:
             note = f"flashcheck: seed {r['seed']}; rerun the whole run's seeds with --flashcheck-seed last"
             add_note = getattr(exc, "add_note", None)
@@ -152,10 +181,20 @@ def fuzz(
         layers, device, reset, step_count, distributions, edge_cases, isolate: see
             `flashcheck.fuzz.stateful.replay_machine`.
     """
-    spec = FuzzSpec(target=target, config=dict(config or {}), budget=parse_budget(budget) if budget is not None
-                    else None, seed=seed, profile=profile, layers=layers, device=device, reset=reset,
-                    step_count=step_count, distributions=tuple(distributions), edge_cases=tuple(edge_cases),
-                    isolate=isolate)
+    spec = FuzzSpec(
+        target=target,
+        config=dict(config or {}),
+        budget=parse_budget(budget) if budget is not None else None,
+        seed=seed,
+        profile=profile,
+        layers=layers,
+        device=device,
+        reset=reset,
+        step_count=step_count,
+        distributions=tuple(distributions),
+        edge_cases=tuple(edge_cases),
+        isolate=isolate,
+    )
 
     def decorate(fn: Callable[..., Any]) -> Callable[[], None]:
         runner = FuzzTest(fn, spec)

@@ -63,8 +63,9 @@ def fuzz_one_input(test: Callable[..., Any]) -> FuzzInput:
     return target  # type: ignore[no-any-return]
 
 
-def run_atheris(test: Callable[..., Any], *, argv: Sequence[str] = (), instrument: Sequence[Any] | str = (),
-                runs: int | None = None) -> None:
+def run_atheris(
+    test: Callable[..., Any], *, argv: Sequence[str] = (), instrument: Sequence[Any] | str = (), runs: int | None = None
+) -> None:
     """Fuzz `test` with atheris (libFuzzer) until `runs` inputs or a crash; this process exits afterwards.
 
     Args:

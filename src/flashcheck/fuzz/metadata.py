@@ -27,8 +27,13 @@ MetadataBuilder = Callable[[BatchSpec, int, PaddingPolicy, str, int], "PagedLayo
 
 def flashcheck_builder(spec: BatchSpec, pad_to: int, padding: PaddingPolicy, allocator: str, seed: int) -> PagedLayout:
     """flashcheck's own builder (`build_paged_layout`), the reference the suite checks."""
-    return build_paged_layout(spec, allocator=allocator, pad_to=pad_to if pad_to > spec.batch_size else None,
-                              padding=padding if pad_to > spec.batch_size else PaddingPolicy.NONE, seed=seed)
+    return build_paged_layout(
+        spec,
+        allocator=allocator,
+        pad_to=pad_to if pad_to > spec.batch_size else None,
+        padding=padding if pad_to > spec.batch_size else PaddingPolicy.NONE,
+        seed=seed,
+    )
 
 
 @st.composite
@@ -41,8 +46,9 @@ def _cases(draw: Any, max_batch: int) -> tuple[BatchSpec, int, PaddingPolicy, st
     return spec, pad_to, draw(st.sampled_from(opts)), draw(st.sampled_from(ALLOCATORS)), draw(st.integers(0, 2**31))
 
 
-def metadata_builder_test(builder: MetadataBuilder, *, max_batch: int = 64,
-                          max_examples: int | None = None) -> Callable[..., None]:
+def metadata_builder_test(
+    builder: MetadataBuilder, *, max_batch: int = 64, max_examples: int | None = None
+) -> Callable[..., None]:
     """A ``@given`` test that fails with `ViolationFound` (FC301 findings) when `builder` emits malformed CSR."""
 
     @given(_cases(max_batch))
@@ -54,7 +60,8 @@ def metadata_builder_test(builder: MetadataBuilder, *, max_batch: int = 64,
             raise ViolationFound(found)
 
     if max_examples is not None:
-        test_metadata_builder = settings(max_examples=max_examples,
-                                         suppress_health_check=[HealthCheck.too_slow])(test_metadata_builder)
+        test_metadata_builder = settings(max_examples=max_examples, suppress_health_check=[HealthCheck.too_slow])(
+            test_metadata_builder
+        )
     test_metadata_builder.__qualname__ = f"metadata_builder_test[{getattr(builder, '__qualname__', 'builder')}]"
     return test_metadata_builder

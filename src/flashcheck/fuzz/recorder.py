@@ -49,8 +49,15 @@ class FindingLog:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def record(self, scenario: Scenario, step: int, findings: Sequence[Finding], *, layers: str = "all",
-               seed: int | None = None) -> list[Recorded]:
+    def record(
+        self,
+        scenario: Scenario,
+        step: int,
+        findings: Sequence[Finding],
+        *,
+        layers: str = "all",
+        seed: int | None = None,
+    ) -> list[Recorded]:
         """Write one reproducer per finding (signature-named, overwritten by later = smaller examples)."""
         out: list[Recorded] = []
         for f in findings:

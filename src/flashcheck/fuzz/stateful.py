@@ -101,8 +101,15 @@ class MachineConfig:
 
     def key(self) -> tuple[Any, ...]:
         tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
-        return (tgt, json.dumps(dict(self.config), sort_keys=True, default=str), self.device, self.layers, self.seed,
-                self.isolated(), self.step_timeout)
+        return (
+            tgt,
+            json.dumps(dict(self.config), sort_keys=True, default=str),
+            self.device,
+            self.layers,
+            self.seed,
+            self.isolated(),
+            self.step_timeout,
+        )
 
     def isolated(self) -> bool:
         """Run the session in a worker process (restarted after a fault or hang): by default on CUDA, where a fault
@@ -136,13 +143,25 @@ class _Sessions:
                 assert isinstance(cfg.target, str)
                 timeout = cfg.step_timeout if cfg.step_timeout != "auto" else default_step_timeout("cuda")
                 drv = stack.enter_context(
-                    IsolatedDriver(cfg.target, config=cfg.config or None, device=cfg.device, layers=cfg.layers,
-                                   seed=cfg.seed, step_timeout=timeout)
+                    IsolatedDriver(
+                        cfg.target,
+                        config=cfg.config or None,
+                        device=cfg.device,
+                        layers=cfg.layers,
+                        seed=cfg.seed,
+                        step_timeout=timeout,
+                    )
                 )
             else:
                 drv = stack.enter_context(
-                    open_session(cfg.target, config=cfg.config or None, device=cfg.device, layers=cfg.layers,
-                                 seed=cfg.seed, step_timeout=cfg.step_timeout)
+                    open_session(
+                        cfg.target,
+                        config=cfg.config or None,
+                        device=cfg.device,
+                        layers=cfg.layers,
+                        seed=cfg.seed,
+                        step_timeout=cfg.step_timeout,
+                    )
                 )
         except BaseException:
             stack.close()

@@ -86,8 +86,7 @@ def capacity_for(template: BatchSpec, *, max_batch: int = 32, max_kv: int = 4096
     if max_batch < 1 or max_kv < 1 or max_qo < 1:
         raise InvalidArgument(f"max_batch, max_kv and max_qo must be >= 1, got {max_batch}, {max_kv}, {max_qo}")
     pages = max_batch * -(-max_kv // template.page_size) + 2
-    return Capacity(template=template, max_batch_size=max_batch, max_pages=pages, max_qo_len=max_qo,
-                    max_kv_len=max_kv)
+    return Capacity(template=template, max_batch_size=max_batch, max_pages=pages, max_qo_len=max_qo, max_kv_len=max_kv)
 
 
 def lengths_for(cap: Capacity, p: LengthParams) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -152,8 +151,14 @@ def length_params(
     edge_st: st.SearchStrategy[frozenset[str]] = (
         st.frozensets(st.sampled_from(edges), max_size=len(edges)) if edges else st.just(frozenset())
     )
-    return st.builds(LengthParams, st.sampled_from(dists), size_st, st.integers(0, _SEED_MAX),
-                     st.sampled_from(_kv_caps(cap)), edge_st)
+    return st.builds(
+        LengthParams,
+        st.sampled_from(dists),
+        size_st,
+        st.integers(0, _SEED_MAX),
+        st.sampled_from(_kv_caps(cap)),
+        edge_st,
+    )
 
 
 def capture_params(cap: Capacity, **kw: Any) -> st.SearchStrategy[tuple[int, LengthParams]]:
@@ -194,16 +199,25 @@ def batch_specs(
     """
     if isinstance(capacity, st.SearchStrategy):
         tpl_st: st.SearchStrategy[BatchSpec] = capacity
-        return tpl_st.flatmap(lambda t: batch_specs(t, distributions=distributions, min_batch=min_batch,
-                                                    max_batch=max_batch, max_kv=max_kv, edge_cases=edge_cases))
+        return tpl_st.flatmap(
+            lambda t: batch_specs(
+                t,
+                distributions=distributions,
+                min_batch=min_batch,
+                max_batch=max_batch,
+                max_kv=max_kv,
+                edge_cases=edge_cases,
+            )
+        )
     if isinstance(capacity, BatchSpec):
         cap = capacity_for(capacity, max_batch=max_batch or 32, max_kv=max_kv)
     elif isinstance(capacity, Capacity):
         cap = capacity
     else:
         raise InvalidArgument(f"batch_specs() takes a Capacity, a BatchSpec or a strategy, got {capacity!r:.80}")
-    params = length_params(cap, distributions=distributions, min_batch=min_batch, max_batch=max_batch,
-                           edge_cases=edge_cases)
+    params = length_params(
+        cap, distributions=distributions, min_batch=min_batch, max_batch=max_batch, edge_cases=edge_cases
+    )
     return params.map(lambda p: cap.template.with_lengths(*lengths_for(cap, p)))
 
 
@@ -233,11 +247,17 @@ def steps(
             options.append(st.builds(lambda p, a: _step(cap, "eager", p, a, None), length_params(cap, **kw), allocs))
         elif op == "replay":
             top = cap.buckets[-1]
-            options.append(st.builds(lambda p, a: _step(cap, "replay", p, a, cap.bucket_for(p.batch_size)),
-                                     length_params(cap, max_batch=top, **kw), allocs))
+            options.append(
+                st.builds(
+                    lambda p, a: _step(cap, "replay", p, a, cap.bucket_for(p.batch_size)),
+                    length_params(cap, max_batch=top, **kw),
+                    allocs,
+                )
+            )
         else:
-            options.append(st.builds(lambda bp, a: _step(cap, "capture", bp[1], a, bp[0]),
-                                     capture_params(cap, **kw), allocs))
+            options.append(
+                st.builds(lambda bp, a: _step(cap, "capture", bp[1], a, bp[0]), capture_params(cap, **kw), allocs)
+            )
     return st.one_of(options)
 
 
@@ -267,15 +287,22 @@ def scenarios(
     kw: dict[str, Any] = {"distributions": distributions, "edge_cases": edge_cases}
     prefix: st.SearchStrategy[list[Step]] = st.just([])
     if capture_first and cap.buckets:
-        prefix = st.tuples(*(
-            st.builds(lambda p, a, b=b: _step(cap, "capture", p, a, b),
-                      length_params(cap, sizes=st.integers(1, b), **kw), st.sampled_from(ALLOCATORS))
-            for b in cap.buckets
-        )).map(list)
+        prefix = st.tuples(
+            *(
+                st.builds(
+                    lambda p, a, b=b: _step(cap, "capture", p, a, b),
+                    length_params(cap, sizes=st.integers(1, b), **kw),
+                    st.sampled_from(ALLOCATORS),
+                )
+                for b in cap.buckets
+            )
+        ).map(list)
     body = st.lists(steps(cap, **kw), min_size=min_steps, max_size=max_steps)
     return st.builds(
         lambda pre, rest, seed: Scenario(name, tuple(pre + rest), seed=seed, target_config=config),
-        prefix, body, st.integers(0, _SEED_MAX),
+        prefix,
+        body,
+        st.integers(0, _SEED_MAX),
     )
 
 
@@ -299,27 +326,72 @@ def templates(
     one latent KV head) when `mla`, page sizes 1/16/32/64, query dtypes `dtypes` and KV dtypes `kv_dtypes`
     (default: same as the query); `masks` also draws causal, sliding windows and logit soft caps.
     """
-    for label, vals in (("page_sizes", page_sizes), ("head_dims", head_dims), ("gqa_ratios", gqa_ratios),
-                        ("kv_heads", kv_heads), ("dtypes", dtypes)):
+    for label, vals in (
+        ("page_sizes", page_sizes),
+        ("head_dims", head_dims),
+        ("gqa_ratios", gqa_ratios),
+        ("kv_heads", kv_heads),
+        ("dtypes", dtypes),
+    ):
         if not vals or any((not isinstance(v, str) and int(v) < 1) for v in vals):
             raise InvalidArgument(f"templates({label}=...) needs a non-empty list of positive values, got {vals!r}")
 
-    def build(page: int, dim: int, ratio: int, nkv: int, dt: DType, kvdt: DType | None, is_mla: bool,
-              mask: tuple[bool, int, float]) -> BatchSpec:
+    def build(
+        page: int,
+        dim: int,
+        ratio: int,
+        nkv: int,
+        dt: DType,
+        kvdt: DType | None,
+        is_mla: bool,
+        mask: tuple[bool, int, float],
+    ) -> BatchSpec:
         causal, window, cap = mask
         if is_mla:
-            return BatchSpec((1,), (1,), page_size=page, num_qo_heads=ratio * 8, num_kv_heads=1, head_dim_qk=_MLA[0],
-                             head_dim_vo=_MLA[1], q_dtype=dt, kv_dtype=kvdt or dt, causal=causal)
-        return BatchSpec((1,), (1,), page_size=page, num_qo_heads=ratio * nkv, num_kv_heads=nkv, head_dim_qk=dim,
-                         head_dim_vo=dim, q_dtype=dt, kv_dtype=kvdt or dt, causal=causal, window_left=window,
-                         logits_soft_cap=cap)
+            return BatchSpec(
+                (1,),
+                (1,),
+                page_size=page,
+                num_qo_heads=ratio * 8,
+                num_kv_heads=1,
+                head_dim_qk=_MLA[0],
+                head_dim_vo=_MLA[1],
+                q_dtype=dt,
+                kv_dtype=kvdt or dt,
+                causal=causal,
+            )
+        return BatchSpec(
+            (1,),
+            (1,),
+            page_size=page,
+            num_qo_heads=ratio * nkv,
+            num_kv_heads=nkv,
+            head_dim_qk=dim,
+            head_dim_vo=dim,
+            q_dtype=dt,
+            kv_dtype=kvdt or dt,
+            causal=causal,
+            window_left=window,
+            logits_soft_cap=cap,
+        )
 
-    mask_st = (st.tuples(st.booleans(), st.sampled_from((-1, 0, 31, 127)), st.sampled_from((0.0, 30.0, 50.0)))
-               if masks else st.just((True, -1, 0.0)))
+    mask_st = (
+        st.tuples(st.booleans(), st.sampled_from((-1, 0, 31, 127)), st.sampled_from((0.0, 30.0, 50.0)))
+        if masks
+        else st.just((True, -1, 0.0))
+    )
     kvdt_st: st.SearchStrategy[DType | None] = st.sampled_from(kv_dtypes) if kv_dtypes else st.none()
-    return st.builds(build, st.sampled_from(page_sizes), st.sampled_from(head_dims), st.sampled_from(gqa_ratios),
-                     st.sampled_from(kv_heads), st.sampled_from(dtypes), kvdt_st,
-                     st.booleans() if mla else st.just(False), mask_st)
+    return st.builds(
+        build,
+        st.sampled_from(page_sizes),
+        st.sampled_from(head_dims),
+        st.sampled_from(gqa_ratios),
+        st.sampled_from(kv_heads),
+        st.sampled_from(dtypes),
+        kvdt_st,
+        st.booleans() if mla else st.just(False),
+        mask_st,
+    )
 
 
 def _check_names(what: str, given: Iterable[str], known: Sequence[str], *, allow_empty: bool = False) -> list[str]:
@@ -336,4 +408,3 @@ def padding_policies(page_size: int) -> st.SearchStrategy[PaddingPolicy]:
     if page_size == 1:
         opts.append(PaddingPolicy.SGLANG)
     return st.sampled_from(opts)
-

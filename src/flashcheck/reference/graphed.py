@@ -53,8 +53,18 @@ class GraphedReference:
         bp, lqp, npp = _pow2(b), _pow2(int(q_lens.max())), _pow2(int(n_pages.max()))
         if bp * spec.num_qo_heads * lqp * npp * spec.page_size > torch_ref._BATCHED_ELEMENTS:
             return torch_ref.paged_attention_torch(q, self.k_cache, self.v_cache, layout)
-        key = (bp, lqp, npp, q.dtype, tuple(q.shape[1:]), spec.page_size, spec.causal, spec.window_left,
-               spec.logits_soft_cap, spec.scale)
+        key = (
+            bp,
+            lqp,
+            npp,
+            q.dtype,
+            tuple(q.shape[1:]),
+            spec.page_size,
+            spec.causal,
+            spec.window_left,
+            spec.logits_soft_cap,
+            spec.scale,
+        )
         static = self._static.get(key)
         if static is None:
             slots = bp * lqp
@@ -76,9 +86,7 @@ class GraphedReference:
         return out[:real]
 
 
-def _host_indices(
-    layout: PagedLayout, b: int, bp: int, lqp: int, npp: int, q_lens: Any, n_pages: Any
-) -> list[Any]:
+def _host_indices(layout: PagedLayout, b: int, bp: int, lqp: int, npp: int, q_lens: Any, n_pages: Any) -> list[Any]:
     """The padded batch's int inputs: page ids [bp * npp] (page 0 past a request's pages), kv and query lengths
     [bp] (0 for empty rows), the query row of each (request, position) slot [bp * lqp] (the zero row past a
     request's queries) and the slot of each real query row [bp * lqp] (0 past the real rows)."""

@@ -43,8 +43,9 @@ def paged_attention_torch(
     longest_q = int(qo_lens.max()) if b else 0
     padded_kv = -(-int(layout.seq_lens[:b].max()) // page) * page if b else 0
     if b and b * spec.num_qo_heads * longest_q * padded_kv <= _BATCHED_ELEMENTS:
-        out[:real] = _batched(torch, q[:real], k_cache, v_cache, spec, longest_q, indices, kv_lens, pages, q_lens,
-                              (req_d, off_d))
+        out[:real] = _batched(
+            torch, q[:real], k_cache, v_cache, spec, longest_q, indices, kv_lens, pages, q_lens, (req_d, off_d)
+        )
         return out
     for i in range(layout.batch_size):
         q0, q1 = int(qo[i]), int(qo[i + 1])

@@ -310,8 +310,12 @@ def _probe_all(group: list[_Workspace], bases: list[int | None], dev: str) -> to
     import torch
 
     rows = [
-        torch.stack([torch.full((), v, dtype=torch.int64, device=dev) if isinstance(v, int) else v.to(torch.int64)
-                     for v in _probe(ws, b)])
+        torch.stack(
+            [
+                torch.full((), v, dtype=torch.int64, device=dev) if isinstance(v, int) else v.to(torch.int64)
+                for v in _probe(ws, b)
+            ]
+        )
         for ws, b in zip(group, bases, strict=True)
     ]
     return torch.stack(rows)

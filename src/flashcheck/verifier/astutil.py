@@ -25,8 +25,25 @@ _SPLIT = re.compile(r"[^a-zA-Z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 
 # Methods that return a view of (or the same storage as) their receiver: a write through the result writes the base.
 VIEW_METHODS = frozenset(
-    {"view", "view_as", "narrow", "reshape", "as_strided", "flatten", "unsqueeze", "squeeze", "select", "expand",
-     "transpose", "permute", "t", "unflatten", "detach", "contiguous", "__getitem__"}
+    {
+        "view",
+        "view_as",
+        "narrow",
+        "reshape",
+        "as_strided",
+        "flatten",
+        "unsqueeze",
+        "squeeze",
+        "select",
+        "expand",
+        "transpose",
+        "permute",
+        "t",
+        "unflatten",
+        "detach",
+        "contiguous",
+        "__getitem__",
+    }
 )
 # Methods whose name ends in "_" but that do not write their receiver.
 IN_PLACE_EXCEPTIONS = frozenset({"requires_grad_", "share_memory_", "record_stream_"})
@@ -96,11 +113,7 @@ def storage_root(node: ast.expr) -> ast.expr:
             if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
                 return node
             node = node.value
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in VIEW_METHODS
-        ):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
             node = node.func.value
         else:
             return node

@@ -31,8 +31,16 @@ def fingerprint(f: Finding) -> str:
 
 def write_baseline(path: str | Path, findings: Iterable[Finding]) -> int:
     entries = sorted(
-        ({"id": f.id, "file": f.location.file, "function": f.location.function, "line": f.location.line,
-          "fingerprint": fingerprint(f)} for f in findings),
+        (
+            {
+                "id": f.id,
+                "file": f.location.file,
+                "function": f.location.function,
+                "line": f.location.line,
+                "fingerprint": fingerprint(f),
+            }
+            for f in findings
+        ),
         key=lambda e: (str(e["file"]), int(e["line"] or 0), str(e["id"])),
     )
     doc = {"schema": BASELINE_SCHEMA, "tool": "flashcheck static", "findings": entries}

@@ -108,7 +108,7 @@ def _parse_table(table: Mapping[str, Any], src: Path) -> StaticConfig:
             values[field_name] = value
         elif field_name in _STR_KEYS:
             if not isinstance(value, str):
-                raise InvalidArgument(f"{where} must be a string path, got {value!r}; write {key} = \"path\"")
+                raise InvalidArgument(f'{where} must be a string path, got {value!r}; write {key} = "path"')
             values[field_name] = value if Path(value).is_absolute() else str(src.parent / value)
         else:
             values[field_name] = _str_list(value, where, key)

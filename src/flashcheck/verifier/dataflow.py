@@ -14,8 +14,25 @@ from flashcheck.verifier.project import ClassInfo, FunctionInfo
 __all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
 
 Key = tuple[str, str, str]
-ALLOCATORS = frozenset({"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
-                        "empty_strided", "arange", "tensor", "as_tensor", "rand", "randn", "randint"})
+ALLOCATORS = frozenset(
+    {
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+        "arange",
+        "tensor",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+    }
+)
 
 
 def owner(fn: FunctionInfo) -> FunctionInfo:

@@ -51,8 +51,9 @@ _RULES: dict[str, type[Rule]] = {}
 R = TypeVar("R", bound=type[Rule])
 
 
-def rule(id: str, name: str, *, severity: Severity = Severity.ERROR,
-         confidence: Confidence = Confidence.HIGH) -> Callable[[R], R]:
+def rule(
+    id: str, name: str, *, severity: Severity = Severity.ERROR, confidence: Confidence = Confidence.HIGH
+) -> Callable[[R], R]:
     """Class decorator: register a static rule (its docstring is its page, see `flashcheck.registry`)."""
     register = register_check(id, name, "static", severity=severity, confidence=confidence)
 
@@ -84,9 +85,18 @@ class Context:
     config: StaticConfig
     findings: list[Finding] = field(default_factory=list)
 
-    def report(self, rule: Rule, fn: FunctionInfo, node: ast.AST, message: str, *, hint: str,
-               evidence: Mapping[str, Any] | None = None, chain: Sequence[Frame] = (),
-               confidence: Confidence | None = None) -> None:
+    def report(
+        self,
+        rule: Rule,
+        fn: FunctionInfo,
+        node: ast.AST,
+        message: str,
+        *,
+        hint: str,
+        evidence: Mapping[str, Any] | None = None,
+        chain: Sequence[Frame] = (),
+        confidence: Confidence | None = None,
+    ) -> None:
         sf = fn.source
         line = getattr(node, "lineno", fn.line)
         col = getattr(node, "col_offset", 0) + 1
@@ -95,12 +105,20 @@ class Context:
         if chain:
             names = [f.function for f in chain] + [fn.short]
             ev["chain"] = [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
-        self.findings.append(Finding(
-            id=rule.id, name=rule.name, kind="static", message=message,
-            severity=rule.severity, confidence=confidence or rule.confidence, hint=hint,
-            location=Location(file=sf.relpath, line=line, column=col, function=fn.qualname),
-            evidence=ev, stack=(*chain, site) if chain and chain[-1] != site else (site,),
-        ))
+        self.findings.append(
+            Finding(
+                id=rule.id,
+                name=rule.name,
+                kind="static",
+                message=message,
+                severity=rule.severity,
+                confidence=confidence or rule.confidence,
+                hint=hint,
+                location=Location(file=sf.relpath, line=line, column=col, function=fn.qualname),
+                evidence=ev,
+                stack=(*chain, site) if chain and chain[-1] != site else (site,),
+            )
+        )
 
 
 @dataclass
@@ -151,14 +169,18 @@ def check_paths(paths: Sequence[str], config: StaticConfig) -> StaticResult:
             gc.enable()
 
 
-def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float
-           ) -> StaticResult:
+def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float) -> StaticResult:
     root = Path(config.root).resolve()
     sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
     project = Project(sources)
     hot = HotPaths(project, find_roots(project, config))
-    ctx = Context(project, hot, Provenance(project, config.host_names),
-                  Provenance(project, config.host_names, names_give_device=False), config)
+    ctx = Context(
+        project,
+        hot,
+        Provenance(project, config.host_names),
+        Provenance(project, config.host_names, names_give_device=False),
+        config,
+    )
     errors: list[str] = []
     for rid, cls in rules.items():
         if not selected(rid, cls.name, config):
@@ -176,9 +198,15 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
     if config.baseline and Path(config.baseline).exists():
         new, baselined = apply_baseline(kept, load_baseline(config.baseline))
     return StaticResult(
-        findings=new, files=[s.relpath for s in sources], lines=sum(len(s.lines) for s in sources),
-        roots=len(hot.roots), suppressed=suppressed, baselined=baselined, internal_errors=errors,
-        seconds=time.perf_counter() - start, all_findings=kept,
+        findings=new,
+        files=[s.relpath for s in sources],
+        lines=sum(len(s.lines) for s in sources),
+        roots=len(hot.roots),
+        suppressed=suppressed,
+        baselined=baselined,
+        internal_errors=errors,
+        seconds=time.perf_counter() - start,
+        all_findings=kept,
     )
 
 
@@ -187,25 +215,33 @@ def _parse_findings(sources: Iterable[SourceFile]) -> list[Finding]:
     for s in sources:
         if s.error is None:
             continue
-        out.append(Finding(
-            id=PARSE_ID, name=PARSE_NAME, kind="static", message=f"{s.relpath} {s.error}; it was not checked",
-            hint="fix the syntax error (or exclude the file) so the other rules can check it",
-            location=Location(file=s.relpath, line=s.error_line, column=s.error_column, function=s.module),
-            stack=(Frame(s.relpath, s.error_line, "<module>", s.line_text(s.error_line)),),
-        ))
+        out.append(
+            Finding(
+                id=PARSE_ID,
+                name=PARSE_NAME,
+                kind="static",
+                message=f"{s.relpath} {s.error}; it was not checked",
+                hint="fix the syntax error (or exclude the file) so the other rules can check it",
+                location=Location(file=s.relpath, line=s.error_line, column=s.error_column, function=s.module),
+                stack=(Frame(s.relpath, s.error_line, "<module>", s.line_text(s.error_line)),),
+            )
+        )
     return out
 
 
-def _apply_suppressions(findings: list[Finding], sources: Iterable[SourceFile], known: set[str]
-                        ) -> tuple[list[Finding], int]:
+def _apply_suppressions(
+    findings: list[Finding], sources: Iterable[SourceFile], known: set[str]
+) -> tuple[list[Finding], int]:
     """Drop findings covered by a ``# flashcheck: ignore[ID] reason``; report suppressions that lack a reason."""
     by_file = {s.relpath: s for s in sources if s.suppressions}
     kept: list[Finding] = []
     suppressed = 0
     for f in findings:
         sf = by_file.get(f.location.file or "")
-        if sf is not None and f.location.line is not None and any(
-            f.location.line in s.covers and any(f.id.startswith(i) for i in s.ids) for s in sf.suppressions
+        if (
+            sf is not None
+            and f.location.line is not None
+            and any(f.location.line in s.covers and any(f.id.startswith(i) for i in s.ids) for s in sf.suppressions)
         ):
             suppressed += 1
             continue
@@ -214,13 +250,19 @@ def _apply_suppressions(findings: list[Finding], sources: Iterable[SourceFile], 
         for s in sf.suppressions:
             problem = _suppression_problem(s.ids, s.reason, known)
             if problem:
-                kept.append(Finding(
-                    id=SUPPRESSION_ID, name=SUPPRESSION_NAME, kind="static", severity=Severity.WARNING,
-                    message=f"suppression comment {problem}",
-                    hint="write `# flashcheck: ignore[FC101] why this is safe here` (IDs and a reason are required)",
-                    location=Location(file=sf.relpath, line=s.line, column=1, function=sf.module),
-                    stack=(Frame(sf.relpath, s.line, "<module>", sf.line_text(s.line)),),
-                ))
+                kept.append(
+                    Finding(
+                        id=SUPPRESSION_ID,
+                        name=SUPPRESSION_NAME,
+                        kind="static",
+                        severity=Severity.WARNING,
+                        message=f"suppression comment {problem}",
+                        hint="write `# flashcheck: ignore[FC101] why this is safe here` "
+                        "(IDs and a reason are required)",
+                        location=Location(file=sf.relpath, line=s.line, column=1, function=sf.module),
+                        stack=(Frame(sf.relpath, s.line, "<module>", sf.line_text(s.line)),),
+                    )
+                )
     return kept, suppressed
 
 

@@ -28,25 +28,67 @@ __all__ = [
 ]
 
 # Private attributes whose names only FlashInfer uses: any access from outside FlashInfer is a finding.
-SPECIFIC_PRIVATE = frozenset({
-    "_plan_info", "_cached_module", "_int_workspace_buffer", "_float_workspace_buffer",
-    "_pin_memory_int_workspace_buffer", "_paged_kv_indptr_buf", "_paged_kv_indices_buf",
-    "_paged_kv_last_page_len_buf", "_qo_indptr_buf", "_kv_indptr_buf", "_kv_indices_buf", "_kv_lens_buffer",
-    "_custom_mask_buf", "_mask_indptr_buf", "_use_cuda_graph", "_fixed_batch_size", "_max_total_num_rows",
-    "_vector_sparse_indptr_buffer", "_vector_sparse_indices_buffer", "_block_tables", "_jit_module",
-    "_use_tensor_cores", "_batch_size_with_padding", "_max_kv_len", "_kv_lens", "_qo_indptr", "_kv_indptr",
-})
+SPECIFIC_PRIVATE = frozenset(
+    {
+        "_plan_info",
+        "_cached_module",
+        "_int_workspace_buffer",
+        "_float_workspace_buffer",
+        "_pin_memory_int_workspace_buffer",
+        "_paged_kv_indptr_buf",
+        "_paged_kv_indices_buf",
+        "_paged_kv_last_page_len_buf",
+        "_qo_indptr_buf",
+        "_kv_indptr_buf",
+        "_kv_indices_buf",
+        "_kv_lens_buffer",
+        "_custom_mask_buf",
+        "_mask_indptr_buf",
+        "_use_cuda_graph",
+        "_fixed_batch_size",
+        "_max_total_num_rows",
+        "_vector_sparse_indptr_buffer",
+        "_vector_sparse_indices_buffer",
+        "_block_tables",
+        "_jit_module",
+        "_use_tensor_cores",
+        "_batch_size_with_padding",
+        "_max_kv_len",
+        "_kv_lens",
+        "_qo_indptr",
+        "_kv_indptr",
+    }
+)
 # Private attributes with common names: reported only on a receiver that is a FlashInfer wrapper.
-GENERIC_PRIVATE = frozenset({"_backend", "_kv_layout", "_sm_scale", "_window_left", "_logits_soft_cap",
-                             "_rope_scale", "_rope_theta", "_pos_encoding_mode", "_num_qo_heads", "_num_kv_heads",
-                             "_causal", "_workspace_size"})
+GENERIC_PRIVATE = frozenset(
+    {
+        "_backend",
+        "_kv_layout",
+        "_sm_scale",
+        "_window_left",
+        "_logits_soft_cap",
+        "_rope_scale",
+        "_rope_theta",
+        "_pos_encoding_mode",
+        "_num_qo_heads",
+        "_num_kv_heads",
+        "_causal",
+        "_workspace_size",
+    }
+)
 PLAN_METHODS = frozenset({"plan", "begin_forward", "fast_decode_plan", "fast_mla_decode_plan"})
 RUN_METHODS = frozenset({"run", "forward", "run_return_lse", "forward_return_lse"})
-ZEROED_WORKSPACE_CONSUMERS = frozenset({
-    "BatchDecodeWithPagedKVCacheWrapper", "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
-    "trtllm_batch_decode_with_kv_cache", "trtllm_batch_decode_with_kv_cache_mla",
-    "trtllm_batch_context_with_kv_cache", "xqa_batch_decode_with_kv_cache", "xqa_batch_decode_with_kv_cache_mla",
-})
+ZEROED_WORKSPACE_CONSUMERS = frozenset(
+    {
+        "BatchDecodeWithPagedKVCacheWrapper",
+        "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
+        "trtllm_batch_decode_with_kv_cache",
+        "trtllm_batch_decode_with_kv_cache_mla",
+        "trtllm_batch_context_with_kv_cache",
+        "xqa_batch_decode_with_kv_cache",
+        "xqa_batch_decode_with_kv_cache_mla",
+    }
+)
 _WORKSPACE_KWARGS = ("workspace_buffer", "float_workspace_buffer", "workspace")
 
 
@@ -58,8 +100,9 @@ def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
 
 
 def is_wrapper_class_name(name: str) -> bool:
-    return name.endswith("Wrapper") and (name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD"))
-                                         or "Attention" in name)
+    return name.endswith("Wrapper") and (
+        name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD")) or "Attention" in name
+    )
 
 
 def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
@@ -68,8 +111,9 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     if name is None:
         return None
     last = name.rsplit(".", 1)[-1]
-    if is_wrapper_class_name(last) and (is_flashinfer_import(fn, name) or name.startswith("flashinfer.")
-                                        or last not in fn.module.classes):
+    if is_wrapper_class_name(last) and (
+        is_flashinfer_import(fn, name) or name.startswith("flashinfer.") or last not in fn.module.classes
+    ):
         return last
     return None
 
@@ -90,9 +134,14 @@ def graph_mode(call: ast.Call, cls_name: str) -> bool | None:
 
 def wrapper_buffer_args(call: ast.Call, cls_name: str) -> list[tuple[str, ast.expr]]:
     """Persistent buffers handed to a wrapper constructor: ``(parameter name, expression)``."""
-    out = [(kw.arg, kw.value) for kw in call.keywords
-           if kw.arg and kw.arg.endswith(("_buf", "_buffer")) and "workspace" not in kw.arg
-           and not isinstance(kw.value, ast.Constant)]
+    out = [
+        (kw.arg, kw.value)
+        for kw in call.keywords
+        if kw.arg
+        and kw.arg.endswith(("_buf", "_buffer"))
+        and "workspace" not in kw.arg
+        and not isinstance(kw.value, ast.Constant)
+    ]
     first = 1 if cls_name.startswith("CUDAGraph") else 3
     for i, a in enumerate(call.args[first:], start=first):
         if not isinstance(a, ast.Constant):

@@ -23,8 +23,14 @@ __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
 
 RootKind = Literal["step", "capture"]
 Category = Literal["replay", "metadata", "plan", "capture", "configured", "decorator"]
-_KIND: dict[Category, RootKind] = {"replay": "step", "metadata": "step", "plan": "step", "configured": "step",
-                                   "decorator": "step", "capture": "capture"}
+_KIND: dict[Category, RootKind] = {
+    "replay": "step",
+    "metadata": "step",
+    "plan": "step",
+    "configured": "step",
+    "decorator": "step",
+    "capture": "capture",
+}
 # Categories whose code prepares the per-step metadata of a graph: writing a graph-bound buffer there is the intended
 # way to update it (FC104 allows it); capture code also runs the model forward, so it does not count.
 METADATA_CATEGORIES: frozenset[Category] = frozenset({"replay", "metadata", "plan"})

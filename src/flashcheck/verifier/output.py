@@ -26,8 +26,14 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def render(fmt: str, findings: Sequence[Finding], *, root: str | Path | None = None,
-           files: Sequence[str] = (), summary: str = "") -> str:
+def render(
+    fmt: str,
+    findings: Sequence[Finding],
+    *,
+    root: str | Path | None = None,
+    files: Sequence[str] = (),
+    summary: str = "",
+) -> str:
     if fmt == "text":
         return render_text(findings, summary=summary)
     if fmt == "json":
@@ -90,8 +96,12 @@ def _physical(file: str, line: int | None, column: int | None = None) -> dict[st
     region: dict[str, Any] = {"startLine": max(int(line or 1), 1)}
     if column:
         region["startColumn"] = max(int(column), 1)
-    return {"physicalLocation": {"artifactLocation": {"uri": Path(file).as_posix(), "uriBaseId": "%SRCROOT%"},
-                                 "region": region}}
+    return {
+        "physicalLocation": {
+            "artifactLocation": {"uri": Path(file).as_posix(), "uriBaseId": "%SRCROOT%"},
+            "region": region,
+        }
+    }
 
 
 def render_sarif(findings: Sequence[Finding], *, root: str | Path | None = None) -> str:
@@ -114,14 +124,29 @@ def render_sarif(findings: Sequence[Finding], *, root: str | Path | None = None)
         if f.location.file:
             res["locations"] = [_physical(f.location.file, f.location.line, f.location.column)]
         if len(f.stack) > 1:
-            res["codeFlows"] = [{"threadFlows": [{"locations": [
-                {"location": {**_physical(fr.file, fr.line), "message": {"text": fr.function}}}
-                for fr in f.stack
-            ]}]}]
+            res["codeFlows"] = [
+                {
+                    "threadFlows": [
+                        {
+                            "locations": [
+                                {"location": {**_physical(fr.file, fr.line), "message": {"text": fr.function}}}
+                                for fr in f.stack
+                            ]
+                        }
+                    ]
+                }
+            ]
         results.append(res)
     run: dict[str, Any] = {
-        "tool": {"driver": {"name": "flashcheck", "version": __version__, "semanticVersion": __version__,
-                            "informationUri": "https://flashcheck.readthedocs.io/", "rules": rules}},
+        "tool": {
+            "driver": {
+                "name": "flashcheck",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": "https://flashcheck.readthedocs.io/",
+                "rules": rules,
+            }
+        },
         "results": results,
         "columnKind": "unicodeCodePoints",
     }

@@ -20,16 +20,59 @@ from flashcheck.verifier.source import SourceFile
 __all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project"]
 
 _KINDS: dict[type, str] = {
-    ast.Call: "call", ast.Attribute: "attr", ast.Subscript: "sub", ast.Assign: "assign", ast.AnnAssign: "assign",
-    ast.AugAssign: "assign", ast.Assert: "assert", ast.If: "test", ast.While: "test", ast.IfExp: "test",
-    ast.Import: "import", ast.ImportFrom: "import",
+    ast.Call: "call",
+    ast.Attribute: "attr",
+    ast.Subscript: "sub",
+    ast.Assign: "assign",
+    ast.AnnAssign: "assign",
+    ast.AugAssign: "assign",
+    ast.Assert: "assert",
+    ast.If: "test",
+    ast.While: "test",
+    ast.IfExp: "test",
+    ast.Import: "import",
+    ast.ImportFrom: "import",
 }
 _SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
-_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.Pass, ast.Break, ast.Continue,
-                     ast.alias, ast.Global, ast.Nonlocal, *ast.operator.__subclasses__(),
-                     *ast.unaryop.__subclasses__(), *ast.cmpop.__subclasses__(), *ast.boolop.__subclasses__()})
-_NOT_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "names", "module", "level",
-                        "type_comment", "kind", "conversion", "is_async", "lineno", "col_offset"})
+_LEAVES = frozenset(
+    {
+        ast.Name,
+        ast.Constant,
+        ast.Load,
+        ast.Store,
+        ast.Del,
+        ast.Pass,
+        ast.Break,
+        ast.Continue,
+        ast.alias,
+        ast.Global,
+        ast.Nonlocal,
+        *ast.operator.__subclasses__(),
+        *ast.unaryop.__subclasses__(),
+        *ast.cmpop.__subclasses__(),
+        *ast.boolop.__subclasses__(),
+    }
+)
+_NOT_NODES = frozenset(
+    {
+        "ctx",
+        "op",
+        "ops",
+        "id",
+        "attr",
+        "arg",
+        "name",
+        "names",
+        "module",
+        "level",
+        "type_comment",
+        "kind",
+        "conversion",
+        "is_async",
+        "lineno",
+        "col_offset",
+    }
+)
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -38,6 +81,7 @@ def _child_fields(t: type) -> tuple[str, ...]:
     if f is None:
         f = _FIELDS[t] = tuple(n for n in getattr(t, "_fields", ()) if n not in _NOT_NODES)
     return f
+
 
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 Def = "FunctionInfo | ClassInfo | ModuleInfo"
@@ -76,8 +120,13 @@ class FunctionInfo:
         if isinstance(self.node, ast.Module):
             return {}
         a = self.node.args
-        every = [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []),
-                 *([a.kwarg] if a.kwarg else [])]
+        every = [
+            *a.posonlyargs,
+            *a.args,
+            *a.kwonlyargs,
+            *([a.vararg] if a.vararg else []),
+            *([a.kwarg] if a.kwarg else []),
+        ]
         return {p.arg: p.annotation for p in every}
 
     @property
@@ -239,11 +288,7 @@ class Project:
     def _record_target(self, fn: FunctionInfo, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, ast.Name):
             fn.local_assigns.setdefault(target.id, []).append(value)
-        elif (
-            isinstance(target, ast.Attribute)
-            and isinstance(target.value, ast.Name)
-            and target.value.id == "self"
-        ):
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
             owner = fn
             while owner.parent is not None:
                 owner = owner.parent
@@ -297,8 +342,9 @@ class Project:
         parent = self.lookup(head, depth + 1)
         return self._member(parent, last, depth + 1) if parent is not None else None
 
-    def _member(self, d: FunctionInfo | ClassInfo | ModuleInfo, name: str, depth: int = 0
-                ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
+    def _member(
+        self, d: FunctionInfo | ClassInfo | ModuleInfo, name: str, depth: int = 0
+    ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
         if isinstance(d, ModuleInfo):
             if name in d.functions:
                 return d.functions[name]
@@ -324,8 +370,9 @@ class Project:
             stack.extend(c.bases)
         return None
 
-    def resolve_def(self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
-                    ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
+    def resolve_def(
+        self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
+    ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
         """What a Name/Attribute expression refers to (a function, class or module of the project)."""
         if fn is None or depth > 6:
             return None

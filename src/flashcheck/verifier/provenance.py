@@ -30,20 +30,122 @@ HOST, DEVICE, UNKNOWN = Where.HOST, Where.DEVICE, Where.UNKNOWN
 _HOST_WORDS = frozenset({"cpu", "host", "np", "numpy", "pinned", "pin", "list", "lst"})
 _DEVICE_WORDS = frozenset({"gpu", "cuda", "device", "dev", "gpus"})
 # Names with a device word that hold flags, counts or handles, not tensors (``use_cuda_graph``, ``num_gpus``).
-_NOT_TENSOR_WORDS = frozenset({"use", "is", "has", "enable", "enabled", "disable", "num", "count", "size", "id", "rank",
-                               "name", "type", "capability", "available", "graph", "graphs", "stream", "streams",
-                               "event", "events", "props", "properties", "index", "world", "mode", "backend", "mesh",
-                               "kind", "str", "module", "config", "cfg", "arch", "sm", "memory", "mem", "total"})
-_HOST_RESULT_METHODS = frozenset({"cpu", "numpy", "tolist", "item", "pin_memory", "size", "numel", "dim", "stride",
-                                  "element_size", "data_ptr", "nelement", "is_contiguous", "get_device", "keys",
-                                  "items", "values", "__len__"})
+_NOT_TENSOR_WORDS = frozenset(
+    {
+        "use",
+        "is",
+        "has",
+        "enable",
+        "enabled",
+        "disable",
+        "num",
+        "count",
+        "size",
+        "id",
+        "rank",
+        "name",
+        "type",
+        "capability",
+        "available",
+        "graph",
+        "graphs",
+        "stream",
+        "streams",
+        "event",
+        "events",
+        "props",
+        "properties",
+        "index",
+        "world",
+        "mode",
+        "backend",
+        "mesh",
+        "kind",
+        "str",
+        "module",
+        "config",
+        "cfg",
+        "arch",
+        "sm",
+        "memory",
+        "mem",
+        "total",
+    }
+)
+_HOST_RESULT_METHODS = frozenset(
+    {
+        "cpu",
+        "numpy",
+        "tolist",
+        "item",
+        "pin_memory",
+        "size",
+        "numel",
+        "dim",
+        "stride",
+        "element_size",
+        "data_ptr",
+        "nelement",
+        "is_contiguous",
+        "get_device",
+        "keys",
+        "items",
+        "values",
+        "__len__",
+    }
+)
 _HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
-_FACTORIES = frozenset({"tensor", "empty", "zeros", "ones", "full", "arange", "as_tensor", "rand", "randn", "randint",
-                        "empty_strided", "linspace", "eye", "asarray"})
+_FACTORIES = frozenset(
+    {
+        "tensor",
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "arange",
+        "as_tensor",
+        "rand",
+        "randn",
+        "randint",
+        "empty_strided",
+        "linspace",
+        "eye",
+        "asarray",
+    }
+)
 _LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
-_HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "tuple", "dict", "set", "sum",
-                            "max", "min", "sorted", "enumerate", "zip", "abs", "round", "isinstance", "getattr",
-                            "divmod", "hash", "repr", "any", "all", "math.ceil", "math.floor", "math.prod"})
+_HOST_BUILTINS = frozenset(
+    {
+        "len",
+        "int",
+        "float",
+        "bool",
+        "str",
+        "range",
+        "list",
+        "tuple",
+        "dict",
+        "set",
+        "sum",
+        "max",
+        "min",
+        "sorted",
+        "enumerate",
+        "zip",
+        "abs",
+        "round",
+        "isinstance",
+        "getattr",
+        "divmod",
+        "hash",
+        "repr",
+        "any",
+        "all",
+        "math.ceil",
+        "math.floor",
+        "math.prod",
+    }
+)
 _NUMPY_ROOTS = ("np.", "numpy.")
 
 
@@ -72,8 +174,20 @@ class Provenance:
         self._active: set[tuple[int, str]] = set()
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
-        if isinstance(expr, ast.Constant | ast.JoinedStr | ast.List | ast.Tuple | ast.Dict | ast.Set | ast.ListComp
-                      | ast.SetComp | ast.DictComp | ast.GeneratorExp | ast.Lambda):
+        if isinstance(
+            expr,
+            ast.Constant
+            | ast.JoinedStr
+            | ast.List
+            | ast.Tuple
+            | ast.Dict
+            | ast.Set
+            | ast.ListComp
+            | ast.SetComp
+            | ast.DictComp
+            | ast.GeneratorExp
+            | ast.Lambda,
+        ):
             return HOST
         if isinstance(expr, ast.Name):
             return self._name(expr.id, fn)
@@ -89,8 +203,11 @@ class Provenance:
         if isinstance(expr, ast.BinOp):
             return merge([self.of(expr.left, fn), self.of(expr.right, fn)])
         if isinstance(expr, ast.UnaryOp):
-            return HOST if isinstance(expr.op, ast.Not) and self.of(expr.operand, fn) is HOST else self.of(
-                expr.operand, fn)
+            return (
+                HOST
+                if isinstance(expr.op, ast.Not) and self.of(expr.operand, fn) is HOST
+                else self.of(expr.operand, fn)
+            )
         if isinstance(expr, ast.Compare):
             if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
                 return HOST
@@ -110,8 +227,12 @@ class Provenance:
         words = name_tokens(name)
         if words & _HOST_WORDS:
             return HOST
-        if (self.names_give_device and words & _DEVICE_WORDS and not words & _NOT_TENSOR_WORDS
-                and name not in ("device", "dev")):
+        if (
+            self.names_give_device
+            and words & _DEVICE_WORDS
+            and not words & _NOT_TENSOR_WORDS
+            and name not in ("device", "dev")
+        ):
             return DEVICE
         return UNKNOWN
 
@@ -138,8 +259,27 @@ class Provenance:
             ann = fn.params[name]
             if ann is not None:
                 text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
-                if any(w in text for w in ("ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool",
-                                           "str", "tuple", "Tuple", "dict", "Dict")) and "Tensor" not in text:
+                if (
+                    any(
+                        w in text
+                        for w in (
+                            "ndarray",
+                            "np.",
+                            "list",
+                            "List",
+                            "Sequence",
+                            "int",
+                            "float",
+                            "bool",
+                            "str",
+                            "tuple",
+                            "Tuple",
+                            "dict",
+                            "Dict",
+                        )
+                    )
+                    and "Tensor" not in text
+                ):
                     return HOST
             return named
         scope: FunctionInfo | None = fn

@@ -20,8 +20,22 @@ from flashcheck.errors import InvalidArgument
 
 __all__ = ["SourceFile", "Suppression", "discover", "module_name", "read_source"]
 
-_SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".tox",
-                        "node_modules", "build", "dist", ".eggs"})
+_SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".tox",
+        "node_modules",
+        "build",
+        "dist",
+        ".eggs",
+    }
+)
 _SUPPRESS = re.compile(r"#\s*flashcheck:\s*ignore(?:\[(?P<ids>[^\]]*)\])?(?P<rest>.*)$")
 
 
@@ -54,8 +68,11 @@ class SourceFile:
     def is_test(self) -> bool:
         name = self.path.name
         parts = set(Path(self.relpath).parts[:-1])
-        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" or bool(
-            parts & {"tests", "test", "testing"}
+        return (
+            name.startswith("test_")
+            or name.endswith("_test.py")
+            or name == "conftest.py"
+            or bool(parts & {"tests", "test", "testing"})
         )
 
     def line_text(self, line: int) -> str:
@@ -117,8 +134,9 @@ def read_source(path: Path, root: Path) -> SourceFile:
         line = getattr(exc, "lineno", None) or 1
         col = getattr(exc, "offset", None) or 1
         msg = getattr(exc, "msg", None) or str(exc)
-        return SourceFile(path, rel, mod, text, None, error=f"does not parse: {msg}", error_line=line,
-                          error_column=col, lines=lines)
+        return SourceFile(
+            path, rel, mod, text, None, error=f"does not parse: {msg}", error_line=line, error_column=col, lines=lines
+        )
     sf = SourceFile(path, rel, mod, text, tree, lines=lines)
     if "flashcheck:" in text:
         sf.suppressions = list(_suppressions(text, lines))

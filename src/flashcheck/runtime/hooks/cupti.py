@@ -135,8 +135,9 @@ def attribute(raws: Sequence[RawEvent]) -> list[Event]:
         if best is None:
             continue
         # a copy CUPTI saw execute was not being captured (captured copies run only at replay, as in_graph)
-        out.append(Event(kind, "cupti", (), r.name, memory=memory, in_graph=in_graph, region_id=best[1],
-                         capturing=False))
+        out.append(
+            Event(kind, "cupti", (), r.name, memory=memory, in_graph=in_graph, region_id=best[1], capturing=False)
+        )
     return out
 
 

@@ -168,8 +168,17 @@ class DispatchHook(Hook):
             capturing = _stream_capturing()
             if kind == "h2d_copy" and memory == "pinned" and capturing is False:
                 return  # harmless outside graph capture (the monitor drops it): skip the costly stack walk
-            self._emit(Event(kind, "dispatch", capture_stack(3), detail, memory=memory, thread=threading.get_ident(),
-                             capturing=capturing))
+            self._emit(
+                Event(
+                    kind,
+                    "dispatch",
+                    capture_stack(3),
+                    detail,
+                    memory=memory,
+                    thread=threading.get_ident(),
+                    capturing=capturing,
+                )
+            )
         except Exception as exc:
             self._error(exc)
 

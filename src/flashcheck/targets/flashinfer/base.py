@@ -238,8 +238,9 @@ class FlashInferTargetBase:
         if "pool" not in slot.extra:
             slot.extra["pool"] = t.cuda.graph_pool_handle()
         try:
-            graph, out = capture_graph(lambda: self._run(slot.wrapper, slot.static_q, out=None), slot.extra["pool"],
-                                       stream)
+            graph, out = capture_graph(
+                lambda: self._run(slot.wrapper, slot.static_q, out=None), slot.extra["pool"], stream
+            )
         except BaseException:
             slot.graph = None  # the old graph read the replaced static_q: it must not be replayed
             raise

@@ -73,10 +73,12 @@ class HostSyncInHotPath(Rule):
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(
-                self, fn, node,
+                self,
+                fn,
+                node,
                 f"`{snippet(node)}` {what} in {fn.short}, which runs {when} (root {root.fn.short}: {root.why})",
                 hint="use the host mirror (*_cpu / pinned buffer) or compute the value on the host before the "
-                     "step; keep device values on the device",
+                "step; keep device values on the device",
                 chain=HotPaths.chain(fn, reach),
                 evidence={"root": root.fn.qualname, "root_kind": kind, "operand": where.value},
                 confidence=Confidence.HIGH if where is Where.DEVICE else Confidence.MEDIUM,
@@ -111,8 +113,11 @@ class HostSyncInHotPath(Rule):
                 w = prov.of(func.value, fn)
                 if w is Where.HOST or (method == "numpy" and w is not Where.DEVICE):
                     continue
-                what = ("has a data-dependent output size (device-to-host sync)" if method == "nonzero"
-                        else "copies device data to the host")
+                what = (
+                    "has a data-dependent output size (device-to-host sync)"
+                    if method == "nonzero"
+                    else "copies device data to the host"
+                )
                 hit(call, what, w)
         for test in fn.tests:
             for leaf in _leaves(test):

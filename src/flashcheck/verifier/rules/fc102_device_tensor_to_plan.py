@@ -14,8 +14,13 @@ from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 def _is_host_side_param(name: str) -> bool:
     words = name_tokens(name)
-    return "indptr" in words or {"last", "page", "len"} <= words or {"seq", "lens"} <= words or "seqlens" in words \
+    return (
+        "indptr" in words
+        or {"last", "page", "len"} <= words
+        or {"seq", "lens"} <= words
+        or "seqlens" in words
         or {"kv", "lens"} <= words
+    )
 
 
 @rule("FC102", "device-tensor-to-plan")
@@ -71,8 +76,9 @@ class DeviceTensorToPlan(Rule):
         return looks_like_wrapper(func.value) or (d is not None and is_flashinfer_import(fn, d))
 
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call) -> None:
-        args: list[tuple[str, ast.expr]] = [(kw.arg, kw.value) for kw in call.keywords
-                                            if kw.arg and _is_host_side_param(kw.arg)]
+        args: list[tuple[str, ast.expr]] = [
+            (kw.arg, kw.value) for kw in call.keywords if kw.arg and _is_host_side_param(kw.arg)
+        ]
         for a in call.args:
             n = terminal_name(a)
             if n is not None and _is_host_side_param(n):
@@ -80,7 +86,9 @@ class DeviceTensorToPlan(Rule):
         for param, expr in args:
             if ctx.prov.of(expr, fn) is Where.DEVICE:
                 ctx.report(
-                    self, fn, expr,
+                    self,
+                    fn,
+                    expr,
                     f"`{snippet(expr)}` is a device tensor passed as {param} to `{snippet(call.func)}`; FlashInfer "
                     "copies it to the host (a blocking sync) on every plan",
                     hint="pass the host mirror (a pinned *_cpu buffer filled on the host) instead",

@@ -73,11 +73,13 @@ class FlashinferPrivateAttribute(Rule):
         else:
             return
         ctx.report(
-            self, fn, node,
+            self,
+            fn,
+            node,
             f"`{attr}` is private FlashInfer state (read through `{ast.unparse(receiver)[:60]}`); its type and "
             "meaning change between FlashInfer releases",
             hint="use the public wrapper API or keep your own copy of the values you passed to plan(); isolate "
-                 "unavoidable accesses in one version-checked module",
+            "unavoidable accesses in one version-checked module",
             evidence={"attribute": attr},
         )
 

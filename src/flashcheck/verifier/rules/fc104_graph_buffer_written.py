@@ -75,8 +75,12 @@ class GraphBufferWrittenElsewhere(Rule):
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
         binders = {id(b.fn) for b in bindings.values()}
         for fn in ctx.project.all_functions():
-            if fn in prep or id(fn) in binders or fn.name in ("__init__", "__post_init__") \
-                    or fn.name.startswith("init_"):
+            if (
+                fn in prep
+                or id(fn) in binders
+                or fn.name in ("__init__", "__post_init__")
+                or fn.name.startswith("init_")
+            ):
                 continue
             for node, target in _writes(fn):
                 for key in storage_keys(target, fn):
@@ -85,13 +89,19 @@ class GraphBufferWrittenElsewhere(Rule):
                         continue
                     sf = b.fn.source
                     ctx.report(
-                        self, fn, node,
+                        self,
+                        fn,
+                        node,
                         f"`{snippet(node)}` writes `{key[2]}`, which is bound as {b.param} of a graph-mode "
                         f"{b.wrapper} in {b.fn.short} ({sf.relpath}:{b.call.lineno}); {fn.short} is not on a "
                         "replay/metadata path, so the next plan() reads what it left",
                         hint="give this code its own buffer, or restore the precomputed contents before plan()",
-                        evidence={"buffer": key[2], "bound_at": f"{sf.relpath}:{b.call.lineno}",
-                                  "bound_in": b.fn.qualname, "parameter": b.param},
+                        evidence={
+                            "buffer": key[2],
+                            "bound_at": f"{sf.relpath}:{b.call.lineno}",
+                            "bound_in": b.fn.qualname,
+                            "parameter": b.param,
+                        },
                     )
                     break
 

@@ -65,7 +65,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                         continue
                     seen.add(id(alloc))
                     ctx.report(
-                        self, where, alloc,
+                        self,
+                        where,
+                        alloc,
                         f"`{snippet(alloc)}` allocates an uninitialised workspace that {consumer} "
                         f"({fn.source.relpath}:{call.lineno}) requires to start zeroed",
                         hint="allocate it with torch.zeros (once, shared) or call .zero_() right after torch.empty",
@@ -83,9 +85,15 @@ def _zeroed_after(alloc: ast.Call, fn: FunctionInfo) -> bool:
     if isinstance(fn.node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and targets:
         for call in fn.calls:
             f = call.func
-            if isinstance(f, ast.Attribute) and (f.attr == "zero_" or (
-                    f.attr == "fill_" and call.args and isinstance(call.args[0], ast.Constant)
-                    and call.args[0].value == 0)):
+            if isinstance(f, ast.Attribute) and (
+                f.attr == "zero_"
+                or (
+                    f.attr == "fill_"
+                    and call.args
+                    and isinstance(call.args[0], ast.Constant)
+                    and call.args[0].value == 0
+                )
+            ):
                 keys = set(storage_keys(f.value, fn)) | {("local", "", ast.unparse(f.value))}
                 if keys & targets:
                     return True

@@ -68,11 +68,13 @@ class ConstantWorkspaceSize(Rule):
                 placeholder = isinstance(size, ast.Constant) and size.value == 0  # resized before first use
                 if size is not None and not placeholder and _is_constant(size, where, ctx.project, 0):
                     ctx.report(
-                        self, where, alloc,
+                        self,
+                        where,
+                        alloc,
                         f"workspace `{snippet(alloc)}` has a fixed size (`{snippet(size, 40)}`); the planner's "
                         "need grows with batch size, tokens and heads",
                         hint="size it from the engine's limits or configuration, and check plan()'s requirement "
-                             "at start-up",
+                        "at start-up",
                         evidence={"size": ast.unparse(size)},
                     )
 

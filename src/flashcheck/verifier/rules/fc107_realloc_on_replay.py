@@ -60,18 +60,24 @@ class ReallocOnReplayPath(Rule):
                     if _is_self_buffer(t):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
-                if isinstance(call.func, ast.Attribute) and call.func.attr == "resize_" \
-                        and _is_self_buffer(call.func.value):
+                if (
+                    isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "resize_"
+                    and _is_self_buffer(call.func.value)
+                ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
 
     def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, reach: dict[FunctionInfo, Hop], what: str) -> None:
         root = reach[fn].root
         ctx.report(
-            self, fn, node,
+            self,
+            fn,
+            node,
             f"{fn.short} {what} on a per-step path (root {root.fn.short}); a captured graph keeps reading "
             "the old storage",
             hint="allocate for the largest batch once and write into a slice; grow only before capture",
-            chain=HotPaths.chain(fn, reach), evidence={"root": root.fn.qualname},
+            chain=HotPaths.chain(fn, reach),
+            evidence={"root": root.fn.qualname},
         )
 
 

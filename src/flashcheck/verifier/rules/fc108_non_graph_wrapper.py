@@ -85,11 +85,13 @@ class NonGraphWrapperInCapture(Rule):
                     b = found[0]
                     root = capture[fn].root
                     ctx.report(
-                        self, fn, call,
+                        self,
+                        fn,
+                        call,
                         f"`{snippet(call)}` runs a {b.wrapper} built without use_cuda_graph=True "
                         f"({b.fn.source.relpath}:{b.call.lineno}) on a capture path (root {root.fn.short})",
                         hint="build a graph-mode wrapper (use_cuda_graph=True, persistent index buffers) per "
-                             "captured batch size and use it here",
+                        "captured batch size and use it here",
                         chain=HotPaths.chain(fn, capture),
                         evidence={"built_at": f"{b.fn.source.relpath}:{b.call.lineno}", "wrapper": b.wrapper},
                     )

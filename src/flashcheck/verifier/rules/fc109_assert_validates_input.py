@@ -53,7 +53,9 @@ class AssertValidatesInput(Rule):
                 used = sorted({n.id for n in ast.walk(a.test) if isinstance(n, ast.Name)} & params)
                 if used:
                     ctx.report(
-                        self, fn, a,
+                        self,
+                        fn,
+                        a,
                         f"`{snippet(a, 60)}` validates argument(s) {', '.join(used)} of {fn.short} with assert, "
                         "which python -O removes",
                         hint="raise ValueError/TypeError with the offending values and the accepted range instead",
