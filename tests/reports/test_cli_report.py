@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, main
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE, EXIT_USAGE, main
 
 
 def test_report_to_stdout_fails_on_findings(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,8 +44,37 @@ def test_compare_gates_on_new_findings_only(
     assert main(["report", str(run_dir), "--compare", str(baseline_dir), "-f", "json"]) == EXIT_FINDINGS
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["compare"] == {"new": 3, "unchanged": 2, "fixed": 1}
-    assert main(["report", str(run_dir), "--compare", str(run_dir)]) == EXIT_CLEAN
-    assert "0 new, 5 unchanged, 0 fixed" in capsys.readouterr().out
+    # no new finding, but this run recorded an error: incomplete, never green
+    assert main(["report", str(run_dir), "--compare", str(run_dir)]) == EXIT_INCOMPLETE
+    out = capsys.readouterr().out
+    assert ("0 new, 5 unchanged, 0 fixed" in out and out.startswith("INCOMPLETE")) or "INCOMPLETE:" in out
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "markdown", "html", "json", "junit", "sarif"])
+def test_an_incomplete_run_never_reads_as_clean(
+    run_dir: Path, tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "findings.json").unlink()  # no findings at all: only the incompleteness may speak
+    meta.pop("finished", None)
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    rc = main(["report", str(run_dir), "-f", fmt])
+    out = capsys.readouterr().out
+    assert rc == EXIT_INCOMPLETE
+    assert "OK:" not in out and "No findings**" not in out and 'class="verdict ok"' not in out
+    if fmt == "json":
+        assert json.loads(out)["summary"]["verdict"] == "incomplete"
+    if fmt in ("terminal", "markdown", "html"):
+        assert "incomplete" in out.lower() and "never finished" in out
+
+
+def test_a_finished_run_without_findings_or_errors_is_clean(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["errors"] = []
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    (run_dir / "findings.json").unlink()
+    assert main(["report", str(run_dir), "-f", "json"]) == EXIT_CLEAN
+    assert json.loads(capsys.readouterr().out)["summary"]["verdict"] == "clean"
 
 
 def test_sarif_paths_relative_to_source_root(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,9 @@
 """Command line: ``flashcheck SUBCOMMAND ...``.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int`` and is listed in
-`SUBCOMMANDS`. Exit codes: 0 clean, 1 findings, 2 usage or internal error, 3 environment unavailable.
+`SUBCOMMANDS`. Exit codes: 0 clean, 1 findings, 2 usage or internal error, 3 environment unavailable, 4 the run
+that `flashcheck report` renders did not complete (errors, interrupted, a stop before its budget, a target that
+could not run): never clean.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from collections.abc import Sequence
 from flashcheck import __version__
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, UsageError
 
-__all__ = ["EXIT_CLEAN", "EXIT_ENV", "EXIT_FINDINGS", "EXIT_USAGE", "SUBCOMMANDS", "main"]
+__all__ = ["EXIT_CLEAN", "EXIT_ENV", "EXIT_FINDINGS", "EXIT_INCOMPLETE", "EXIT_USAGE", "SUBCOMMANDS", "main"]
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 
 # name -> (module, one-line help). Modules must not import torch at import time.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {

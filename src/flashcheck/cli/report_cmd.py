@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import atomic_write_text
 from flashcheck.reports import FORMATS, build_view, check_format, render_view
@@ -73,4 +74,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         atomic_write_text(out, text)
         print(f"flashcheck report: wrote {fmt} report to {out}", file=sys.stderr)
-    return 1 if view.failing() else 0
+    return {"findings": EXIT_FINDINGS, "incomplete": EXIT_INCOMPLETE}.get(view.verdict(), EXIT_CLEAN)

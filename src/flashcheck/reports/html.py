@@ -85,7 +85,9 @@ def _summary(view: ReportView) -> str:
         text = f"{new} new finding(s) against the baseline" if new else "No new findings against the baseline"
     else:
         text = f"{n} finding(s)" if n else "No findings"
-    cls = "fail" if view.failing() else "ok"
+    if view.verdict() == "incomplete":
+        text = "Incomplete run: " + "; ".join(view.incomplete_reasons())
+    cls = "ok" if view.verdict() == "clean" else "fail"
     sev = view.severity_counts()
     cards = [(str(n), "findings", "")]
     cards += [(str(sev[s]), s, s) for s in _SEV]

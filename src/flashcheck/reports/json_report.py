@@ -75,6 +75,8 @@ def to_document(view: ReportView) -> dict[str, Any]:
         "summary": {
             "findings": len(view.entries),
             "failing": view.failing(),
+            "verdict": view.verdict(),
+            "incomplete": view.incomplete_reasons(),
             "by_severity": view.severity_counts(),
             "by_kind": view.kind_counts(),
             "by_check": dict(sorted(by_check.items())),

@@ -69,6 +69,8 @@ def _entry(e: Entry) -> list[str]:
 
 def _verdict(view: ReportView) -> str:
     n = len(view.entries)
+    if view.verdict() == "incomplete":
+        return "⚠️ **Incomplete run**: " + "; ".join(view.incomplete_reasons())
     if view.compared:
         new = view.count(FindingStatus.NEW)
         head = f"❌ **{new} new finding(s)**" if new else "✅ **No new findings**"

@@ -180,10 +180,32 @@ class ReportView:
         return {k: c.get(k, 0) for k in ("static", "runtime", "property")}
 
     def failing(self) -> bool:
-        """What the CLI's exit code says: any finding, or with a baseline any *new* finding."""
+        """Any finding, or with a baseline any *new* finding."""
         if self.compared:
             return self.count(FindingStatus.NEW) > 0
         return bool(self.entries)
+
+    def incomplete_reasons(self) -> list[str]:
+        """Why this run cannot be called clean even without findings: recorded errors, a run that never finished
+        (killed, interrupted), a stop that was not the budget, targets that could not run."""
+        reasons = [f"run error: {e.splitlines()[0] if e else e}" for e in self.errors]
+        if self.meta.get("finished") is None:
+            reasons.append("the run never finished (killed or interrupted before it closed)")
+        raw = self.meta.get("campaign")
+        camp: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        stop = str(camp.get("stop_reason") or self.meta.get("stop_reason") or "")
+        if stop and not stop.endswith("budget spent"):
+            reasons.append(f"stopped early: {stop}")
+        for target, why in sorted(dict(camp.get("dropped_targets") or {}).items()):
+            reasons.append(f"target {target} did not run: {why}")
+        return reasons
+
+    def verdict(self) -> str:
+        """The one verdict of the run, shown alike by every renderer and the exit code: ``findings``, else
+        ``incomplete`` (never green), else ``clean``."""
+        if self.failing():
+            return "findings"
+        return "incomplete" if self.incomplete_reasons() else "clean"
 
     # ---- statistics for plots -----------------------------------------------------------------------------------
     def first_seen(self) -> dict[str, float]:

@@ -118,6 +118,8 @@ def _verdict(view: ReportView, p: _Painter) -> str:
     text = "; ".join(parts)
     if view.failing():
         return p("FAIL: " + text, "red", "bold")
+    if view.verdict() == "incomplete":
+        return p("INCOMPLETE: " + text + "; " + "; ".join(view.incomplete_reasons()), "red", "bold")
     return p("OK: " + text, "green", "bold")
 
 
