@@ -64,6 +64,10 @@ def test_an_incomplete_run_never_reads_as_clean(
     assert "OK:" not in out and "No findings**" not in out and 'class="verdict ok"' not in out
     if fmt == "json":
         assert json.loads(out)["summary"]["verdict"] == "incomplete"
+    if fmt == "sarif":
+        assert json.loads(out)["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    if fmt == "junit":
+        assert 'errors="1"' in out and "never finished" in out
     if fmt in ("terminal", "markdown", "html"):
         assert "incomplete" in out.lower() and "never finished" in out
 

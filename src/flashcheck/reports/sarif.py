@@ -158,9 +158,10 @@ def to_document(view: ReportView, *, source_root: str | Path | None = None) -> d
     for e in [*view.entries, *view.fixed]:
         samples.setdefault(e.finding.id, e.finding)
     results = [_result(paths, e, index[e.finding.id]) for e in [*view.entries, *view.fixed]]
-    invocation: dict[str, Any] = {"executionSuccessful": not view.errors}
-    if view.errors:
-        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": err}} for err in view.errors]
+    problems = [*view.errors, *view.incomplete_reasons()[len(view.errors) :]]
+    invocation: dict[str, Any] = {"executionSuccessful": not problems}
+    if problems:
+        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": p}} for p in problems]
     env = dict(view.meta.get("environment", {}))
     run: dict[str, Any] = {
         "tool": {
