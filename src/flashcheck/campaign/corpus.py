@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,7 +45,7 @@ def open_database(location: str | None, run_dir: Path) -> ExampleDatabase:
     path = Path(location) if location else run_dir / "corpus"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
+        probe = path / f".write-test-{os.getpid()}"  # per process: nodes sharing the corpus probe at once
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
