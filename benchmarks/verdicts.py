@@ -9,7 +9,9 @@ output-contract violation):
 - ``campaign``: one ``flashcheck campaign`` over a faulting, a hanging, a raising and an eager-sync target and the
   clean built-in ``decode-tc``: findings per target, targets dropped, steps run, and each reproducer replayed in a
   fresh process (``flashcheck replay``, exit 1 = the same finding came back);
-- ``plugin``: ``pytest -m fuzz`` through the plugin on one target per family: exit status and the checks reported.
+- ``plugin``: ``pytest -m fuzz`` through the plugin on one target per family: exit status and the checks reported;
+- ``sanitizer``: the campaign's first kernel-fault reproducer replayed under ``compute-sanitizer --tool memcheck``
+  (``flashcheck replay REPRO --sanitizer memcheck``): the kernel and the error it names.
 
     PYTHONPATH=src:tests/quality python benchmarks/verdicts.py --out $OUT/verdicts-0.6.13.json
 """
@@ -149,9 +151,53 @@ def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int) -> dic
     return rec
 
 
-def plugin_mode(work: Path, budget: int, seconds_each: int) -> list[dict[str, Any]]:
+def sanitizer_mode(work: Path, seconds: int) -> dict[str, Any]:
+    run = work / "campaign"
+    try:
+        findings = json.loads((run / "findings.json").read_text())["findings"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        return {"error": f"no campaign findings to replay: {exc}"}
+    faults = [f for f in findings if f["id"] == "FC250" and "CUDA error" in f["message"]]
+    if not faults:
+        return {"error": "the campaign recorded no kernel fault"}
+    f = faults[0]
+    cmd = [sys.executable, "-m", "flashcheck", "replay", str(run / f["repro"]), "--no-snippet"]
+    cmd += ["--sanitizer", "memcheck"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False, timeout=seconds)
+        text, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        text, rc = str(exc.stdout or ""), None
+    part = text.split("compute-sanitizer --tool memcheck:", 1)
+    rec = {
+        "target": f.get("location", {}).get("target", "?"),
+        "finding": f["message"][:200],
+        "exit": rc,
+        "sanitizer": ("compute-sanitizer --tool memcheck:" + part[1])[:6000] if len(part) == 2 else None,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "tail": text[-1500:],
+    }
+    print(json.dumps({k: v for k, v in rec.items() if k != "tail"}), flush=True)
+    return rec
+
+
+def plugin_mode(
+    work: Path, budget: int, seconds_each: int, step_timeout: int, only: set[str] | None = None
+) -> list[dict[str, Any]]:
+    """`only`: class names, or {"all"} for every faulty target (default: one per family, `PLUGIN`); a step is hung
+    after `step_timeout` seconds (FLASHCHECK_STEP_TIMEOUT; the first step of each kind gets five times that)."""
+    env = dict(_env(), FLASHCHECK_STEP_TIMEOUT=str(step_timeout))
+    from faulty_engine_gpu import FAULTY_ENGINE_TARGETS
+
+    accepted = {c.__name__: acc for c, acc in FAULTY_ENGINE_TARGETS.values()}
+    names = list(PLUGIN) if not only else [c for c in accepted if only == {"all"} or c in only]
+    if only and only - {"all"} - set(accepted):
+        raise SystemExit(
+            f"--plugin-targets: unknown {sorted(only - {'all'} - set(accepted))}; choose from {sorted(accepted)}"
+        )
     out = []
-    for cls in PLUGIN:
+    for cls in names:
         cmd = [
             sys.executable,
             "-m",
@@ -176,7 +222,7 @@ def plugin_mode(work: Path, budget: int, seconds_each: int) -> list[dict[str, An
         ]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False, timeout=seconds_each)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, timeout=seconds_each)
             text, rc = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             text, rc = str(exc.stdout or ""), None
@@ -184,12 +230,39 @@ def plugin_mode(work: Path, budget: int, seconds_each: int) -> list[dict[str, An
         rec = {
             "target": cls,
             "exit": rc,
+            "accepted": list(accepted[cls]),
+            "found": rc == 1 and bool(set(ids) & set(accepted[cls])),
             "checks_reported": ids,
             "wall_s": round(time.perf_counter() - t0, 1),
             "tail": text[-1500:],
         }
         print(json.dumps({k: v for k, v in rec.items() if k != "tail"}), flush=True)
         out.append(rec)
+    return out
+
+
+def _name(spec: str) -> str:
+    """The name a faulty target reports findings under (`faulty_engine_gpu:NoReplanDecodeTC` -> no-replan-decode-tc)."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "-", spec.split(":", 1)[1]).lower()
+
+
+def _collapse(text: str) -> list[str]:
+    """The sanitizer's error list with each repeated (error, kernel) pair once and its count (a replay's output
+    lists one pair per faulting thread up to the print limit)."""
+    lines = text.splitlines()
+    head, body = lines[:1], lines[1:]
+    groups: dict[tuple[str, ...], int] = {}
+    i = 0
+    while i < len(body):
+        j = i + 1
+        while j < len(body) and body[j].startswith("    "):
+            j += 1
+        key = tuple(body[i:j])
+        groups[key] = groups.get(key, 0) + 1
+        i = j
+    out = list(head)
+    for key, n in groups.items():
+        out += [key[0] + (f" (x{n})" if n > 1 else ""), *key[1:]]
     return out
 
 
@@ -245,7 +318,39 @@ def render(raw: Path) -> str:
                 ok = sum(1 for r in mine if r["reproduced"])
                 lines.append(f"| {tgt} | {by_target[tgt]} | {ok} of {len(mine)} |")
             clean = [t for t in ("decode-tc",) if t not in by_target]
-            lines += ["", f"Clean control without findings: {', '.join(clean) or 'none'}.", ""]
+            m = re.search(r"--target (\S+)", camp.get("command", ""))
+            faulty = [t for t in (m.group(1).split(",") if m else []) if t.startswith("faulty_engine_gpu:")]
+            missed = [t for t in faulty if _name(t) not in by_target]
+            lines += [
+                "",
+                f"Clean control without findings: {', '.join(clean) or 'none'}. Faulty targets without a finding: "
+                f"{', '.join(missed) or 'none'}.",
+                "",
+            ]
+        if doc.get("plugin"):
+            lines += [
+                "`pytest -m fuzz` through the plugin (`replay_sequences`):",
+                "",
+                "| target | pytest exit | checks reported | an accepted check | seconds |",
+                "|---|---|---|---|---|",
+            ]
+            for r in doc["plugin"]:
+                rc = "timed out" if r["exit"] is None else r["exit"]
+                ok = {True: "yes", False: "**no**", None: ""}[r.get("found")]
+                lines.append(
+                    f"| {r['target']} | {rc} | {', '.join(r['checks_reported']) or 'none'} | {ok} | {r['wall_s']} |"
+                )
+            lines.append("")
+        san = doc.get("sanitizer")
+        if san:
+            lines += [
+                f"Kernel-fault reproducer of `{san.get('target', '?')}` under compute-sanitizer memcheck "
+                f"(replay exit {san.get('exit')}, {san.get('wall_s')} s):",
+                "",
+                "```",
+            ]
+            lines += _collapse((san.get("sanitizer") or san.get("error") or "no sanitizer output").rstrip())
+            lines += ["```", ""]
     for path in sorted(raw.glob("verdicts*.log")):
         lines += [
             f"## `{path.name}` (printed by the run)",
@@ -276,13 +381,15 @@ def render(raw: Path) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--modes", default="driver,campaign,plugin")
+    p.add_argument("--modes", default="driver,campaign,sanitizer,plugin")
     p.add_argument("--steps", type=int, default=60, help="driver mode: steps per target at most")
     p.add_argument("--driver-targets", default="", help="driver mode: comma-separated names (default: all)")
     p.add_argument("--driver-seconds", type=int, default=240)
     p.add_argument("--campaign-seconds", type=int, default=150)
     p.add_argument("--plugin-budget", type=int, default=8, help="examples per plugin run")
+    p.add_argument("--plugin-targets", default="", help="plugin mode: comma-separated classes (default: all)")
     p.add_argument("--plugin-seconds", type=int, default=120, help="wall limit of one plugin run")
+    p.add_argument("--sanitizer-seconds", type=int, default=240, help="wall limit of the sanitizer replay")
     p.add_argument("--step-timeout", type=int, default=30)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--work", default="/tmp/flashcheck-verdicts")
@@ -322,8 +429,12 @@ def main() -> int:
     if "campaign" in modes:
         doc["campaign"] = campaign_mode(work, a.campaign_seconds, a.step_timeout, a.seed)
         save()
+    if "sanitizer" in modes:
+        doc["sanitizer"] = sanitizer_mode(work, a.sanitizer_seconds)
+        save()
     if "plugin" in modes:
-        doc["plugin"] = plugin_mode(work, a.plugin_budget, a.plugin_seconds)
+        only_plugin = set(filter(None, a.plugin_targets.split(",")))
+        doc["plugin"] = plugin_mode(work, a.plugin_budget, a.plugin_seconds, a.step_timeout, only_plugin)
         save()
     return 0
 

@@ -20,16 +20,28 @@ __all__ = ["SANITIZER_TOOLS", "SanitizerReport", "find_sanitizer", "parse_report
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 _ERROR = re.compile(r"^=+ (?P<what>(Invalid|Out-of-range|Uninitialized|Race|Barrier|Misaligned|Warning|Error)[^\n]*)")
 _AT = re.compile(r"^=+\s+at (?P<where>.+?)(\+0x[0-9a-f]+)?( in (?P<file>\S+))?$")
+_ADDRESS = re.compile(r"^=+\s+(?P<addr>Address 0x[0-9a-f]+.*)$")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (?P<n>\d+) error")
 
 
 @dataclass(frozen=True)
 class SanitizerReport:
-    """What compute-sanitizer said: each error with the kernel it names, and its summary count."""
+    """What compute-sanitizer said: each error with the kernel it names and the address line that follows it (empty
+    when the tool printed none), and its summary count."""
 
-    errors: tuple[tuple[str, str], ...]  # (what happened, kernel or function)
+    errors: tuple[tuple[str, str, str], ...]  # (what happened, kernel or function, address)
     count: int
     output: str
+
+    def distinct(self) -> list[tuple[str, str, str, int]]:
+        """Each distinct (what happened, where) once with its first address and how many times it was printed, most
+        frequent first (one bad index read by every thread prints thousands of identical lines)."""
+        first: dict[tuple[str, str], str] = {}
+        seen: dict[tuple[str, str], int] = {}
+        for what, where, addr in self.errors:
+            first.setdefault((what, where), addr)
+            seen[(what, where)] = seen.get((what, where), 0) + 1
+        return [(w, k, first[(w, k)], n) for (w, k), n in sorted(seen.items(), key=lambda kv: -kv[1])]
 
 
 def find_sanitizer() -> str:
@@ -47,8 +59,9 @@ def find_sanitizer() -> str:
 
 
 def parse_report(output: str) -> SanitizerReport:
-    """The errors compute-sanitizer printed, each paired with the first ``at`` line after it."""
-    errors: list[tuple[str, str]] = []
+    """The errors compute-sanitizer printed, each paired with the first ``at`` line after it and the ``Address``
+    line that follows before the next error."""
+    errors: list[list[str]] = []
     pending: str | None = None
     for line in output.splitlines():
         m = _ERROR.match(line)
@@ -57,10 +70,15 @@ def parse_report(output: str) -> SanitizerReport:
             continue
         a = _AT.match(line)
         if a is not None and pending is not None:
-            errors.append((pending, a.group("where").strip()))
+            errors.append([pending, a.group("where").strip(), ""])
             pending = None
+            continue
+        d = _ADDRESS.match(line)
+        if d is not None and errors and not errors[-1][2]:
+            errors[-1][2] = d.group("addr").strip()
     s = _SUMMARY.search(output)
-    return SanitizerReport(tuple(errors), int(s.group("n")) if s else len(errors), output)
+    found = tuple((w, k, d) for w, k, d in errors)
+    return SanitizerReport(found, int(s.group("n")) if s else len(found), output)
 
 
 def run_under_sanitizer(file: str, tool: str, *, device: str | None = None, timeout: float = 1800.0) -> SanitizerReport:

@@ -77,3 +77,24 @@ def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest
     finally:
         close_sessions()
     assert {f.id for f in info.value.findings} == {"FC304"}
+
+
+def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() -> None:
+    """With `shrink_seconds=0` the run ends at the first failing example (as a GPU run does once shrinking a
+    faulting step has used its time), still as a FuzzFailure with its reproducer; with no limit it is shrunk."""
+    kw: dict[str, Any] = {"config": SMALL, "budget": 15, "seed": 5, "profile": "ci", "device": "cpu"}
+    try:
+        with pytest.raises(FuzzFailure) as stopped:
+            fuzz_target(TARGET, database=None, shrink_seconds=0, **kw)
+        with pytest.raises(FuzzFailure) as shrunk:
+            fuzz_target(TARGET, database=None, shrink_seconds=None, **kw)
+    finally:
+        close_sessions()
+    assert "shrinking stopped after" in str(stopped.value)
+    assert "shrinking stopped" not in str(shrunk.value)
+    assert {f.id for f in stopped.value.findings} == {f.id for f in shrunk.value.findings} == {"FC304"}
+    first = stopped.value.records[0].repro["scenario"]["steps"]
+    smallest = shrunk.value.records[0].repro["scenario"]["steps"]
+    assert len(smallest) <= len(first)
+    path = stopped.value.records[0].path
+    assert path is not None and path.is_file()

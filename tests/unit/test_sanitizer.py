@@ -26,8 +26,21 @@ def test_parse_report_names_the_kernel() -> None:
         (
             "Invalid __global__ read of size 2 bytes",
             "void flashinfer::BatchDecodeWithPagedKVCacheKernel<128>(half *, int *)",
+            "Address 0x7f3a00001000 is out of bounds",
         ),
     )
+
+
+def test_repeated_errors_are_grouped_with_their_count() -> None:
+    one = MEMCHECK.split("=========\n", maxsplit=1)[0].replace("========= COMPUTE-SANITIZER\n", "")
+    other = one.replace("read of size 2", "write of size 4").replace("0x7f3a00001000", "0x7f3a00002000")
+    r = parse_report("========= COMPUTE-SANITIZER\n" + one * 3 + other + "========= ERROR SUMMARY: 4 errors\n")
+    assert r.count == 4
+    kernel = "void flashinfer::BatchDecodeWithPagedKVCacheKernel<128>(half *, int *)"
+    assert r.distinct() == [
+        ("Invalid __global__ read of size 2 bytes", kernel, "Address 0x7f3a00001000 is out of bounds", 3),
+        ("Invalid __global__ write of size 4 bytes", kernel, "Address 0x7f3a00002000 is out of bounds", 1),
+    ]
 
 
 def test_parse_clean_report() -> None:

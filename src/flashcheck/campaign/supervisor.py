@@ -257,8 +257,10 @@ class Supervisor:
             self._on_step(h, ev)
         elif kind == "skipped":
             self.store.skipped_steps += int(ev.get("steps", 0))
-        elif kind == "target":
+        elif kind == "target":  # set up: the environment now names the backend it loaded (FlashInfer's version)
             h.target_name = str(ev.get("name") or "")
+            if isinstance(ev.get("environment"), dict):
+                self.store.meta.setdefault("environment", {}).update(ev["environment"])
         elif kind == "poisoned":
             h.poisoned = True
             h.setup_failed = bool(ev.get("setup"))

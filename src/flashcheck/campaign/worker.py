@@ -27,6 +27,7 @@ from flashcheck.campaign.options import CampaignConfig
 from flashcheck.errors import EnvironmentUnavailable, ViolationFound
 from flashcheck.findings import atomic_write_text
 from flashcheck.known import split_known
+from flashcheck.rundir import environment
 from flashcheck.scenario import Scenario
 
 __all__ = ["EXIT_POISONED", "HANG_FILE", "WATCHDOG_SHARE", "main"]
@@ -123,7 +124,7 @@ class Worker:
                 hard_exit=True,
                 warm_up_scale=1.0,
             ) as drv:
-                self.emit("target", job=job, name=drv.target.name)
+                self.emit("target", job=job, name=drv.target.name, environment=environment())
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
@@ -155,8 +156,6 @@ class Worker:
 
     def serve(self, commands: _Commands) -> None:
         import torch  # noqa: F401  (so that environment() reports torch and the device)
-
-        from flashcheck.rundir import environment
 
         self.emit("ready", pid=os.getpid(), environment=environment())
         while True:

@@ -53,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
         report = run_under_sanitizer(args.file, args.sanitizer, device=args.device)
         print(f"\ncompute-sanitizer --tool {args.sanitizer}: {report.count} error(s)")
-        for what, where in report.errors:
-            print(f"  {what}\n    in {where}")
+        for what, where, addr, n in report.distinct():
+            print(f"  {what}" + (f" (x{n} printed)" if n > 1 else "") + f"\n    in {where}")
+            if addr:
+                print(f"    {addr}")
         if not report.errors and report.count:
             print(report.output[-4000:])
         hit = hit or report.count > 0

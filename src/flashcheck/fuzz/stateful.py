@@ -62,15 +62,19 @@ __all__ = [
 ]
 
 Reset = Literal["capture", "session"]
+SHRINK_SECONDS = 60.0  # default shrink time of one failure (`MachineConfig.shrink_seconds`)
 StepCheck = Callable[[Step, StepResult], None]
 
 
 class _NotShrinkable(BaseException):  # Hypothesis lets a BaseException through unshrunk
-    """A failure Hypothesis must not shrink: a hang costs its whole timeout on every shrink attempt."""
+    """A failure Hypothesis must not shrink (further): a hang costs its whole timeout on every shrink attempt, and
+    shrinking past `MachineConfig.shrink_seconds` (each attempt at a faulting step restarts a worker) ends with the
+    smallest failing example found so far."""
 
-    def __init__(self, records: Sequence[Recorded]) -> None:
-        super().__init__("a step hung")
+    def __init__(self, records: Sequence[Recorded], why: str) -> None:
+        super().__init__(why)
         self.records = tuple(records)
+        self.why = why
 
 
 class FuzzFailure(ViolationFound):
@@ -98,6 +102,7 @@ class MachineConfig:
     edge_cases: tuple[str, ...] = EDGE_CASES
     isolate: bool | None = None
     step_timeout: float | Literal["auto"] | None = "auto"
+    shrink_seconds: float | None = SHRINK_SECONDS
 
     def key(self) -> tuple[Any, ...]:
         tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
@@ -197,10 +202,14 @@ class ReplayMachine(RuleBasedStateMachine):
     cap: ClassVar[Capacity]
     spec: ClassVar[str]
     target_config: ClassVar[dict[str, Any]]
+    # the first failure of this run (monotonic time) and the latest failing example's reproducers: the smallest so far
+    failed_at: ClassVar[float | None] = None
+    last_failure: ClassVar[tuple[Recorded, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
         cfg = type(self).cfg
+        self._stop_shrinking()
         self.driver = _SESSIONS.driver(cfg)
         self.driver.reset_example()  # this example captures every bucket it replays
         self.steps: list[Step] = []
@@ -247,8 +256,23 @@ class ReplayMachine(RuleBasedStateMachine):
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
         )
         if any(f.id == HANG_ID for f in findings):
-            raise _NotShrinkable(records)
+            raise _NotShrinkable(records, "not shrunk: a hung step costs its whole timeout per attempt")
+        cls = type(self)
+        if cls.failed_at is None:
+            cls.failed_at = time.monotonic()
+        cls.last_failure = tuple(records)
+        self._stop_shrinking()
         raise FuzzFailure(records)
+
+    def _stop_shrinking(self) -> None:
+        """End the run with the smallest failing example so far once shrinking has taken `shrink_seconds`."""
+        cls = type(self)
+        limit = cls.cfg.shrink_seconds
+        if cls.failed_at is None or limit is None or not cls.last_failure:
+            return
+        spent = time.monotonic() - cls.failed_at
+        if spent > limit:
+            raise _NotShrinkable(cls.last_failure, f"shrinking stopped after {spent:.0f}s (shrink_seconds={limit:g})")
 
     def make_step(
         self, op: Literal["eager", "capture", "replay"], p: LengthParams, alloc: str, bucket: int | None = None
@@ -288,6 +312,7 @@ def replay_machine(
     edge_cases: Sequence[str] = EDGE_CASES,
     isolate: bool | None = None,
     step_timeout: float | Literal["auto"] | None = "auto",
+    shrink_seconds: float | None = SHRINK_SECONDS,
 ) -> type[ReplayMachine]:
     """A `RuleBasedStateMachine` class that fuzzes replay sequences against `target`.
 
@@ -304,6 +329,8 @@ def replay_machine(
         isolate: run the session in a worker process that is restarted after a fault (FC250) or a hang (FC252),
             so the run goes on; default: on CUDA, for a target given by name.
         step_timeout: seconds before a step is FC252 step-hung (``auto``: 120 s on CUDA, none on the CPU).
+        shrink_seconds: how long Hypothesis may shrink a failure before the run ends with the smallest failing
+            example so far (on a GPU each attempt at a faulting step restarts a worker); None: no limit.
 
     Use it as any Hypothesis state machine: ``TestReplay = replay_machine("decode-tc").TestCase``.
     """
@@ -323,6 +350,7 @@ def replay_machine(
         edge_cases=tuple(edge_cases),
         isolate=isolate,
         step_timeout=step_timeout,
+        shrink_seconds=shrink_seconds,
     )
     cap = tgt_obj.capacity
     lp: dict[str, Any] = {"distributions": cfg.distributions, "edge_cases": cfg.edge_cases}
@@ -450,6 +478,7 @@ def fuzz_target(
     prof = resolve_profile(profile)
     bud = parse_budget(budget) if budget is not None else Budget(examples=PROFILES[prof].examples)
     machine = replay_machine(target, config=config, seed=seed, **machine_kw)
+    machine.failed_at, machine.last_failure = None, ()
     t0 = time.monotonic()
     rounds = 0
     asked = 0
@@ -469,7 +498,7 @@ def fuzz_target(
             )
         except _NotShrinkable as exc:
             failure = FuzzFailure(exc.records)
-            failure.args = (f"{failure.args[0]}\n(not shrunk: a hung step costs its whole timeout per attempt)",)
+            failure.args = (f"{failure.args[0]}\n({exc.why})",)
             raise failure from None
         rounds += 1
         asked += examples
