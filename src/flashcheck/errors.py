@@ -73,3 +73,9 @@ def require(condition: bool, message: str) -> None:
     """Raise `InvalidArgument(message)` unless `condition` holds (`assert` is stripped under -O)."""
     if not condition:
         raise InvalidArgument(message)
+
+
+# The exit-code contract of every `flashcheck` subcommand (documented in `flashcheck.cli`); here so that the layers
+# below the command line (campaign supervisor, workers) return the same codes without importing it.
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_ENV, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4, 5
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141

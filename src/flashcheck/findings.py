@@ -12,12 +12,12 @@ import enum
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from flashcheck._files import atomic_write_text
 from flashcheck.errors import InvalidArgument
 
 __all__ = [
@@ -212,22 +212,6 @@ class Finding:
         if self.hint:
             s += f"\n    hint: {self.hint}"
         return s
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` atomically: a reader (or a crash) never sees a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_findings(path: str | os.PathLike[str], findings: Iterable[Finding]) -> None:

@@ -83,10 +83,18 @@ def save_repro(path: str | os.PathLike[str], repro: Mapping[str, Any]) -> Path:
 
 
 def load_repro(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The reproducer document at `path`; `InvalidArgument` (one line) for anything that is not one."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob("repros/*.json")) or sorted(p.glob("*.json"))
+        hint = f" such as {found[0]}" if found else " (a run directory keeps them in repros/)"
+        raise InvalidArgument(f"{path} is a directory; pass one reproducer file{hint}")
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidArgument(f"reproducer {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"reproducer {path} cannot be read ({exc}); pass a reproducer JSON file") from None
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"reproducer {path} is not JSON: {exc}") from exc
     if not isinstance(doc, dict) or "scenario" not in doc or "step" not in doc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from flashcheck import __version__
+from flashcheck._files import RunDirLock
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, atomic_write_text, load_findings, save_findings
 
@@ -111,24 +112,49 @@ def environment() -> dict[str, Any]:
 
 
 class RunWriter:
-    """Writes a run directory incrementally; safe to kill at any point."""
+    """Writes a run directory incrementally; safe to kill at any point. Holds the directory's lock
+    (`flashcheck._files.RunDirLock`) until `close`, unless the caller holds it (`lock=False`). A directory that
+    already holds a run is refused unless `resume` (then its findings are kept and new ones added)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike[str], meta: Mapping[str, Any], *, resume: bool = False, lock: bool = True
+    ) -> None:
         self.dir = Path(run_dir)
+        check_run_dir(self.dir)
+        self._lock = RunDirLock(self.dir).acquire() if lock else None
+        if not resume and (self.dir / "run.json").exists():
+            self._release()
+            raise InvalidArgument(f"{self.dir} already holds a run: pass another --out, or --resume to add to it")
         try:
             (self.dir / "repros").mkdir(parents=True, exist_ok=True)
-            probe = self.dir / ".write-test"
+            probe = self.dir / f".write-test-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
         except OSError as exc:
-            raise InvalidArgument(f"run directory {self.dir} is not writable: {exc}; pass another --out") from exc
+            self._release()
+            raise InvalidArgument(
+                f"run directory {self.dir} is not writable ({exc.strerror}); pass another --out"
+            ) from None
         self.t0 = time.time()
         self.meta: dict[str, Any] = {"schema": RUN_SCHEMA, "tool": "flashcheck", "version": __version__}
         self.meta.update(meta)
         self.meta.setdefault("started", self.t0)
         self.meta.setdefault("errors", [])
         self._findings: dict[str, Finding] = {}
+        if resume and (self.dir / "findings.json").exists():
+            for f in load_findings(self.dir / "findings.json"):
+                self._findings[f.signature()] = f
         self._samples: TextIO = (self.dir / "samples.jsonl").open("a", encoding="utf-8")
+        self.write_meta()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def error(self, message: str) -> None:
+        """Record why the run did not complete (the report shows it as incomplete, never clean)."""
+        self.meta.setdefault("errors", []).append(message)
         self.write_meta()
 
     def write_meta(self, **updates: Any) -> None:
@@ -154,9 +180,22 @@ class RunWriter:
         atomic_write_text(path, json.dumps(repro, indent=2, sort_keys=True, default=str) + "\n")
         return path
 
-    def close(self, **stats: Any) -> None:
+    def close(self, *, finished: bool = True, **stats: Any) -> None:
+        """Close the run: `finished` False records the stats but not a finish (an interrupted or failed run)."""
         self._samples.close()
-        self.write_meta(finished=time.time(), stats={**self.meta.get("stats", {}), **stats})
+        updates: dict[str, Any] = {"stats": {**self.meta.get("stats", {}), **stats}}
+        if finished:
+            updates["finished"] = time.time()
+        self.write_meta(**updates)
+        self._release()
+
+
+def check_run_dir(d: Path) -> None:
+    """`InvalidArgument` unless `d` is a directory or can become one (nothing else is ever replaced)."""
+    if d.is_symlink() and not d.is_dir():
+        raise InvalidArgument(f"run directory {d} is a dangling symbolic link; pass another --out")
+    if d.exists() and not d.is_dir():
+        raise InvalidArgument(f"run directory {d} is a file, not a directory; pass another --out")
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunResult:

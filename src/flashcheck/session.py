@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from flashcheck.driver import WARM_UP_SCALE, Driver
-from flashcheck.errors import InvalidArgument
+from flashcheck.errors import EnvironmentUnavailable, InvalidArgument
 from flashcheck.runtime.api import CheckerLike, NullChecker
 from flashcheck.scenario import Scenario, StepResult
 from flashcheck.targets.protocol import Target, check_target
@@ -51,6 +51,20 @@ def make_checker(layers: Layers, device: str, *, cold_regions: Iterable[str] = (
         yield chk
 
 
+def check_device(device: str) -> None:
+    """`EnvironmentUnavailable` for a CUDA device this machine does not have; `InvalidArgument` for a device that is
+    neither ``cpu`` nor ``cuda[:N]``."""
+    if device == "cpu":
+        return
+    if not (device == "cuda" or device.startswith("cuda:")):
+        raise InvalidArgument(f"device {device!r}: use cpu or cuda (cuda:N for one GPU)")
+    from flashcheck.fuzz.options import cuda_unavailable_reason
+
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        raise EnvironmentUnavailable(f"device {device}: {reason}")
+
+
 @contextlib.contextmanager
 def open_session(
     target: str | Target,
@@ -70,6 +84,7 @@ def open_session(
     `step_timeout`: seconds before a step is FC252 step-hung (``auto``: `default_step_timeout`; None: no watchdog).
     `hang_file` and `hard_exit` are for isolated workers (see `flashcheck.watchdog.Watchdog`)."""
     dev = device or default_device()
+    check_device(dev)
     tgt = make_target(target, **dict(config or {})) if isinstance(target, str) else check_target(target)
     timeout = default_step_timeout(dev) if step_timeout == "auto" else step_timeout
     with make_checker(layers, dev, cold_regions=getattr(tgt, "cold_regions", ())) as chk:

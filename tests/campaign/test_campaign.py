@@ -265,8 +265,8 @@ def test_two_nodes_share_one_corpus_directory(tmp_path: Path) -> None:
         (["--target", "no-such-target", "--steps", "1"], "unknown target 'no-such-target'"),
         (["--target", "nomodule_xyz:Cls", "--steps", "1"], "cannot import module 'nomodule_xyz'"),
         (["--target", "cpu-reference", "--select", "FC301,FC999", "--steps", "1"], "unknown check 'FC999'"),
-        (["--target", "cpu-reference", "--time", "ten minutes"], "time budget 'ten minutes' does not parse"),
-        (["--target", "cpu-reference", "--steps", "1", "--out", "{file}/sub"], "is not writable"),
+        (["--target", "cpu-reference", "--time", "ten minutes"], "--time 'ten minutes' does not parse"),
+        (["--target", "cpu-reference", "--steps", "1", "--out", "{file}/sub"], "cannot be written"),
         (["--resume", "{tmp}/nothing"], "no such directory"),
         (["--resume", "{tmp}"], "no run.json"),
         (["--resume", "{bad}"], "run.json is unreadable"),
@@ -304,3 +304,20 @@ def test_supervisor_side_imports_no_torch() -> None:
         "flashcheck.campaign.corpus; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), check=True)
+
+
+def test_first_seen_counts_the_steps_run_and_a_normal_stop_is_not_a_dead_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finding's first-seen step is the campaign-wide count of steps run when it appeared (steps of the chunk in
+    flight included, so never 0 for a finding at a step), and workers the campaign stopped read "stopped"."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "quality"))
+    out = tmp_path / "run"
+    cfg = SMALL if isinstance(SMALL, str) else json.dumps(SMALL)
+    args = ["--target", "faulty_targets:PlanInfoVaries", "--config", cfg, "--steps", "40", "--chunk-steps", "40"]
+    rc = main(["campaign", *args, "--seed", "3", "--log-every", "0.01", "--out", str(out)])
+    assert rc == 1
+    first = read_json(out / "run.json")["campaign"]["first_seen"]
+    assert first and all(1 <= v["steps"] <= 40 for v in first.values()), first
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[campaign] elapsed")]
+    assert "(dead)" not in lines[-1] and "(stopped)" in lines[-1], lines[-1]

@@ -31,7 +31,7 @@ def test_bad_durations_say_how_to_write_them(text: str) -> None:
     if text == "10":
         assert parse_duration(text) == 10
         return
-    with pytest.raises(InvalidArgument, match="time budget"):
+    with pytest.raises(InvalidArgument, match="--time"):
         parse_duration(text)
 
 

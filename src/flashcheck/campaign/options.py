@@ -22,8 +22,9 @@ __all__ = ["CampaignConfig", "chunk_seed", "count_gpus", "parse_duration", "pars
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``10m``, ``8h``, ``1h30m``, ``2h15m10s`` (or plain seconds, ``300``) -> seconds."""
+def parse_duration(text: str, flag: str = "--time") -> float:
+    """``90s``, ``10m``, ``8h``, ``1h30m``, ``2h15m10s`` (or plain seconds, ``300``) -> seconds; errors name
+    `flag`."""
     s = str(text).strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", s):
         seconds = float(s)
@@ -37,12 +38,12 @@ def parse_duration(text: str) -> float:
             or units != sorted(units, key="hms".index)
         ):
             raise InvalidArgument(
-                f"time budget {text!r} does not parse; write it like 90s, 10m, 8h or 1h30m (hours, minutes, "
+                f"{flag} {text!r} does not parse; write it like 90s, 10m, 8h or 1h30m (hours, minutes, "
                 "seconds, in that order)"
             )
         seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
     if seconds <= 0:
-        raise InvalidArgument(f"time budget {text!r} must be positive")
+        raise InvalidArgument(f"{flag} {text!r} must be positive")
     return seconds
 
 

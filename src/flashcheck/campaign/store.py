@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from flashcheck._files import RunDirLock
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, atomic_write_text, load_findings, save_findings
-from flashcheck.rundir import RunWriter, Sample
+from flashcheck.rundir import RunWriter, Sample, check_run_dir
 
 __all__ = ["CampaignStore", "WorkerState", "load_campaign_meta", "repro_size", "shape_of"]
 
@@ -83,8 +84,9 @@ class WorkerState:
 class CampaignStore:
     """Owns RUN_DIR. Use `create` for a new campaign, `resume` for an existing one."""
 
-    def __init__(self, run_dir: Path, meta: dict[str, Any], *, resuming: bool) -> None:
+    def __init__(self, run_dir: Path, meta: dict[str, Any], *, resuming: bool, lock: RunDirLock) -> None:
         self.dir = run_dir
+        self.lock = lock  # held from before the directory is read until the process ends
         camp = meta.setdefault("campaign", {})
         self.workers: dict[int, WorkerState] = {int(k): WorkerState(v) for k, v in camp.get("workers", {}).items()}
         self.corpus_done: set[str] = set(camp.get("corpus_done", []))
@@ -100,22 +102,31 @@ class CampaignStore:
         if resuming:
             self._load_findings()
             self._truncate_samples()
+            # errors of an earlier session stay on record, but they do not make this session's verdict
+            earlier = meta.setdefault("campaign", {}).setdefault("earlier_errors", [])
+            earlier.extend(meta.pop("errors", []))
+            meta.pop("finished", None)
         for stale in (run_dir / "workers").glob("*/inflight.json"):
             stale.unlink(missing_ok=True)  # an in-flight chunk of a killed session is simply re-run
-        self.writer = RunWriter(run_dir, meta)
+        self.writer = RunWriter(run_dir, meta, resume=resuming, lock=False)
 
     # ---- construction ----------------------------------------------------------------------------------------
     @classmethod
     def create(cls, run_dir: Path, meta: dict[str, Any]) -> CampaignStore:
+        check_run_dir(run_dir)
+        lock = RunDirLock(run_dir).acquire()
         if (run_dir / "run.json").exists():
+            lock.release()
             raise InvalidArgument(
                 f"{run_dir} already holds a run; continue it with --resume {run_dir} or pass another --out"
             )
-        return cls(run_dir, meta, resuming=False)
+        return cls(run_dir, meta, resuming=False, lock=lock)
 
     @classmethod
     def resume(cls, run_dir: Path) -> CampaignStore:
-        return cls(run_dir, load_campaign_meta(run_dir), resuming=True)
+        load_campaign_meta(run_dir)  # a clear error for what is not a campaign, before anything is created
+        lock = RunDirLock(run_dir).acquire()
+        return cls(run_dir, load_campaign_meta(run_dir), resuming=True, lock=lock)  # read again under the lock
 
     def _load_findings(self) -> None:
         path = self.dir / "findings.json"
@@ -162,8 +173,10 @@ class CampaignStore:
         return sum(w.steps_done for w in self.workers.values())
 
     # ---- writes ------------------------------------------------------------------------------------------------
-    def add_finding(self, finding: Finding, repro: dict[str, Any]) -> AddResult:
-        """Record one occurrence: new signature, or a smaller reproducer of a known one, or a duplicate."""
+    def add_finding(self, finding: Finding, repro: dict[str, Any], *, steps: int | None = None) -> AddResult:
+        """Record one occurrence: new signature, or a smaller reproducer of a known one, or a duplicate. `steps`:
+        the campaign-wide count of steps run when it was seen (completed chunks and the steps of chunks in flight);
+        default: the completed chunks only."""
         sig = finding.signature()
         size = repro_size(repro)
         if sig in self.findings and size >= self.sizes[sig]:
@@ -181,7 +194,7 @@ class CampaignStore:
                 "id": finding.id,
                 "target": finding.location.target,
                 "elapsed": round(self.elapsed(), 3),
-                "steps": self.steps_done(),
+                "steps": self.steps_done() if steps is None else steps,
             }
         return result
 
@@ -225,3 +238,4 @@ class CampaignStore:
     def close(self, **extra: Any) -> None:
         self.save(**extra)
         self.writer.close()
+        self.lock.release()

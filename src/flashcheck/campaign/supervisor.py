@@ -27,7 +27,7 @@ from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_durat
 from flashcheck.campaign.progress import Progress, Snapshot, WorkerLine
 from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.worker import HANG_FILE, WATCHDOG_SHARE
-from flashcheck.errors import InvalidArgument
+from flashcheck.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, InvalidArgument
 from flashcheck.findings import Finding
 from flashcheck.repro import make_repro
 from flashcheck.rundir import Sample
@@ -141,8 +141,17 @@ class Supervisor:
             "--config",
             json.dumps(self.cfg.to_dict()),
         ]
+        # a session of its own: Ctrl-C reaches the supervisor alone, which stops the workers itself (a worker hit
+        # by the terminal's SIGINT would die mid-chunk with a traceback that reads as a failure)
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True, bufsize=1
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
         )
         h = _Handle(w, gen, proc, log)
         self.handles[w] = h
@@ -272,7 +281,7 @@ class Supervisor:
         elif kind == "error":
             msg = f"worker {w} failed: {ev.get('message', '')}"
             self.store.error(msg)
-            self.fatal = Outcome(2, msg)
+            self.fatal = Outcome(EXIT_INTERNAL, msg)
             self._stop("worker error")
 
     def _inflight(self, h: _Handle) -> Scenario | None:
@@ -311,7 +320,8 @@ class Supervisor:
     def _record(self, f: Finding, scen: Scenario, step: int) -> None:
         repro = make_repro(scen, step, f, layers=self.cfg.layers)
         repro["command"] = "flashcheck replay REPRO.json"
-        result = self.store.add_finding(f, repro)
+        now = self.store.steps_done() + sum(x.executed for x in self.handles.values() if x.job is not None)
+        result = self.store.add_finding(f, repro, steps=now)
         if result == "duplicate":
             return
         trimmed = Scenario.from_dict(repro["scenario"])
@@ -347,7 +357,8 @@ class Supervisor:
             h.proc.wait(timeout=30)
         rc = h.proc.returncode
         h.log.close()
-        h.status = "dead"
+        # "stopped": ended because the campaign is stopping and it exited cleanly; "dead" only for anything else
+        h.status = "stopped" if self.stopping and rc == 0 else "dead"
         ws = self.store.worker(h.index)
         job = h.job
         if job is not None and h.poisoned:
@@ -372,7 +383,7 @@ class Supervisor:
                     f"status {rc}); see {self.store.dir}/workers/{h.index}/stderr.log"
                 )
                 self.store.error(msg)
-                self.fatal = Outcome(2, msg)
+                self.fatal = Outcome(EXIT_INTERNAL, msg)
                 self._stop("worker cannot start")
         if not self.stopping:
             ws.restarts += 1
@@ -462,7 +473,7 @@ class Supervisor:
     def _check_timeouts(self) -> None:
         now = time.monotonic()
         for h in self.handles.values():
-            if h.status == "dead" or h.hung:
+            if h.status in ("dead", "stopped") or h.hung:
                 continue
             if h.status == "busy" and now - h.last_event > self.cfg.step_timeout:
                 h.hung = True
@@ -542,7 +553,7 @@ class Supervisor:
                         self._stop("time budget spent")
                     elif left is not None and left <= 0 and all(h.job is None for h in self.handles.values()):
                         self._stop("step budget spent")
-                if self.stopping and all(h.status == "dead" for h in self.handles.values()):
+                if self.stopping and all(h.status in ("dead", "stopped") for h in self.handles.values()):
                     break
                 self._assign()
                 now = time.monotonic()
@@ -558,4 +569,8 @@ class Supervisor:
         self.store.close(stop_reason=self.stop_reason)
         if self.fatal is not None:
             return self.fatal
-        return Outcome(1 if self.store.findings else 0, self.stop_reason)
+        if self.store.findings:
+            return Outcome(EXIT_FINDINGS, self.stop_reason)
+        if self.stop_reason.startswith("interrupted"):  # resumable; the run directory reads as incomplete
+            return Outcome(EXIT_INTERRUPTED, self.stop_reason)
+        return Outcome(EXIT_CLEAN, self.stop_reason)

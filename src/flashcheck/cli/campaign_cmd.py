@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flashcheck.cli._common import parse_json_object
+from flashcheck.cli._common import add_config, add_out, parse_json_object
 from flashcheck.errors import InvalidArgument
 
 __all__ = ["add_arguments", "auto_targets", "run"]
@@ -47,9 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, help="step budget (all workers of this node together)")
     g.add_argument("--seed", type=int, help="campaign seed (default: random, printed in the header)")
     g.add_argument("--select", help="comma-separated check IDs to report (default all; FC251 is always reported)")
-    g.add_argument("--target-config", help="JSON object of constructor overrides for every target")
+    add_config(g)
     g = p.add_argument_group("where and with what")
-    g.add_argument("--out", help="run directory (default runs/campaign-YYYYmmdd-HHMMSS)")
+    add_out(g, "run directory (default runs/campaign-YYYYmmdd-HHMMSS)", metavar="DIR")
     g.add_argument(
         "--resume", metavar="DIR", help="continue the campaign in DIR (optionally with a new --time/--steps)"
     )
@@ -103,6 +103,21 @@ def _targets(text: str) -> tuple[str, ...]:
     return names
 
 
+def _positive(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 1:
+        raise InvalidArgument(f"{flag} {value}: give a positive number")
+    return value
+
+
+def _construct(targets: tuple[str, ...], config: dict[str, Any]) -> None:
+    """Build each target once here (not set up: no GPU work), so that a bad name, module or configuration key
+    fails now with one line, before any worker starts or the run directory is created."""
+    from flashcheck.targets.registry import make_target
+
+    for t in targets:
+        make_target(t, **config)
+
+
 def _select(text: str | None) -> tuple[str, ...]:
     from flashcheck.registry import get_check
 
@@ -125,7 +140,8 @@ def _new_config(args: argparse.Namespace) -> Any:
         raise InvalidArgument("name a --target (a built-in, module:ClassName or auto), or use --demo or --resume")
     on_gpu = any(t != "cpu-reference" for t in targets) or args.device == "cuda"
     time_s = parse_duration(args.time) if args.time else None
-    steps = args.steps
+    steps = _positive(args.steps, "--steps")
+    chunk = _positive(args.chunk_steps, "--chunk-steps")
     if time_s is None and steps is None:
         if args.demo:
             time_s, steps = (parse_duration(DEMO_TIME_GPU), None) if on_gpu else (None, DEMO_STEPS_CPU)
@@ -133,7 +149,8 @@ def _new_config(args: argparse.Namespace) -> Any:
             time_s = parse_duration(DEFAULT_TIME)
     gpus = visible_gpu_ids() if args.device != "cpu" else []
     node, nodes = resolve_node(args.node_index, args.num_nodes)
-    tcfg = parse_json_object(args.target_config, "--target-config")
+    tcfg = parse_json_object(args.config, "--config")
+    _construct(targets, tcfg)
     if args.ledger:
         from flashcheck.campaign.ledger import load_ledger
 
@@ -144,10 +161,10 @@ def _new_config(args: argparse.Namespace) -> Any:
         workers=parse_workers(args.workers or "auto", len(gpus)),
         time_budget=time_s,
         step_budget=steps,
-        chunk_steps=args.chunk_steps or 50,
+        chunk_steps=chunk or 50,
         layers=args.layers or "all",
         device=args.device or "auto",
-        step_timeout=parse_duration(args.step_timeout) if args.step_timeout else 600.0,
+        step_timeout=parse_duration(args.step_timeout, "--step-timeout") if args.step_timeout else 600.0,
         node_index=node,
         num_nodes=nodes,
         gpus=tuple(gpus),
@@ -163,7 +180,7 @@ _FIXED_ON_RESUME = (
     "demo",
     "seed",
     "select",
-    "target_config",
+    "config",
     "workers",
     "device",
     "layers",
@@ -177,6 +194,9 @@ _FIXED_ON_RESUME = (
 
 
 def run(args: argparse.Namespace) -> int:
+    from flashcheck.cli._common import require_runtime
+
+    require_runtime("campaign")
     import dataclasses
 
     from flashcheck.campaign.corpus import Corpus, open_database
@@ -186,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from flashcheck.campaign.supervisor import Supervisor
 
     command = "flashcheck " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))
+    corpus_db = None
     if args.resume:
         given = [f"--{k.replace('_', '-')}" for k in _FIXED_ON_RESUME if getattr(args, k, None)]
         if given:
@@ -198,10 +219,12 @@ def run(args: argparse.Namespace) -> int:
         cfg = CampaignConfig.from_dict(meta["campaign"]["config"])
         if args.time or args.steps:
             cfg = dataclasses.replace(
-                cfg, time_budget=parse_duration(args.time) if args.time else None, step_budget=args.steps
+                cfg,
+                time_budget=parse_duration(args.time) if args.time else None,
+                step_budget=_positive(args.steps, "--steps"),
             )
         if args.step_timeout:
-            cfg = dataclasses.replace(cfg, step_timeout=parse_duration(args.step_timeout))
+            cfg = dataclasses.replace(cfg, step_timeout=parse_duration(args.step_timeout, "--step-timeout"))
         store = CampaignStore.resume(run_dir)
         store.meta["campaign"]["config"] = cfg.to_dict()
     else:
@@ -214,8 +237,9 @@ def run(args: argparse.Namespace) -> int:
             "target": ",".join(cfg.targets),
             "campaign": {"config": cfg.to_dict(), "workers": {}},
         }
+        corpus_db = open_database(cfg.corpus, run_dir) if cfg.corpus else None  # a bad backend fails before --out
         store = CampaignStore.create(run_dir, meta)
-    corpus = Corpus(open_database(cfg.corpus, run_dir))
+    corpus = Corpus(corpus_db or open_database(cfg.corpus, run_dir))
     budget = " + ".join(
         x
         for x in (
@@ -238,6 +262,6 @@ def run(args: argparse.Namespace) -> int:
         f"flashcheck campaign --resume {run_dir})",
         flush=True,
     )
-    if outcome.code in (2, 3):
+    if outcome.code in (2, 3, 5):
         print(f"flashcheck campaign: {outcome.reason}", file=sys.stderr)
     return outcome.code

@@ -1,7 +1,9 @@
 """``flashcheck fuzz``: the replay state machine against one target, outside pytest, into a run directory.
 
-Writes ``OUT/run.json``, ``OUT/findings.json``, ``OUT/samples.jsonl`` and ``OUT/repros/SIG.json``. Exit 1 with
-findings (the shrunk program and the replay command are printed), 0 clean, 3 when the target cannot run here.
+Writes ``OUT/run.json``, ``OUT/findings.json``, ``OUT/samples.jsonl`` and ``OUT/repros/SIG.json``; a directory that
+already holds a run is refused unless ``--resume`` (its findings are kept). Exit codes as every subcommand
+(`flashcheck.cli`): 1 with findings (the shrunk program and the replay command are printed), 0 clean, 2 bad input,
+3 when the target cannot run here, 130 interrupted (the run directory then says so).
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
-from flashcheck.cli._common import parse_json_object
+from flashcheck.cli._common import Progress, add_config, add_out, parse_json_object
+from flashcheck.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from flashcheck.fuzz.recorder import FindingLog
@@ -21,51 +26,119 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu-reference", help="built-in name or module:Class (default cpu-reference)")
-    p.add_argument("--config", default=None, help="target configuration as JSON, e.g. '{\"buckets\": [1, 2, 4]}'")
-    p.add_argument("--budget", default=None, help="examples (200) or time (30s, 5m); default: the profile's")
+    add_config(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--time", metavar="DURATION", help="time budget: 30s, 5m, 1h30m")
+    g.add_argument("--examples", type=int, metavar="N", help="budget in examples (replay sequences)")
+    g.add_argument("--budget", help="examples (200) or time (30s, 5m); default: the profile's")
     p.add_argument("--seed", type=int, default=None, help="seed (default: random, printed)")
-    p.add_argument("--profile", default="auto", choices=("ci", "gpu", "nightly", "auto"))
-    p.add_argument("--layers", default="all", choices=("off", "cheap", "all"))
-    p.add_argument("--device", default=None, help="cuda or cpu (default: CUDA when available)")
-    p.add_argument("--out", default="flashcheck-fuzz", help="run directory (default ./flashcheck-fuzz)")
+    p.add_argument(
+        "--profile",
+        default="auto",
+        choices=("ci", "gpu", "nightly", "auto"),
+        help="examples and steps per example: ci (fast), gpu (no deadline, kernels compile on first use), nightly "
+        "(long); auto: gpu on a CUDA machine, ci otherwise",
+    )
+    p.add_argument(
+        "--layers",
+        default="all",
+        choices=("off", "cheap", "all"),
+        help="runtime detection layers: off (properties only), cheap (sync debug, trace, allocator), all (adds "
+        "dispatch and CUPTI)",
+    )
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: CUDA when available")
+    add_out(p, "run directory (default runs/fuzz-YYYYmmdd-HHMMSS)", metavar="DIR")
+    p.add_argument("--resume", action="store_true", help="add to the run already in --out (its findings are kept)")
+
+
+def _budget(args: argparse.Namespace) -> str | None:
+    if args.examples is not None:
+        if args.examples < 1:
+            raise InvalidArgument(f"--examples {args.examples}: give at least 1")
+        return str(args.examples)
+    if args.time is not None:
+        from flashcheck.campaign.options import parse_duration
+
+        return f"{parse_duration(args.time):g}s"
+    if args.budget is not None:
+        from flashcheck.fuzz.options import parse_budget
+
+        parse_budget(args.budget)  # a clear error now, not after the target is set up
+    return str(args.budget) if args.budget is not None else None
 
 
 def run(args: argparse.Namespace) -> int:
+    from flashcheck.cli._common import require_runtime
+
+    require_runtime("fuzz")
     from flashcheck.fuzz.options import active_options, set_active_options
     from flashcheck.fuzz.recorder import FindingLog
     from flashcheck.rundir import RunWriter
+    from flashcheck.targets.registry import make_target
 
     config = parse_json_object(args.config, "--config")
+    budget = _budget(args)
+    if args.resume and not args.out:
+        raise InvalidArgument("--resume needs the --out of the run to add to")
+    make_target(args.target, **config)  # bad target names and configuration keys fail here, before any work
+    device = None if args.device == "auto" else args.device
+    if device is not None:
+        from flashcheck.session import check_device
+
+        check_device(device)  # before the run directory: a CUDA run on a machine without a GPU is exit 3
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    out = Path(args.out or time.strftime("runs/fuzz-%Y%m%d-%H%M%S"))
     writer = RunWriter(
-        args.out,
+        out,
         {
             "kind": "fuzz",
             "command": " ".join(sys.argv),
             "seed": seed,
             "target": args.target,
             "target_config": config,
-            "budget": args.budget,
+            "budget": budget,
         },
+        resume=args.resume,
     )
     log = FindingLog(writer.dir / "repros")
     print(
-        f"flashcheck fuzz: target {args.target}, seed {seed}, budget {args.budget or 'per profile'}, "
-        f"profile {args.profile}, out {writer.dir}"
+        f"flashcheck fuzz: target {args.target}, seed {seed}, budget {budget or 'per profile'}, "
+        f"profile {args.profile}, out {writer.dir}",
+        flush=True,
     )
     previous = set_active_options(active_options().with_(out_dir=writer.dir / "repros"))
     try:
-        return _fuzz(args, config, seed, writer, log)
+        return _fuzz(args, config, budget, device, seed, writer, log)
+    except BaseException as exc:  # recorded so that no report can read this run as clean, then passed on
+        if isinstance(exc, KeyboardInterrupt):
+            writer.error("interrupted by the user (Ctrl-C)")
+        else:
+            writer.error(f"{type(exc).__name__}: {exc}")
+        writer.close(finished=False)
+        raise
     finally:
         set_active_options(previous)
 
 
-def _fuzz(args: argparse.Namespace, config: dict[str, object], seed: int, writer: RunWriter, log: FindingLog) -> int:
+def _fuzz(
+    args: argparse.Namespace,
+    config: dict[str, object],
+    budget: str | None,
+    device: str | None,
+    seed: int,
+    writer: RunWriter,
+    log: FindingLog,
+) -> int:
     from flashcheck.fuzz.recorder import describe
     from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
     from flashcheck.scenario import Step, StepResult
 
+    progress = Progress("flashcheck fuzz", sys.stderr)
+    steps = [0]
+
     def sample(step: Step, result: StepResult) -> None:
+        steps[0] += 1
+        progress.tick(f"{steps[0]} steps run, no finding so far")
         if result.sample is not None:
             writer.add_sample(result.sample)
 
@@ -73,22 +146,26 @@ def _fuzz(args: argparse.Namespace, config: dict[str, object], seed: int, writer
         report = fuzz_target(
             args.target,
             config=config,
-            budget=args.budget,
+            budget=budget,
             seed=seed,
             profile=args.profile,
             layers=args.layers,
-            device=args.device,
+            device=device,
             log=log,
             check=sample,
         )
     except FuzzFailure as exc:
+        progress.done()
         writer.add_findings(exc.findings)
-        writer.close(findings=len(exc.findings))
+        writer.close(findings=len(exc.findings), steps=steps[0])
         print(describe(exc.records))
         for note in getattr(exc, "__notes__", []):
             print(note)
         print(f"seed {seed}: rerun with --seed {seed}")
         return EXIT_FINDINGS
-    writer.close(rounds=report.rounds, elapsed=report.elapsed)
-    print(f"clean: {report.rounds} round(s) of {report.budget} in {report.elapsed:.1f}s (seed {seed})")
+    progress.done()
+    writer.close(rounds=report.rounds, elapsed=report.elapsed, steps=steps[0])
+    print(
+        f"clean: {report.rounds} round(s) of {report.budget}, {steps[0]} steps in {report.elapsed:.1f}s (seed {seed})"
+    )
     return EXIT_CLEAN

@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     env = repro.get("environment", {})
     if env:
         print("  recorded on: " + ", ".join(f"{k} {v}" for k, v in sorted(env.items())))
+    from flashcheck.cli._common import require_runtime
+
+    require_runtime("replay")  # what was recorded is printed above; running it needs the runtime
     found, hit = replay_repro(repro, device=args.device)
     for f in found:
         print(f)

@@ -1,6 +1,7 @@
 """``flashcheck report RUN_DIR [--format F] [--out FILE] [--compare BASELINE_RUN_DIR]``: render a run directory.
 
-Exit codes: 0 when the run has no findings (with ``--compare``: no *new* findings), 1 otherwise, 2 for bad input.
+Exit codes: 0 when the run is clean (with ``--compare``: no *new* findings), 1 with findings, 2 for bad input, 4 when
+the run did not complete (never clean).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashcheck._files import check_output_path
 from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE
+from flashcheck.cli._common import add_out
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import atomic_write_text
 from flashcheck.reports import FORMATS, build_view, check_format, render_view
@@ -28,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FORMAT",
         help=f"one of {', '.join(FORMATS)} (default terminal)",
     )
-    p.add_argument("--out", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_out(p, "write the report to FILE (atomically) instead of stdout", metavar="FILE")
     p.add_argument(
         "--compare",
         metavar="BASELINE_RUN_DIR",
@@ -61,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     result = _load(args.run_dir, "run directory")
     baseline = _load(args.compare, "baseline run directory (--compare)") if args.compare else None
     out = Path(args.out) if args.out else None
-    if out is not None and out.is_dir():
+    if out is not None and out.is_dir() and not out.is_symlink():
         raise InvalidArgument(f"--out {out} is a directory; pass a file name such as {out / ('report.' + fmt)}")
+    if out is not None:
+        check_output_path(out)
     # a file gets colour only when forced; stdout gets it on a TTY unless NO_COLOR (see terminal.use_color)
     auto = use_color(sys.stdout) if out is None else False
     color = auto if args.color is None else bool(args.color)

@@ -9,6 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from flashcheck._files import check_output_path
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL
+from flashcheck.cli._common import add_out
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import atomic_write_text
 from flashcheck.verifier.baseline import write_baseline
@@ -19,6 +22,13 @@ from flashcheck.verifier.output import FORMATS, render
 
 def _ids(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _format(value: str) -> str:
+    name = {"terminal": "text", "txt": "text"}.get(value, value)
+    if name not in FORMATS:
+        raise argparse.ArgumentTypeError(f"unknown format {value!r}; choose one of {', '.join(FORMATS)}")
+    return name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,8 +47,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="IDS",
         help="rule IDs, prefixes or names to skip, comma separated (replaces the config)",
     )
-    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument(
+        "--format",
+        "-f",
+        default="text",
+        type=_format,
+        metavar="FORMAT",
+        help=f"one of {', '.join(FORMATS)} (default text; terminal is an alias of text)",
+    )
+    add_out(p, "write the report to FILE (atomically) instead of stdout", metavar="FILE")
     p.add_argument("--baseline", metavar="FILE", help="ignore findings recorded in FILE (only new ones fail)")
     p.add_argument(
         "--write-baseline", action="store_true", help="record every current finding in the --baseline file and exit 0"
@@ -56,6 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_path(args.out)  # before the analysis: a device, FIFO or link is never replaced
     pyproject = Path(args.config) if args.config else find_pyproject(Path(args.paths[0]))
     config = load_config(pyproject).with_overrides(
         select=tuple(args.select) if args.select else None,
@@ -78,18 +97,18 @@ def run(args: argparse.Namespace) -> int:
     if args.write_baseline:
         n = write_baseline(str(config.baseline), result.all_findings)
         print(f"flashcheck static: wrote {n} finding(s) to baseline {config.baseline}", file=sys.stderr)
-        return 2 if result.internal_errors else 0
+        return EXIT_INTERNAL if result.internal_errors else EXIT_CLEAN
     summary = (
         f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
         f"{result.roots} hot-path roots, {result.seconds:.1f}s"
         f" ({result.suppressed} suppressed, {result.baselined} in baseline)"
     )
     text = render(args.format, result.findings, root=config.root, files=result.files, summary=summary)
-    if args.output:
-        atomic_write_text(args.output, text)
+    if args.out:
+        atomic_write_text(args.out, text)
         print(summary, file=sys.stderr)
     else:
         sys.stdout.write(text)
     if result.internal_errors:
-        return 2
-    return 1 if result.findings else 0
+        return EXIT_INTERNAL
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN

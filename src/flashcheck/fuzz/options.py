@@ -109,7 +109,7 @@ def cuda_unavailable_reason() -> str | None:
     try:
         import torch
     except ImportError:
-        return "torch is not installed (pip install flashcheck)"
+        return "torch is not installed (pip install 'flashcheck[torch]')"
     if not torch.cuda.is_available():
         return "no CUDA device: gpu tests run on GPU nodes (reports/ holds their evidence)"
     return None

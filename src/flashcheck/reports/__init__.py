@@ -15,10 +15,21 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.reports.model import FindingStatus, ReportView, build_view
 from flashcheck.rundir import RunResult
 
-__all__ = ["FORMATS", "SUFFIXES", "FindingStatus", "Format", "ReportView", "build_view", "render", "render_view"]
+__all__ = [
+    "FORMATS",
+    "FORMAT_ALIASES",
+    "SUFFIXES",
+    "FindingStatus",
+    "Format",
+    "ReportView",
+    "build_view",
+    "render",
+    "render_view",
+]
 
 Format = Literal["terminal", "json", "junit", "sarif", "markdown", "html"]
 FORMATS: tuple[Format, ...] = get_args(Format)
+FORMAT_ALIASES: dict[str, str] = {"md": "markdown", "text": "terminal", "txt": "terminal"}
 
 # format -> renderer module (each exposes ``render(view, **options) -> str``)
 _MODULES: dict[Format, str] = {
@@ -42,7 +53,9 @@ SUFFIXES: dict[Format, str] = {
 
 
 def check_format(fmt: str) -> Format:
-    """`fmt` as a `Format`, or an `InvalidArgument` that lists the known ones."""
+    """`fmt` as a `Format` (``md`` and ``text`` are aliases of markdown and terminal), or an `InvalidArgument` that
+    lists the known ones."""
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise InvalidArgument(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
     return fmt

@@ -100,7 +100,8 @@ svg .mark:hover, svg .bar:hover { opacity: .7; }
 .legend .sw { display: inline-block; width: 10px; height: 10px; border-radius: 50%; margin-right: 5px;
   vertical-align: middle; } .legend .sw.dash { border-radius: 0; height: 3px; width: 14px; }
 .empty { color: var(--muted); font-style: italic; padding: 16px; text-align: center; }
-.errors li { font-family: ui-monospace, monospace; font-size: 12.5px; color: #991b1b; margin: 3px 0; }
+.errors li { font-family: ui-monospace, monospace; font-size: 12.5px; color: #991b1b; margin: 3px 0;
+  white-space: pre-wrap; }
 footer { color: var(--muted); font-size: 12px; margin-top: 36px; }
 @media print { nav.toc, .toolbar, button { display: none; } details.group { break-inside: avoid; } }
 """

@@ -138,6 +138,11 @@ class ReportView:
 
     @property
     def duration_s(self) -> float | None:
+        """Seconds the run ran: a campaign's summed session time (a resumed campaign does not count the time
+        between its sessions), else finished - started."""
+        ran = self.meta.get("stats", {}).get("elapsed_s") if self.run_kind == "campaign" else None
+        if isinstance(ran, (int, float)):
+            return float(ran)
         start, end = self.meta.get("started"), self.meta.get("finished")
         if isinstance(start, (int, float)) and isinstance(end, (int, float)):
             return float(end) - float(start)
