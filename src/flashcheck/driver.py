@@ -41,11 +41,24 @@ from flashcheck.targets.classify import classify_exception, finding_from_excepti
 from flashcheck.targets.protocol import Target, TargetEnv
 from flashcheck.watchdog import StepHung, Watchdog, hang_finding
 
-__all__ = ["Driver"]
+__all__ = ["Driver", "checks_run"]
 
 _POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
 WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a process, times this
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
+
+
+def checks_run(layers: str, *, watchdog: bool, campaign: bool = False) -> list[str]:
+    """The check IDs a run of this driver executes on every step: the properties and FC250 always, the runtime
+    detectors unless ``layers="off"``, FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
+    ids = ["FC250", "FC301", "FC302", "FC303", "FC304", "FC305"]
+    if layers != "off":
+        ids += ["FC201", "FC202", "FC203"]
+    if watchdog:
+        ids.append("FC252")
+    if campaign:
+        ids.append("FC251")
+    return sorted(ids)
 
 
 class Driver:

@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 FINDING_SCHEMA = 1
-DOCS_BASE = "https://flashcheck.readthedocs.io/en/latest/checks/"
 
 Kind = Literal["static", "runtime", "property"]
 JSON = Any  # JSON-compatible value: the evidence of a finding must survive json.dumps
@@ -139,8 +138,9 @@ class Finding:
     repro: str | None = None
 
     @property
-    def docs_url(self) -> str:
-        return f"{DOCS_BASE}{self.id}.html"
+    def docs(self) -> str:
+        """Where the check's page is: the command that prints it (reports embed or quote it; no web site)."""
+        return f"flashcheck rules {self.id}"
 
     def signature(self) -> str:
         """Deduplication key: check, place and the evidence fields that do not vary with the input's size."""
@@ -171,7 +171,7 @@ class Finding:
             "evidence": dict(self.evidence),
             "stack": [f.to_dict() for f in self.stack],
             "repro": self.repro,
-            "docs_url": self.docs_url,
+            "docs": self.docs,
             "signature": self.signature(),
         }
 

@@ -1,4 +1,4 @@
-"""Faulty variants of the built-in FlashInfer targets that re-create the bugs in shared/seeds/ (GPU only).
+"""Faulty variants of the built-in FlashInfer targets that re-create five real engine bugs, seeds 000-004 (GPU only).
 
 Each class names its seed, the property that must flag it, and the offending line (marked ``# SEED BUG``). They live
 in the test suite, apart from the real targets; `benchmarks/seed_bugs.py` and `tests/gpu/test_seed_bugs_gpu.py`

@@ -97,8 +97,11 @@ def _check_report_dom(root: Node, n_findings: int) -> None:
     timeline = root.by_id("plot-first-finding")
     assert [g.attrs["data-key"] for g in timeline.find_all("g")] == ["FC102", "FC203", "FC301", "FC304"]
     assert len(timeline.find_all("path")) == 3  # first-finding markers; the static check has no step
-    groups = [d.attrs["id"] for d in root.find_all("details")]
+    groups = [d.attrs["id"] for d in root.find_all("details") if d.attrs.get("class") == "group"]
     assert groups == ["group-FC102", "group-FC203", "group-FC301", "group-FC304"]
+    # each group embeds its check's page, and each finding links to it (there is no web site to link to)
+    assert "What it checks" in root.by_id("page-FC301").all_text()
+    assert any(a.attrs.get("href") == "#page-FC301" for a in root.by_id("group-FC301").find_all("a"))
     finding = root.by_id(next(a for a in (r.find_all("a")[0].attrs["href"][1:] for r in rows) if "f-" in a))
     assert SIGNATURE_RE.match(finding.attrs["id"][2:])
     env = root.by_id("environment-table").all_text()
@@ -149,7 +152,7 @@ def test_html_escapes_untrusted_text(tmp_path: Path, make_run: Callable[..., Pat
     assert len(root.find_all("script")) == 1
     for pid in ("plot-workspace", "plot-batch-sizes", "plot-kv-tokens"):  # no samples: say so, draw no empty frame
         assert "empty" in root.by_id(pid).attrs.get("class", "")
-    assert "not raised at a recorded step" in root.by_id("plot-first-finding").all_text()
+    assert "no sampled step" in root.by_id("plot-first-finding").all_text()
 
 
 # ---- headless browser -----------------------------------------------------------------------------------------------
@@ -199,3 +202,19 @@ def test_html_in_headless_browser(run_dir: Path, baseline_dir: Path, tmp_path: P
         check=False,
     )
     assert proc.returncode == 0 and shot.stat().st_size > 50_000, "the screenshot of the report is (nearly) blank"
+
+
+def test_a_workspace_step_that_used_nothing_is_counted_not_plotted_at_one_byte() -> None:
+    from flashcheck.reports import build_view, render_view
+    from flashcheck.rundir import RunResult, Sample
+
+    samples = [
+        Sample(t=0.1 * i, step=i, op="replay", target="t", total_qo=4, total_kv=64 * (i + 1),
+               workspaces={"float": (0 if i < 2 else 4096 * i, 1 << 20)})
+        for i in range(5)
+    ]  # fmt: skip
+    html = render_view(
+        build_view(RunResult(meta={"kind": "fuzz", "finished": 1.0}, findings=[], samples=samples)), "html"
+    )
+    assert "2 step(s) used 0 bytes (not plotted)" in html
+    assert "used 0 B of" not in html  # no point (and no tooltip) for them

@@ -43,7 +43,7 @@ def test_round_trip_and_stable_keys(tmp_path: Path) -> None:
             "evidence",
             "stack",
             "repro",
-            "docs_url",
+            "docs",
             "signature",
         ]
     )

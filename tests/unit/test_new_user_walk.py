@@ -268,3 +268,70 @@ def test_ctrl_c_stops_a_campaign_cleanly_resumable_and_never_clean(tmp_path: Pat
     )
     assert resumed.returncode == cli.EXIT_CLEAN, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert main(["report", str(out), "--format", "json"]) == cli.EXIT_CLEAN
+
+
+def test_a_clean_run_names_the_checks_that_ran_and_junit_passes_each(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--no-color"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("OK:") and "checks run and passed: FC201" in line and "FC305" in line, line
+    assert main(["report", str(run_dir), "--format", "junit"]) == 0
+    suite = ET.fromstring(capsys.readouterr().out)
+    cases = suite.findall(".//testcase")
+    assert suite.get("tests") == str(len(cases)) and len(cases) >= 9 and suite.get("failures") == "0"
+    assert {str(c.get("name")).split()[0] for c in cases} >= {"FC201", "FC250", "FC301", "FC303", "FC305"}
+    assert all("cpu-reference" in str(c.get("classname")) for c in cases) and not suite.findall(".//failure")
+
+
+def test_a_closed_pipe_is_quiet_and_exit_141() -> None:
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(Path(cli.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        f"{sys.executable} -m flashcheck rules FC301 | head -c 10; exit ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode in (0, cli.EXIT_BROKEN_PIPE), proc.stderr  # 0 when the page fit into the pipe's buffer
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_progress_prints_periodic_lines_off_a_terminal() -> None:
+    import io
+
+    from flashcheck.cli._common import Progress
+
+    buf = io.StringIO()
+    progress = Progress("flashcheck fuzz", buf, every=0.0, live=False)
+    progress.tick("10 steps run")
+    progress.tick("20 steps run")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("flashcheck fuzz: ") and lines[1].endswith("20 steps run")
+
+
+def test_a_target_is_named_as_its_findings_name_it() -> None:
+    from flashcheck.reports import build_view
+    from flashcheck.rundir import RunResult
+
+    meta = {
+        "kind": "campaign",
+        "target": "crashy:Mixed,cpu-reference",
+        "targets": ["crashy-mixed", "cpu-reference"],
+        "campaign": {"dropped_targets": {"crashy:Mixed": "no GPU"}, "stop_reason": "time budget spent"},
+        "started": 0.0,
+        "finished": 1.0,
+    }
+    view = build_view(RunResult(meta=meta, findings=[], samples=[]))
+    assert view.verdict() == "incomplete"
+    assert "target crashy-mixed (crashy:Mixed) did not run: no GPU" in view.incomplete_reasons()

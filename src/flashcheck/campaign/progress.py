@@ -126,8 +126,10 @@ def summarize(run_dir: str | Path) -> str:
         f"({stats.get('steps_per_s', 0)} steps/s); crashes {stats.get('crashes', 0)}, restarts "
         f"{stats.get('restarts', 0)}, quarantined steps {camp.get('skipped_steps', 0)}",
     ]
+    specs, names = str(meta.get("target") or "").split(","), meta.get("targets") or []
     for t, why in camp.get("dropped_targets", {}).items():
-        out.append(f"- target {t} unavailable here: {why}")
+        name = names[specs.index(t)] if t in specs and len(names) == len(specs) else t
+        out.append(f"- target {name if name == t else f'{name} ({t})'} unavailable here: {why}")
     for e in meta.get("errors", []):
         out.append(f"- error: {str(e).splitlines()[0] if str(e) else e}")
     out += ["", f"## Findings ({len(findings)})", ""]

@@ -179,7 +179,8 @@ class Supervisor:
         t = self._time_left()
         if t is not None:
             return format_duration(t)
-        left = max(0, (self.cfg.step_budget or 0) - self.store.steps_done())
+        done = self.store.steps_done() + sum(h.executed for h in self.handles.values() if h.job is not None)
+        left = max(0, (self.cfg.step_budget or 0) - done)  # the same count the progress line shows as "steps"
         rate = sum(h.rate() for h in self.handles.values())
         return f"{left} steps" + (f" (~{format_duration(left / rate)})" if rate > 0 else "")
 
@@ -499,7 +500,7 @@ class Supervisor:
         return Snapshot(
             self.store.elapsed(),
             self._remaining_text(),
-            self.store.steps_done() + sum(h.executed for h in self.handles.values()),
+            self.store.steps_done() + sum(h.executed for h in self.handles.values() if h.job is not None),
             lines,
             by_id,
             len(self.store.shapes),

@@ -109,13 +109,12 @@ def _positive(value: int | None, flag: str) -> int | None:
     return value
 
 
-def _construct(targets: tuple[str, ...], config: dict[str, Any]) -> None:
+def _construct(targets: tuple[str, ...], config: dict[str, Any]) -> list[str]:
     """Build each target once here (not set up: no GPU work), so that a bad name, module or configuration key
     fails now with one line, before any worker starts or the run directory is created."""
     from flashcheck.targets.registry import make_target
 
-    for t in targets:
-        make_target(t, **config)
+    return [make_target(t, **config).name for t in targets]
 
 
 def _select(text: str | None) -> tuple[str, ...]:
@@ -204,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     from flashcheck.campaign.progress import Progress, final_report
     from flashcheck.campaign.store import CampaignStore, load_campaign_meta
     from flashcheck.campaign.supervisor import Supervisor
+    from flashcheck.driver import checks_run
 
     command = "flashcheck " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))
     corpus_db = None
@@ -235,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
             "command": command,
             "seed": cfg.seed,
             "target": ",".join(cfg.targets),
+            "targets": _construct(cfg.targets, dict(cfg.target_config)),
+            "checks": checks_run(cfg.layers, watchdog=True, campaign=True),
             "campaign": {"config": cfg.to_dict(), "workers": {}},
         }
         corpus_db = open_database(cfg.corpus, run_dir) if cfg.corpus else None  # a bad backend fails before --out

@@ -67,6 +67,15 @@ def _budget(args: argparse.Namespace) -> str | None:
     return str(args.budget) if args.budget is not None else None
 
 
+def _checks(layers: str, device: str | None) -> list[str]:
+    from flashcheck.driver import checks_run
+    from flashcheck.session import default_device
+    from flashcheck.watchdog import default_step_timeout
+
+    dev = device or default_device()
+    return checks_run(layers, watchdog=default_step_timeout(dev) is not None)
+
+
 def run(args: argparse.Namespace) -> int:
     from flashcheck.cli._common import require_runtime
 
@@ -80,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     budget = _budget(args)
     if args.resume and not args.out:
         raise InvalidArgument("--resume needs the --out of the run to add to")
-    make_target(args.target, **config)  # bad target names and configuration keys fail here, before any work
+    name = make_target(args.target, **config).name  # bad names and configuration keys fail here, before any work
     device = None if args.device == "auto" else args.device
     if device is not None:
         from flashcheck.session import check_device
@@ -97,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
             "target": args.target,
             "target_config": config,
             "budget": budget,
+            "targets": [name],
+            "checks": _checks(args.layers, device),
         },
         resume=args.resume,
     )

@@ -190,7 +190,7 @@ def _finding_block(e: Entry) -> str:
         f'<div class="message">{_e(f.message)}</div>{hint}'
         f'<div class="cols"><div>{ev_html}{_stack(e)}</div><div>{_repro(e)}</div></div>'
         f'<div class="meta">signature <code>{_e(e.signature)}</code> · {_e(f.kind)} · '
-        f'<a href="{_e(f.docs_url)}">{_e(f.id)} check page</a></div></div>'
+        f'<a href="#page-{_e(f.id)}">{_e(f.id)} check page</a> (<code>{_e(f.docs)}</code>)</div></div>'
     )
 
 
@@ -202,6 +202,12 @@ def _group(g: Group, first: float | None) -> str:
         f"<h3>{_e(g.rule.id)} {_e(g.rule.name)}</h3>"
         f'<span class="kind">{_e(g.rule.kind)} · {n} finding{"s" if n != 1 else ""}{_e(when)}</span>'
         f'<span class="summary">{_e(g.rule.summary if g.rule.summary != g.rule.name else "")}</span></summary>'
+        + (
+            f'<details class="page" id="page-{_e(g.rule.id)}"><summary>{_e(g.rule.id)} check page</summary>'
+            f"<pre>{_e(g.rule.doc)}</pre></details>"
+            if g.rule.doc
+            else ""
+        )
         + "".join(_finding_block(e) for e in g.entries)
         + "</details>"
     )
@@ -235,7 +241,7 @@ def _workspace_plot(view: ReportView) -> str:
         return _figure(title, "", _empty_plot("plot-workspace", "No step reported workspace usage."))
     series: list[svg.Series] = []
     legend = []
-    over = 0
+    over = zero = 0
     peak: list[str] = []
     for i, (name, items) in enumerate(pts.items()):
         color = svg.PALETTE[i % len(svg.PALETTE)]
@@ -246,7 +252,10 @@ def _workspace_plot(view: ReportView) -> str:
             shape = f"bs={s.batch_size} (padded {s.padded}), qo={s.total_qo}, kv={s.total_kv} tokens"
             tip = f"{name} step {s.step} ({s.op}): used {fmt_bytes(u)} of {fmt_bytes(a)}; {shape}"
             x = float(max(1, s.total_qo + s.total_kv))
-            used.append(svg.Point(x, float(max(1, u)), tip, bad=u > a))
+            if u <= 0:  # nothing used: no point on a byte axis (a log axis has no 0), counted in the legend
+                zero += 1
+            else:
+                used.append(svg.Point(x, float(u), tip, bad=u > a))
             alloc.append(svg.Point(x, float(max(1, a)), f"{name} allocated {fmt_bytes(a)} at step {s.step}"))
         over += sum(1 for _, u, a in items if u > a)
         series.append(svg.Series(f"{name} allocated", tuple(alloc), color, mark="dash"))
@@ -259,6 +268,8 @@ def _workspace_plot(view: ReportView) -> str:
         )
     if over:
         legend.append(f'<span><span class="sw" style="background:{svg.BAD}"></span>used &gt; allocated ({over})</span>')
+    if zero:
+        legend.append(f"<span>{zero} step(s) used 0 bytes (not plotted)</span>")
     body = svg.scatter(
         "plot-workspace",
         title,

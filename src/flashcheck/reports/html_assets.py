@@ -66,6 +66,8 @@ details.group { background: var(--card); border: 1px solid var(--line); border-r
 details.group > summary { padding: 10px 14px; cursor: pointer; display: flex; gap: 10px; align-items: center;
   list-style: none; }
 details.group > summary::-webkit-details-marker { display: none; }
+details.page { margin: 0 14px 10px; } details.page > summary { cursor: pointer; color: var(--muted); font-size: 13px; }
+details.page pre { white-space: pre-wrap; font-size: 12.5px; background: var(--bg); padding: 10px; border-radius: 6px; }
 details.group > summary::before { content: "\\25B8"; color: var(--muted); }
 details.group[open] > summary::before { content: "\\25BE"; }
 details.group > summary .summary { color: var(--muted); font-size: 13px; }

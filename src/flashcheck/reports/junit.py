@@ -40,7 +40,7 @@ def _finding_text(e: Entry) -> str:
         lines.extend(f"    {fr}" for fr in f.stack)
     if f.repro:
         lines.append(f"  repro: {f.repro}")
-    lines.append(f"  docs: {f.docs_url}")
+    lines.append(f"  docs: {f.docs}")
     lines.append(f"  signature: {f.signature()}")
     return "\n".join(lines)
 

@@ -49,7 +49,7 @@ def _details(e: Entry) -> list[str]:
         body.append("```")
     elif f.repro:
         body += ["", f"**Reproducer**: {_code(f.repro)}"]
-    body += ["", f"Signature {_code(f.signature())} · [check page]({f.docs_url})"]
+    body += ["", f"Signature {_code(f.signature())} · check page: {_code(f.docs)}"]
     return ["<details><summary>details</summary>", *body, "", "</details>"]
 
 
@@ -78,7 +78,9 @@ def _verdict(view: ReportView) -> str:
             f"{head} against the baseline ({view.count(FindingStatus.UNCHANGED)} unchanged, "
             f"{view.count(FindingStatus.FIXED)} fixed)"
         )
-    return f"❌ **{n} finding(s)**" if n else "✅ **No findings**"
+    ran = view.checks_run()
+    passed = f" ({len(ran)} checks ran and passed: {', '.join(ran)})" if ran else ""
+    return f"❌ **{n} finding(s)**" if n else "✅ **No findings**" + passed
 
 
 def render(view: ReportView) -> str:
@@ -111,7 +113,7 @@ def render(view: ReportView) -> str:
         for g in groups:
             t = first.get(g.rule.id)
             out.append(
-                f"| [{g.rule.id}]({g.rule.docs_url}) {_cell(g.rule.name)} | {g.rule.kind} | {len(g.entries)} "
+                f"| {g.rule.id} {_cell(g.rule.name)} | {g.rule.kind} | {len(g.entries)} "
                 f"| {fmt_seconds(t) if t is not None else '-'} |"
             )
         out.append("")

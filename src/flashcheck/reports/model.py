@@ -56,7 +56,7 @@ class RuleInfo:
     kind: str
     summary: str
     doc: str
-    docs_url: str
+    docs: str
     registered: bool
 
 
@@ -67,8 +67,8 @@ def lookup_rule(finding: Finding) -> RuleInfo:
     try:
         info = get_check(finding.id)
     except UsageError:
-        return RuleInfo(finding.id, finding.name, finding.kind, finding.name, "", finding.docs_url, False)
-    return RuleInfo(info.id, info.name, info.kind, info.summary, info.doc, finding.docs_url, True)
+        return RuleInfo(finding.id, finding.name, finding.kind, finding.name, "", finding.docs, False)
+    return RuleInfo(info.id, info.name, info.kind, info.summary, info.doc, finding.docs, True)
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,22 @@ class ReportView:
             return self.count(FindingStatus.NEW) > 0
         return bool(self.entries)
 
+    def target_name(self, spec: str) -> str:
+        """The name findings carry for the target given as `spec` (``module:Class`` specs differ from it), as the
+        run recorded it (``run.json`` ``"target"`` specs and ``"targets"`` names, in the same order)."""
+        specs = str(self.meta.get("target") or "").split(",")
+        names = self.meta.get("targets")
+        if isinstance(names, list) and len(names) == len(specs) and spec in specs:
+            name = str(names[specs.index(spec)])
+            return name if name == spec else f"{name} ({spec})"
+        return spec
+
+    def checks_run(self) -> list[str]:
+        """The check IDs the run executed (``run.json`` ``"checks"``), sorted; empty when the run does not list
+        them. A clean verdict names them, and JUnit shows each as a passing case."""
+        listed = self.meta.get("checks")
+        return sorted({str(c) for c in listed}) if isinstance(listed, list) else []
+
     def incomplete_reasons(self) -> list[str]:
         """Why this run cannot be called clean even without findings: recorded errors, a run that never finished
         (killed, interrupted), a stop that was not the budget, targets that could not run."""
@@ -202,7 +218,7 @@ class ReportView:
         if stop and not stop.endswith("budget spent"):
             reasons.append(f"stopped early: {stop}")
         for target, why in sorted(dict(camp.get("dropped_targets") or {}).items()):
-            reasons.append(f"target {target} did not run: {why}")
+            reasons.append(f"target {self.target_name(target)} did not run: {why}")
         return reasons
 
     def verdict(self) -> str:

@@ -1,9 +1,9 @@
 """SARIF 2.1.0 report, for code scanning (GitHub ``upload-sarif``, GitLab, VS Code's SARIF viewer).
 
-One run; its rules come from the check registry (``helpUri`` = the finding's ``docs_url``). A result's physical
-location is the finding's file:line, else the innermost frame of its stack (code scanning drops results without
-one); scenario steps, regions and targets become logical locations. ``partialFingerprints`` carry
-`Finding.signature()` and, with a baseline, ``baselineState`` says new / unchanged / absent (fixed).
+One run; its rules come from the check registry (``help`` = the check's page, as `flashcheck rules ID` prints
+it). A result's physical location is the finding's file:line, else the innermost frame of its stack (code scanning
+drops results without one); scenario steps, regions and targets become logical locations. ``partialFingerprints``
+carry `Finding.signature()` and, with a baseline, ``baselineState`` says new / unchanged / absent (fixed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ __all__ = ["SARIF_SCHEMA_URI", "SARIF_VERSION", "render", "to_document"]
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-INFORMATION_URI = "https://flashcheck.readthedocs.io/"
 SRCROOT = "SRCROOT"
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -109,7 +108,6 @@ def _rule(info: RuleInfo, sample: Finding) -> dict[str, Any]:
         "name": info.name,
         "shortDescription": {"text": info.summary or info.name},
         "fullDescription": {"text": info.summary or info.name},
-        "helpUri": info.docs_url,
         "defaultConfiguration": {"level": _LEVEL[sample.severity]},
         "properties": {"kind": info.kind, "precision": _PRECISION[sample.confidence.value], "tags": [info.kind]},
     }
@@ -169,7 +167,6 @@ def to_document(view: ReportView, *, source_root: str | Path | None = None) -> d
                 "name": "flashcheck",
                 "version": __version__,
                 "semanticVersion": __version__,
-                "informationUri": INFORMATION_URI,
                 "rules": [_rule(r, samples[r.id]) for r in rules],
             }
         },

@@ -242,7 +242,9 @@ def timeline(
                 f'stroke-opacity="0.45" stroke-width="1.5"><title>{escape(f"{name} at {t_fmt(t)}")}</title></line>'
             )
         if first is None:
-            note = "no sampled step for it (a crash or hang ends a step before it is sampled; static findings have none)"
+            note = (
+                "no sampled step for it (a crash or hang ends a step before it is sampled; static findings have none)"
+            )
             out.append(f'<text x="{left + 6}" y="{_r(cy + 4)}" class="note">{note}</text>')
         else:
             px = left + pw * x.frac(first)

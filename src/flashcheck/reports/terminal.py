@@ -96,7 +96,7 @@ def _entry(e: Entry, p: _Painter) -> list[str]:
         lines.extend(p(f"        {fr}", "dim") for fr in shown)
     if f.repro:
         lines.append(f"      repro: {f.repro}")
-    lines.append(p(f"      docs: {f.docs_url}", "dim"))
+    lines.append(p(f"      docs: {f.docs}", "dim"))
     return lines
 
 
@@ -120,7 +120,8 @@ def _verdict(view: ReportView, p: _Painter) -> str:
         return p("FAIL: " + text, "red", "bold")
     if view.verdict() == "incomplete":
         return p("INCOMPLETE: " + text + "; " + "; ".join(view.incomplete_reasons()), "red", "bold")
-    return p("OK: " + text, "green", "bold")
+    ran = view.checks_run()
+    return p("OK: " + text + (f"; checks run and passed: {', '.join(ran)}" if ran else ""), "green", "bold")
 
 
 def render(view: ReportView, *, color: bool = False) -> str:

@@ -143,7 +143,6 @@ def render_sarif(findings: Sequence[Finding], *, root: str | Path | None = None)
                 "name": "flashcheck",
                 "version": __version__,
                 "semanticVersion": __version__,
-                "informationUri": "https://flashcheck.readthedocs.io/",
                 "rules": rules,
             }
         },
@@ -167,7 +166,7 @@ def render_junit(findings: Sequence[Finding], *, files: Sequence[str] = (), suit
         loc = f"{f.location.file}:{f.location.line}" if f.location.file else str(f.location)
         tc = ET.SubElement(ts, "testcase", classname=f.location.file or suite, name=f"{f.id} {f.name} at {loc}")
         fail = ET.SubElement(tc, "failure", message=f.message, type=f.id)
-        fail.text = f"{loc}: {f.message}\nhint: {f.hint}\n{f.docs_url}"
+        fail.text = f"{loc}: {f.message}\nhint: {f.hint}\ndocs: {f.docs}"
     clean = [p for p in files if p not in dirty]
     for p in clean:
         cases += 1
