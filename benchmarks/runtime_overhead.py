@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     base = statistics.median(per_mode["off"])
     result: dict[str, Any] = {
         "benchmark": "runtime_overhead",
+        "command": " ".join(sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
         "versions": _versions(torch),
         "config": {k: getattr(args, k) for k in ("steps", "rounds", "warmup", "batch", "hidden")},
         "modes": {},

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +55,21 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
     return rec
 
 
+def _doc(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result file: the command, the date, the environment (device, torch, FlashInfer) and every target's row."""
+    from flashcheck.rundir import environment
+
+    env = environment()
+    try:
+        import flashinfer
+        import torch
+
+        env.update(torch=torch.__version__, flashinfer=flashinfer.__version__, device=torch.cuda.get_device_name())
+    except (ImportError, RuntimeError):
+        pass
+    return {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env, "results": results}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--budget", type=int, default=200)
@@ -88,9 +104,9 @@ def main() -> int:
         results.append(rec)
         print(json.dumps(rec, default=str), flush=True)
         if a.out:  # rewritten after every target: a timeout keeps what finished
-            Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=2))
+            Path(a.out).write_text(json.dumps(_doc(results), indent=2, default=str))
     if a.out:
-        Path(a.out).write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=2))
+        Path(a.out).write_text(json.dumps(_doc(results), indent=2, default=str))
     print(f"{'target':<36}{'property':<9}{'found':<7}{'steps':>6}{'secs':>8}{'wall':>8}")
     for r in results:
         print(

@@ -143,7 +143,7 @@ def main() -> int:
         print(json.dumps({k: v for k, v in rec.items() if k not in ("traceback", "config")}), flush=True)
         if rec.get("traceback"):
             print(rec["traceback"], file=sys.stderr, flush=True)
-    doc = {"command": " ".join(sys.argv), "environment": env, "results": results}
+    doc = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env, "results": results}
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)

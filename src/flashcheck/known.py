@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from flashcheck.errors import InvalidDefinition
 from flashcheck.findings import Finding
 
-__all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "split_known"]
+__all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "split_known", "unmatched_entries"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,11 @@ class KnownBehaviour:
     reason: str
     versions: str = "*"  # fnmatch pattern over the FlashInfer version
     message: str = ""  # a regex the finding's message must match (the event kind, e.g. "host-to-device copy")
+    label: str = ""  # a short stable name (K1, K2, ...) that counts and reports use
+
+    @property
+    def key(self) -> str:
+        return self.label or f"{self.check} {self.where}"
 
     def __post_init__(self) -> None:
         if not self.reason.strip():
@@ -51,6 +56,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         check="FC201",
         targets="*",
         where="flashinfer/prefill.py",
+        label="K1",
         message="host-to-device copy from pageable memory",
         reason="BatchPrefillWithPagedKVCacheWrapper.plan() copies kv_lens into its device buffer from a pageable "
         "CPU tensor it builds itself (`self._kv_lens_buffer[:B].copy_(kv_lens_host, non_blocking)`), a staging "
@@ -60,6 +66,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         check="FC201",
         targets="*",
         where="flashinfer/decode.py",
+        label="K4",
         message="host-to-device copy from pageable memory",
         reason="A decode wrapper built without use_cuda_graph copies the qo_indptr it builds itself on the host "
         "(`_get_range_buf(batch_size + 1, 'cpu')`, pageable) to the device in every plan(): "
@@ -70,6 +77,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         check="FC201",
         targets="*",
         where="flashinfer/attention/_core.py",
+        label="K5",
         reason="BatchAttention.plan() copies qo_indptr, kv_indptr and kv_len_arr to the host and then calls "
         "torch.cuda.synchronize() unconditionally (attention/_core.py:208-211 in 0.6.13): every plan of the "
         "holistic kernel stalls the host, whatever the engine passes, which is why engines do not capture it (K5).",
@@ -78,6 +86,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         check="FC202",
         targets="mla-*",
         where="flashinfer/mla/_batch_mla/_backends/_fa_common.py",
+        label="K2",
         versions="0.7*",
         reason="FlashInfer 0.7.2's rewritten MLA wrapper allocates device memory in plan() (`_fa_common.py` lines 549 "
         "and 932 in 0.7.2.post1) on every re-plan of a CUDA-graph-mode wrapper: 4 and 9 caching-allocator "
@@ -116,3 +125,25 @@ def split_known(
         else:
             hits.append((f, k))
     return unexpected, hits
+
+
+def unmatched_entries(
+    hits: Iterable[str],
+    targets: Iterable[str],
+    version: str,
+    known: Iterable[KnownBehaviour] = KNOWN_UPSTREAM,
+) -> list[KnownBehaviour]:
+    """The entries that apply to a run (it imported FlashInfer `version`, which matches the entry's versions, and a
+    target that ran matches its pattern) but matched no finding in it (`hits`: the keys of the entries that did).
+    Like an unexpected pass in FlashInfer's own fuzz ledger, this is news: the upstream behaviour changed, or the run
+    never reached the code path (say which before deleting the entry)."""
+    if not version:  # FlashInfer never loaded (the CPU reference target): no upstream entry applies
+        return []
+    seen, ran = set(hits), list(targets)
+    return [
+        e
+        for e in known
+        if e.key not in seen
+        and any(fnmatch.fnmatch(t, e.targets) for t in ran)
+        and fnmatch.fnmatch(version, e.versions)
+    ]

@@ -56,3 +56,19 @@ def test_does_not_hide_other_findings(finding: Finding, target: str) -> None:
 def test_entry_needs_reason() -> None:
     with pytest.raises(InvalidDefinition, match="needs a reason"):
         KnownBehaviour("FC201", "*", "x.py", " ")
+
+
+def test_entries_that_applied_but_matched_nothing_are_reported() -> None:
+    from flashcheck.known import KNOWN_UPSTREAM, unmatched_entries
+
+    keys = {e.key for e in KNOWN_UPSTREAM}
+    assert {"K1", "K2", "K4", "K5"} <= keys  # every entry has a stable label
+    # a decode-tc run on 0.7.2 that saw K4: K1 and K5 apply to every target and matched nothing; K2 is MLA-only
+    news = {e.key for e in unmatched_entries({"K4": 64}, ["decode-tc"], "0.7.2.post1")}
+    assert news == {"K1", "K5"}
+    # on 0.6.13 the MLA entry (0.7 only) does not apply; on 0.7.2 with an MLA target it does
+    assert "K2" not in {e.key for e in unmatched_entries({}, ["mla-fa2"], "0.6.13")}
+    assert "K2" in {e.key for e in unmatched_entries({}, ["mla-fa2"], "0.7.2.post1")}
+    assert unmatched_entries({"K1": 1, "K2": 1, "K4": 1, "K5": 1}, ["mla-fa2"], "0.7.2.post1") == []
+    assert unmatched_entries({}, [], "0.7.2.post1") == []  # nothing ran: nothing applies
+    assert unmatched_entries({}, ["cpu-reference"], "") == []  # FlashInfer never loaded: no upstream entry applies

@@ -132,6 +132,13 @@ def summarize(run_dir: str | Path) -> str:
         out.append(f"- target {name if name == t else f'{name} ({t})'} unavailable here: {why}")
     for e in meta.get("errors", []):
         out.append(f"- error: {str(e).splitlines()[0] if str(e) else e}")
+    known = meta.get("known_upstream") or {}
+    if known:
+        out.append(
+            "- known upstream behaviours (flashcheck.known): " + ", ".join(f"{k} x{n}" for k, n in known.items())
+        )
+    for key, why in (meta.get("known_unmatched") or {}).items():
+        out.append(f"- known-behaviour entry {key} matched nothing in this run (did the upstream code change?): {why}")
     out += ["", f"## Findings ({len(findings)})", ""]
     if findings:
         out += ["| id | name | target | first seen | where | reproducer |", "|---|---|---|---|---|---|"]

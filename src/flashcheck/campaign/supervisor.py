@@ -29,6 +29,7 @@ from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.worker import HANG_FILE, WATCHDOG_SHARE
 from flashcheck.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, InvalidArgument
 from flashcheck.findings import Finding
+from flashcheck.known import unmatched_entries
 from flashcheck.repro import make_repro
 from flashcheck.rundir import Sample
 from flashcheck.scenario import Scenario
@@ -112,6 +113,7 @@ class Supervisor:
         self._rest_turn = False
         self.stopping = False
         self.stop_reason = ""
+        self.ran_targets: set[str] = set()  # names of the targets set up in this session (for the known ledger)
         self.fatal: Outcome | None = None
         self.corpus_poll, self.save_every = corpus_poll, save_every
         self._stop_deadline: float | None = None
@@ -269,6 +271,7 @@ class Supervisor:
             self.store.skipped_steps += int(ev.get("steps", 0))
         elif kind == "target":  # set up: the environment now names the backend it loaded (FlashInfer's version)
             h.target_name = str(ev.get("name") or "")
+            self.ran_targets.add(h.target_name)
             if isinstance(ev.get("environment"), dict):
                 self.store.meta.setdefault("environment", {}).update(ev["environment"])
         elif kind == "poisoned":
@@ -284,6 +287,14 @@ class Supervisor:
             self.store.error(msg)
             self.fatal = Outcome(EXIT_INTERNAL, msg)
             self._stop("worker error")
+
+    def _ledger_news(self) -> None:
+        """Known-behaviour entries that applied to the targets run here but matched nothing: recorded in run.json
+        (``known_unmatched``) and shown in the summary, since the upstream behaviour may have changed."""
+        hits = self.store.meta.get("known_upstream", {})
+        version = str(self.store.meta.get("environment", {}).get("flashinfer", ""))
+        news = unmatched_entries(hits, sorted(self.ran_targets), version)
+        self.store.meta["known_unmatched"] = {e.key: e.reason for e in news}
 
     def _inflight(self, h: _Handle) -> Scenario | None:
         """The scenario the worker wrote before running it (the source of truth after a crash)."""
@@ -567,6 +578,7 @@ class Supervisor:
                     last_poll = now
                 self.progress.update(self._snapshot())
         self.progress.update(self._snapshot(), force=True)
+        self._ledger_news()
         self.store.close(stop_reason=self.stop_reason)
         if self.fatal is not None:
             return self.fatal

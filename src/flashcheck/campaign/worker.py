@@ -139,7 +139,7 @@ class Worker:
                         sample=r.sample.to_dict() if r.sample else None,
                         findings=[f.to_dict() for f in unexpected],
                         rejected=r.rejected,
-                        known=[f.id for f, _ in known],
+                        known=[k.key for _, k in known],
                     )
                     if drv.poisoned:
                         self.emit("poisoned", job=job, i=i)

@@ -1,0 +1,157 @@
+"""reports/gpu-evidence.md from the raw GPU results in reports/raw: the built-in targets under every property
+(`target_matrix.py`), the seed bugs (`seed_bugs.py`), the runtime checker's overhead (`runtime_overhead.py`) and fuzz
+throughput (`fuzz_throughput.py`). Every figure in the page comes from a file there; re-run the benchmark that
+produced a file when the code it covers changes, then regenerate:
+
+    python benchmarks/render_evidence.py            # writes reports/gpu-evidence.md
+    python benchmarks/render_evidence.py --check    # exit 1 when the page differs from what the raw files give
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = ROOT / "reports" / "raw"
+PAGE = ROOT / "reports" / "gpu-evidence.md"
+
+
+def _env_line(env: Mapping[str, Any], date: str | None) -> str:
+    if not env and not date:
+        return "- the environment and the date are not recorded in this file"
+    return (
+        f"- device {env.get('device', '?')}, torch {env.get('torch', '?')}, FlashInfer {env.get('flashinfer', '?')}, "
+        f"date {date or 'not recorded in the file'}"
+    )
+
+
+def _matrix(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    lines = [
+        f"### `{path.name}`",
+        "",
+        f"- command: `{doc.get('command', '')}`",
+        _env_line(doc.get("environment", {}), doc.get("date")),
+        "",
+        "| target | status | steps (capture/replay/eager) | findings | known upstream behaviours |",
+        "|---|---|---|---|---|",
+    ]
+    for r in doc.get("results", []):
+        ops = r.get("ops") or {}
+        steps = f"{r.get('steps', 0)} ({ops.get('capture', 0)}/{ops.get('replay', 0)}/{ops.get('eager', 0)})"
+        status = (
+            r["status"] if r["status"] == "ran" else f"{r['status']}: {(r.get('reason') or r.get('error', ''))[:160]}"
+        )
+        lines.append(
+            f"| {r['target']} | {status} | {steps} | {r.get('findings') or 'none'} | {r.get('known') or 'none'} |"
+        )
+    return [*lines, ""]
+
+
+def _seeds(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    lines = [
+        f"### `{path.name}`",
+        "",
+        f"- command: `{doc.get('command', '')}`",
+        _env_line(doc.get("environment", {}), doc.get("date")),
+        "",
+        "| seed-bug target | intended property | found | steps to first | seconds to first |",
+        "|---|---|---|---|---|",
+    ]
+    for r in doc.get("results", []):
+        found = "yes" if r.get("found") else f"**no** {r.get('error', '')[:120]}"
+        lines.append(
+            f"| {r['target']} | {r.get('property')} | {found} | {r.get('steps_to_first', '')} | "
+            f"{r.get('seconds_to_first', '')} |"
+        )
+    return [*lines, ""]
+
+
+def _overhead(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    cfg = doc.get("config", {})
+    lines = [
+        f"### `{path.name}`",
+        "",
+        f"- command: `{doc.get('command', 'python benchmarks/runtime_overhead.py')}` (steps {cfg.get('steps')}, "
+        f"rounds {cfg.get('rounds')}, median of the rounds)",
+        _env_line(doc.get("versions", {}), doc.get("date")),
+        "",
+        "| checker layers | µs per replay step | × no checker | profiler drain (ms) | layers |",
+        "|---|---|---|---|---|",
+    ]
+    for mode, m in doc.get("modes", {}).items():
+        lines.append(
+            f"| {mode} | {m['us_per_step_median']:.1f} | {m['ratio_to_off']:.2f} | {m['drain_ms_median']:.1f} | "
+            f"{', '.join(m.get('layers', [])) or '-'} |"
+        )
+    if doc.get("note"):
+        lines += ["", f"Note: {doc['note']}."]
+    return [*lines, ""]
+
+
+def _throughput(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    lines = [
+        f"### `{path.name}`",
+        "",
+        f"- command: `{' '.join(doc.get('argv', []))}` (target {doc.get('target')}, {doc.get('seconds_per_mode')} s "
+        "per mode, all modes one after another in one process)",
+        _env_line(doc.get("environment", {}), doc.get("date")),
+        "",
+        "| mode | steps/s | × plain `@given` (the faster of its two runs) | mean batch | mean KV tokens per step |",
+        "|---|---|---|---|---|",
+    ]
+    for r in doc.get("results", []):
+        lines.append(
+            f"| {r['mode']} | {r['per_second']:.1f} | {r.get('vs_given', 0):.2f} | {r.get('mean_batch', 0):.1f} | "
+            f"{r.get('mean_kv_tokens', 0):.0f} |"
+        )
+    return [*lines, ""]
+
+
+SECTIONS = (
+    ("Built-in targets under every property", "target_matrix-*.json", _matrix),
+    ("Seed bugs, each found by its intended property", "seed_bugs-*.json", _seeds),
+    ("Runtime checker overhead on a graph replay loop", "runtime_overhead-*.json", _overhead),
+    ("Fuzz throughput beside a plain Hypothesis loop", "fuzz_throughput-*.json", _throughput),
+)
+
+
+def render(raw: Path = RAW) -> str:
+    lines = [
+        "# GPU evidence",
+        "",
+        "Generated by `python benchmarks/render_evidence.py` from the raw results in `reports/raw/` named in each",
+        "section (the verdicts on faulty engine targets are in [verdicts.md](verdicts.md)). Each section shows the",
+        "command that produced its file, the device, the versions and the date the file records.",
+        "",
+    ]
+    for title, pattern, fn in SECTIONS:
+        files = sorted(raw.glob(pattern))
+        lines += [f"## {title}", ""]
+        if not files:
+            lines += ["No result file.", ""]
+        for path in files:
+            lines += fn(path, json.loads(path.read_text(encoding="utf-8")))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 when reports/gpu-evidence.md is not up to date")
+    a = p.parse_args()
+    text = render()
+    if a.check:
+        if PAGE.read_text(encoding="utf-8") != text:
+            print("reports/gpu-evidence.md differs from reports/raw: run python benchmarks/render_evidence.py")
+            return 1
+        return 0
+    PAGE.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
