@@ -30,16 +30,23 @@ def _env_line(env: Mapping[str, Any], date: str | None) -> str:
     )
 
 
-def _matrix(path: Path, doc: Mapping[str, Any]) -> list[str]:
-    lines = [
+def _head(path: Path, doc: Mapping[str, Any], columns: str) -> list[str]:
+    """A result file's heading: its name, command, environment and date, then the table's header row."""
+    return [
         f"### `{path.name}`",
         "",
         f"- command: `{doc.get('command', '')}`",
         _env_line(doc.get("environment", {}), doc.get("date")),
         "",
-        "| target | status | steps (capture/replay/eager) | findings | known upstream behaviours |",
-        "|---|---|---|---|---|",
+        columns,
+        "|---" * columns.count(" | ") + "|---|",
     ]
+
+
+def _matrix(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    lines = _head(
+        path, doc, "| target | status | steps (capture/replay/eager) | findings | known upstream behaviours |"
+    )
     for r in doc.get("results", []):
         ops = r.get("ops") or {}
         steps = f"{r.get('steps', 0)} ({ops.get('capture', 0)}/{ops.get('replay', 0)}/{ops.get('eager', 0)})"
@@ -53,15 +60,7 @@ def _matrix(path: Path, doc: Mapping[str, Any]) -> list[str]:
 
 
 def _seeds(path: Path, doc: Mapping[str, Any]) -> list[str]:
-    lines = [
-        f"### `{path.name}`",
-        "",
-        f"- command: `{doc.get('command', '')}`",
-        _env_line(doc.get("environment", {}), doc.get("date")),
-        "",
-        "| seed-bug target | intended property | found | steps to first | seconds to first |",
-        "|---|---|---|---|---|",
-    ]
+    lines = _head(path, doc, "| seed-bug target | intended property | found | steps to first | seconds to first |")
     for r in doc.get("results", []):
         found = "yes" if r.get("found") else f"**no** {r.get('error', '')[:120]}"
         lines.append(

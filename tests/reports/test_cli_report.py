@@ -93,7 +93,10 @@ def test_sarif_paths_relative_to_source_root(run_dir: Path, capsys: pytest.Captu
         (["report", "{missing}"], "run directory {missing} does not exist; pass the directory a run wrote"),
         (["report", "{file}"], "is a file, not a run directory"),
         (["report", "{empty}"], "is not a flashcheck run directory (no run.json)"),
-        (["report", "{run}", "--format", "pdf"], "unknown report format 'pdf'; choose one of terminal, json, junit"),
+        (
+            ["report", "{run}", "--format", "pdf"],
+            "unknown report format 'pdf'; choose one of terminal, concise, json, junit",
+        ),
         (["report", "{run}", "--compare", "{missing}"], "baseline run directory (--compare) {missing} does not exist"),
         (["report", "{run}", "--out", "{empty}"], "is a directory; pass a file name such as"),
     ],

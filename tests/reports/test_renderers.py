@@ -60,7 +60,7 @@ def test_unknown_check_still_renders() -> None:
 
 
 def test_check_format_names_the_choices() -> None:
-    with pytest.raises(InvalidArgument, match="unknown report format 'pdf'; choose one of terminal, json"):
+    with pytest.raises(InvalidArgument, match="unknown report format 'pdf'; choose one of terminal, concise, json"):
         check_format("pdf")
 
 

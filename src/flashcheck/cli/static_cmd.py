@@ -1,6 +1,8 @@
 """``flashcheck static PATH...``: the pre-merge verifier (no GPU, no torch import).
 
-Exit codes: 0 no new findings, 1 new findings, 2 usage error (bad option or configuration) or internal error.
+Its result is a run like any other (`StaticResult.to_run`): every report format of `flashcheck.reports` renders it,
+and ``--run-dir DIR`` saves it for ``flashcheck report DIR``. Exit codes: 0 no new findings, 1 new findings, 2 usage
+error (bad option or configuration), 5 a rule crashed (the other rules still report; the run reads as incomplete).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL
 from flashcheck.cli._common import add_out
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import atomic_write_text
+from flashcheck.reports import FORMAT_ALIASES, FORMATS, build_view, render_view
+from flashcheck.reports.terminal import use_color
+from flashcheck.rundir import RunResult, RunWriter
 from flashcheck.verifier.baseline import write_baseline
 from flashcheck.verifier.config import find_pyproject, load_config
 from flashcheck.verifier.engine import check_paths
-from flashcheck.verifier.output import FORMATS, render
 
 
 def _ids(value: str) -> list[str]:
@@ -25,7 +29,7 @@ def _ids(value: str) -> list[str]:
 
 
 def _format(value: str) -> str:
-    name = {"terminal": "text", "txt": "text"}.get(value, value)
+    name = FORMAT_ALIASES.get(value, value)
     if name not in FORMATS:
         raise argparse.ArgumentTypeError(f"unknown format {value!r}; choose one of {', '.join(FORMATS)}")
     return name
@@ -50,12 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         "-f",
-        default="text",
+        default="concise",
         type=_format,
         metavar="FORMAT",
-        help=f"one of {', '.join(FORMATS)} (default text; terminal is an alias of text)",
+        help=f"one of {', '.join(FORMATS)} (default concise: one file:line:col line per finding)",
     )
     add_out(p, "write the report to FILE (atomically) instead of stdout", metavar="FILE")
+    p.add_argument("--run-dir", metavar="DIR", help="also save the result as a run directory (flashcheck report DIR)")
     p.add_argument("--baseline", metavar="FILE", help="ignore findings recorded in FILE (only new ones fail)")
     p.add_argument(
         "--write-baseline", action="store_true", help="record every current finding in the --baseline file and exit 0"
@@ -70,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use only configured and @hot_path roots, not the built-in engine name patterns",
     )
+
+
+def _save(run_dir: Path, run: RunResult) -> None:
+    """The result as a run directory (run.json, findings.json) that `flashcheck report` renders."""
+    writer = RunWriter(run_dir, {k: v for k, v in run.meta.items() if k not in ("finished", "stats")})
+    writer.add_findings(run.findings)
+    writer.close(**run.meta.get("stats", {}))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,12 +115,19 @@ def run(args: argparse.Namespace) -> int:
         f"{result.roots} hot-path roots, {result.seconds:.1f}s"
         f" ({result.suppressed} suppressed, {result.baselined} in baseline)"
     )
-    text = render(args.format, result.findings, root=config.root, files=result.files, summary=summary)
+    command = "flashcheck " + " ".join(getattr(args, "argv", sys.argv[1:]))
+    run_result = result.to_run({"command": command, "paths": list(args.paths), "root": str(config.root)})
+    if args.run_dir:
+        _save(Path(args.run_dir), run_result)
+    view = build_view(run_result)
+    color = use_color(sys.stdout) if not args.out and args.format == "terminal" else False  # terminal only
+    text = render_view(view, args.format, color=color, source_root=config.root)
     if args.out:
         atomic_write_text(args.out, text)
-        print(summary, file=sys.stderr)
     else:
         sys.stdout.write(text)
+    human = not args.out and args.format in ("concise", "terminal")  # machine formats keep stdout parseable
+    print(summary, file=sys.stdout if human else sys.stderr)
     if result.internal_errors:
         return EXIT_INTERNAL
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN

@@ -27,13 +27,14 @@ __all__ = [
     "render_view",
 ]
 
-Format = Literal["terminal", "json", "junit", "sarif", "markdown", "html"]
+Format = Literal["terminal", "concise", "json", "junit", "sarif", "markdown", "html"]
 FORMATS: tuple[Format, ...] = get_args(Format)
 FORMAT_ALIASES: dict[str, str] = {"md": "markdown", "text": "terminal", "txt": "terminal"}
 
 # format -> renderer module (each exposes ``render(view, **options) -> str``)
 _MODULES: dict[Format, str] = {
     "terminal": "flashcheck.reports.terminal",
+    "concise": "flashcheck.reports.concise",
     "json": "flashcheck.reports.json_report",
     "junit": "flashcheck.reports.junit",
     "sarif": "flashcheck.reports.sarif",
@@ -43,6 +44,7 @@ _MODULES: dict[Format, str] = {
 
 # the file suffix a format is usually written with (the CLI's --out is free-form)
 SUFFIXES: dict[Format, str] = {
+    "concise": ".txt",
     "terminal": ".txt",
     "json": ".json",
     "junit": ".xml",

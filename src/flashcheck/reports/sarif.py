@@ -142,6 +142,8 @@ def _result(paths: _Paths, e: Entry, rule_index: int) -> dict[str, Any]:
                 "frames": [_frame(paths, fr) for fr in reversed(f.stack)],
             }
         ]
+    if f.kind == "static" and len(f.stack) > 1:  # a hot path's call chain, root first: code scanning walks it
+        res["codeFlows"] = [{"threadFlows": [{"locations": [_frame(paths, fr) for fr in f.stack]}]}]
     if e.status is not None:
         res["baselineState"] = _BASELINE[e.status]
     return res

@@ -1,7 +1,7 @@
 """The static verifier (``flashcheck static``): FC1xx rules over an intra-project call graph, without a GPU.
 
 Public surface: `check_paths` runs the rules over files and directories with a `StaticConfig` (see `load_config`
-for ``[tool.flashcheck.static]``); renderers for findings live in `flashcheck.verifier.output`.
+for ``[tool.flashcheck.static]``); its results render through `flashcheck.reports` like every run.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity
 from flashcheck.registry import register_check
+from flashcheck.rundir import RUN_SCHEMA, RunResult
 from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.hotpath import HotPaths, find_roots
@@ -134,6 +135,33 @@ class StaticResult:
     internal_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     all_findings: list[Finding] = field(default_factory=list)  # before the baseline (for --write-baseline)
+    rules_run: list[str] = field(default_factory=list)  # IDs of the rules that ran (with FC100/FC199 when selected)
+
+    def to_run(self, meta: Mapping[str, Any]) -> RunResult:
+        """This result as a run (`flashcheck.rundir.RunResult`), so that every report format renders it: the
+        rules that ran are the run's checks, internal errors its errors (an incomplete run, never clean)."""
+        now = time.time()
+        doc: dict[str, Any] = {
+            "schema": RUN_SCHEMA,
+            "tool": "flashcheck",
+            "kind": "static",
+            "target": "static",
+            "targets": ["static"],
+            "checks": list(self.rules_run),
+            "started": now - self.seconds,
+            "finished": now,
+            "errors": list(self.internal_errors),
+            "stats": {
+                "files": len(self.files),
+                "lines": self.lines,
+                "hot_path_roots": self.roots,
+                "suppressed": self.suppressed,
+                "baselined": self.baselined,
+                "seconds": round(self.seconds, 3),
+            },
+        }
+        doc.update(meta)
+        return RunResult(meta=doc, findings=list(self.findings), samples=[])
 
 
 def selected(rule_id: str, rule_name: str, config: StaticConfig) -> bool:
@@ -182,9 +210,11 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
         config,
     )
     errors: list[str] = []
+    ran = [i for i, n in ((SUPPRESSION_ID, SUPPRESSION_NAME), (PARSE_ID, PARSE_NAME)) if selected(i, n, config)]
     for rid, cls in rules.items():
         if not selected(rid, cls.name, config):
             continue
+        ran.append(rid)
         try:
             cls().check(ctx)
         except Exception:  # a broken rule must not hide the others' findings; the run exits 2
@@ -207,6 +237,7 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
         internal_errors=errors,
         seconds=time.perf_counter() - start,
         all_findings=kept,
+        rules_run=sorted(ran),
     )
 
 
