@@ -208,3 +208,65 @@ def test_builder_output_always_passes(reqs, page, alloc, extra, policy, seed, of
     assert tuple(pages) == spec.pages_per_request()
     assert tuple(layout.seq_lens[: spec.batch_size]) == spec.kv_lens
     assert len(set(layout.kv_indices[: sum(spec.pages_per_request())].tolist())) == sum(spec.pages_per_request())
+
+
+# ---- boundaries (each pins a mutant of the property that the tests above let through; see reports/mutation.md) --
+def _tiny(**over: object) -> CsrInput:
+    """One request of 3 tokens in one page of a 1-page, 4-slot cache: the smallest well-formed batch."""
+    kw: dict[str, object] = {
+        "kv_indptr": np.array([0, 1], np.int32),
+        "kv_indices": np.array([0], np.int32),
+        "kv_last_page_len": np.array([3], np.int32),
+        "num_pages": 1,
+        "page_size": 4,
+    }
+    kw.update(over)
+    return CsrInput(**kw)  # type: ignore[arg-type]
+
+
+def test_the_smallest_cache_and_batch_are_well_formed() -> None:
+    assert check_csr(_tiny()) == []  # num_pages == 1 is valid
+    assert check_csr(_tiny(page_size=1, kv_last_page_len=np.array([1], np.int32))) == []  # page_size == 1 too
+    empty = _tiny(kv_indptr=np.array([0], np.int32), kv_indices=np.array([], np.int32),
+                  kv_last_page_len=np.array([], np.int32))  # fmt: skip
+    assert check_csr(empty) == []  # a batch of zero requests
+    with pytest.raises(InvalidArgument, match="num_pages must be >= 1"):
+        check_csr(_tiny(num_pages=0))
+    with pytest.raises(InvalidArgument, match="page_size and num_pages"):
+        check_csr(_tiny(page_size=0))
+
+
+def test_page_ids_are_in_range_up_to_num_pages_minus_one() -> None:
+    two = _tiny(num_pages=2, kv_indices=np.array([1], np.int32))
+    assert check_csr(two) == []
+    (f,) = check_csr(_tiny(num_pages=2, kv_indices=np.array([2], np.int32)))
+    assert f.evidence["check"] == "indices-in-range" and f.evidence["index"] == 0 and f.evidence["value"] == 2
+    assert "kv_indices[0]=2 is outside [0, 2) (1 bad entries)" in f.message
+    (neg,) = check_csr(_tiny(kv_indices=np.array([-1], np.int32)))
+    assert neg.evidence["check"] == "indices-in-range" and neg.evidence["value"] == -1
+
+
+def test_indptr_may_end_exactly_at_the_indices_length() -> None:
+    assert check_csr(_tiny(kv_indices_len=1)) == []
+    (f,) = check_csr(_tiny(kv_indptr=np.array([0, 2], np.int32), kv_indices=np.array([0, 0], np.int32),
+                           kv_indices_len=1))  # fmt: skip
+    assert f.evidence == {"check": "indptr-within-indices", "index": 1, "value": 2, "indices_len": 1}
+    assert f.message == "kv_indptr[1]=2 > len(kv_indices)=1"
+
+
+def test_every_finding_is_fc301_with_its_location_prefix_and_hint() -> None:
+    where = Location(target="t", step=3, region="replay")
+    found = check_csr(_tiny(kv_indptr=np.array([1, 0], np.int32)), location=where, prefix="graph bs=1 ")
+    assert found
+    for f in found:
+        assert (f.id, f.name, f.kind) == (CSR_ID, "csr-well-formed", "property")
+        assert f.location == where and f.message.startswith("graph bs=1 ") and f.hint
+    plain = check_csr(_tiny(kv_last_page_len=np.array([5], np.int32)))
+    assert plain and not plain[0].message.startswith(" ") and plain[0].location == Location()
+
+
+def test_a_decrease_of_one_is_not_monotone() -> None:
+    layout = _tiny(kv_indptr=np.array([0, 1, 0], np.int32), kv_indices=np.array([0], np.int32),
+                   kv_last_page_len=np.array([3, 1], np.int32))  # fmt: skip
+    (f,) = [f for f in check_csr(layout) if f.evidence["check"] == "indptr-non-decreasing"]
+    assert "kv_indptr[2]=0 < kv_indptr[1]=1" in f.message
