@@ -53,6 +53,16 @@ def _diff(name: str) -> list[str]:
     return [ln for ln in text if ln.startswith(("-", "+")) and not ln.startswith(("---", "+++"))][:8]
 
 
+def _text_only(diff: list[str]) -> bool:
+    """True when a mutant only rewrites the text of a string literal (``"XX...XX"`` or upper case)."""
+    minus = [ln[1:].strip() for ln in diff if ln.startswith("-")]
+    plus = [ln[1:].strip() for ln in diff if ln.startswith("+")]
+    if len(minus) != 1 or len(plus) != 1:
+        return False
+    a, b = minus[0], plus[0]
+    return '"' in a and (b == a.upper() or b.replace('"XX', '"').replace('XX"', '"') == a)
+
+
 def render(statuses: dict[str, str], command: str, date: str) -> str:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     counts = Counter(statuses.values())
@@ -77,11 +87,23 @@ def render(statuses: dict[str, str], command: str, date: str) -> str:
         "",
     ]
     survivors = sorted(n for n, s in statuses.items() if s == "survived")
+    diffs = {n: _diff(n) for n in survivors}
+    text_only = [n for n in survivors if _text_only(diffs[n])]
     by_fn = Counter(n.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[-1] for n in survivors)
     lines += [f"- `{fn}`: {n}" for fn, n in sorted(by_fn.items())]
-    lines += ["", "## Surviving mutants", ""]
+    lines += [
+        "",
+        f"{len(text_only)} of the {len(survivors)} survivors only change the wording of a message or hint (wrapped in",
+        "`XX` or upper-cased): no test pins prose, so they are left as equivalent for behaviour. Without them",
+        f"{killed} of {total - len(text_only)} behaviour mutants are killed "
+        f"({100.0 * killed / max(1, total - len(text_only)):.1f}%).",
+        "",
+        "## Surviving mutants that change behaviour",
+        "",
+    ]
     for name in survivors:
-        lines += [f"`{name}`", "", "```diff", *_diff(name), "```", ""]
+        if name not in text_only:
+            lines += [f"`{name}`", "", "```diff", *diffs[name], "```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

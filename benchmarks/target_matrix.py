@@ -1,10 +1,10 @@
 """Run every built-in target through generated capture/replay/eager scenarios on this machine.
 
 Records, per target: steps executed, rejected steps, findings by check ID (with the first message of each), wall
-time and steps/s, or why the target could not run. This is the version matrix of issue 4 (run it once per FlashInfer
-version) and the smoke test of the targets.
+time and steps/s, or why the target could not run: the version matrix (run it once per FlashInfer version, then
+`python benchmarks/render_evidence.py`) and the smoke test of the targets.
 
-    python benchmarks/target_matrix.py --steps 200 --out $OUT/matrix-0.6.13.json
+    python benchmarks/target_matrix.py --steps 200 --out reports/raw/target_matrix-0.6.13.json
 """
 
 from __future__ import annotations

@@ -269,4 +269,79 @@ def test_a_decrease_of_one_is_not_monotone() -> None:
     layout = _tiny(kv_indptr=np.array([0, 1, 0], np.int32), kv_indices=np.array([0], np.int32),
                    kv_last_page_len=np.array([3, 1], np.int32))  # fmt: skip
     (f,) = [f for f in check_csr(layout) if f.evidence["check"] == "indptr-non-decreasing"]
-    assert "kv_indptr[2]=0 < kv_indptr[1]=1" in f.message
+    assert f.message == "kv_indptr[2]=0 < kv_indptr[1]=1 (1 decreasing step(s))"
+    assert f.evidence == {"check": "indptr-non-decreasing", "array": "kv_indptr", "index": 2, "value": 0,
+                          "previous": 1, "count": 1}  # fmt: skip
+    assert f.hint.startswith("kv_indptr must be non-decreasing")
+
+
+def test_qo_indptr_start_order_and_batch_are_checked_with_their_evidence() -> None:
+    base_kw: dict[str, object] = {"qo_indptr": np.array([1, 0], np.int32)}
+    found = {f.evidence["check"]: f for f in check_csr(_tiny(**base_kw))}
+    start = found["qo-indptr-start"]
+    assert start.evidence == {"check": "qo-indptr-start", "index": 0, "value": 1}
+    assert start.message == "qo_indptr[0]=1, expected 0"
+    order = found["indptr-non-decreasing"]
+    assert order.evidence["array"] == "qo_indptr" and order.message.startswith("qo_indptr[1]=0 < qo_indptr[0]=1")
+    (batch,) = check_csr(_tiny(qo_indptr=np.array([0, 1, 2], np.int32)))
+    assert batch.evidence == {"check": "same-batch", "qo_rows": 2, "kv_rows": 1}
+    assert batch.message == "qo_indptr covers 2 requests but kv_indptr covers 1"
+    (lasts,) = check_csr(_tiny(kv_last_page_len=np.array([3, 3], np.int32)))
+    assert lasts.evidence == {"check": "same-batch", "last_page_len_len": 2, "kv_rows": 1}
+    assert check_csr(_tiny(qo_indptr=np.array([0, 1], np.int32))) == []
+
+
+def test_shape_and_start_of_kv_indptr() -> None:
+    (empty,) = check_csr(_tiny(kv_indptr=np.array([], np.int32)))
+    assert empty.evidence == {"check": "shape"} and empty.message == "kv_indptr is empty"
+    over = [f for f in check_csr(_tiny(batch_size=2)) if f.evidence["check"] == "shape"]
+    assert len(over) == 1 and over[0].message == "batch size 2 exceeds the 1 rows of kv_indptr"
+    assert check_csr(_tiny(batch_size=1)) == []
+    neg = [
+        f for f in check_csr(_tiny(kv_indptr=np.array([-1, 1], np.int32))) if f.evidence["check"] == "kv-indptr-start"
+    ]
+    assert len(neg) == 1 and neg[0].evidence == {"check": "kv-indptr-start", "index": 0, "value": -1}
+    assert neg[0].message == "kv_indptr[0]=-1 is negative"
+
+
+def test_a_bad_page_id_is_located_after_the_indptr_start() -> None:
+    (f,) = check_csr(_tiny(kv_indptr=np.array([1, 3], np.int32), kv_indices=np.array([9, 0, 5], np.int32),
+                           kv_last_page_len=np.array([2], np.int32), num_pages=2))  # fmt: skip
+    assert f.evidence == {"check": "indices-in-range", "index": 2, "value": 5, "num_pages": 2, "count": 1}
+    assert f.message.startswith("kv_indices[2]=5 is outside [0, 2)")
+
+
+def test_every_sub_check_says_what_to_do() -> None:
+    broken = [
+        _tiny(kv_indptr=np.array([], np.int32)),
+        _tiny(batch_size=2),
+        _tiny(kv_last_page_len=np.array([3, 3], np.int32)),
+        _tiny(qo_indptr=np.array([1, 0, 2], np.int32)),
+        _tiny(kv_indptr=np.array([-1, 1], np.int32)),
+        _tiny(kv_indptr=np.array([0, 2], np.int32), kv_indices_len=1),
+        _tiny(kv_indices=np.array([7], np.int32)),
+        _tiny(kv_last_page_len=np.array([9], np.int32)),
+    ]
+    seen: set[str] = set()
+    for case in broken:
+        for f in check_csr(case):
+            assert isinstance(f.hint, str) and len(f.hint) > 20, (f.evidence, f.hint)
+            seen.add(str(f.evidence["check"]))
+    assert {"shape", "same-batch", "qo-indptr-start", "kv-indptr-start", "indptr-within-indices",
+            "indices-in-range"} <= seen, seen  # fmt: skip
+
+
+def test_check_layout_passes_every_field_location_and_prefix() -> None:
+    """check_layout is check_csr over the layout's own arrays: the same findings for a layout broken in its qo
+    metadata, its padding rows or its real batch size, with the caller's location and prefix."""
+    where = Location(target="t", step=2, region="replay")
+    layout = base()
+    assert layout.batch_size < len(layout.kv_indptr) - 1  # padded: the padding policy is checked on the tail
+    layout.qo_indptr[0] = 1  # a qo error only the qo array shows
+    layout.kv_indptr[-1] = layout.kv_indptr[-2] + 1  # a padding row that is not empty under vllm_legacy
+    direct = check_csr(inp(layout), location=where, prefix="graph bs=6 ")
+    via = check_layout(layout, location=where, prefix="graph bs=6 ")
+    assert [(f.evidence, f.message) for f in via] == [(f.evidence, f.message) for f in direct]
+    checks = {f.evidence["check"] for f in via}
+    assert "qo-indptr-start" in checks and len(checks) >= 2, checks
+    assert all(f.location == where and f.message.startswith("graph bs=6 ") for f in via)
