@@ -345,3 +345,25 @@ def test_check_layout_passes_every_field_location_and_prefix() -> None:
     checks = {f.evidence["check"] for f in via}
     assert "qo-indptr-start" in checks and len(checks) >= 2, checks
     assert all(f.location == where and f.message.startswith("graph bs=6 ") for f in via)
+
+
+def test_padding_findings_carry_the_row_and_what_the_policy_wants() -> None:
+    undeclared = [
+        f for f in check_csr(inp(base(), padding=PaddingPolicy.NONE)) if f.evidence["check"] == "padding-policy"
+    ]
+    (f,) = undeclared
+    n_rows = len(base().kv_indptr) - 1
+    assert f.evidence == {"check": "padding-policy", "real_rows": SPEC.batch_size, "rows": n_rows}
+    assert f.message == f"{n_rows - SPEC.batch_size} padded row(s) but no padding policy was declared" and f.hint
+    layout = base()
+    row = SPEC.batch_size  # the first padded row gets a page it must not have under vllm_legacy
+    layout.kv_indptr[row + 1 :] += 1
+    (bad,) = [f for f in check_csr(inp(layout)) if f.evidence["check"] == "padding-policy"]
+    ev = bad.evidence
+    assert ev["index"] == row and ev["policy"] == "vllm_legacy" and ev["got"]["pages"] == 1
+    assert ev["want"] == {"pages": 0, "last_page_len": ev["want"]["last_page_len"], "qo_len": ev["want"]["qo_len"]}
+    assert bad.message.startswith(f"padded row {row} has pages=1, policy vllm_legacy requires 0")
+    assert "fill padded rows as vllm_legacy does" in bad.hint
+    # without qo_indptr only pages and last_page_len are compared
+    (no_qo,) = [f for f in check_csr(inp(layout, qo_indptr=None)) if f.evidence["check"] == "padding-policy"]
+    assert set(no_qo.evidence["want"]) == {"pages", "last_page_len"}
