@@ -167,9 +167,12 @@ class Supervisor:
 
     # ---- the budget ----------------------------------------------------------------------------------------------
     def _in_flight(self) -> int:
-        return sum(max(0, h.job.n - h.executed) for h in self.handles.values() if h.job is not None)
+        """Steps handed out in jobs not yet complete, run or not: `store.steps_done()` counts complete jobs only,
+        so the steps a busy worker already ran belong here too (leaving them out overran the step budget by them)."""
+        return sum(h.job.n for h in self.handles.values() if h.job is not None)
 
     def _steps_left(self) -> int | None:
+        """Steps of the budget not yet handed out to any worker."""
         if self.cfg.step_budget is None:
             return None
         return self.cfg.step_budget - self.store.steps_done() - self._in_flight()
@@ -208,6 +211,8 @@ class Supervisor:
             cid, scen = self.pending_corpus.pop(0)
             if cid in self.store.corpus_done or cid in busy or scen.target not in targets:
                 continue
+            if left is not None and len(scen.steps) > left:
+                continue  # a replay runs whole or not at all: past the budget it waits for a resume with more
             return Job(
                 f"corpus:{cid}",
                 "corpus",

@@ -1,0 +1,93 @@
+"""The numbers a campaign prints and records: the step budget and what the progress line says remains of it, the
+first-seen step of a finding, the state of a worker the campaign stopped, and the checks a run lists as run.
+
+The supervisor-level tests drive a `Supervisor` over a real run directory with stand-in worker handles (no worker
+process starts); the end-to-end ones run tiny CPU campaigns with a step budget, so no assertion depends on timing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from crashy import SMALL
+
+from conftest import read_json
+from flashcheck.campaign.corpus import Corpus, open_database
+from flashcheck.campaign.options import CampaignConfig
+from flashcheck.campaign.progress import Progress
+from flashcheck.campaign.store import CampaignStore
+from flashcheck.campaign.supervisor import Job, Supervisor, _Handle
+from flashcheck.cli import main
+from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.scenario import Scenario
+from flashcheck.targets.reference import ReferenceTarget
+
+
+def supervisor(tmp_path: Path, **cfg: Any) -> Supervisor:
+    out = tmp_path / "run"
+    config = CampaignConfig(targets=("cpu-reference",), **cfg)
+    store = CampaignStore.create(out, {"kind": "campaign", "campaign": {"config": config.to_dict(), "workers": {}}})
+    return Supervisor(config, store, Corpus(open_database(None, out)), Progress(io.StringIO(), tty=False))
+
+
+def handle(sup: Supervisor, w: int, job: Job | None = None, executed: int = 0) -> _Handle:
+    """A worker slot in the supervisor's books, without a process behind it."""
+    proc: Any = SimpleNamespace(returncode=None, wait=lambda timeout=None: None, kill=lambda: None)
+    h = _Handle(w, 0, proc, io.BytesIO())
+    h.status, h.job, h.executed = ("busy" if job else "idle"), job, executed
+    sup.handles[w] = h
+    return h
+
+
+def test_steps_a_busy_worker_ran_count_against_the_budget(tmp_path: Path) -> None:
+    """60 steps: 40 done in complete chunks, a chunk of 10 in flight with 3 of them run. 10 steps remain to hand
+    out (not 13: handing out 13 ran the campaign 3 steps past its budget), and the progress line says 17 steps
+    remain of what the 43 it counts as run leave."""
+    sup = supervisor(tmp_path, step_budget=60, chunk_steps=10, workers=2)
+    sup.store.worker(0).steps_done, sup.store.worker(1).steps_done = 20, 20
+    handle(sup, 0, Job("chunk:2", "chunk", "cpu-reference", 10, chunk=2), executed=3)
+    handle(sup, 1)
+    assert sup._steps_left() == 10
+    job = sup._next_job(1)
+    assert job is not None and job.n == 10
+    assert sup._remaining_text().startswith("17 steps") and sup._snapshot().steps == 43
+    sup.store.close()
+
+
+def test_a_corpus_replay_longer_than_what_remains_of_the_budget_waits(tmp_path: Path) -> None:
+    sup = supervisor(tmp_path, step_budget=5, chunk_steps=10)
+    tgt = ReferenceTarget(**json.loads(SMALL))
+    sup.pending_corpus.append(("c1", Scenario("cpu-reference", tuple(random_steps(tgt.capacity, 8, 1)), 1, {})))
+    handle(sup, 0)
+    job = sup._next_job(0)
+    assert job is not None and job.kind == "chunk" and job.n == 5  # not the 8-step replay
+    assert "c1" not in sup.store.corpus_done  # a resumed campaign with more budget replays it whole
+    sup.store.close()
+
+
+def _campaign(out: Path, *args: str) -> int:
+    return main(
+        ["campaign", "--target-config", SMALL, "--layers", "off", "--log-every", "0.01", "--out", str(out), *args]
+    )
+
+
+def test_a_two_worker_campaign_runs_its_step_budget_and_no_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    rc = _campaign(out, "--target", "cpu-reference", "--workers", "2", "--steps", "30", "--chunk-steps", "3")
+    assert rc == 0
+    meta = read_json(out / "run.json")
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert meta["stats"]["steps"] == 30 and len(samples) == 30, (meta["stats"], Counter(s["worker"] for s in samples))
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("[campaign] elapsed"):
+            steps = int(line.split("| steps ")[1].split()[0])
+            remaining = int(line.split(" remaining ")[1].split()[0])
+            assert steps <= 30 and remaining == 30 - steps, line
