@@ -76,5 +76,32 @@ class Mixed(CrashTwoWays, Polluting):
     name = "crashy-mixed"
 
 
+class ExitOnceOnSixthCall(ReferenceTarget):
+    """Exits with status 3 on its sixth plan/capture/prepare_replay call, once per campaign: the file named by
+    $CRASHY_MARKER records that it did, so the restarted worker runs on (the crash lands mid-chunk, not at step 0)."""
+
+    name = "crashy-once"
+    calls = 0
+
+    def _count(self) -> None:
+        marker = os.environ.get("CRASHY_MARKER", "")
+        type(self).calls += 1
+        if marker and type(self).calls == 6 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)
+
+    def plan(self, layout: PagedLayout) -> None:
+        self._count()
+        super().plan(layout)
+
+    def capture(self, bucket: int, layout: PagedLayout, q: Any) -> None:
+        self._count()
+        super().capture(bucket, layout, q)
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        self._count()
+        super().prepare_replay(bucket, layout)
+
+
 # Small shapes keep CPU steps in the milliseconds (pass as --target-config).
 SMALL = '{"max_kv_len": 96, "max_pages": 64, "max_qo_len": 4}'

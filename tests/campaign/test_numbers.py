@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from crashy import SMALL
 
-from conftest import read_json
+from conftest import findings_of, read_json
 from flashcheck.campaign.corpus import Corpus, open_database
 from flashcheck.campaign.options import CampaignConfig
 from flashcheck.campaign.progress import Progress
 from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.supervisor import Job, Supervisor, _Handle
 from flashcheck.cli import main
+from flashcheck.findings import Finding, Location
 from flashcheck.fuzz.scenarios import random_steps
 from flashcheck.scenario import Scenario
 from flashcheck.targets.reference import ReferenceTarget
@@ -91,3 +92,35 @@ def test_a_two_worker_campaign_runs_its_step_budget_and_no_more(
             steps = int(line.split("| steps ")[1].split()[0])
             remaining = int(line.split(" remaining ")[1].split()[0])
             assert steps <= 30 and remaining == 30 - steps, line
+
+
+def test_a_crash_counts_the_step_it_happened_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker, one chunk: the campaign-wide count at a finding of scenario step i is i + 1, for the step a
+    worker died in as for a step that reported a finding (the crash was read as i, so one at step 0 read 0)."""
+    monkeypatch.setenv("CRASHY_MARKER", str(tmp_path / "crashed"))
+    out = tmp_path / "run"
+    assert _campaign(out, "--target", "crashy:ExitOnceOnSixthCall", "--steps", "20", "--chunk-steps", "20") == 1
+    meta = read_json(out / "run.json")
+    (crash,) = findings_of(out)
+    assert crash["id"] == "FC251" and crash["location"]["step"] >= 1, crash["location"]
+    first = meta["campaign"]["first_seen"][crash["signature"]]
+    assert first["steps"] == crash["location"]["step"] + 1, (first, crash["location"])
+    # the step it died in counts as run, as it does in first-seen steps: 19 steps that finished and the crashed one
+    assert meta["stats"]["steps"] == 20 and len((out / "samples.jsonl").read_text().splitlines()) == 19
+
+
+def test_when_a_finding_was_first_seen_survives_a_kill_before_the_next_save(tmp_path: Path) -> None:
+    """kill -9 between a new finding and the next save of run.json: the resumed campaign has the finding (it is in
+    findings.json) and must still know when it was first seen; a re-run finds it again only as a duplicate."""
+    sup = supervisor(tmp_path)
+    store, out = sup.store, sup.store.dir
+    f = Finding(id="FC301", name="csr-well-formed", kind="property", message="m", location=Location(target="t"))
+    steps = random_steps(ReferenceTarget(**json.loads(SMALL)).capacity, 3, 1)
+    repro = {"scenario": Scenario("cpu-reference", tuple(steps), 1, {}).to_dict()}
+    assert store.add_finding(f, repro, steps=7) == "new"
+    store.writer._samples.close()  # what a kill -9 leaves: no close(), no save() after the finding
+    store.lock.release()
+    again = CampaignStore.resume(out)
+    assert again.add_finding(f, repro, steps=50) == "duplicate"
+    assert again.first_seen[f.signature()]["steps"] == 7
+    again.close()

@@ -196,6 +196,9 @@ class CampaignStore:
                 "elapsed": round(self.elapsed(), 3),
                 "steps": self.steps_done() if steps is None else steps,
             }
+            # on record at once: a session killed before its next save would resume with the finding but not when
+            # it was first seen (a resumed run re-finds it as a duplicate and never records it again)
+            self.save()
         return result
 
     def add_sample(self, sample: Sample) -> None:

@@ -335,6 +335,8 @@ class Supervisor:
                 self._record(f, scen, int(ev.get("i", 0)))
 
     def _record(self, f: Finding, scen: Scenario, step: int) -> None:
+        """Store `f`, found at `step` of `scen`; first seen after every step run so far, campaign-wide (its own
+        step included)."""
         repro = make_repro(scen, step, f, layers=self.cfg.layers)
         repro["command"] = "flashcheck replay REPRO.json"
         now = self.store.steps_done() + sum(x.executed for x in self.handles.values() if x.job is not None)
@@ -385,9 +387,9 @@ class Supervisor:
                 self._continue_after(h, h.executed)
             self._complete(h)
         elif job is not None and h.began and (h.hung or not h.asked_to_stop):
-            self._record_crash(h, rc)
+            self._record_crash(h, rc)  # counts the step it died in as executed
             ws.crashes += 1
-            self._continue_after(h, h.executed + 1)
+            self._continue_after(h, h.executed)
             self._complete(h)
         elif h.asked_to_stop:
             h.job = None  # stopped mid-chunk: the chunk is not complete and a resumed campaign re-runs it
@@ -426,6 +428,8 @@ class Supervisor:
             return
         i = min(h.executed, len(scen.steps) - 1)
         phase = "step" if h.executed < len(scen.steps) else "teardown"
+        if phase == "step":  # the step it died in ran: it counts (first-seen steps, the budget) like any other
+            h.executed += 1
         step = scen.steps[i]
         name = f"{step.op} bs={len(step.qo_lens)}" + (f" bucket={step.bucket}" if step.bucket else "")
         hang_file = self.store.dir / "workers" / str(h.index) / HANG_FILE
