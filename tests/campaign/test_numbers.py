@@ -39,7 +39,7 @@ def supervisor(tmp_path: Path, **cfg: Any) -> Supervisor:
 
 def handle(sup: Supervisor, w: int, job: Job | None = None, executed: int = 0) -> _Handle:
     """A worker slot in the supervisor's books, without a process behind it."""
-    proc: Any = SimpleNamespace(returncode=None, wait=lambda timeout=None: None, kill=lambda: None)
+    proc: Any = SimpleNamespace(returncode=None, stdin=io.StringIO(), wait=lambda timeout=None: None, kill=lambda: None)
     h = _Handle(w, 0, proc, io.BytesIO())
     h.status, h.job, h.executed = ("busy" if job else "idle"), job, executed
     sup.handles[w] = h
@@ -124,3 +124,28 @@ def test_when_a_finding_was_first_seen_survives_a_kill_before_the_next_save(tmp_
     assert again.add_finding(f, repro, steps=50) == "duplicate"
     assert again.first_seen[f.signature()]["steps"] == 7
     again.close()
+
+
+def test_a_worker_the_campaign_killed_at_its_stop_deadline_reads_stopped_and_a_crash_dead(tmp_path: Path) -> None:
+    """The budget is spent while a worker is in a long step (a JIT compile): the supervisor asks it to stop, then
+    kills it past the stop deadline. That worker was stopped, not dead; one that crashes on its own while the
+    campaign stops is dead."""
+    sup = supervisor(tmp_path, workers=2)
+    slow = handle(sup, 0, Job("chunk:0", "chunk", "cpu-reference", 10, chunk=0), executed=4)
+    crashed = handle(sup, 1, Job("chunk:0", "chunk", "cpu-reference", 10, chunk=0), executed=2)
+    for h in (slow, crashed):
+        h.began = True
+    sup._stop("time budget spent")
+    killed: list[int] = []
+    slow.proc.kill = lambda: killed.append(0)  # type: ignore[method-assign]
+    crashed.proc.returncode = -11  # SIGSEGV, before the deadline
+    sup._on_exit(crashed)
+    sup._stop_deadline = 0.0  # the deadline has passed
+    sup._check_timeouts()
+    assert killed, "the supervisor kills a worker still busy past the stop deadline"
+    slow.proc.returncode = -9
+    sup._on_exit(slow)
+    assert (slow.status, crashed.status) == ("stopped", "dead")
+    line = Progress(io.StringIO(), tty=False)._line(sup._snapshot())
+    assert "w0=0.0/s(stopped)" in line and "w1=0.0/s(dead)" in line, line
+    sup.store.close()

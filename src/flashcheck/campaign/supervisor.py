@@ -71,7 +71,7 @@ class _Handle:
         self.began = False
         self.executed = 0
         self.last_event = time.monotonic()
-        self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = False
+        self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = self.stop_killed = False
         self.target_name = ""  # the name the target reports findings under (its spec may differ)
         self.steps_session = 0
         self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
@@ -213,14 +213,8 @@ class Supervisor:
                 continue
             if left is not None and len(scen.steps) > left:
                 continue  # a replay runs whole or not at all: past the budget it waits for a resume with more
-            return Job(
-                f"corpus:{cid}",
-                "corpus",
-                scen.target,
-                len(scen.steps),
-                corpus_id=cid,
-                payload={"scenario": scen.to_dict()},
-            )
+            payload = {"scenario": scen.to_dict()}
+            return Job(f"corpus:{cid}", "corpus", scen.target, len(scen.steps), corpus_id=cid, payload=payload)
         if not targets:
             return None
         ws = self.store.worker(w)
@@ -376,8 +370,9 @@ class Supervisor:
             h.proc.wait(timeout=30)
         rc = h.proc.returncode
         h.log.close()
-        # "stopped": ended because the campaign is stopping and it exited cleanly; "dead" only for anything else
-        h.status = "stopped" if self.stopping and rc == 0 else "dead"
+        # "stopped": ended because the campaign is stopping, cleanly or killed by us when its step outlasted the stop
+        # deadline (a long JIT compile); "dead" only for anything else
+        h.status = "stopped" if self.stopping and (rc == 0 or h.stop_killed) else "dead"
         ws = self.store.worker(h.index)
         job = h.job
         if job is not None and h.poisoned:
@@ -500,6 +495,7 @@ class Supervisor:
                 h.hung = True
                 h.proc.kill()
             elif self._stop_deadline is not None and now > self._stop_deadline:
+                h.stop_killed = True
                 h.proc.kill()
 
     def _snapshot(self) -> Snapshot:
