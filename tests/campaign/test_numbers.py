@@ -149,3 +149,22 @@ def test_a_worker_the_campaign_killed_at_its_stop_deadline_reads_stopped_and_a_c
     line = Progress(io.StringIO(), tty=False)._line(sup._snapshot())
     assert "w0=0.0/s(stopped)" in line and "w1=0.0/s(dead)" in line, line
     sup.store.close()
+
+
+def test_a_clean_campaign_lists_the_checks_it_reported_and_junit_passes_those(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--select narrows what a campaign reports: run.json lists those checks (and FC251, always reported) as the
+    checks run, not every check the workers ran whose findings the supervisor dropped."""
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "run"
+    assert _campaign(out, "--target", "cpu-reference", "--select", "FC301,FC303", "--steps", "4") == 0
+    assert read_json(out / "run.json")["checks"] == ["FC251", "FC301", "FC303"]
+    capsys.readouterr()
+    assert main(["report", str(out), "--no-color"]) == 0
+    assert capsys.readouterr().out.strip().endswith("checks run and passed: FC251, FC301, FC303")
+    assert main(["report", str(out), "--format", "junit"]) == 0
+    suite = ET.fromstring(capsys.readouterr().out)
+    names = [str(c.get("name")).split()[0] for c in suite.iter("testcase")]
+    assert names == ["FC251", "FC301", "FC303"] and suite.get("tests") == "3" and suite.get("failures") == "0"

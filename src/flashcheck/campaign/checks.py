@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashcheck.findings import Finding, Location
 from flashcheck.registry import register_check
 
-__all__ = ["CRASH_ID", "CRASH_NAME", "crash_cause", "crash_finding"]
+__all__ = ["CRASH_ID", "CRASH_NAME", "campaign_checks", "crash_cause", "crash_finding"]
 
 CRASH_ID, CRASH_NAME = "FC251", "worker-crashed"
 
@@ -86,3 +86,13 @@ def crash_finding(
         location=Location(target=target, step=step_index, step_name=step_name),
         evidence={"check": cause, "op": op, **dict(evidence)},
     )
+
+
+def campaign_checks(layers: str, select: Sequence[str] = ()) -> list[str]:
+    """The check IDs a campaign runs and reports (``run.json`` ``"checks"``, what a clean report lists as passed):
+    those its workers run at `layers` with their step watchdog and FC251, narrowed to `select` when given (the
+    supervisor drops every other check's findings; FC251 is always reported)."""
+    from flashcheck.driver import checks_run  # imported here: the supervisor side imports no torch
+
+    ids = checks_run(layers, watchdog=True, campaign=True)
+    return [c for c in ids if not select or c in select or c == CRASH_ID]

@@ -198,12 +198,12 @@ def run(args: argparse.Namespace) -> int:
     require_runtime("campaign")
     import dataclasses
 
+    from flashcheck.campaign.checks import campaign_checks
     from flashcheck.campaign.corpus import Corpus, open_database
     from flashcheck.campaign.options import CampaignConfig, format_duration, parse_duration
     from flashcheck.campaign.progress import Progress, final_report
     from flashcheck.campaign.store import CampaignStore, load_campaign_meta
     from flashcheck.campaign.supervisor import Supervisor
-    from flashcheck.driver import checks_run
 
     command = "flashcheck " + " ".join(shlex.quote(a) for a in getattr(args, "argv", sys.argv[1:]))
     corpus_db = None
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": cfg.seed,
             "target": ",".join(cfg.targets),
             "targets": _construct(cfg.targets, dict(cfg.target_config)),
-            "checks": checks_run(cfg.layers, watchdog=True, campaign=True),
+            "checks": campaign_checks(cfg.layers, cfg.select),
             "campaign": {"config": cfg.to_dict(), "workers": {}},
         }
         corpus_db = open_database(cfg.corpus, run_dir) if cfg.corpus else None  # a bad backend fails before --out

@@ -1,7 +1,8 @@
 """JUnit XML report: one test case per (check, target), failing when that check found something on that target.
 
 CI systems (GitLab, Jenkins, GitHub test reporters) show each property per target as a test. Checks that ran clean
-appear as passing cases when the run lists them in ``run.json`` (``"checks": [IDs]``, ``"targets": [names]``);
+appear as passing cases when the run lists them in ``run.json`` (``"checks": [IDs]``, ``"targets": [names]``), on
+every target that ran (a target a campaign dropped as unable to run here gets none);
 run errors become one ``<error>`` case, so a crashed run never reads as green.
 """
 
@@ -18,13 +19,6 @@ __all__ = ["render"]
 
 def _target_of(f: Finding, default: str) -> str:
     return f.location.target or default
-
-
-def _targets(view: ReportView) -> list[str]:
-    listed = view.meta.get("targets")
-    if isinstance(listed, list) and listed:
-        return [str(t) for t in listed]
-    return [view.target]
 
 
 def _finding_text(e: Entry) -> str:
@@ -81,11 +75,9 @@ def render(view: ReportView) -> str:
         key = (e.finding.id, _target_of(e.finding, default_target))
         fixed.setdefault(key, []).append(e)
         names.setdefault(e.finding.id, e.finding.name)
-    listed = view.meta.get("checks")
-    if isinstance(listed, list):
-        for cid in listed:
-            for t in _targets(view):
-                cases.setdefault((str(cid), t), [])
+    for cid in view.checks_run():  # a check passes on each target that ran (not one a campaign dropped)
+        for t in view.targets_run():
+            cases.setdefault((cid, t), [])
     for key in fixed:
         cases.setdefault(key, [])
 

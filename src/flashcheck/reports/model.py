@@ -206,6 +206,19 @@ class ReportView:
         listed = self.meta.get("checks")
         return sorted({str(c) for c in listed}) if isinstance(listed, list) else []
 
+    def targets_run(self) -> list[str]:
+        """The names of the targets the run ran (``run.json`` ``"targets"``, in the order of the ``"target"`` specs),
+        less those a campaign dropped as unable to run here; [`target`] when the run does not list them."""
+        names = self.meta.get("targets")
+        if not isinstance(names, list) or not names:
+            return [self.target]
+        specs = str(self.meta.get("target") or "").split(",")
+        camp = self.meta.get("campaign")
+        dropped = set(dict(camp.get("dropped_targets") or {})) if isinstance(camp, dict) else set()
+        if len(specs) != len(names):
+            return [str(n) for n in names]
+        return [str(n) for spec, n in zip(specs, names, strict=True) if spec not in dropped]
+
     def incomplete_reasons(self) -> list[str]:
         """Why this run cannot be called clean even without findings: recorded errors, a run that never finished
         (killed, interrupted), a stop that was not the budget, targets that could not run."""
