@@ -168,3 +168,23 @@ def test_a_clean_campaign_lists_the_checks_it_reported_and_junit_passes_those(
     suite = ET.fromstring(capsys.readouterr().out)
     names = [str(c.get("name")).split()[0] for c in suite.iter("testcase")]
     assert names == ["FC251", "FC301", "FC303"] and suite.get("tests") == "3" and suite.get("failures") == "0"
+
+
+def test_a_resumed_campaign_lasts_the_time_its_sessions_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An hour between two sessions (run.json's start moved an hour back) is not campaign time: the elapsed time,
+    every report's duration and the summary add up the sessions alone."""
+    out = tmp_path / "run"
+    assert _campaign(out, "--target", "cpu-reference", "--steps", "4") == 0
+    meta = read_json(out / "run.json")
+    first = meta["stats"]["elapsed_s"]
+    meta["started"] -= 3600.0
+    (out / "run.json").write_text(json.dumps(meta))
+    assert main(["campaign", "--resume", str(out), "--steps", "8", "--log-every", "3600"]) == 0
+    meta = read_json(out / "run.json")
+    elapsed = meta["stats"]["elapsed_s"]
+    assert meta["campaign"]["sessions"] == 2 and first < elapsed < 600 < meta["finished"] - meta["started"]
+    capsys.readouterr()
+    assert main(["report", str(out), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["duration_s"] == elapsed
+    assert main(["report", str(out), "--format", "junit"]) == 0
+    assert f'time="{elapsed:.3f}"' in capsys.readouterr().out
