@@ -12,6 +12,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
+if str(HERE) not in sys.path:  # test modules import `crashy` (the targets workers load as crashy:Class)
+    sys.path.insert(0, str(HERE))
 
 
 def subprocess_env() -> dict[str, str]:

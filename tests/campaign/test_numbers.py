@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from crashy import SMALL
 
-from conftest import findings_of, read_json
+from tests.campaign.conftest import findings_of, read_json
 from flashcheck.campaign.corpus import Corpus, open_database
 from flashcheck.campaign.options import CampaignConfig
 from flashcheck.campaign.progress import Progress

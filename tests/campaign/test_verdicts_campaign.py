@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import findings_of, read_json, subprocess_env
+from tests.campaign.conftest import findings_of, read_json, subprocess_env
 from flashcheck.cli import main
 
 QUALITY = Path(__file__).resolve().parents[1] / "quality"
