@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from crashy import SMALL
 
-from tests.campaign.conftest import findings_of, read_json, subprocess_env, worker_cmd
 from flashcheck.campaign.corpus import Corpus, open_database
 from flashcheck.cli import main
 from flashcheck.scenario import Scenario
+from tests.campaign.conftest import findings_of, read_json, subprocess_env, worker_cmd
 
 
 def campaign(*args: str) -> int:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from crashy import SMALL
 
-from tests.campaign.conftest import findings_of, read_json
 from flashcheck.campaign.corpus import Corpus, open_database
 from flashcheck.campaign.options import CampaignConfig
 from flashcheck.campaign.progress import Progress
@@ -28,6 +27,7 @@ from flashcheck.findings import Finding, Location
 from flashcheck.fuzz.scenarios import random_steps
 from flashcheck.scenario import Scenario
 from flashcheck.targets.reference import ReferenceTarget
+from tests.campaign.conftest import findings_of, read_json
 
 
 def supervisor(tmp_path: Path, **cfg: Any) -> Supervisor:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.campaign.conftest import findings_of, read_json, subprocess_env
 from flashcheck.cli import main
+from tests.campaign.conftest import findings_of, read_json, subprocess_env
 
 QUALITY = Path(__file__).resolve().parents[1] / "quality"
 FAULTY = {
