@@ -61,6 +61,8 @@ class Checker:
         self.monitor = Monitor(cold_regions=cold_regions, record_region_stacks=stackless)
         self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
         self._pending: list[Finding] = []
+        self._installed: list[Hook] = []
+        self._region_hooks: list[Hook] = []
         self._errors: list[tuple[str, BaseException]] = []
         self._entered = False
         self._owner: int | None = None
@@ -86,6 +88,8 @@ class Checker:
                 h.uninstall()
             raise
         self._installed = installed
+        # hooks that act on regions: the others (the base class's no-ops) are not called twice per region
+        self._region_hooks = [h for h in installed if _acts_on_regions(h)]
         self.active_layers = [h.layer for h in installed]
         self._entered = True
         self._owner = threading.get_ident()
@@ -97,7 +101,7 @@ class Checker:
         if not self._entered:
             return
         try:
-            if not self.monitor.open_regions:
+            if not self.monitor.any_open:
                 self._collect_deferred()
         finally:
             for h in reversed(self._installed):
@@ -109,7 +113,7 @@ class Checker:
         for h in self._installed:
             for ev in h.collect():  # what a deferred layer flushed while uninstalling
                 self.monitor.observe(ev)
-        self._installed = []
+        self._installed, self._region_hooks = [], []
         if exc_type is None:
             self._raise_hook_errors()
 
@@ -122,28 +126,15 @@ class Checker:
     def arena(self) -> Arena:
         return self._arena
 
-    @contextlib.contextmanager
-    def region(self, name: Region, *, step: int | None = None, step_name: str | None = None) -> Iterator[None]:
+    def region(
+        self, name: Region, *, step: int | None = None, step_name: str | None = None
+    ) -> contextlib.AbstractContextManager[None]:
         """Attribute everything inside to region `name` of `step` (regions nest; the innermost one wins)."""
         if name not in REGIONS:
             raise InvalidArgument(f"region {name!r} is not one of {', '.join(REGIONS)}")
         if not self._entered:
             raise UsageError("open regions inside `with Checker(...) as checker:`; this checker is not active")
-        stack = capture_stack(3) if self.monitor.record_region_stacks else ()
-        rec = self.monitor.enter(name, step=step, step_name=step_name, stack=stack)
-        hot = self.monitor.is_hot(rec.names()) is not None
-        entered: list[Hook] = []
-        try:
-            for h in self._installed:
-                h.region_enter(rec, hot)
-                entered.append(h)
-            yield
-        finally:
-            try:
-                for h in reversed(entered):
-                    h.region_exit(rec, hot)
-            finally:
-                self.monitor.exit(rec)
+        return _Region(self, name, step, step_name)
 
     @contextlib.contextmanager
     def checker_read(self) -> Iterator[None]:
@@ -167,7 +158,7 @@ class Checker:
 
         Deferred layers (CUPTI) are read here when no region is open; raises `HookError` if a hook failed.
         """
-        if self._entered and not self.monitor.open_regions:
+        if self._entered and not self.monitor.any_open:
             self._collect_deferred()
         out = self.monitor.drain() + self._pending
         self._pending = []
@@ -186,7 +177,7 @@ class Checker:
 
     @contextlib.contextmanager
     def implicit_region(self, name: str) -> Iterator[None]:
-        if self.monitor.open_regions or not self._entered or name not in REGIONS:
+        if self.monitor.any_open or not self._entered or name not in REGIONS:
             yield
             return
         with self.region(name):
@@ -214,3 +205,43 @@ class Checker:
     def __repr__(self) -> str:
         state = f"active layers {self.active_layers}" if self._entered else "inactive"
         return f"Checker(layers={self._spec!r}, {state})"
+
+
+class _Region:
+    """One open region (a plain class, not a generator: regions open twice per engine step, so their cost counts)."""
+
+    __slots__ = ("_chk", "_entered", "_hot", "_name", "_rec", "_step", "_step_name")
+
+    def __init__(self, chk: Checker, name: Region, step: int | None, step_name: str | None) -> None:
+        self._chk, self._name, self._step, self._step_name = chk, name, step, step_name
+        self._entered: list[Hook] = []
+
+    def __enter__(self) -> None:
+        chk = self._chk
+        mon = chk.monitor
+        stack = capture_stack(2) if mon.record_region_stacks else ()
+        rec = self._rec = mon.enter(self._name, step=self._step, step_name=self._step_name, stack=stack)
+        hot = self._hot = mon.is_hot(rec.names()) is not None
+        entered = self._entered
+        try:
+            for h in chk._region_hooks:
+                h.region_enter(rec, hot)
+                entered.append(h)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            for h in reversed(self._entered):
+                h.region_exit(self._rec, self._hot)
+        finally:
+            self._entered = []
+            self._chk.monitor.exit(self._rec)
+
+
+def _acts_on_regions(h: Hook) -> bool:
+    cls = type(h)
+    return cls.region_enter is not Hook.region_enter or cls.region_exit is not Hook.region_exit

@@ -86,7 +86,7 @@ class Event:
     region_id: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RegionRecord:
     """An open or closed region: its name, the step it belongs to, and the regions around it."""
 
@@ -191,6 +191,10 @@ class Monitor:
                 raise RuntimeError(f"region {rec.name!r} (id {rec.id}) closed out of order; open regions: {opened}")
             self._open.pop()
             rec.closed = True
+
+    @property
+    def any_open(self) -> bool:
+        return bool(self._open)
 
     @property
     def open_regions(self) -> tuple[RegionRecord, ...]:

@@ -1,9 +1,11 @@
 """Thin torch adapters that feed the monitor; `build_hooks` picks them by layer selection.
 
-``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``alloc_stats``, ``graph_replay``, and ``dispatch`` scoped to
-capture regions (a capture happens once, so it costs nothing per step). ``layers="all"``: the same plus ``dispatch``
-in hot regions too (attribution of every sync to an aten op) and ``cupti``. Layers that cannot run here (no CUDA
-device) are skipped and reported by the checker, never silently.
+``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``graph_replay``, and ``dispatch`` scoped to capture regions (a
+capture happens once, so it costs nothing per step): nothing in them runs per kernel or per operator, and a region
+costs a few microseconds. ``layers="all"``: the same plus ``dispatch`` in hot regions too (attribution of every sync
+to an aten op), ``cupti``, and ``alloc_stats`` (allocator counters read around each hot region: a second witness of
+the allocations ``gpu_trace`` reports one by one, at two statistics reads per region). Layers that cannot run here
+(no CUDA device) are skipped and reported by the checker, never silently.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ __all__ = ["ALL", "CHEAP", "LAYER_NAMES", "EventSink", "Hook", "HookError", "Lay
 
 LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay"]
 LAYER_NAMES: tuple[LayerName, ...] = ("sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay")
-CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "alloc_stats", "graph_replay", "dispatch")
-ALL: tuple[LayerName, ...] = (*CHEAP, "cupti")
+CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "graph_replay", "dispatch")
+ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "cupti")
 LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
 
 

@@ -35,7 +35,8 @@ def _torch_get_mode() -> int:
 def _torch_set_mode(mode: int) -> None:
     import torch
 
-    torch.cuda.set_sync_debug_mode(mode)
+    # the binding itself: torch.cuda.set_sync_debug_mode adds argument parsing to a call made twice per hot region
+    torch._C._cuda_set_sync_debug_mode(mode)
 
 
 class SyncDebugHook(Hook):
