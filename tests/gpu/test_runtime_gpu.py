@@ -175,7 +175,7 @@ def test_clean_capture_and_replay_is_quiet(layers: str) -> None:
 
 def test_hot_path_plan_mode_flags_device_indptr_copied_to_host() -> None:
     indptr = torch.arange(9, device="cuda")
-    with Checker(layers="cheap", hot_path_plan=True) as chk:
+    with Checker(layers="cheap") as chk:  # plan() is on the per-step path: hot by default
         with chk.region("plan", step=0):
             line = here() + 1
             indptr.to("cpu")  # what plan() does with a device indptr
