@@ -2,7 +2,8 @@
 
 ``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``alloc_stats``, ``graph_replay``, and ``dispatch`` scoped to
 capture regions (a capture happens once, so it costs nothing per step). ``layers="all"``: the same plus ``dispatch``
-in hot regions too (attribution of every sync to an aten op) and ``cupti``. Layers that cannot run here (no CUDA
+in hot regions too (attribution of every sync to an aten op), ``cupti`` and ``staging`` (pinned copies in flight,
+FC204). Layers that cannot run here (no CUDA
 device) are skipped and reported by the checker, never silently.
 """
 
@@ -16,10 +17,18 @@ from flashcheck.runtime.hooks.base import EventSink, Hook, HookError
 
 __all__ = ["ALL", "CHEAP", "LAYER_NAMES", "EventSink", "Hook", "HookError", "LayerName", "LayerSpec", "build_hooks"]
 
-LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay"]
-LAYER_NAMES: tuple[LayerName, ...] = ("sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay")
+LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "staging"]
+LAYER_NAMES: tuple[LayerName, ...] = (
+    "sync_debug",
+    "dispatch",
+    "gpu_trace",
+    "cupti",
+    "alloc_stats",
+    "graph_replay",
+    "staging",
+)
 CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "alloc_stats", "graph_replay", "dispatch")
-ALL: tuple[LayerName, ...] = (*CHEAP, "cupti")
+ALL: tuple[LayerName, ...] = (*CHEAP, "cupti", "staging")
 LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
 
 
@@ -61,6 +70,10 @@ def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
             from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
 
             out.append(GraphReplayHook())
+        elif n == "staging":
+            from flashcheck.runtime.hooks.staging import StagingHook
+
+            out.append(StagingHook())
         else:
             raise InvalidArgument(f"unknown detection layer {n!r}; known: {', '.join(LAYER_NAMES)}")
     layers_seen = [h.layer for h in out]
