@@ -117,6 +117,10 @@ class Checker:
     def active(self) -> bool:
         return self._entered
 
+    def hook(self, layer: str) -> Hook | None:
+        """The hook of detection layer `layer` (installed or not), or None when it was not selected."""
+        return next((h for h in self._hooks if h.layer == layer), None)
+
     # ---------------------------------------------------------------------------------------- CheckerLike
     @property
     def arena(self) -> Arena:

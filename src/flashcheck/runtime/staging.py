@@ -122,6 +122,11 @@ class StagingMonitor:
             self._pending.append(pc)
             return pc.id
 
+    def conflicts(self, kind: Access, span: Span) -> bool:
+        """Whether an access of `kind` to `span` overlaps a tracked copy it could race with (no predicate is asked:
+        a cheap test before the adapter pays for a stack)."""
+        return any(pc.span.overlaps(span) and not (kind == "read" and pc.direction == "h2d") for pc in self._pending)
+
     def access(
         self, kind: Access, span: Span, *, stack: tuple[Frame, ...] = (), detail: str = "", where: Where = Where()
     ) -> int:

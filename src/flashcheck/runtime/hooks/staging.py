@@ -197,7 +197,7 @@ class StagingHook(Hook):
 
     def _access(self, kind: Access, t: Any, detail: str) -> None:
         span = tensor_span(t)
-        if span is not None:
+        if span is not None and self.monitor.conflicts(kind, span):
             self.monitor.access(kind, span, stack=capture_stack(4), detail=detail, where=self._here())
 
     def _before_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
