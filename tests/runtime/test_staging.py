@@ -146,6 +146,9 @@ class FakeOps:
     def hold(self, us: float) -> None:
         self.holds.append(us)
 
+    def stream(self) -> int:
+        return 0
+
     def complete(self) -> None:
         for f in self.flags:
             f.done = True
@@ -153,7 +156,7 @@ class FakeOps:
 
 def staged() -> tuple[Checker, StagingHook, FakeOps]:
     ops = FakeOps()
-    hook = StagingHook(ops=ops, hold_us=50.0)
+    hook = StagingHook(ops=ops, hold_us=50_000.0)
     return Checker(layers=[hook]), hook, ops
 
 
@@ -191,7 +194,7 @@ def test_host_write_to_a_pinned_source_in_flight_fires_at_the_write(op: str) -> 
     assert f.location.file == __file__ and f.location.step == 4 and f.location.region == "prepare_replay"
     assert f.location.line == WRITES[op].__code__.co_firstlineno
     assert f.evidence["copy_line"] == f"{__file__}:{copy_line}"
-    assert ops.holds == [50.0] and hook.tracked == 1
+    assert ops.holds == [50_000.0] and hook.tracked == 1
 
 
 @pytest.mark.parametrize("op", sorted(WRITES))
@@ -262,7 +265,7 @@ def test_reading_an_h2d_source_and_blocking_or_pageable_copies_are_quiet() -> No
         dst.copy_(src)  # blocking: not tracked
         dst.copy_(torch.zeros(16, dtype=torch.int32), non_blocking=True)  # pageable: staged synchronously
         assert chk.drain_findings() == []
-    assert hook.tracked == 1 and ops.holds == [50.0]
+    assert hook.tracked == 1 and ops.holds == [50_000.0]
 
 
 def test_copies_while_capturing_outside_hot_regions_or_in_checker_reads_are_not_tracked() -> None:
@@ -320,3 +323,22 @@ def test_the_layer_is_unavailable_without_cuda_and_says_so() -> None:
     with Checker(layers=["staging"]) as chk:
         if not torch.cuda.is_available():
             assert "CUDA" in chk.skipped_layers["staging"] and "staging" not in chk.active_layers
+
+
+def test_holds_top_up_the_queue_instead_of_stacking() -> None:
+    """Back-to-back copies in one region: the first is held the full time, the next ones only by what the queue
+    ahead of them no longer covers, so each copy stays in flight at least hold_us after it is issued."""
+    now = [100.0]
+    ops = FakeOps()
+    hook = StagingHook(ops=ops, hold_us=1000.0, clock=lambda: now[0])
+    chk = Checker(layers=[hook])
+    src, dst = pinned(), device()
+    with chk, chk.region("prepare_replay", step=0):
+        dst.copy_(src, non_blocking=True)
+        dst.copy_(src, non_blocking=True)  # same instant: the queue ahead already covers it
+        now[0] += 400e-6
+        dst.copy_(src, non_blocking=True)  # 400 us later: topped up by 400 us
+        now[0] += 5e-3
+        dst.copy_(src, non_blocking=True)  # the queue drained long ago: the full hold again
+    assert hook.tracked == 4
+    assert ops.holds == pytest.approx([1000.0, 400.0, 1000.0])

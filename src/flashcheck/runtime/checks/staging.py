@@ -23,10 +23,11 @@ class _PinnedStagingReusedInFlight:
         overlaps it: ranges are matched by address), or a host read of a device-to-host destination (``.item()``,
         ``.tolist()``, ``.numpy()``, indexing, any torch op reading it), is a finding. The finding is located at the
         host access and carries both stacks: the access's as its stack, the copy's in ``evidence.copy_stack``.
-        On an idle GPU a small copy usually completes before the host gets to its next line, so the layer holds the
-        stream for ``hold_us`` (200 µs by default) before each tracked copy: a copy the host does not wait for is
-        then still in flight when the host touches its buffer, and the race is reported on every run, not only
-        when the timing happens to lose.
+        On an idle GPU a small copy usually completes before the host gets to its next line, so the layer delays
+        the stream before each tracked copy so that the copy stays in flight at least ``hold_us`` (1 ms by default)
+        after it is issued: a host access within that time of a copy it does not wait for is reported on every
+        run, not only when the timing happens to lose. The delays top each other up (a region of many copies
+        costs about ``hold_us`` of device time plus its host time).
 
     Why it breaks serving
         ``non_blocking=True`` from pinned memory returns before the copy has run: the DMA engine reads the host

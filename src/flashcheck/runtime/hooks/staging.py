@@ -1,9 +1,10 @@
 """Layer ``staging`` (FC204): the torch adapter of `flashcheck.runtime.staging.StagingMonitor`.
 
 While a per-step region is open it pushes a ``TorchDispatchMode`` that (1) tracks every ``non_blocking=True``
-``copy_`` / ``_to_copy`` whose host side is pinned, holding the stream for ``hold_us`` before it and recording an
-event after it, and (2) reports every host access of pinned memory to the monitor: the tensors an op mutates
-(schema ``Tensor(a!)``) as writes, the host tensors it reads as reads; view ops access nothing. A
+``copy_`` / ``_to_copy`` whose host side is pinned, holding the stream so the copy stays in flight at least
+``hold_us`` after it is issued and recording an event after it, and (2) reports every host access of pinned
+memory to the monitor: the tensors an op mutates (schema ``Tensor(a!)``) as writes, the host tensors it reads as
+reads; view ops access nothing. A
 ``TorchFunctionMode`` adds ``Tensor.tolist`` and ``Tensor.numpy``, which read host memory without dispatching.
 Copies issued while the stream captures a graph are not tracked (they are FC203's). Without CUDA the layer is
 unavailable unless a `StreamOps` is injected (CPU tests use simulated pinned tensors and fake events).
@@ -11,6 +12,7 @@ unavailable unless a `StreamOps` is injected (CPU tests use simulated pinned ten
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -23,7 +25,8 @@ from flashcheck.runtime.staging import Access, Direction, Span, StagingMonitor, 
 
 __all__ = ["DEFAULT_HOLD_US", "StagingHook", "StreamOps", "tensor_span"]
 
-DEFAULT_HOLD_US = 200.0
+DEFAULT_HOLD_US = 1000.0
+_MIN_HOLD_US = 5.0  # a top-up shorter than this is not worth a launch
 
 
 class StreamOps(Protocol):
@@ -39,6 +42,10 @@ class StreamOps(Protocol):
 
     def hold(self, us: float) -> None:
         """Keep the current stream busy for about `us` microseconds (enqueued, returns at once)."""
+        ...
+
+    def stream(self) -> int:
+        """An id of the current stream (holds are accounted per stream)."""
         ...
 
 
@@ -64,6 +71,9 @@ class _CudaStreamOps:
         from flashcheck.pressure import hold_stream
 
         hold_stream(us, self._torch)
+
+    def stream(self) -> int:
+        return int(self._torch.cuda.current_stream().cuda_stream)
 
 
 def tensor_span(t: Any) -> Span | None:
@@ -114,15 +124,27 @@ class StagingHook(Hook):
     """Tracks pinned non_blocking copies and reports host accesses that race with them (FC204).
 
     Args:
-        hold_us: device-side delay enqueued before each tracked copy (0: none); see the FC204 page.
+        hold_us: every tracked copy stays in flight at least this long after it is issued (0: no delay): before
+            each copy the stream is topped up with a device-side delay so that the work queued ahead of the copy
+            lasts until ``hold_us`` after now (a lower bound: a delay never starts before it is enqueued), so a
+            region of n copies costs about ``hold_us`` plus its host time, not n times ``hold_us``.
         ops: the device operations (default: CUDA); tests inject a fake.
         max_pending: bound on tracked copies (see `StagingMonitor`).
+        clock: host time in seconds (tests inject one).
     """
 
     layer = "staging"
 
-    def __init__(self, *, hold_us: float = DEFAULT_HOLD_US, ops: StreamOps | None = None, max_pending: int = 4096):
+    def __init__(
+        self,
+        *,
+        hold_us: float = DEFAULT_HOLD_US,
+        ops: StreamOps | None = None,
+        max_pending: int = 4096,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         super().__init__()
+        self._clock = clock
         self.hold_us = hold_us
         self.monitor = StagingMonitor(max_pending=max_pending)
         self._ops_given = ops
@@ -132,6 +154,8 @@ class StagingHook(Hook):
         self._where: list[tuple[int, Where]] = []
         self._schemas: dict[Any, _Schema] = {}
         self.tracked = 0  # copies tracked since install (diagnostics, overhead benchmarks)
+        self.held_us = 0.0  # device-side delay enqueued since install
+        self._busy_until: dict[int, float] = {}  # stream -> host time (s) before which its queue cannot drain
 
     def unavailable_reason(self) -> str | None:
         if self._ops_given is not None:
@@ -263,7 +287,7 @@ class StagingHook(Hook):
         ops = self._ops
         assert ops is not None
         if self.hold_us > 0:
-            ops.hold(self.hold_us)
+            self._top_up(ops)
         out = func(*args, **kwargs)
         try:
             direction, host, detail = hit
@@ -277,6 +301,15 @@ class StagingHook(Hook):
         except Exception as exc:
             self._error(exc)
         return out
+
+    def _top_up(self, ops: StreamOps) -> None:
+        """Delay the stream so that the copy about to be issued cannot complete before ``hold_us`` from now."""
+        key, now = ops.stream(), self._clock()
+        need = self.hold_us - max(self._busy_until.get(key, 0.0) - now, 0.0) * 1e6
+        if need >= _MIN_HOLD_US:
+            ops.hold(need)
+            self.held_us += need
+            self._busy_until[key] = now + self.hold_us / 1e6
 
     def _host_read(self, t: Any, what: str) -> None:
         try:
