@@ -7,6 +7,7 @@ variants of the input that still hit (the minimized reproducer).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -73,6 +74,26 @@ class Hunt:
         self.in_flight = None
         self.found["minimized"] = best
         self.flush()
+
+    def search(
+        self,
+        draw: Callable[[int], dict[str, Any]],
+        trial: Callable[[dict[str, Any]], tuple[str, bool, dict[str, Any]]],
+        variants: list[Callable[[dict[str, Any]], Any]],
+        control: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
+        """Draw and run trials until the deadline or a hit (then `control` describes the hit's input under the
+        control condition, and the input is minimized)."""
+        i = 0
+        while self.more():
+            p = draw(i)
+            self.begin(p)
+            outcome, hit, detail = trial(p)
+            if hit and control is not None:
+                detail["control"] = control(p)
+            self.record(p, outcome, hit, **detail)
+            i += 1
+        self.minimize(lambda q: trial(q)[1], variants)
 
     def flush(self) -> None:
         doc = {
@@ -250,31 +271,24 @@ def deterministic_graph_decode(h: Hunt) -> None:
         outcome = "not bitwise reproducible" if outcome == "ok" and not bitwise else outcome
         return outcome, hit, detail
 
-    i = 0
     start = time.monotonic()
-    while h.more():
+
+    def draw(i: int) -> dict[str, Any]:
         # an int workspace full of garbage (what torch.empty may hand out) may fault: only in the last third
         late = time.monotonic() - start > (h.deadline - start) * 2 / 3
-        variant = "sentinel" if late and i % 3 == 2 else ("shared", "replanned")[i % 2]
         cfg = configs[i % len(configs)]
         page = cfg[3]
-        p = {
-            "variant": variant,
+        return {
+            "variant": "sentinel" if late and i % 3 == 2 else ("shared", "replanned")[i % 2],
             "config": list(cfg),
             "big": [int(x) for x in h.rng.integers(1000 * page // 16 + 200, 6000, size=int(h.rng.integers(16, 65)))],
             "small": [int(x) for x in h.rng.integers(1, 700, size=int(h.rng.integers(1, 5)))],
             "seed": int(h.rng.integers(1 << 30)),
         }
-        h.begin(p)
-        outcome, hit, detail = trial(p)
-        h.record(p, outcome, hit, **detail)
-        i += 1
 
-    def check(p: dict[str, Any]) -> bool:
-        return trial(p)[1]
-
-    h.minimize(
-        check,
+    h.search(
+        draw,
+        trial,
         [
             lambda p: {**p, "small": p["small"][:1]},
             lambda p: {**p, "small": [min(p["small"])]},
@@ -364,16 +378,7 @@ def non_monotone_kv_indptr(h: Hunt) -> None:
                 bad_indptr[j] = min(int(bad_indptr[j + 1]) + int(h.rng.integers(1, 4)), int(bad_indptr[-1]))
                 if bad_indptr[j] <= bad_indptr[j + 1]:
                     continue
-                bad = type(good)(
-                    spec,
-                    good.qo_indptr,
-                    bad_indptr,
-                    good.kv_indices,
-                    good.kv_last_page_len,
-                    good.seq_lens,
-                    good.num_pages,
-                    good.padding,
-                )
+                bad = dataclasses.replace(good, kv_indptr=bad_indptr)
                 p = {"target": name, "kv_lens": lens, "kv_indptr": [int(x) for x in bad_indptr]}
                 h.begin(p)
                 q = drv.queries(spec, h.trials)
@@ -459,33 +464,24 @@ def int_workspace_replanned_in_flight(h: Hunt) -> None:
         hit = err_a > TOL
         return ("plan A ran with plan B's schedule" if hit else "ok"), hit, {"max_err_a": err_a, "max_err_b": err_b}
 
-    i = 0
-    while h.more():
+    def draw(i: int) -> dict[str, Any]:
         n = int(h.rng.integers(1, 33))
-        p = {
+        return {
             "tensor_cores": bool(i % 2 == 0),
             "hold_us": 5000.0,
             "a": [int(x) for x in h.rng.integers(1, 300, size=n)],
             "b": [int(x) for x in h.rng.integers(1500, 4000, size=n)],
             "seed": int(h.rng.integers(1 << 30)),
         }
-        h.begin(p)
-        outcome, hit, detail = trial(p)
-        if hit:  # the control: the same inputs with an idle stream
-            control = trial({**p, "hold_us": 0.0})
-            detail["without_hold"] = control[0]
-        h.record(p, outcome, hit, **detail)
-        i += 1
 
-    def check(p: dict[str, Any]) -> bool:
-        return trial(p)[1]
-
-    h.minimize(
-        check,
+    h.search(
+        draw,
+        trial,
         [
             lambda p: {**p, "a": p["a"][:1], "b": p["b"][:1]},
             lambda p: {**p, "a": p["a"][: max(1, len(p["a"]) // 2)], "b": p["b"][: max(1, len(p["b"]) // 2)]},
         ],
+        control=lambda p: "without the hold: " + trial({**p, "hold_us": 0.0})[0],
     )
 
 
