@@ -121,12 +121,15 @@ def run_scenario(
     stop_at: int | None = None,
     on_step: Callable[[int, StepResult], None] | None = None,
     target: Target | None = None,
+    async_pressure_us: float | None = None,
 ) -> list[StepResult]:
     """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result."""
     results: list[StepResult] = []
     tgt: str | Target = target if target is not None else scenario.target
     cfg = None if target is not None else scenario.target_config
-    with open_session(tgt, config=cfg, device=device, layers=layers, seed=scenario.seed) as drv:
+    with open_session(
+        tgt, config=cfg, device=device, layers=layers, seed=scenario.seed, async_pressure_us=async_pressure_us
+    ) as drv:
         for i, step in enumerate(scenario.steps):
             if stop_at is not None and i > stop_at:
                 break

@@ -59,3 +59,24 @@ def test_the_driver_delays_before_plan_and_prepare_replay_outside_regions() -> N
         assert rec.calls == [()]  # a capture is not a per-step preparation
         drv.execute(Step("replay", (1, 1), (3, 17), bucket=2), 2)
         assert rec.calls == [(), ()]
+
+
+def test_a_reproducer_keeps_the_pressure_it_was_found_under(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.findings import Finding
+    from flashcheck.repro import make_repro, replay_repro
+    from flashcheck.scenario import Scenario
+
+    scen = Scenario("cpu-reference", [Step("eager", (1,), (5,))], seed=3)
+    f = Finding(id="FC303", name="replay-matches-eager", kind="property", message="m")
+    assert "async_pressure_us" not in make_repro(scen, 0, f)
+    repro = make_repro(scen, 0, f, async_pressure_us=250.0)
+    assert repro["async_pressure_us"] == 250.0
+    seen: dict[str, object] = {}
+
+    def fake_run(scenario: Scenario, **kw: object) -> list[object]:
+        seen.update(kw)
+        return []
+
+    monkeypatch.setattr("flashcheck.session.run_scenario", fake_run)
+    replay_repro(repro, device="cpu", isolate=False)
+    assert seen["async_pressure_us"] == 250.0

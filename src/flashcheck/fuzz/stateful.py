@@ -258,6 +258,7 @@ class ReplayMachine(RuleBasedStateMachine):
             findings,
             layers=self.cfg.layers,
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
+            async_pressure_us=self.cfg.async_pressure_us,
         )
         if any(f.id == HANG_ID for f in findings):
             raise _NotShrinkable(records, "not shrunk: a hung step costs its whole timeout per attempt")
