@@ -88,7 +88,14 @@ class Hunt:
         while self.more():
             p = draw(i)
             self.begin(p)
-            outcome, hit, detail = trial(p)
+            try:
+                outcome, hit, detail = trial(p)
+            except RuntimeError as exc:
+                if not is_fault(exc):
+                    raise
+                self.record(p, "kernel fault", True, error=str(exc)[:300])
+                self.notes.append("not minimized: a kernel fault leaves the CUDA context unusable")
+                return
             if hit and control is not None:
                 detail["control"] = control(p)
             self.record(p, outcome, hit, **detail)
@@ -111,6 +118,12 @@ class Hunt:
         if self.error:
             doc["error"], doc["traceback"] = self.error, self.traceback
         self.sink.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def is_fault(exc: BaseException) -> bool:
+    """A device fault surfaced as a Python exception (the CUDA context is unusable after it)."""
+    text = str(exc)
+    return "CUDA error" in text or "illegal memory access" in text or "unspecified launch failure" in text
 
 
 # ---- shared pieces ------------------------------------------------------------------------------------------------
@@ -387,6 +400,9 @@ def non_monotone_kv_indptr(h: Hunt) -> None:
                     out = target.run(q).float()
                     t.cuda.synchronize()
                 except (ValueError, RuntimeError) as exc:
+                    if is_fault(exc):
+                        h.record(p, "kernel fault", True, error=str(exc)[:300])
+                        return
                     h.record(p, "rejected", False, error=str(exc)[:200])
                     continue
                 target.plan(good)
