@@ -28,7 +28,8 @@ LAYER_NAMES: tuple[LayerName, ...] = (
     "staging",
 )
 CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "alloc_stats", "graph_replay", "dispatch")
-ALL: tuple[LayerName, ...] = (*CHEAP, "cupti", "staging")
+# staging installs before cupti: it calibrates its device delay (a synchronize) on install, outside every region
+ALL: tuple[LayerName, ...] = (*CHEAP, "staging", "cupti")
 LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
 
 
