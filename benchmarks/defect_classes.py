@@ -237,7 +237,7 @@ def deterministic_graph_decode(h: Hunt) -> None:
 
     def trial(p: dict[str, Any]) -> tuple[str, bool, dict[str, Any]]:
         qh, kh, d, page = p["config"]
-        k, v = g.cache((64 * 6000 + 4 * 700) // page + 64, page, kh, d)  # fixed per shape: made once
+        k, v = g.cache((64 * 6000 + 16 * 700) // page + 64, page, kh, d)  # fixed per shape: made once
         pages = k.shape[0]
         sentinel = p["variant"] == "sentinel"
         int_ws = t.full((8 << 20,), 0xA5, dtype=t.uint8, device="cuda") if sentinel else int_shared
@@ -295,7 +295,7 @@ def deterministic_graph_decode(h: Hunt) -> None:
             "variant": "sentinel" if late and i % 3 == 2 else ("shared", "replanned")[i % 2],
             "config": list(cfg),
             "big": [int(x) for x in h.rng.integers(1000 * page // 16 + 200, 6000, size=int(h.rng.integers(16, 65)))],
-            "small": [int(x) for x in h.rng.integers(1, 700, size=int(h.rng.integers(1, 5)))],
+            "small": [int(x) for x in h.rng.integers(1, 700, size=int(h.rng.choice([1, 2, 3, 4, 8, 16])))],
             "seed": int(h.rng.integers(1 << 30)),
         }
 
@@ -504,9 +504,9 @@ def int_workspace_replanned_in_flight(h: Hunt) -> None:
 CLASSES: dict[str, tuple[Callable[[Hunt], None], str]] = {
     "deterministic-graph-decode": (
         deterministic_graph_decode,
-        "tensor-core decode, CUDA-graph mode, disable_split_kv=True, batch 1-4, after a larger split-KV plan on the "
-        "same int workspace (or on one full of garbage); eager and graph replay vs the fp32 reference, NaN guard "
-        "rows past the batch, eager vs replay bitwise",
+        "tensor-core decode (fa2), CUDA-graph mode, disable_split_kv=True, batch 1-16, after a larger split-KV "
+        "plan on the same int workspace (or on one full of garbage); eager and graph replay vs the fp32 reference, "
+        "NaN guard rows past the batch, eager vs replay bitwise",
     ),
     "int-workspace-replanned-in-flight": (
         int_workspace_replanned_in_flight,
