@@ -319,38 +319,41 @@ def _session_steps(h: Hunt, target_name: str, config: dict[str, Any], make_steps
     not a documented upstream behaviour."""
     from flashcheck.errors import InvalidArgument
     from flashcheck.known import split_known
+    from flashcheck.repro import make_repro
+    from flashcheck.scenario import Scenario
     from flashcheck.session import open_session
     from flashcheck.targets.registry import make_target
 
     target = make_target(target_name, **config)
+    ran: list[Any] = []  # the steps this session executed: a hit's reproducer is all of them (state carries over)
     with open_session(target, layers="off", seed=h.seed) as drv:
-        i = 0
         while h.more():
             for s in make_steps(target.capacity):
                 if not h.more():
                     break
-                p = {"target": target_name, "config": config, "step": s.to_dict()}
+                p = {"target": target_name, "config": config, "step": s.to_dict(), "index": len(ran)}
                 h.begin(p)
+                ran.append(s)
                 try:
-                    r = drv.execute(s, i)
+                    r = drv.execute(s, len(ran) - 1)
                 except InvalidArgument as exc:  # the generator made a step outside the target's capacity
+                    ran.pop()
                     h.record(p, "outside capacity", False, reason=str(exc)[:200])
                     continue
-                finally:
-                    i += 1
                 if r.rejected:
                     h.record(p, "rejected", False, reason=r.rejected)
                     continue
                 unexpected, known = split_known(r.findings, target.name)
                 hit = bool(unexpected)
                 ids = sorted({f.id for f in unexpected})
-                h.record(
-                    p,
-                    "finding " + ",".join(ids) if hit else "ok",
-                    hit,
-                    messages=[f.message[:300] for f in unexpected[:3]],
-                    known=sorted({f.id for f in known}),
-                )
+                detail: dict[str, Any] = {
+                    "messages": [f.message[:300] for f in unexpected[:3]],
+                    "known": sorted({f.id for f in known}),
+                }
+                if hit:  # a flashcheck reproducer: `flashcheck replay FILE` re-runs the session up to this step
+                    scen = Scenario(target_name, tuple(ran), h.seed, config)
+                    detail["flashcheck_repro"] = make_repro(scen, len(ran) - 1, unexpected[0], layers="off")
+                h.record(p, "finding " + ",".join(ids) if hit else "ok", hit, **detail)
                 if hit or drv.poisoned:
                     return
 

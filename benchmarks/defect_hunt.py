@@ -128,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             rec["status"] = "crashed"  # the process died (a fault in FlashInfer is a finding of this class)
         if rc != 0:
             rec["output_tail"] = tail
+        repro = (rec.get("reproducer") or {}).pop("flashcheck_repro", None)
+        if repro is not None:  # a reproducer `flashcheck replay` runs, next to the raw JSON
+            path = out.with_name(f"{out.stem}-{name}.repro.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(repro, indent=1) + "\n")
+            rec["repro_file"] = str(path)
         rec["wall_s"] = round(time.monotonic() - t1, 1)
         rec["share_s"] = round(share, 1)
         rec["describes"] = CLASSES[name][1]

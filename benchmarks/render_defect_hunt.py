@@ -72,6 +72,8 @@ def render(docs: list[dict[str, Any]]) -> str:
                 extra = {k: w for k, w in repro.items() if k not in ("params", "minimized")}
                 if extra:
                     out.append(f"  Observed: `{json.dumps(extra, default=str)[:800]}`")
+            if rec.get("repro_file"):
+                out.append(f"  Reproducer: `flashcheck replay {rec['repro_file']}`.")
             for note in rec.get("notes", []):
                 out.append(f"  {note}")
     return "\n".join(out) + "\n"
