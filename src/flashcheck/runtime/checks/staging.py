@@ -24,7 +24,7 @@ class _PinnedStagingReusedInFlight:
         ``.tolist()``, ``.numpy()``, indexing, any torch op reading it), is a finding. The finding is located at the
         host access and carries both stacks: the access's as its stack, the copy's in ``evidence.copy_stack``.
         On an idle GPU a small copy usually completes before the host gets to its next line, so the layer delays
-        the stream before each tracked copy so that the copy stays in flight at least ``hold_us`` (1 ms by default)
+        the stream before each tracked copy so that the copy stays in flight at least ``hold_us`` (3 ms by default)
         after it is issued: a host access within that time of a copy it does not wait for is reported on every
         run, not only when the timing happens to lose. The delays top each other up (a region of many copies
         costs about ``hold_us`` of device time plus its host time).

@@ -25,7 +25,7 @@ from flashcheck.runtime.staging import Access, Direction, Span, StagingMonitor, 
 
 __all__ = ["DEFAULT_HOLD_US", "StagingHook", "StreamOps", "tensor_span"]
 
-DEFAULT_HOLD_US = 1000.0
+DEFAULT_HOLD_US = 3000.0
 _MIN_HOLD_US = 5.0  # a top-up shorter than this is not worth a launch
 
 
