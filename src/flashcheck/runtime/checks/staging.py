@@ -51,8 +51,10 @@ class _PinnedStagingReusedInFlight:
         flight (double buffering); read a device-to-host result only after its event completed.
 
     Known false positives
-        Completion is decided by an event on the stream that was current when the copy was issued; a copy
-        issued with another stream current than the one the engine later synchronizes is judged by that stream.
+        Calling ``.numpy()`` on a device-to-host destination counts as a read although it only makes a view: an
+        engine that takes the view early and reads it after waiting on the event is reported. Ranges are the
+        extent of the copied view, not its elements: a host write to bytes inside a strided copy's extent that
+        the copy does not transfer (a column of a row-major buffer next to the copied one) is reported.
         Not seen (false negatives): writes through numpy views of the pinned tensor (``pinned.numpy()[i] = v``
         writes through the buffer protocol without dispatching a torch op; the ``.numpy()`` call itself is seen
         as a read of a device-to-host destination), writes from C++ (FlashInfer's own ``plan()`` writes its pinned
