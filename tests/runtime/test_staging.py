@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+from flashcheck.driver import Driver
 from flashcheck.findings import Frame
+from flashcheck.layout import PagedLayout
 from flashcheck.registry import get_check
 from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks.staging import StagingHook, tensor_span
 from flashcheck.runtime.simdevice import as_device, as_pinned
 from flashcheck.runtime.staging import Span, StagingMonitor, Where
+from flashcheck.scenario import Step
+from flashcheck.targets.protocol import TargetEnv
+from flashcheck.targets.reference import ReferenceTarget
 
 
 def here() -> int:
@@ -342,3 +348,47 @@ def test_holds_top_up_the_queue_instead_of_stacking() -> None:
         dst.copy_(src, non_blocking=True)  # the queue drained long ago: the full hold again
     assert hook.tracked == 4
     assert ops.holds == pytest.approx([1000.0, 400.0, 1000.0])
+
+
+# ---- end to end through the driver (CPU: simulated pinned and device tensors, fake events) --------------------
+class MirrorRewrittenInFlight(ReferenceTarget):
+    """Copies the pinned ``last_page_len`` mirror to the persistent buffer with ``non_blocking=True``, then writes the
+    next batch's values into the mirror at once (an overlapped scheduler)."""
+
+    name = "mirror-rewritten-in-flight"
+
+    def setup(self, env: TargetEnv) -> None:
+        super().setup(env)
+        self.mirror = as_pinned(torch.zeros(self.capacity.max_batch_size, dtype=torch.int32))
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        super().prepare_replay(bucket, layout)
+        n = layout.batch_size
+        self.mirror[:n].copy_(torch.as_tensor(layout.kv_last_page_len[:n]))
+        as_device(self.bufs[bucket]["kv_last_page_len"])[:n].copy_(self.mirror[:n], non_blocking=True)
+        self.mirror[:n].fill_(self.capacity.template.page_size)  # BUG: rewritten while the copy is in flight
+
+
+def test_the_driver_reports_the_rewrite_on_every_replay_at_the_bug_line() -> None:
+    ops = FakeOps()
+    target = MirrorRewrittenInFlight(buckets=(4,))
+    bug = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "# BUG: rewritten" in line)
+    with Checker(layers=[StagingHook(ops=ops)]) as chk:
+        drv = Driver(target, chk, device="cpu", seed=1)
+        drv.setup()
+        steps = [Step("capture", (1,), (9,), bucket=4), Step("replay", (1, 1), (5, 21)), Step("replay", (1,), (3,))]
+        per_step = []
+        for i, s in enumerate(steps):
+            r = drv.execute(s, i)
+            ops.complete()  # what the driver's synchronize at the end of each region does on a GPU
+            per_step.append([f for f in r.findings if f.id == "FC204"])
+    assert [len(f) for f in per_step] == [0, 1, 1]  # the capture's copies are graph nodes (FC203's), not tracked
+    for i, (f,) in ((i, fs) for i, fs in enumerate(per_step) if fs):
+        assert (f.location.file, f.location.line, f.location.step, f.location.region) == (
+            __file__,
+            bug,
+            i,
+            "prepare_replay",
+        )
+        assert f.location.target == "mirror-rewritten-in-flight"
+        assert f.evidence["copy_code"].startswith("as_device(self.bufs[bucket]")
