@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             path = out.with_name(f"{out.stem}-{name}.repro.json")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(repro, indent=1) + "\n")
-            rec["repro_file"] = str(path)
+            rec["repro_file"] = path.name  # beside the raw JSON, wherever that is copied to
         rec["wall_s"] = round(time.monotonic() - t1, 1)
         rec["share_s"] = round(share, 1)
         rec["describes"] = CLASSES[name][1]
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {rec['status']} after {rec.get('trials', 0)} trials, {rec['wall_s']}s", flush=True)
     doc = {
         "kind": "defect_hunt",
-        "command": " ".join([sys.executable, *sys.argv]),
+        "command": " ".join(["python3", *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "budget_s": args.budget_s,
         "seed": args.seed,

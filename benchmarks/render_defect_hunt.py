@@ -36,6 +36,7 @@ def render(docs: list[dict[str, Any]]) -> str:
     for d in docs:
         names += [c["class"] for c in d["classes"] if c["class"] not in names]
     by = {(str(d.get("flashinfer")), c["class"]): c for d in docs for c in d["classes"]}
+    by_dir = {str(d.get("flashinfer")): d.get("_dir", ".") for d in docs}
     out = [
         "# FlashInfer defect hunt",
         "",
@@ -73,7 +74,8 @@ def render(docs: list[dict[str, Any]]) -> str:
                 if extra:
                     out.append(f"  Observed: `{json.dumps(extra, default=str)[:800]}`")
             if rec.get("repro_file"):
-                out.append(f"  Reproducer: `flashcheck replay {rec['repro_file']}`.")
+                where = Path(str(by_dir.get(v, "."))) / str(rec["repro_file"])
+                out.append(f"  Reproducer: `flashcheck replay {where.as_posix()}`.")
             for note in rec.get("notes", []):
                 out.append(f"  {note}")
     return "\n".join(out) + "\n"
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("raw", nargs="+", type=Path, help="defect_hunt-<version>.json files")
     p.add_argument("--out", type=Path, default=Path("reports/defect-hunt.md"))
     args = p.parse_args(argv)
-    docs = [json.loads(f.read_text()) for f in args.raw]
+    docs = [{**json.loads(f.read_text()), "_dir": f.parent.as_posix()} for f in args.raw]
     args.out.write_text(render(docs))
     print(f"wrote {args.out}")
     return 0

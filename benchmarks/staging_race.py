@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rec), flush=True)
     doc = {
         "kind": "staging_race",
-        "command": " ".join([sys.executable, *sys.argv]),
+        "command": " ".join(["python3", *sys.argv]),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
