@@ -25,6 +25,49 @@ STEPS = int(os.environ.get("FLASHCHECK_GPU_STEPS", "40"))
 SPEC = f"faulty_engine_gpu:{PinnedMirrorRewrittenInFlight.__name__}"
 
 
+def test_real_pinned_memory_write_in_flight_fires_and_after_the_event_is_quiet() -> None:
+    import torch
+
+    from flashcheck.runtime import Checker
+
+    src = torch.zeros(1 << 20, dtype=torch.int32).pin_memory()
+    dst = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    with Checker(layers=["staging"]) as chk:
+        with chk.region("prepare_replay", step=0):
+            dst.copy_(src, non_blocking=True)
+            src[:8].fill_(1)  # in flight: the layer holds the copy for 3 ms
+        (f,) = chk.drain_findings()
+        assert f.id == "FC204" and f.evidence["direction"] == "h2d" and f.evidence["access"] == "write"
+        assert f.location.file == __file__ and f.evidence["copy_line"].startswith(__file__)
+        with chk.region("prepare_replay", step=1):
+            dst.copy_(src, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            done.synchronize()
+            src[:8].fill_(2)  # after the event: quiet
+        assert chk.drain_findings() == []
+
+
+def test_real_device_to_host_read_before_the_event_fires() -> None:
+    import torch
+
+    from flashcheck.runtime import Checker
+
+    dev = torch.arange(1 << 20, dtype=torch.int32, device="cuda")
+    host = torch.empty(1 << 20, dtype=torch.int32).pin_memory()
+    with Checker(layers=["staging"]) as chk:
+        with chk.region("plan", step=0):
+            host.copy_(dev, non_blocking=True)
+            head = host[:4].tolist()  # read before the copy arrived
+        (f,) = chk.drain_findings()
+        assert f.evidence["direction"] == "d2h" and f.evidence["access"] == "read", f.evidence
+        with chk.region("plan", step=1):
+            host.copy_(dev, non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            head = host[:4].tolist()
+        assert chk.drain_findings() == [] and head == [0, 1, 2, 3]
+
+
 def test_the_staging_layer_finds_the_rewrite_on_every_replay_at_the_bug_line() -> None:
     src = Path(inspect.getsourcefile(PinnedMirrorRewrittenInFlight) or "")
     replays = hits = 0
