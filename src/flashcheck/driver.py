@@ -51,14 +51,14 @@ WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay s
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
 
-def checks_run(layers: str, *, watchdog: bool, campaign: bool = False) -> list[str]:
+def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
     """The check IDs a run of this driver executes on every step: the properties and FC250 always, the runtime
-    detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"``), FC252 with a step watchdog,
-    FC251 in a campaign (its supervisor)."""
+    detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"`` on a CUDA device, the only
+    place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
     ids = ["FC250", "FC301", "FC302", "FC303", "FC304", "FC305"]
     if layers != "off":
         ids += ["FC201", "FC202", "FC203"]
-    if layers == "all":
+    if layers == "all" and cuda:
         ids.append("FC204")
     if watchdog:
         ids.append("FC252")

@@ -392,3 +392,13 @@ def test_the_driver_reports_the_rewrite_on_every_replay_at_the_bug_line() -> Non
         )
         assert f.location.target == "mirror-rewritten-in-flight"
         assert f.evidence["copy_code"].startswith("as_device(self.bufs[bucket]")
+
+
+def test_fc204_is_listed_as_run_only_where_the_staging_layer_can_run() -> None:
+    from flashcheck.campaign.checks import campaign_checks
+    from flashcheck.driver import checks_run
+
+    assert "FC204" in checks_run("all", watchdog=True, cuda=True)
+    assert "FC204" not in checks_run("all", watchdog=False, cuda=False)  # CPU: the layer is skipped, never "passed"
+    assert "FC204" not in checks_run("cheap", watchdog=True, cuda=True)
+    assert "FC204" in campaign_checks("all", cuda=True) and "FC204" not in campaign_checks("all")

@@ -80,3 +80,4 @@ def test_a_reproducer_keeps_the_pressure_it_was_found_under(monkeypatch: pytest.
     monkeypatch.setattr("flashcheck.session.run_scenario", fake_run)
     replay_repro(repro, device="cpu", isolate=False)
     assert seen["async_pressure_us"] == 250.0
+

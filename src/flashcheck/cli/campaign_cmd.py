@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": cfg.seed,
             "target": ",".join(cfg.targets),
             "targets": _construct(cfg.targets, dict(cfg.target_config)),
-            "checks": campaign_checks(cfg.layers, cfg.select),
+            "checks": campaign_checks(cfg.layers, cfg.select, cuda=bool(cfg.gpus) and cfg.device != "cpu"),
             "campaign": {"config": cfg.to_dict(), "workers": {}},
         }
         corpus_db = open_database(cfg.corpus, run_dir) if cfg.corpus else None  # a bad backend fails before --out

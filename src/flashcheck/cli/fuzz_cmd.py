@@ -74,7 +74,7 @@ def _checks(layers: str, device: str | None) -> list[str]:
     from flashcheck.watchdog import default_step_timeout
 
     dev = device or default_device()
-    return checks_run(layers, watchdog=default_step_timeout(dev) is not None)
+    return checks_run(layers, watchdog=default_step_timeout(dev) is not None, cuda=dev.startswith("cuda"))
 
 
 def run(args: argparse.Namespace) -> int:
