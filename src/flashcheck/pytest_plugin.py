@@ -183,7 +183,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     o = active_options()
     return [
         f"flashcheck {__version__}: seed={o.seed} (--flashcheck-seed {o.seed} or 'last' to repeat), "
-        f"profile={o.profile}, target={o.target or 'per test'}, budget={o.budget or 'per profile'}",
+        f"profile={o.profile}, target={o.target or 'per test'}, budget={o.budget or 'per profile'}"
+        + (f", async pressure {o.async_pressure_us:g} us" if o.async_pressure_us else ""),
         f"flashcheck versions: torch {_dist_version('torch')}, "
         f"flashinfer {_dist_version('flashinfer-python', 'flashinfer')}, device {_device()}",
     ]
