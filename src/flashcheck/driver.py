@@ -6,7 +6,9 @@ region that launched the work; a fault that still surfaces later (in flashcheck'
 last target region of the step. After each step it checks FC301 on the buffers a graph reads (just before replay),
 FC304 plan_info stability, FC305 the output contract, FC303 every output against the fp32 reference (a failed
 replay screen is explained by a fresh eager run), the arena's FC302 and the runtime detectors' FC2xx. Every step
-runs under a watchdog (FC252). Exceptions go through the classification table; none is a skip.
+runs under a watchdog (FC252). Exceptions go through the classification table; none is a skip. With async pressure
+a device-side delay is enqueued before each host-side preparation (``plan``, ``prepare_replay``), so the target's
+host work overlaps queued device work as in an overlapped scheduler.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from flashcheck.errors import (
 )
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
+from flashcheck.pressure import AsyncPressure
 from flashcheck.properties.csr import check_csr, check_layout
 from flashcheck.properties.equivalence import any_violation, compare_outputs, tolerance_for
 from flashcheck.properties.output_contract import check_output_contract
@@ -48,12 +51,15 @@ WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay s
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
 
-def checks_run(layers: str, *, watchdog: bool, campaign: bool = False) -> list[str]:
+def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
     """The check IDs a run of this driver executes on every step: the properties and FC250 always, the runtime
-    detectors unless ``layers="off"``, FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
+    detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"`` on a CUDA device, the only
+    place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
     ids = ["FC250", "FC301", "FC302", "FC303", "FC304", "FC305"]
     if layers != "off":
         ids += ["FC201", "FC202", "FC203"]
+    if layers == "all" and cuda:
+        ids.append("FC204")
     if watchdog:
         ids.append("FC252")
     if campaign:
@@ -77,6 +83,8 @@ class Driver:
         hard_exit: end the process when a hung step cannot be interrupted (isolated workers only).
         warm_up_scale: the first eager, capture and replay step of the process may take this many timeouts (lazy
             imports, kernel JIT compiles).
+        async_pressure_us: device-side delay (microseconds) enqueued on the stream before each ``plan`` and
+            ``prepare_replay`` (None or 0: off, costs nothing); see `flashcheck.pressure`.
     """
 
     def __init__(
@@ -93,8 +101,10 @@ class Driver:
         hang_file: Path | None = None,
         hard_exit: bool = False,
         warm_up_scale: float = WARM_UP_SCALE,
+        async_pressure_us: float | None = None,
     ) -> None:
         self.target = target
+        self.pressure = AsyncPressure(async_pressure_us, device=device)
         self.warm_up_scale = warm_up_scale
         self.checker = checker
         self.device = device
@@ -132,6 +142,8 @@ class Driver:
         else:
             v = torch.randn(shape_v, generator=gen).to(kv_dt).to(self.device)
         self.k_cache, self.v_cache = k, v
+        with self.checker.checker_read():
+            self.pressure.calibrate()
         loc = Location(target=self.target.name, step_name="setup", region="setup")
         try:
             with self.checker.region("setup", step_name="setup"):
@@ -256,6 +268,7 @@ class Driver:
         layout = self.layout_for(step, spec=spec)
         q = self.queries(spec, step.seed)
         self.checker.arena.arm()
+        self.pressure.before_host_prep()
         with self._call("plan", index, name):
             self.target.plan(layout)
         with self._call("run", index, name):
@@ -285,6 +298,7 @@ class Driver:
         layout = self.layout_for(step, pad_to=bucket, spec=spec)
         q = self.queries(spec, step.seed)
         self.checker.arena.arm()
+        self.pressure.before_host_prep()
         with self._call("prepare_replay", index, name):
             self.target.prepare_replay(bucket, layout)
         replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")

@@ -47,6 +47,7 @@ class IsolatedDriver:
             after `setup_timeout` per step and reports the worker as hung).
         setup_timeout: seconds the worker may take to start and set the target up (JIT compiles included).
         warm_up_scale: the first step of each kind in the worker may take this many timeouts.
+        async_pressure_us: as for `open_session`.
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class IsolatedDriver:
         step_timeout: float | None = 120.0,
         setup_timeout: float = 900.0,
         warm_up_scale: float = WARM_UP_SCALE,
+        async_pressure_us: float | None = None,
     ) -> None:
         from flashcheck.targets.registry import make_target
 
@@ -70,6 +72,7 @@ class IsolatedDriver:
         self.step_timeout = step_timeout
         self.setup_timeout = setup_timeout
         self.warm_up_scale = warm_up_scale
+        self.async_pressure_us = async_pressure_us
         self.poisoned = False  # never: a poisoned worker is replaced
         self.restarts = 0
         self._proc: subprocess.Popen[str] | None = None
@@ -137,6 +140,7 @@ class IsolatedDriver:
             "step_timeout": self.step_timeout,
             "hang_file": str(self._hang_file),
             "warm_up_scale": self.warm_up_scale,
+            "async_pressure_us": self.async_pressure_us,
         }
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # module:Class targets import the same way
@@ -259,6 +263,7 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
             hang_file=Path(spec["hang_file"]),
             hard_exit=True,
             warm_up_scale=float(spec.get("warm_up_scale", WARM_UP_SCALE)),
+            async_pressure_us=spec.get("async_pressure_us"),
         ) as drv:
             emit(ev="ready", pid=os.getpid())
             for line in sys.stdin:

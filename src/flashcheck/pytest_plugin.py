@@ -28,6 +28,7 @@ from flashcheck.fuzz.options import (
     set_active_options,
     set_current_test,
 )
+from flashcheck.pressure import parse_pressure_us
 
 if TYPE_CHECKING:
     from flashcheck.driver import Driver
@@ -77,6 +78,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="directory for reproducers (default: the pytest cache, .pytest_cache/d/flashcheck-repros)",
     )
+    group.addoption(
+        "--async-pressure-us",
+        metavar="US",
+        default=None,
+        help="keep the GPU stream busy for US microseconds before each host-side preparation step (plan, "
+        "prepare_replay), so host work overlaps the device as in an overlapped scheduler (default: off)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,6 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
         budget = parse_budget(raw_budget) if raw_budget is not None else None
     except UsageError as exc:
         raise pytest.UsageError(f"--flashcheck-budget: {exc}") from None
+    try:
+        pressure = parse_pressure_us(config.getoption("async_pressure_us", None))
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
     profile = str(config.getoption("flashcheck_profile", "auto") or "auto")
     out = config.getoption("flashcheck_out", None)
     out_dir = Path(out) if out else None
@@ -99,6 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
         seed=_resolve_seed(config, config.getoption("flashcheck_seed", None)),
         profile=profile,
         out_dir=out_dir,
+        async_pressure_us=pressure,
     )
     config.stash[_PREVIOUS] = set_active_options(opts)
     rec = sys.modules.get("flashcheck.fuzz.recorder")
@@ -170,7 +183,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     o = active_options()
     return [
         f"flashcheck {__version__}: seed={o.seed} (--flashcheck-seed {o.seed} or 'last' to repeat), "
-        f"profile={o.profile}, target={o.target or 'per test'}, budget={o.budget or 'per profile'}",
+        f"profile={o.profile}, target={o.target or 'per test'}, budget={o.budget or 'per profile'}"
+        + (f", async pressure {o.async_pressure_us:g} us" if o.async_pressure_us else ""),
         f"flashcheck versions: torch {_dist_version('torch')}, "
         f"flashinfer {_dist_version('flashinfer-python', 'flashinfer')}, device {_device()}",
     ]
@@ -305,7 +319,8 @@ def flashcheck_session(flashcheck_target: Target) -> Iterator[Driver]:
     from flashcheck.session import open_session
 
     try:
-        with open_session(flashcheck_target, seed=active_options().seed or 0) as drv:
+        opts = active_options()
+        with open_session(flashcheck_target, seed=opts.seed or 0, async_pressure_us=opts.async_pressure_us) as drv:
             yield drv
     except EnvironmentUnavailable as exc:
         pytest.skip(f"flashcheck: {exc.reason}")

@@ -29,8 +29,16 @@ __all__ = ["REPRO_SCHEMA", "load_repro", "make_repro", "pytest_snippet", "replay
 REPRO_SCHEMA = 1
 
 
-def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str = "all") -> dict[str, Any]:
-    """The scenario truncated after the failing step, and the finding it must reproduce."""
+def make_repro(
+    scenario: Scenario,
+    step: int,
+    finding: Finding,
+    *,
+    layers: str = "all",
+    async_pressure_us: float | None = None,
+) -> dict[str, Any]:
+    """The scenario truncated after the failing step, and the finding it must reproduce (with the async pressure it
+    was found under: a staging race may show only with the stream busy)."""
     trimmed = Scenario(scenario.target, scenario.steps[: step + 1], scenario.seed, scenario.target_config)
     doc: dict[str, Any] = {
         "schema": REPRO_SCHEMA,
@@ -40,6 +48,8 @@ def make_repro(scenario: Scenario, step: int, finding: Finding, *, layers: str =
         "finding": finding.to_dict(),
         "environment": environment(),
     }
+    if async_pressure_us:
+        doc["async_pressure_us"] = async_pressure_us
     root = _module_root(scenario.target)
     if root is not None:
         doc["sys_path"] = [root]
@@ -123,6 +133,7 @@ def replay_repro(
     step = int(repro["step"])
     want = repro.get("finding") or {}
     layers = repro.get("layers", "all")
+    pressure = repro.get("async_pressure_us")
     if isolate is None:
         isolate = (
             want.get("id") in ("FC250", "FC251", "FC252") and os.environ.get("FLASHCHECK_REPLAY_IN_PROCESS") != "1"
@@ -140,10 +151,11 @@ def replay_repro(
             seed=scenario.seed,
             step_timeout=timeout,
             warm_up_scale=2.0,  # the recorded timeout, with room for a first JIT load, not the 5x search leash
+            async_pressure_us=pressure,
         ) as drv:
             results = [drv.execute(s, i) for i, s in enumerate(scenario.steps[: step + 1])]
     else:
-        results = run_scenario(scenario, device=device, layers=layers, stop_at=step)
+        results = run_scenario(scenario, device=device, layers=layers, stop_at=step, async_pressure_us=pressure)
     found = results[step].findings if len(results) > step else []
     hit = any(
         f.id == want.get("id") and f.evidence.get("check") == want.get("evidence", {}).get("check") for f in found

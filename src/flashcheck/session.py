@@ -78,11 +78,13 @@ def open_session(
     hang_file: Path | None = None,
     hard_exit: bool = False,
     warm_up_scale: float = WARM_UP_SCALE,
+    async_pressure_us: float | None = None,
 ) -> Iterator[Driver]:
     """Build (or validate) the target, open the checker, set the target up; yields a ready `Driver`.
 
     `step_timeout`: seconds before a step is FC252 step-hung (``auto``: `default_step_timeout`; None: no watchdog).
-    `hang_file` and `hard_exit` are for isolated workers (see `flashcheck.watchdog.Watchdog`)."""
+    `hang_file` and `hard_exit` are for isolated workers (see `flashcheck.watchdog.Watchdog`).
+    `async_pressure_us`: the device-side delay before each host-side preparation (`Driver`; None: off)."""
     dev = device or default_device()
     check_device(dev)
     tgt = make_target(target, **dict(config or {})) if isinstance(target, str) else check_target(target)
@@ -98,6 +100,7 @@ def open_session(
             hang_file=hang_file,
             hard_exit=hard_exit,
             warm_up_scale=warm_up_scale,
+            async_pressure_us=async_pressure_us,
         )
         drv.setup()
         try:
@@ -118,12 +121,15 @@ def run_scenario(
     stop_at: int | None = None,
     on_step: Callable[[int, StepResult], None] | None = None,
     target: Target | None = None,
+    async_pressure_us: float | None = None,
 ) -> list[StepResult]:
     """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result."""
     results: list[StepResult] = []
     tgt: str | Target = target if target is not None else scenario.target
     cfg = None if target is not None else scenario.target_config
-    with open_session(tgt, config=cfg, device=device, layers=layers, seed=scenario.seed) as drv:
+    with open_session(
+        tgt, config=cfg, device=device, layers=layers, seed=scenario.seed, async_pressure_us=async_pressure_us
+    ) as drv:
         for i, step in enumerate(scenario.steps):
             if stop_at is not None and i > stop_at:
                 break

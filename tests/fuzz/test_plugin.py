@@ -59,6 +59,8 @@ def test_seed_last_without_a_previous_run_is_a_usage_error(pytester: pytest.Pyte
     [
         ("--flashcheck-seed", "abc", "*integer or 'last'*"),
         ("--flashcheck-budget", "ten", "*--flashcheck-budget*"),
+        ("--async-pressure-us", "soon", "*--async-pressure-us 'soon': give a number of microseconds*"),
+        ("--async-pressure-us", "-1", "*--async-pressure-us '-1': must be between 0 and*"),
     ],
 )
 def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: str, value: str, message: str) -> None:

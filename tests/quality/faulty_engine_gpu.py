@@ -1,6 +1,7 @@
 """Faulty variants of the built-in FlashInfer targets for the verdict families: kernel faults and divergences from
 stale plans and unbound buffers, graph wrappers built or re-planned wrong (backend errors on valid input, hangs),
-host syncs on the eager path, and an output-contract violation (GPU only).
+host syncs on the eager path, an output-contract violation, and a pinned mirror rewritten while its copy is in
+flight (GPU only).
 
 Each class names the engine bug it re-creates, the checks that may report it (`accepted`), and marks the offending
 line with ``# BUG``. Importable by name (``faulty_engine_gpu:Class``) for worker processes; torch and FlashInfer are
@@ -254,6 +255,34 @@ class KernelNeverEnds(_Named, DecodeTarget):
         if q.shape[0] < bucket:
             self.torch.cuda._sleep(1 << 50)  # BUG: stands for a kernel that spins forever on padded rows
         return out
+
+
+class PinnedMirrorRewrittenInFlight(_Named, DecodeTarget):
+    """An overlapped scheduler: right after enqueuing this step's ``non_blocking`` copies of the pinned metadata
+    mirrors and re-planning, the host writes the next batch's ``last_page_len`` into the same pinned mirror. The copy
+    reads whatever the mirror holds when the stream reaches it: on an idle GPU usually this step's values, with the
+    stream busy the next step's (mini-sglang's overlap-scheduling crash, vLLM's reused pinned metadata buffers).
+    The staging layer reports the write on every replay (FC204); with async pressure the graph also reads the wrong
+    lengths (FC303)."""
+
+    target_name = "pinned-mirror-rewritten-in-flight"
+    accepted: ClassVar[tuple[str, ...]] = ("FC204", "FC303")
+
+    def __init__(self, **kw: Any) -> None:
+        kw.setdefault("use_tensor_cores", True)
+        super().__init__(**kw)
+
+    def prepare_replay(self, bucket: int, layout: PagedLayout) -> None:
+        super().prepare_replay(bucket, layout)
+        full = self.capacity.template.page_size
+        self.last_cpu[: layout.batch_size].fill_(full)  # BUG: next batch's mirror written while the copy is in flight
+
+
+# Races: found by the staging layer (layers="all") on every replay, by FC303 only when the stream is busy (async
+# pressure); not in FAULTY_ENGINE_TARGETS, whose test runs the cheap layers without pressure.
+RACE_TARGETS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "pinned-mirror-rewritten-in-flight": (PinnedMirrorRewrittenInFlight, PinnedMirrorRewrittenInFlight.accepted),
+}
 
 
 FAULTY_ENGINE_TARGETS: dict[str, tuple[type, tuple[str, ...]]] = {

@@ -88,11 +88,11 @@ def crash_finding(
     )
 
 
-def campaign_checks(layers: str, select: Sequence[str] = ()) -> list[str]:
+def campaign_checks(layers: str, select: Sequence[str] = (), *, cuda: bool = False) -> list[str]:
     """The check IDs a campaign runs and reports (``run.json`` ``"checks"``, what a clean report lists as passed):
-    those its workers run at `layers` with their step watchdog and FC251, narrowed to `select` when given (the
-    supervisor drops every other check's findings; FC251 is always reported)."""
+    those its workers run at `layers` (on CUDA workers when `cuda`) with their step watchdog and FC251, narrowed to
+    `select` when given (the supervisor drops every other check's findings; FC251 is always reported)."""
     from flashcheck.driver import checks_run  # imported here: the supervisor side imports no torch
 
-    ids = checks_run(layers, watchdog=True, campaign=True)
+    ids = checks_run(layers, watchdog=True, campaign=True, cuda=cuda)
     return [c for c in ids if not select or c in select or c == CRASH_ID]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from flashcheck.errors import InvalidArgument
+from flashcheck.pressure import parse_pressure_us
 
 __all__ = ["CampaignConfig", "chunk_seed", "count_gpus", "parse_duration", "parse_workers", "resolve_node"]
 
@@ -153,6 +154,8 @@ class CampaignConfig:
         select: check IDs to report (empty: all). FC251 is always reported.
         ledger: path of the quarantine ledger, or None.
         corpus: the corpus location (a directory or ``redis://``), or None for RUN_DIR/corpus.
+        async_pressure_us: ``--async-pressure-us``: device-side delay before each host-side preparation step of
+            every worker (None: off).
     """
 
     targets: tuple[str, ...]
@@ -171,6 +174,7 @@ class CampaignConfig:
     ledger: str | None = None
     corpus: str | None = None
     target_config: Mapping[str, Any] = field(default_factory=dict)
+    async_pressure_us: float | None = None
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -185,6 +189,7 @@ class CampaignConfig:
             raise InvalidArgument(f"--layers must be off, cheap or all, got {self.layers!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise InvalidArgument(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        object.__setattr__(self, "async_pressure_us", parse_pressure_us(self.async_pressure_us))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -331,7 +331,7 @@ class Supervisor:
     def _record(self, f: Finding, scen: Scenario, step: int) -> None:
         """Store `f`, found at `step` of `scen`; first seen after every step run so far, campaign-wide (its own
         step included)."""
-        repro = make_repro(scen, step, f, layers=self.cfg.layers)
+        repro = make_repro(scen, step, f, layers=self.cfg.layers, async_pressure_us=self.cfg.async_pressure_us)
         repro["command"] = "flashcheck replay REPRO.json"
         now = self.store.steps_done() + sum(x.executed for x in self.handles.values() if x.job is not None)
         result = self.store.add_finding(f, repro, steps=now)

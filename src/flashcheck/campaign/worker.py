@@ -123,6 +123,7 @@ class Worker:
                 hang_file=self.dir / HANG_FILE,
                 hard_exit=True,
                 warm_up_scale=1.0,
+                async_pressure_us=self.cfg.async_pressure_us,
             ) as drv:
                 self.emit("target", job=job, name=drv.target.name, environment=environment())
                 for i, step in enumerate(scen.steps):

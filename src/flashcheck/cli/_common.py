@@ -61,6 +61,17 @@ def parse_json_object(text: str | None, flag: str) -> dict[str, Any]:
     return value
 
 
+def add_async_pressure(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--async-pressure-us US``: the same option in ``flashcheck fuzz``, ``flashcheck campaign`` and pytest."""
+    p.add_argument(
+        "--async-pressure-us",
+        metavar="US",
+        help="keep the GPU stream busy for US microseconds before each host-side preparation step (plan, "
+        "prepare_replay), so host work overlaps the device as in an overlapped scheduler and races show as FC303 "
+        "(default: off)",
+    )
+
+
 class Progress:
     """Progress of long work: a live line on a terminal, a plain line every `every` seconds otherwise."""
 

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flashcheck.cli._common import add_config, add_out, parse_json_object
+from flashcheck.cli._common import add_async_pressure, add_config, add_out, parse_json_object
 from flashcheck.errors import InvalidArgument
+from flashcheck.pressure import parse_pressure_us
 
 __all__ = ["add_arguments", "auto_targets", "run"]
 
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", help="worker processes: 'auto' (one per visible GPU, 1 on CPU) or N")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="device of the workers (default auto)")
     g.add_argument("--layers", choices=("off", "cheap", "all"), help="runtime detection layers (default all)")
+    add_async_pressure(g)
     g.add_argument("--ledger", help="quarantine ledger (JSON or TOML): known crashers skipped before launch")
     g.add_argument("--corpus", help="corpus: a (shared) directory or redis://host:port/db (default RUN_DIR/corpus)")
     g.add_argument("--chunk-steps", type=int, help="steps per scenario chunk, the unit of durability (default 50)")
@@ -171,6 +173,7 @@ def _new_config(args: argparse.Namespace) -> Any:
         ledger=str(Path(args.ledger).resolve()) if args.ledger else None,
         corpus=args.corpus,
         target_config=tcfg,
+        async_pressure_us=parse_pressure_us(args.async_pressure_us),
     )
 
 
@@ -183,6 +186,7 @@ _FIXED_ON_RESUME = (
     "workers",
     "device",
     "layers",
+    "async_pressure_us",
     "ledger",
     "corpus",
     "chunk_steps",
@@ -236,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": cfg.seed,
             "target": ",".join(cfg.targets),
             "targets": _construct(cfg.targets, dict(cfg.target_config)),
-            "checks": campaign_checks(cfg.layers, cfg.select),
+            "checks": campaign_checks(cfg.layers, cfg.select, cuda=bool(cfg.gpus) and cfg.device != "cpu"),
             "campaign": {"config": cfg.to_dict(), "workers": {}},
         }
         corpus_db = open_database(cfg.corpus, run_dir) if cfg.corpus else None  # a bad backend fails before --out

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
-from flashcheck.cli._common import Progress, add_config, add_out, parse_json_object
+from flashcheck.cli._common import Progress, add_async_pressure, add_config, add_out, parse_json_object
 from flashcheck.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -44,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="all",
         choices=("off", "cheap", "all"),
         help="runtime detection layers: off (properties only), cheap (sync debug, trace, allocator), all (adds "
-        "dispatch and CUPTI)",
+        "dispatch, CUPTI and the pinned-staging race detector)",
     )
+    add_async_pressure(p)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: CUDA when available")
     add_out(p, "run directory (default runs/fuzz-YYYYmmdd-HHMMSS)", metavar="DIR")
     p.add_argument("--resume", action="store_true", help="add to the run already in --out (its findings are kept)")
@@ -73,7 +74,7 @@ def _checks(layers: str, device: str | None) -> list[str]:
     from flashcheck.watchdog import default_step_timeout
 
     dev = device or default_device()
-    return checks_run(layers, watchdog=default_step_timeout(dev) is not None)
+    return checks_run(layers, watchdog=default_step_timeout(dev) is not None, cuda=dev.startswith("cuda"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,11 +83,13 @@ def run(args: argparse.Namespace) -> int:
     require_runtime("fuzz")
     from flashcheck.fuzz.options import active_options, set_active_options
     from flashcheck.fuzz.recorder import FindingLog
+    from flashcheck.pressure import parse_pressure_us
     from flashcheck.rundir import RunWriter
     from flashcheck.targets.registry import make_target
 
     config = parse_json_object(args.config, "--config")
     budget = _budget(args)
+    pressure = parse_pressure_us(args.async_pressure_us)
     if args.resume and not args.out:
         raise InvalidArgument("--resume needs the --out of the run to add to")
     name = make_target(args.target, **config).name  # bad names and configuration keys fail here, before any work
@@ -108,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             "budget": budget,
             "targets": [name],
             "checks": _checks(args.layers, device),
+            "async_pressure_us": pressure,
         },
         resume=args.resume,
     )
@@ -117,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         f"profile {args.profile}, out {writer.dir}",
         flush=True,
     )
-    previous = set_active_options(active_options().with_(out_dir=writer.dir / "repros"))
+    previous = set_active_options(active_options().with_(out_dir=writer.dir / "repros", async_pressure_us=pressure))
     try:
         return _fuzz(args, config, budget, device, seed, writer, log)
     except BaseException as exc:  # recorded so that no report can read this run as clean, then passed on

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"  target {sc.get('target')}, seed {sc.get('seed', 0)}, {len(sc.get('steps', []))} step(s), "
         f"failing step {repro['step']}, layers {repro.get('layers', 'all')}"
+        + (f", async pressure {repro['async_pressure_us']:g} us" if repro.get("async_pressure_us") else "")
     )
     print(f"  recorded: {want.get('id', '?')} {want.get('name', '')}: {want.get('message', '')}")
     env = repro.get("environment", {})

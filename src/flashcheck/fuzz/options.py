@@ -125,6 +125,8 @@ class FuzzOptions:
         seed: the run's seed (printed in the header); each test derives its Hypothesis seed from it.
         profile: ``ci``, ``gpu``, ``nightly`` or ``auto``.
         out_dir: where reproducers are written.
+        async_pressure_us: ``--async-pressure-us``: device-side delay before each host-side preparation step
+            (None: off).
     """
 
     target: str | None = None
@@ -132,6 +134,7 @@ class FuzzOptions:
     seed: int | None = None
     profile: str = "auto"
     out_dir: Path | None = None
+    async_pressure_us: float | None = None
 
     def with_(self, **changes: object) -> FuzzOptions:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -57,13 +57,14 @@ class FindingLog:
         *,
         layers: str = "all",
         seed: int | None = None,
+        async_pressure_us: float | None = None,
     ) -> list[Recorded]:
         """Write one reproducer per finding (signature-named, overwritten by later = smaller examples)."""
         out: list[Recorded] = []
         for f in findings:
             sig = f.signature()
             path = self.directory() / f"{sig}.json"
-            repro = make_repro(scenario, step, f, layers=layers)
+            repro = make_repro(scenario, step, f, layers=layers, async_pressure_us=async_pressure_us)
             if seed is not None:
                 repro["hypothesis_seed"] = seed
             repro["command"] = f"flashcheck replay {path}"

@@ -32,7 +32,7 @@ from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
 from flashcheck.fuzz.distributions import DISTRIBUTIONS
-from flashcheck.fuzz.options import PROFILES, Budget, parse_budget, resolve_profile
+from flashcheck.fuzz.options import PROFILES, Budget, active_options, parse_budget, resolve_profile
 from flashcheck.fuzz.recorder import FindingLog, Recorded, default_log, describe
 from flashcheck.fuzz.strategies import (
     ALLOCATORS,
@@ -103,6 +103,7 @@ class MachineConfig:
     isolate: bool | None = None
     step_timeout: float | Literal["auto"] | None = "auto"
     shrink_seconds: float | None = SHRINK_SECONDS
+    async_pressure_us: float | None = None
 
     def key(self) -> tuple[Any, ...]:
         tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
@@ -114,6 +115,7 @@ class MachineConfig:
             self.seed,
             self.isolated(),
             self.step_timeout,
+            self.async_pressure_us,
         )
 
     def isolated(self) -> bool:
@@ -155,6 +157,7 @@ class _Sessions:
                         layers=cfg.layers,
                         seed=cfg.seed,
                         step_timeout=timeout,
+                        async_pressure_us=cfg.async_pressure_us,
                     )
                 )
             else:
@@ -166,6 +169,7 @@ class _Sessions:
                         layers=cfg.layers,
                         seed=cfg.seed,
                         step_timeout=cfg.step_timeout,
+                        async_pressure_us=cfg.async_pressure_us,
                     )
                 )
         except BaseException:
@@ -254,6 +258,7 @@ class ReplayMachine(RuleBasedStateMachine):
             findings,
             layers=self.cfg.layers,
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
+            async_pressure_us=self.cfg.async_pressure_us,
         )
         if any(f.id == HANG_ID for f in findings):
             raise _NotShrinkable(records, "not shrunk: a hung step costs its whole timeout per attempt")
@@ -313,6 +318,7 @@ def replay_machine(
     isolate: bool | None = None,
     step_timeout: float | Literal["auto"] | None = "auto",
     shrink_seconds: float | None = SHRINK_SECONDS,
+    async_pressure_us: float | None = None,
 ) -> type[ReplayMachine]:
     """A `RuleBasedStateMachine` class that fuzzes replay sequences against `target`.
 
@@ -331,6 +337,8 @@ def replay_machine(
         step_timeout: seconds before a step is FC252 step-hung (``auto``: 120 s on CUDA, none on the CPU).
         shrink_seconds: how long Hypothesis may shrink a failure before the run ends with the smallest failing
             example so far (on a GPU each attempt at a faulting step restarts a worker); None: no limit.
+        async_pressure_us: device-side delay before each host-side preparation (see `flashcheck.pressure`);
+            None: the run's ``--async-pressure-us`` (off unless given).
 
     Use it as any Hypothesis state machine: ``TestReplay = replay_machine("decode-tc").TestCase``.
     """
@@ -351,6 +359,7 @@ def replay_machine(
         isolate=isolate,
         step_timeout=step_timeout,
         shrink_seconds=shrink_seconds,
+        async_pressure_us=async_pressure_us if async_pressure_us is not None else active_options().async_pressure_us,
     )
     cap = tgt_obj.capacity
     lp: dict[str, Any] = {"distributions": cfg.distributions, "edge_cases": cfg.edge_cases}

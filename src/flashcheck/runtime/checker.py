@@ -121,6 +121,10 @@ class Checker:
     def active(self) -> bool:
         return self._entered
 
+    def hook(self, layer: str) -> Hook | None:
+        """The hook of detection layer `layer` (installed or not), or None when it was not selected."""
+        return next((h for h in self._hooks if h.layer == layer), None)
+
     # ---------------------------------------------------------------------------------------- CheckerLike
     @property
     def arena(self) -> Arena:
@@ -154,7 +158,8 @@ class Checker:
                 self.monitor.end_read()
 
     def drain_findings(self) -> list[Finding]:
-        """Findings since the last drain: runtime detectors (FC2xx) and arena scans (FC302).
+        """Findings since the last drain: runtime detectors (FC2xx, FC204 of the staging layer included) and arena
+        scans (FC302).
 
         Deferred layers (CUPTI) are read here when no region is open; raises `HookError` if a hook failed.
         """
@@ -162,6 +167,8 @@ class Checker:
             self._collect_deferred()
         out = self.monitor.drain() + self._pending
         self._pending = []
+        for h in self._hooks:
+            out += h.findings()
         self._raise_hook_errors()
         return out
 

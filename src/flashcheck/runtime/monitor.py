@@ -36,7 +36,7 @@ ALLOC_ID, ALLOC_NAME = "FC202", "allocation-in-replay"
 PINNED_ID, PINNED_NAME = "FC203", "pinned-copy-captured"
 
 EventKind = Literal["sync", "d2h_copy", "h2d_copy", "alloc", "free", "pool_growth"]
-Layer = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "synthetic"]
+Layer = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "staging", "synthetic"]
 Memory = Literal["pageable", "pinned", "unknown"]
 
 # Every region a serving engine runs once per step is hot for host syncs and copies (FC201): the eager path too,

@@ -3,9 +3,9 @@
 ``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``graph_replay``, and ``dispatch`` scoped to capture regions (a
 capture happens once, so it costs nothing per step): nothing in them runs per kernel or per operator, and a region
 costs a few microseconds. ``layers="all"``: the same plus ``dispatch`` in hot regions too (attribution of every sync
-to an aten op), ``cupti``, and ``alloc_stats`` (allocator counters read around each hot region: a second witness of
-the allocations ``gpu_trace`` reports one by one, at two statistics reads per region). Layers that cannot run here
-(no CUDA device) are skipped and reported by the checker, never silently.
+to an aten op), ``cupti``, ``alloc_stats`` (allocator counters read around each hot region: a second witness of the
+allocations ``gpu_trace`` reports one by one, at two statistics reads per region) and ``staging`` (pinned copies in
+flight, FC204). Layers that cannot run here (no CUDA device) are skipped and reported by the checker, never silently.
 """
 
 from __future__ import annotations
@@ -18,10 +18,19 @@ from flashcheck.runtime.hooks.base import EventSink, Hook, HookError
 
 __all__ = ["ALL", "CHEAP", "LAYER_NAMES", "EventSink", "Hook", "HookError", "LayerName", "LayerSpec", "build_hooks"]
 
-LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay"]
-LAYER_NAMES: tuple[LayerName, ...] = ("sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay")
+LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "staging"]
+LAYER_NAMES: tuple[LayerName, ...] = (
+    "sync_debug",
+    "dispatch",
+    "gpu_trace",
+    "cupti",
+    "alloc_stats",
+    "graph_replay",
+    "staging",
+)
 CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "graph_replay", "dispatch")
-ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "cupti")
+# staging installs before cupti: it calibrates its device delay (a synchronize) on install, outside every region
+ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "staging", "cupti")
 LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
 
 
@@ -63,6 +72,10 @@ def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
             from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
 
             out.append(GraphReplayHook())
+        elif n == "staging":
+            from flashcheck.runtime.hooks.staging import StagingHook
+
+            out.append(StagingHook())
         else:
             raise InvalidArgument(f"unknown detection layer {n!r}; known: {', '.join(LAYER_NAMES)}")
     layers_seen = [h.layer for h in out]

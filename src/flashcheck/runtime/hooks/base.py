@@ -11,6 +11,7 @@ import contextlib
 from typing import ClassVar, Protocol
 
 from flashcheck.errors import FlashcheckError
+from flashcheck.findings import Finding
 from flashcheck.runtime.monitor import Event, Layer, RegionRecord
 
 __all__ = ["EventSink", "Hook", "HookError"]
@@ -96,6 +97,10 @@ class Hook:
 
     def collect(self) -> list[Event]:
         """Events of deferred layers (CUPTI), attributed to regions by id; called when no region is open."""
+        return []
+
+    def findings(self) -> list[Finding]:
+        """Findings of a layer that folds its own observations (FC204's staging monitor), drained with the rest."""
         return []
 
     def _emit(self, event: Event) -> None:
