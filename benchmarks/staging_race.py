@@ -53,7 +53,7 @@ def run(target: str, layers: str, pressure: float | None, steps: int, seed: int)
             for f in unexpected:
                 found[f.id] += 1
                 first.setdefault(f.id, i)
-            for f in kn:
+            for f, _entry in kn:
                 known[f.id] += 1
         elapsed = time.perf_counter() - t1
         hook = getattr(drv.checker, "hook", lambda _n: None)("staging")
