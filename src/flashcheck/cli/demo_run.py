@@ -17,7 +17,7 @@ import numpy.typing as npt
 from flashcheck.batch import BatchSpec
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
-from flashcheck.fuzz.distributions import DISTRIBUTIONS, sample_lengths
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS, sample_lengths
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout, build_ragged_layout
 from flashcheck.properties.csr import CsrInput, check_csr, check_layout
 from flashcheck.reference import gather_paged_kv, paged_attention, ragged_attention

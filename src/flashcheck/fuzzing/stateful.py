@@ -31,10 +31,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
-from flashcheck.fuzz.distributions import DISTRIBUTIONS
-from flashcheck.fuzz.options import PROFILES, Budget, parse_budget, resolve_profile
-from flashcheck.fuzz.recorder import FindingLog, Recorded, default_log, describe
-from flashcheck.fuzz.strategies import (
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS
+from flashcheck.fuzzing.options import PROFILES, Budget, parse_budget, resolve_profile
+from flashcheck.fuzzing.recorder import FindingLog, Recorded, default_log, describe
+from flashcheck.fuzzing.strategies import (
     ALLOCATORS,
     EDGE_CASES,
     LengthParams,
