@@ -8,7 +8,12 @@ import pytest
 
 from flashcheck.findings import Frame
 from flashcheck.runtime import monitor as monitor_mod
-from flashcheck.runtime.monitor import ALLOC_ID, PINNED_ID, SYNC_ID, Event, Monitor
+from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
+from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
+from flashcheck.runtime.checks.pinned_copy import PINNED_COPY_CAPTURED
+from flashcheck.runtime.monitor import Event, Monitor
+
+SYNC_ID, ALLOC_ID, PINNED_ID = HOST_SYNC_IN_REPLAY.id, ALLOCATION_IN_REPLAY.id, PINNED_COPY_CAPTURED.id
 
 USER = Frame("/srv/engine/runner.py", 42, "prepare", "seq = lens.tolist()")
 OTHER_USER = Frame("/srv/engine/runner.py", 57, "prepare", "n = int(x)")

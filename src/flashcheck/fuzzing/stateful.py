@@ -49,7 +49,7 @@ from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
 from flashcheck.targets.protocol import Capacity, Target, check_target
 from flashcheck.targets.registry import make_target, target_spec
-from flashcheck.watchdog import HANG_ID, default_step_timeout
+from flashcheck.watchdog import STEP_HUNG, default_step_timeout
 
 __all__ = [
     "FuzzFailure",
@@ -255,7 +255,7 @@ class ReplayMachine(RuleBasedStateMachine):
             layers=self.cfg.layers,
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
         )
-        if any(f.id == HANG_ID for f in findings):
+        if any(f.id == STEP_HUNG.id for f in findings):
             raise _NotShrinkable(records, "not shrunk: a hung step costs its whole timeout per attempt")
         cls = type(self)
         if cls.failed_at is None:
