@@ -175,10 +175,6 @@ class Monitor:
     def any_open(self) -> bool:
         return bool(self._open)
 
-    @property
-    def open_regions(self) -> tuple[RegionRecord, ...]:
-        return tuple(self._open)
-
     def region(self, region_id: int) -> RegionRecord | None:
         return self._regions.get(region_id)
 
