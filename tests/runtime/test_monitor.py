@@ -201,7 +201,7 @@ def test_findings_round_trip_to_json() -> None:
 
 def test_pinned_copy_in_capture_region_but_not_in_stream_capture_is_quiet() -> None:
     """A target's plan and warm-up run eagerly inside its capture region: only copies issued while the stream is
-    capturing become graph nodes (seen on the H100: the plan's pinned H2D copies were flagged before this)."""
+    capturing become graph nodes (on an H100, FlashInfer's plan makes pinned H2D copies there)."""
     mon = Monitor()
     run(mon, "capture", Event("h2d_copy", "dispatch", STACK, memory="pinned", capturing=False))
     run(mon, "capture", Event("h2d_copy", "cupti", (), memory="pinned", capturing=False))

@@ -41,7 +41,7 @@ CSR_WELL_FORMED = Check(
         FlashInfer's decode planner does not validate indptr at all: a non-monotone ``kv_indptr`` is accepted
         silently, uint32 arithmetic wraps, and whole requests are never computed (their output rows are whatever
         ``torch.empty`` held). fa3 prefill clamps negative lengths to zero. Out-of-range page ids read another
-        request's KV. A polluted persistent buffer (SGLang fork, seed 003) surfaces only after minutes of serving.
+        request's KV. A polluted persistent buffer (an SGLang fork) surfaces only after minutes of serving.
 
     Example
         A persistent ``kv_indptr`` buffer shared with a graph-mode wrapper is rewritten inside the graph::
