@@ -74,18 +74,12 @@ class Compare:
     location: Location
 
 
-_OBSERVES: dict[Phase, type] = {
-    Phase.AFTER_PLAN: AfterPlan,
-    Phase.BEFORE_REPLAY: BeforeReplay,
-    Phase.ON_OUTPUT: OnOutput,
-    Phase.COMPARE: Compare,
-}
 Obs = TypeVar("Obs")
 
 
 @dataclass(frozen=True)
 class Property(Generic[Obs]):
-    """`check` runs `run` on the observation of `phase`.
+    """`check` runs `run` on the observation of `phase` (the class named beside each `Phase` member).
 
     `blocks`: a finding means the rest of the step must not use what was observed: before replay, the graph is not
     replayed (the kernel could fault on the metadata); on an output, it is not compared (it is not an attention
@@ -96,7 +90,3 @@ class Property(Generic[Obs]):
     phase: Phase
     run: Callable[[Obs], list[Finding]]
     blocks: bool = False
-
-    def observes(self) -> type:
-        """The observation class `run` takes."""
-        return _OBSERVES[self.phase]
