@@ -29,7 +29,7 @@ def _sync(device: str) -> None:
 
 def bench_driver(target: str, device: str, layers: str, seconds: float, seed: int) -> dict[str, Any]:
     """Bulk-numpy scenarios (captures, replays below buckets, eager steps) through the Driver: every property."""
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.known import split_known
     from flashcheck.session import open_session
 
@@ -87,7 +87,7 @@ def _means(bs: list[int], kv: list[int]) -> dict[str, float]:
 
 def bench_state_machine(target: str, device: str, layers: str, seconds: float, seed: int) -> dict[str, Any]:
     """The Hypothesis replay state machine (shrinking-capable), counting executed steps."""
-    from flashcheck.fuzz.stateful import FuzzFailure, close_sessions, fuzz_target
+    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
 
     count = [0]
     bs: list[int] = []

@@ -20,7 +20,7 @@ import time
 
 
 def profile(target: str, device: str, layers: str, steps: int, seed: int, top: int, kernels: bool = False) -> str:
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.session import open_session
 
     with open_session(target, device=device, layers=layers, seed=seed) as drv:  # type: ignore[arg-type]
@@ -47,7 +47,7 @@ def profile(target: str, device: str, layers: str, steps: int, seed: int, top: i
 def profile_machine(target: str, device: str, layers: str, seconds: float, seed: int, top: int) -> str:
     """cProfile of the Hypothesis replay state machine (what ``pytest -m fuzz`` runs) for `seconds`, after a
     warm-up round (session, JIT); counts executed steps."""
-    from flashcheck.fuzz.stateful import FuzzFailure, close_sessions, fuzz_target
+    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
 
     count = [0]
 

@@ -21,7 +21,7 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     from tests.quality.seed_bugs_gpu import SEED_BUG_TARGETS
 
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.session import open_session
 
     cls = SEED_BUG_TARGETS[name]

@@ -33,7 +33,7 @@ FAULTY = "faulty_engine_gpu:PinnedMirrorRewrittenInFlight"
 
 
 def run(target: str, layers: str, pressure: float | None, steps: int, seed: int) -> dict[str, Any]:
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.known import split_known
     from flashcheck.session import open_session
     from flashcheck.targets.registry import make_target

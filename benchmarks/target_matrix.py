@@ -44,7 +44,7 @@ def make_checker(mode: str, device: str) -> Any:
 
 def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict[str, Any]:
     from flashcheck.errors import EnvironmentUnavailable
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.known import split_known
 
     try:

@@ -45,7 +45,7 @@ def driver_mode(
 ) -> list[dict[str, Any]]:
     from faulty_engine_gpu import FAULTY_ENGINE_TARGETS
 
-    from flashcheck.fuzz.scenarios import random_steps
+    from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.isolation import IsolatedDriver
     from flashcheck.known import split_known
 
@@ -207,7 +207,7 @@ def plugin_mode(
             "-m",
             "fuzz",
             "--pyargs",
-            "flashcheck.fuzz.suite",
+            "flashcheck.fuzzing.suite",
             "-k",
             "replay_sequences",
             "--flashcheck-target",

@@ -5,8 +5,9 @@ The public surface is small and lazy: ``import flashcheck`` imports neither torc
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from flashcheck._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -29,7 +30,6 @@ _LAZY: dict[str, str] = {
     "EnvironmentUnavailable": "flashcheck.errors",
     "ViolationFound": "flashcheck.errors",
     "hot_path": "flashcheck.markers",
-    "fuzz": "flashcheck.fuzz",  # the package is callable: @flashcheck.fuzz(target=..., budget=...)
 }
 
 __all__ = [
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         ViolationFound,
     )
     from flashcheck.findings import Confidence, Finding, Location, Severity
+    from flashcheck.fuzzing.api import fuzz
     from flashcheck.layout import (
         PaddingPolicy,
         PagedLayout,
@@ -73,16 +74,17 @@ if TYPE_CHECKING:
         build_ragged_layout,
     )
     from flashcheck.markers import hot_path
+else:
+
+    def fuzz(*args: Any, **kwargs: Any) -> Any:
+        """``@flashcheck.fuzz(target=..., budget=...)``: a fuzz test of replay sequences against a target; see
+        `flashcheck.fuzzing.api.fuzz` (imported on first use: ``import flashcheck`` stays free of Hypothesis)."""
+        from flashcheck.fuzzing.api import fuzz
+
+        return fuzz(*args, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'flashcheck' has no attribute {name!r}")
-    module = importlib.import_module(mod)
-    value = module if mod == f"{__name__}.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -6,7 +6,6 @@ round-trips through JSON so that fuzzers can save and shrink it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
@@ -104,14 +103,6 @@ class BatchSpec:
         return sum(self.kv_lens)
 
     @property
-    def group_size(self) -> int:
-        return self.num_qo_heads // self.num_kv_heads
-
-    @property
-    def is_decode(self) -> bool:
-        return all(q == 1 for q in self.qo_lens)
-
-    @property
     def scale(self) -> float:
         return self.sm_scale if self.sm_scale is not None else self.head_dim_qk**-0.5
 
@@ -148,16 +139,6 @@ class BatchSpec:
         kw = dict(d)
         kw["qo_lens"], kw["kv_lens"] = tuple(d["qo_lens"]), tuple(d["kv_lens"])
         return cls(**kw)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> BatchSpec:
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"BatchSpec JSON does not parse: {exc}") from exc
 
     def __repr__(self) -> str:
         def short(xs: tuple[int, ...]) -> str:

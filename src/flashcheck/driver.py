@@ -3,12 +3,13 @@
 It owns the KV cache and the queries (both seeded) and opens a region around every target call. Each call runs
 inside an *error boundary*: on CUDA the driver synchronizes before leaving it, so a kernel fault surfaces in the
 region that launched the work; a fault that still surfaces later (in flashcheck's own reads) is attributed to the
-last target region of the step. After each step it checks FC301 on the buffers a graph reads (just before replay),
-FC304 plan_info stability, FC305 the output contract, FC303 every output against the fp32 reference (a failed
-replay screen is explained by a fresh eager run), the arena's FC302 and the runtime detectors' FC2xx. Every step
-runs under a watchdog (FC252). Exceptions go through the classification table; none is a skip. With async pressure
-a device-side delay is enqueued before each host-side preparation (``plan``, ``prepare_replay``), so the target's
-host work overlaps queued device work as in an overlapped scheduler.
+last target region of the step. The properties of `flashcheck.catalogue` run at the phases they declare
+(`flashcheck.properties.phases`): after plan, before replay (on the buffers a graph reads), on every output, and on
+every pair of outputs that must agree (each output against the fp32 reference; a replay that disagrees is explained
+by a fresh eager run). Then the arena's FC302 and the runtime detectors' FC2xx. Every step runs under a watchdog
+(FC252). Exceptions go through the classification table; none is a skip. With async pressure a device-side delay
+is enqueued before each host-side preparation (``plan``, ``prepare_replay``), so the target's host work overlaps
+queued device work as in an overlapped scheduler.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from flashcheck import catalogue
 from flashcheck.batch import BatchSpec
+from flashcheck.campaign.checks import WORKER_CRASHED
 from flashcheck.errors import (
     ContextPoisoned,
     EnvironmentUnavailable,
@@ -33,16 +36,15 @@ from flashcheck.errors import (
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
 from flashcheck.pressure import AsyncPressure
-from flashcheck.properties.csr import check_csr, check_layout
-from flashcheck.properties.equivalence import any_violation, compare_outputs, tolerance_for
-from flashcheck.properties.output_contract import check_output_contract
-from flashcheck.properties.plan_info import check_plan_info
+from flashcheck.properties.phases import AfterPlan, BeforeReplay, Compare, OnOutput, Phase
 from flashcheck.rundir import Sample
 from flashcheck.runtime.api import CheckerLike, Region
+from flashcheck.runtime.checks.staging import PINNED_STAGING_REUSED_IN_FLIGHT
+from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 from flashcheck.scenario import Step, StepResult
-from flashcheck.targets.classify import classify_exception, finding_from_exception
+from flashcheck.targets.classify import TARGET_RAISED, classify_exception, finding_from_exception
 from flashcheck.targets.protocol import Target, TargetEnv
-from flashcheck.watchdog import StepHung, Watchdog, hang_finding
+from flashcheck.watchdog import STEP_HUNG, StepHung, Watchdog, hang_finding
 
 __all__ = ["Driver", "checks_run"]
 
@@ -52,18 +54,19 @@ _WARMED: set[str] = set()  # step kinds this process has run once (imports done,
 
 
 def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
-    """The check IDs a run of this driver executes on every step: the properties and FC250 always, the runtime
-    detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"`` on a CUDA device, the only
-    place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
-    ids = ["FC250", "FC301", "FC302", "FC303", "FC304", "FC305"]
+    """The check IDs a run of this driver executes on every step: the properties, the arena's FC302 and FC250
+    always, the runtime detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"`` on a CUDA
+    device, the only place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
+    ids = {p.check.id for p in catalogue.PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
+    lifecycle = {TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id}
     if layers != "off":
-        ids += ["FC201", "FC202", "FC203"]
-    if layers == "all" and cuda:
-        ids.append("FC204")
+        ids |= {c.id for c in catalogue.CHECKS if c.kind == "runtime" and c.id not in lifecycle}
+        if layers != "all" or not cuda:
+            ids.discard(PINNED_STAGING_REUSED_IN_FLIGHT.id)
     if watchdog:
-        ids.append("FC252")
+        ids.add(STEP_HUNG.id)
     if campaign:
-        ids.append("FC251")
+        ids.add(WORKER_CRASHED.id)
     return sorted(ids)
 
 
@@ -273,10 +276,11 @@ class Driver:
             self.target.plan(layout)
         with self._call("run", index, name):
             out = self.target.run(q)
-        found = check_layout(layout, location=loc)
-        contract = self._output_contract(out, layout, "eager", loc)
-        if contract:
-            return found + contract
+        found, _ = self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))
+        contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "eager", self.device, loc))
+        found += contract
+        if blocked:
+            return found
         if self.check_reference:
             found += self._compare(out, self._reference(q, layout), "eager vs reference", layout, loc)
         return found
@@ -289,7 +293,7 @@ class Driver:
             self.target.capture(bucket, layout, q)
         with self.checker.checker_read(), self._call(None, index, name):
             self.captured[bucket] = self.target.plan_info(bucket)
-        return check_layout(layout, location=loc)
+        return self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))[0]
 
     def _replay(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
         found: list[Finding] = []
@@ -302,30 +306,25 @@ class Driver:
         with self._call("prepare_replay", index, name):
             self.target.prepare_replay(bucket, layout)
         replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")
-        csr: list[Finding] = []
-        with self.checker.checker_read():
-            with self._call(None, index, name):
-                meta = self.target.graph_metadata(bucket)
-                current = self.target.plan_info(bucket)
-            if meta is not None:
-                csr = check_csr(meta, location=replay_loc, prefix=f"graph bs={bucket}: ")
-            captured = self.captured.get(bucket)
-            if captured is not None and current is not None:
-                found += check_plan_info(captured, current, bucket=bucket, location=replay_loc)
-        found += csr
-        if csr and not self.replay_malformed:
-            # replaying malformed CSR can fault the kernel and poison the CUDA context for every later step
+        with self.checker.checker_read(), self._call(None, index, name):
+            meta = self.target.graph_metadata(bucket)
+            current = self.target.plan_info(bucket)
+        before = BeforeReplay(bucket, meta, self.captured.get(bucket), current, replay_loc)
+        pre, blocked = self._properties(Phase.BEFORE_REPLAY, before)
+        found += pre
+        if blocked and not self.replay_malformed:
             return found
         with self._call("replay", index, name):
             out = self.target.replay(bucket, q)
-        contract = self._output_contract(out, layout, "replay", replay_loc)
-        if contract:
-            return found + contract
+        contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "replay", self.device, replay_loc))
+        found += contract
+        if blocked:
+            return found
         # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves both
         ref = self._reference(q, layout) if self.check_reference else None
-        if ref is not None and not self._violates(out, ref, layout):
-            return found  # within tolerance of the fp32 reference
-        # no reference, or the replay failed its screen: a fresh eager run of the same batch tells a replay bug
+        if ref is not None and not self._compare(out, ref, "replay vs reference", layout, replay_loc):
+            return found  # the replay agrees with the fp32 reference
+        # no reference, or the replay disagrees with it: a fresh eager run of the same batch tells a replay bug
         # ("replay vs eager") from a kernel or metadata that is wrong outside graphs too ("eager vs reference")
         out_host = self._host(out)  # the eager run may reuse the graph's output buffer
         eager_layout = self.layout_for(step, spec=spec)
@@ -333,9 +332,12 @@ class Driver:
             self.target.plan(eager_layout)
         with self._call("run", index, name + " (eager check)"):
             eager = self.target.run(q)
-        contract = self._output_contract(eager, eager_layout, "eager", replay_loc)
-        if contract:
-            return found + contract
+        contract, blocked = self._properties(
+            Phase.ON_OUTPUT, OnOutput(eager, eager_layout, "eager", self.device, replay_loc)
+        )
+        found += contract
+        if blocked:
+            return found
         found += self._compare(out_host, eager, "replay vs eager", eager_layout, replay_loc)
         if ref is not None:
             found += self._compare(eager, ref, "eager vs reference", eager_layout, replay_loc)
@@ -388,14 +390,9 @@ class Driver:
         region, name = self._last_region or (None, loc.step_name or "")
         f = finding_from_exception(exc, cls, dataclasses.replace(loc, region=region))
         where = f"after `{region}` ({name})" if region else "before any target call returned"
-        return Finding(
-            id=f.id,
-            name=f.name,
-            kind=f.kind,
+        return dataclasses.replace(
+            f,
             message=f"{f.message} (surfaced in flashcheck's own reads {where})",
-            hint=f.hint,
-            location=f.location,
-            stack=f.stack,
             evidence={**dict(f.evidence), "surfaced": "flashcheck read", "after_region": region},
         )
 
@@ -439,22 +436,6 @@ class Driver:
             return None
         reason = accepts(spec)
         return None if reason is None else f"outside {self.target.name}'s declared input contract: {reason}"
-
-    def _output_contract(self, out: Any, layout: PagedLayout, what: str, loc: Location) -> list[Finding]:
-        spec = layout.spec
-        shape = tuple(out.shape) if hasattr(out, "shape") and hasattr(out, "dtype") else None
-        return check_output_contract(
-            shape,
-            str(out.dtype) if shape is not None else None,
-            str(getattr(out, "device", self.device)) if shape is not None else None,
-            rows=layout.real_qo_rows(),
-            heads=spec.num_qo_heads,
-            head_dim=spec.head_dim_vo,
-            want_dtype=spec.q_dtype,
-            want_device=self.device,
-            what=what,
-            location=dataclasses.replace(loc, region="run" if what == "eager" else "replay"),
-        )
 
     def _bucket(self, step: Step, spec: BatchSpec) -> int:
         bucket = step.bucket if step.bucket is not None else self.cap.bucket_for(spec.batch_size)
@@ -507,26 +488,22 @@ class Driver:
                 self._graphed_ref = GraphedReference(self.k_cache, self.v_cache)
             return self._graphed_ref(q, layout)
 
-    def _violates(self, got: Any, want: Any, layout: PagedLayout) -> bool:
-        """Screen on the device: does a real row of `got` fail the FC303 tolerance test against `want`? One
-        one-byte transfer; host arrays, or tensors of different shapes or devices, answer True (compare fully)."""
-        if not (hasattr(got, "detach") and hasattr(want, "detach")):
-            return True
-        if tuple(got.shape) != tuple(want.shape) or got.device != want.device:
-            return True
-        tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
-        with self.checker.checker_read():
-            return bool(any_violation(got, want, tol=tol, rows=layout.real_qo_rows()).item())
-
     def _compare(self, got: Any, want: Any, what: str, layout: PagedLayout, loc: Location) -> list[Finding]:
-        if not self._violates(got, want, layout):
-            return []
-        rows = layout.real_qo_rows()
-        g = self._host(got)[:rows]
-        w = self._host(want)[:rows]  # on the GPU both stay on the device until a screen fails
-        row_to_req = np.repeat(np.arange(layout.batch_size), np.diff(layout.qo_indptr[: layout.batch_size + 1]))
-        tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
-        return compare_outputs(g, w, tol=tol, what=what, row_to_request=row_to_req, location=loc)
+        """The properties of two outputs that must agree (FC303 screens on the device and copies to the host only
+        to explain a disagreement)."""
+        return self._properties(Phase.COMPARE, Compare(got, want, what, layout, loc))[0]
+
+    def _properties(self, phase: Phase, observation: object) -> tuple[list[Finding], bool]:
+        """Run every property of `phase` on `observation`, as the checker's own read (they may copy device buffers
+        to the host); also whether a blocking property found something (the step must not go on with it)."""
+        found: list[Finding] = []
+        blocked = False
+        with self.checker.checker_read():
+            for prop in catalogue.properties(phase):
+                got = prop.run(observation)
+                found += got
+                blocked = blocked or (prop.blocks and bool(got))
+        return found, blocked
 
 
 class _TargetRaised(Exception):

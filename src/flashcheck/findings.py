@@ -204,9 +204,6 @@ class Finding:
                 raise
             raise InvalidArgument(f"not a flashcheck finding: {exc!r} in {dict(d)!r:.200}") from exc
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     def __str__(self) -> str:
         s = f"{self.id} {self.name} [{self.severity.value}] {self.location}: {self.message}"
         if self.hint:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from flashcheck.errors import InvalidDefinition
 from flashcheck.findings import Finding
+from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
+from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
 
 __all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "split_known", "unmatched_entries"]
 
@@ -51,9 +53,10 @@ class KnownBehaviour:
         return where.endswith(self.where) and "/flashcheck/" not in where
 
 
+_SYNC, _ALLOC = HOST_SYNC_IN_REPLAY.id, ALLOCATION_IN_REPLAY.id
 KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
     KnownBehaviour(
-        check="FC201",
+        check=_SYNC,
         targets="*",
         where="flashinfer/prefill.py",
         label="K1",
@@ -63,7 +66,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         "copy on every plan even when every input is pinned (K1).",
     ),
     KnownBehaviour(
-        check="FC201",
+        check=_SYNC,
         targets="*",
         where="flashinfer/decode.py",
         label="K4",
@@ -74,7 +77,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         "staging copy on the eager path that no engine input avoids (K4).",
     ),
     KnownBehaviour(
-        check="FC201",
+        check=_SYNC,
         targets="*",
         where="flashinfer/attention/_core.py",
         label="K5",
@@ -83,7 +86,7 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         "holistic kernel stalls the host, whatever the engine passes, which is why engines do not capture it (K5).",
     ),
     KnownBehaviour(
-        check="FC202",
+        check=_ALLOC,
         targets="mla-*",
         where="flashinfer/mla/_batch_mla/_backends/_fa_common.py",
         label="K2",

@@ -18,7 +18,7 @@ import pytest
 
 from flashcheck import __version__
 from flashcheck.errors import EnvironmentUnavailable, UsageError
-from flashcheck.fuzz.options import (
+from flashcheck.fuzzing.options import (
     PROFILE_NAMES,
     PROFILES,
     FuzzOptions,
@@ -114,7 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         async_pressure_us=pressure,
     )
     config.stash[_PREVIOUS] = set_active_options(opts)
-    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    rec = sys.modules.get("flashcheck.fuzzing.recorder")
     if rec is not None:  # a run inside a run (pytester): report only this run's findings, restore at the end
         config.stash[_PREVIOUS_LOG] = dict(rec.default_log().entries)
         rec.default_log().entries.clear()
@@ -161,14 +161,14 @@ def _load_hypothesis_profile(profile: str) -> str:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    stateful = sys.modules.get("flashcheck.fuzz.stateful")
+    stateful = sys.modules.get("flashcheck.fuzzing.stateful")
     if stateful is not None:
         stateful.close_sessions()
     previous = config.stash.get(_PREVIOUS, None)
     if previous is not None:
         set_active_options(previous)
     saved = config.stash.get(_PREVIOUS_LOG, None)
-    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    rec = sys.modules.get("flashcheck.fuzzing.recorder")
     if saved is not None and rec is not None:
         rec.default_log().entries.clear()
         rec.default_log().entries.update(saved)
@@ -266,16 +266,16 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report: Any = yield
-    stateful = sys.modules.get("flashcheck.fuzz.stateful")
+    stateful = sys.modules.get("flashcheck.fuzzing.stateful")
     if stateful is not None and call.excinfo is not None and isinstance(call.excinfo.value, stateful.FuzzFailure):
-        from flashcheck.fuzz.recorder import describe
+        from flashcheck.fuzzing.recorder import describe
 
         report.sections.append(("flashcheck findings", describe(call.excinfo.value.records)))
     return report
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    rec = sys.modules.get("flashcheck.fuzz.recorder")
+    rec = sys.modules.get("flashcheck.fuzzing.recorder")
     entries = list(rec.default_log().entries.values()) if rec is not None else []
     if not entries:
         return

@@ -135,9 +135,12 @@ def replay_repro(
     layers = repro.get("layers", "all")
     pressure = repro.get("async_pressure_us")
     if isolate is None:
-        isolate = (
-            want.get("id") in ("FC250", "FC251", "FC252") and os.environ.get("FLASHCHECK_REPLAY_IN_PROCESS") != "1"
-        )
+        from flashcheck.campaign.checks import WORKER_CRASHED
+        from flashcheck.targets.classify import TARGET_RAISED
+        from flashcheck.watchdog import STEP_HUNG
+
+        crashers = {c.id for c in (TARGET_RAISED, WORKER_CRASHED, STEP_HUNG)}
+        isolate = want.get("id") in crashers and os.environ.get("FLASHCHECK_REPLAY_IN_PROCESS") != "1"
     if isolate and (":" not in scenario.target or _module_importable(scenario.target)):
         from flashcheck.isolation import IsolatedDriver
         from flashcheck.watchdog import default_step_timeout

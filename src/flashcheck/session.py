@@ -58,7 +58,7 @@ def check_device(device: str) -> None:
         return
     if not (device == "cuda" or device.startswith("cuda:")):
         raise InvalidArgument(f"device {device!r}: use cpu or cuda (cuda:N for one GPU)")
-    from flashcheck.fuzz.options import cuda_unavailable_reason
+    from flashcheck.fuzzing.options import cuda_unavailable_reason
 
     reason = cuda_unavailable_reason()
     if reason is not None:

@@ -21,19 +21,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from flashcheck.check import Check
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Frame, Location
-from flashcheck.registry import register_check
 
-__all__ = ["HANG_ID", "HANG_NAME", "StepHung", "Watchdog", "default_step_timeout", "hang_finding", "read_hang_file"]
+__all__ = ["STEP_HUNG", "StepHung", "Watchdog", "default_step_timeout", "hang_finding", "read_hang_file"]
 
-HANG_ID, HANG_NAME = "FC252", "step-hung"
 _HANG_HEADER = "flashcheck: step hung: "
 
 
-@register_check(HANG_ID, HANG_NAME, "runtime")
-class _StepHungDoc:
-    """A step (a target's plan, run, capture, prepare-replay or replay, with its kernels) did not finish in time.
+STEP_HUNG = Check(
+    "FC252",
+    "step-hung",
+    "runtime",
+    doc="""\
+    A step (a target's plan, run, capture, prepare-replay or replay, with its kernels) did not finish in time.
 
     What it checks
         Every step runs under a watchdog (``step_timeout``, default 120 s, or ``FLASHCHECK_STEP_TIMEOUT``;
@@ -64,7 +66,8 @@ class _StepHungDoc:
     Known false positives
         A step that is only slow (a JIT compile on first use, a very large batch on a slow GPU) is reported when
         the timeout is shorter than it: raise ``--step-timeout``.
-    """
+    """,
+)
 
 
 class StepHung(BaseException):
@@ -184,12 +187,8 @@ def hang_finding(
             for name, frames in stacks.items()
         )
         main = next((tuple(fr) for name, fr in stacks.items() if name.startswith("MainThread")), ())
-    return Finding(
-        id=HANG_ID,
-        name=HANG_NAME,
-        kind="runtime",
-        message=f"step {step} ({step_name}) did not finish within {timeout:g}s"
-        + (f" (in `{region}`)" if region else ""),
+    return STEP_HUNG.finding(
+        f"step {step} ({step_name}) did not finish within {timeout:g}s" + (f" (in `{region}`)" if region else ""),
         hint="the stacks show where every thread was; replay the reproducer under --sanitizer memcheck to find "
         "the kernel that runs away, or raise --step-timeout if the step is only slow",
         location=Location(target=target, step=step, step_name=step_name, region=region),

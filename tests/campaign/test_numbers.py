@@ -24,7 +24,7 @@ from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.supervisor import Job, Supervisor, _Handle
 from flashcheck.cli import main
 from flashcheck.findings import Finding, Location
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.scenario import Scenario
 from flashcheck.targets.reference import ReferenceTarget
 from tests.campaign.conftest import findings_of, read_json

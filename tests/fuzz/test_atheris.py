@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from flashcheck.errors import EnvironmentUnavailable, InvalidArgument, ViolationFound
-from flashcheck.fuzz.atheris_bridge import fuzz_one_input, load_atheris
-from flashcheck.fuzz.metadata import flashcheck_builder, metadata_builder_test
+from flashcheck.fuzzing.atheris_bridge import fuzz_one_input, load_atheris
+from flashcheck.fuzzing.metadata import flashcheck_builder, metadata_builder_test
 from flashcheck.layout import PaddingPolicy, PagedLayout
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -68,8 +68,8 @@ def test_atheris_run_finds_a_bug_and_saves_it_in_the_example_database(tmp_path: 
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_atheris import broken_builder
-        from flashcheck.fuzz.atheris_bridge import run_atheris
-        from flashcheck.fuzz.metadata import metadata_builder_test
+        from flashcheck.fuzzing.atheris_bridge import run_atheris
+        from flashcheck.fuzzing.metadata import metadata_builder_test
 
         run_atheris(metadata_builder_test(broken_builder), instrument=[broken_builder], runs=2000,
                     argv=["-seed=1"])
@@ -91,8 +91,8 @@ def test_atheris_run_on_a_correct_builder_completes(tmp_path: Path) -> None:
     script = tmp_path / "fuzz_ok.py"
     script.write_text(
         textwrap.dedent("""
-        from flashcheck.fuzz.atheris_bridge import run_atheris
-        from flashcheck.fuzz.metadata import flashcheck_builder, metadata_builder_test
+        from flashcheck.fuzzing.atheris_bridge import run_atheris
+        from flashcheck.fuzzing.metadata import flashcheck_builder, metadata_builder_test
 
         run_atheris(metadata_builder_test(flashcheck_builder), instrument=[flashcheck_builder], runs=200,
                     argv=["-seed=1"])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from flashcheck.fuzz import stateful
-from flashcheck.fuzz.stateful import FuzzFailure, close_sessions, fuzz_target
+from flashcheck.fuzzing import stateful
+from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
 from flashcheck.known import KnownBehaviour, split_known
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}

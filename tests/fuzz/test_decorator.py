@@ -11,9 +11,9 @@ import pytest
 
 import flashcheck
 from flashcheck.errors import InvalidDefinition
-from flashcheck.fuzz.options import FuzzOptions, set_active_options
-from flashcheck.fuzz.recorder import FindingLog
-from flashcheck.fuzz.stateful import FuzzFailure
+from flashcheck.fuzzing.options import FuzzOptions, set_active_options
+from flashcheck.fuzzing.recorder import FindingLog
+from flashcheck.fuzzing.stateful import FuzzFailure
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
@@ -21,7 +21,7 @@ SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 def test_import_flashcheck_imports_neither_torch_nor_hypothesis() -> None:
     code = (
-        "import sys, flashcheck, flashcheck.fuzz, flashcheck.pytest_plugin; f = flashcheck.fuzz; "
+        "import sys, flashcheck, flashcheck.fuzzing, flashcheck.pytest_plugin; f = flashcheck.fuzz; "
         "print(sorted(m for m in ('torch', 'hypothesis', 'numpy') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -30,12 +30,12 @@ def test_import_flashcheck_imports_neither_torch_nor_hypothesis() -> None:
     assert out.strip() == "[]"
 
 
-def test_fuzz_is_callable_after_submodule_import() -> None:
-    import flashcheck.fuzz.strategies  # makes flashcheck.fuzz the package attribute
+def test_fuzz_is_the_decorator_after_submodule_imports() -> None:
+    import flashcheck.fuzzing.strategies  # the package has its own name: flashcheck.fuzz stays the decorator
 
     dec = flashcheck.fuzz(target="cpu-reference", budget=2)
     assert callable(dec)
-    assert flashcheck.fuzz.strategies.batch_specs is not None
+    assert flashcheck.fuzzing.strategies.batch_specs is not None
 
 
 def test_decorated_test_finds_a_faulty_target_and_calls_the_step_property(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_decorator_rejects_other_signatures() -> None:
 
 
 def test_budget_option_overrides_and_target_option_fills_in(tmp_path: Path) -> None:
-    from flashcheck.fuzz.options import Budget
+    from flashcheck.fuzzing.options import Budget
 
     @flashcheck.fuzz(budget=500, device="cpu", seed=2)
     def test_default_target() -> None:

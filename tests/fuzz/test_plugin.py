@@ -72,7 +72,7 @@ def test_bad_options_are_usage_errors(pytester: pytest.Pytester, option: str, va
 
 def test_options_reach_fixtures(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
-        from flashcheck.fuzz.options import Budget
+        from flashcheck.fuzzing.options import Budget
 
         def test_opts(flashcheck_options, flashcheck_target):
             assert flashcheck_options.budget == Budget(seconds=90.0)
@@ -171,7 +171,7 @@ def test_builtin_suite_runs_the_cpu_reference_without_gpu(pytester: pytest.Pytes
         "-m",
         "fuzz",
         "--pyargs",
-        "flashcheck.fuzz.suite",
+        "flashcheck.fuzzing.suite",
         "--flashcheck-budget",
         "3",
         "--flashcheck-profile",

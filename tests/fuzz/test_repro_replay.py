@@ -11,8 +11,8 @@ from pathlib import Path
 import faulty_targets as ft
 import pytest
 
-from flashcheck.fuzz.recorder import FindingLog
-from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+from flashcheck.fuzzing.recorder import FindingLog
+from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
 from flashcheck.targets.registry import make_target, target_spec
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from flashcheck.batch import BatchSpec
 from flashcheck.errors import InvalidArgument
-from flashcheck.fuzz.options import Budget, parse_budget
-from flashcheck.fuzz.strategies import (
+from flashcheck.fuzzing.options import Budget, parse_budget
+from flashcheck.fuzzing.strategies import (
     LengthParams,
     batch_sizes,
     batch_specs,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.isolation import IsolatedDriver
 from flashcheck.known import split_known
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.session import open_session
 from tests.quality.seed_bugs_gpu import SEED_BUG_TARGETS
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.known import split_known
 from flashcheck.layout import build_paged_layout
 from flashcheck.properties.csr import check_layout

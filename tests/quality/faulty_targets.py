@@ -37,7 +37,7 @@ class StaleLastPageLen(ReferenceTarget):
 
 
 class PollutedIndptr(ReferenceTarget):
-    """Seed 003: the captured forward writes the persistent ``kv_indptr``; the host side only rewrites entries it
+    """The captured forward writes the persistent ``kv_indptr``; the host side only rewrites entries it
     believes changed (a mirror of what it last wrote), so the pollution survives until the next replay (FC301)."""
 
     name = "polluted-indptr"

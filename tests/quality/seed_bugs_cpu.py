@@ -36,7 +36,7 @@ class QueryFrozenAtCapture(ReferenceTarget):
 
 
 class IndptrPollutedInGraph(ReferenceTarget):
-    """Seed 003 analog: the 'graph' rewrites the shared kv_indptr; preparation refreshes only the real rows (FC301)."""
+    """CPU analog: the 'graph' rewrites the shared kv_indptr; preparation refreshes only the real rows (FC301)."""
 
     intended = "FC301"
 
@@ -51,7 +51,7 @@ class IndptrPollutedInGraph(ReferenceTarget):
 
 
 class UndersizedWorkspace(ReferenceTarget):
-    """Seeds 000/001/004 analog: the split-KV partial workspace is sized for the batch's requests, not its rows, so
+    """CPU analog: the split-KV partial workspace is sized for the batch's requests, not its rows, so
     multi-token requests write partials past its end (FC302, seen in the arena's guard zone)."""
 
     intended = "FC302"

@@ -1,6 +1,6 @@
-"""Faulty variants of the built-in FlashInfer targets that re-create five real engine bugs, seeds 000-004 (GPU only).
+"""Faulty variants of the built-in FlashInfer targets that re-create five real engine bugs (GPU only).
 
-Each class names its seed, the property that must flag it, and the offending line (marked ``# SEED BUG``). They live
+Each class names the bug, the property that must flag it, and the offending line (marked ``# SEED BUG``). They live
 in the test suite, apart from the real targets; `benchmarks/seed_bugs.py` and `tests/gpu/test_seed_bugs_gpu.py`
 drive them.
 """
@@ -15,7 +15,7 @@ from flashcheck.targets.flashinfer.prefill import PagedPrefillTarget
 
 
 class TolistInPrepareReplay(DecodeTarget):
-    """Seed 000 (rtp-llm #1099): replay preparation reads a CUDA tensor back to estimate the workspace.
+    """rtp-llm PR 1099: replay preparation reads a CUDA tensor back to estimate the workspace.
 
     Intended property: FC201 host-sync-in-replay, stack pointing at the ``.tolist()`` line.
     """
@@ -29,7 +29,7 @@ class TolistInPrepareReplay(DecodeTarget):
 
 
 class DeviceIndptrToPlan(DecodeTarget):
-    """Seed 002 (vLLM #20466 review): device indptr/last_page_len passed to plan() on every step.
+    """A vLLM #20466 review: device indptr/last_page_len passed to plan() on every step.
 
     FlashInfer copies them to the host inside plan() (a blocking D2H). Intended property: FC201.
     """
@@ -43,7 +43,7 @@ class DeviceIndptrToPlan(DecodeTarget):
 
 
 class IndptrPollutedInGraph(DecodeTarget):
-    """Seed 003 (SGLang fork): a persistent kv_indptr buffer shared with the graph-mode wrapper is overwritten by
+    """An SGLang fork: a persistent kv_indptr buffer shared with the graph-mode wrapper is overwritten by
     the captured forward; replay preparation rewrites only the real rows ("padding was filled at capture").
 
     Intended property: FC301 csr-well-formed at replay (the padded tail goes backwards).
@@ -84,7 +84,7 @@ class IndptrPollutedInGraph(DecodeTarget):
 
 
 class UndersizedPrefillWorkspace(PagedPrefillTarget):
-    """Seeds 000/004: the float workspace is sized by a hand formula (one CTA tile of rows per request) that is too
+    """The float workspace is sized by a hand formula (one CTA tile of rows per request) that is too
     small for graph-mode split-KV, whose ``tmp_v`` FlashInfer sizes for the padded batch.
 
     Intended property: FC302 workspace-within-bounds (FlashInfer's planner reports the overflow).
@@ -103,7 +103,7 @@ class UndersizedPrefillWorkspace(PagedPrefillTarget):
 
 
 class ReallocOnReplay(PagedPrefillTarget):
-    """Seed 000 (forbid_realloc): when the estimate grows, the workspace is re-allocated on the replay path.
+    """rtp-llm PR 1099 (forbid_realloc): when the estimate grows, the workspace is re-allocated on the replay path.
 
     Intended property: FC202 allocation-in-replay (and the captured graph still points at the old buffer).
     """
@@ -124,7 +124,7 @@ class ReallocOnReplay(PagedPrefillTarget):
 
 
 class SplitKVOversubscribed(DecodeTarget):
-    """Seed 001 (FlashInfer #3379): the split-KV partial buffer is sized for one CTA per SM, but mixed sequence
+    """FlashInfer #3379: the split-KV partial buffer is sized for one CTA per SM, but mixed sequence
     lengths launch more CTAs; a small kernel (torch ops on a strided view, as a CUDA kernel addresses memory)
     writes every CTA's partial result into the workspace, past its end.
 

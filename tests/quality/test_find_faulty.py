@@ -9,8 +9,8 @@ from pathlib import Path
 import faulty_targets as ft
 import pytest
 
-from flashcheck.fuzz.recorder import FindingLog
-from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+from flashcheck.fuzzing.recorder import FindingLog
+from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
 from flashcheck.targets.reference import ReferenceTarget
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from flashcheck.check import Check
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity, atomic_write_text, save_findings
-from flashcheck.registry import CheckInfo
 from flashcheck.rundir import Sample
 
 STARTED = 1767225600.0  # 2026-01-01 00:00:00 UTC
@@ -52,7 +52,7 @@ _PAGES = {
 }
 
 
-def fake_get_check(id_or_name: str) -> CheckInfo:
+def fake_get_check(id_or_name: str) -> Check:
     key = id_or_name.upper()
     if key not in _PAGES:
         raise InvalidArgument(f"unknown check {id_or_name!r}")
@@ -61,12 +61,12 @@ def fake_get_check(id_or_name: str) -> CheckInfo:
         f"{summary}\n\nWhat it checks\n    {summary}\n\nWhy it breaks serving\n    Silent corruption.\n\n"
         "Example\n    ...\n\nUse instead\n    ...\n\nKnown false positives\n    None known."
     )
-    return CheckInfo(key, name, kind, summary, doc, Severity.ERROR, Confidence.HIGH)  # type: ignore[arg-type]
+    return Check(key, name, kind, doc)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
 def fixed_check_pages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("flashcheck.registry.get_check", fake_get_check)
+    monkeypatch.setattr("flashcheck.catalogue.get_check", fake_get_check)
 
 
 def _stack(*frames: tuple[str, int, str, str]) -> tuple[Frame, ...]:

@@ -1,4 +1,5 @@
-"""Golden outputs: every renderer over the synthetic run, with and without a baseline.
+"""Golden outputs: every renderer over the synthetic run, then over the same run against a baseline, one golden
+file per format.
 
 Regenerate after an intended change with ``FLASHCHECK_UPDATE_GOLDEN=1 pytest tests/reports`` and review the diff
 of ``tests/reports/golden/`` like code.
@@ -34,13 +35,16 @@ def check_golden(name: str, text: str) -> None:
         pytest.fail(f"{name} differs from its golden file (FLASHCHECK_UPDATE_GOLDEN=1 regenerates it):\n{diff[:6000]}")
 
 
-@pytest.mark.parametrize("compare", [False, True], ids=["plain", "compare"])
+# between a format's rendering of the run and its rendering against the baseline, in the format's golden file
+COMPARE_MARK = "\n======== the same run with --compare against the baseline ========\n\n"
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_golden(fmt: str, compare: bool, run_dir: Path, baseline_dir: Path) -> None:
-    baseline = load_run(baseline_dir) if compare else None
-    text = render(load_run(run_dir), fmt, run_dir=run_dir, baseline=baseline)
-    suffix = SUFFIXES[check_format(fmt)]
-    check_golden(f"{fmt}{'-compare' if compare else ''}{suffix}", text)
+def test_golden(fmt: str, run_dir: Path, baseline_dir: Path) -> None:
+    result = load_run(run_dir)
+    plain = render(result, fmt, run_dir=run_dir)
+    compare = render(result, fmt, run_dir=run_dir, baseline=load_run(baseline_dir))
+    check_golden(f"{fmt}{SUFFIXES[check_format(fmt)]}", plain + COMPARE_MARK + compare)
 
 
 def test_golden_clean_run_terminal(clean_run_dir: Path) -> None:

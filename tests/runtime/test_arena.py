@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from flashcheck.errors import InvalidArgument
-from flashcheck.runtime.arena import GUARD_PATTERNS, SENTINELS, WS_ID, Arena, _last_diff
+from flashcheck.runtime.arena import GUARD_PATTERNS, SENTINELS, Arena, _last_diff
+from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 
 
 def write(ws: torch.Tensor, start: int, end: int, value: int = 7) -> None:
@@ -37,7 +38,7 @@ def test_write_past_the_end_fires_with_offsets() -> None:
     write(backing, 4_000, 5_100)
     findings, usage = a.scan(step=3)
     (f,) = findings
-    assert f.id == WS_ID and f.name == "workspace-within-bounds" and f.location.step == 3
+    assert f.id == WORKSPACE_WITHIN_BOUNDS.id and f.name == "workspace-within-bounds" and f.location.step == 3
     assert f.evidence["workspace"] == "int" and f.evidence["bytes_written"] == 100
     assert (f.evidence["first_offset"], f.evidence["end_offset"]) == (5_000, 5_100)
     assert "100 byte(s) written in the guard zone after it" in f.message

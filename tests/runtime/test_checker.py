@@ -115,7 +115,7 @@ def test_import_is_torch_free() -> None:
         "import sys, flashcheck, flashcheck.runtime\n"
         "from flashcheck.runtime import Checker, Monitor\n"
         "import flashcheck.runtime.checker, flashcheck.runtime.hooks, flashcheck.runtime.arena\n"
-        "from flashcheck.registry import all_checks; all_checks()\n"
+        "from flashcheck.catalogue import all_checks; all_checks()\n"
         "c = Checker(layers='all')\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )

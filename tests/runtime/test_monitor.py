@@ -8,7 +8,12 @@ import pytest
 
 from flashcheck.findings import Frame
 from flashcheck.runtime import monitor as monitor_mod
-from flashcheck.runtime.monitor import ALLOC_ID, PINNED_ID, SYNC_ID, Event, Monitor
+from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
+from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
+from flashcheck.runtime.checks.pinned_copy import PINNED_COPY_CAPTURED
+from flashcheck.runtime.monitor import Event, Monitor
+
+SYNC_ID, ALLOC_ID, PINNED_ID = HOST_SYNC_IN_REPLAY.id, ALLOCATION_IN_REPLAY.id, PINNED_COPY_CAPTURED.id
 
 USER = Frame("/srv/engine/runner.py", 42, "prepare", "seq = lens.tolist()")
 OTHER_USER = Frame("/srv/engine/runner.py", 57, "prepare", "n = int(x)")
@@ -196,7 +201,7 @@ def test_findings_round_trip_to_json() -> None:
 
 def test_pinned_copy_in_capture_region_but_not_in_stream_capture_is_quiet() -> None:
     """A target's plan and warm-up run eagerly inside its capture region: only copies issued while the stream is
-    capturing become graph nodes (seen on the H100: the plan's pinned H2D copies were flagged before this)."""
+    capturing become graph nodes (on an H100, FlashInfer's plan makes pinned H2D copies there)."""
     mon = Monitor()
     run(mon, "capture", Event("h2d_copy", "dispatch", STACK, memory="pinned", capturing=False))
     run(mon, "capture", Event("h2d_copy", "cupti", (), memory="pinned", capturing=False))

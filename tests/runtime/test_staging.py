@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from flashcheck.catalogue import get_check
 from flashcheck.driver import Driver
 from flashcheck.findings import Frame
 from flashcheck.layout import PagedLayout
-from flashcheck.registry import get_check
 from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks.staging import StagingHook, tensor_span
 from flashcheck.runtime.simdevice import as_device, as_pinned

@@ -66,7 +66,7 @@ def test_json_round_trip(reqs: list[tuple[int, int]], page: int, causal: bool, w
         num_qo_heads=8,
         num_kv_heads=2,
     )
-    again = BatchSpec.from_json(json.dumps(json.loads(spec.to_json())))
+    again = BatchSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert again == spec
     assert again.pages_per_request() == tuple(-(-k // page) for k in spec.kv_lens)
 
@@ -76,5 +76,3 @@ def test_from_dict_rejects_unknown_and_missing_fields() -> None:
         BatchSpec.from_dict({"qo_lens": [1], "kv_lens": [2], "page": 3})
     with pytest.raises(InvalidArgument, match=r"missing required field\(s\) \['kv_lens'\]"):
         BatchSpec.from_dict({"qo_lens": [1]})
-    with pytest.raises(InvalidArgument, match="does not parse"):
-        BatchSpec.from_json("{")

@@ -11,7 +11,9 @@ from flashcheck.batch import BatchSpec
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Location
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
-from flashcheck.properties.csr import CSR_ID, CsrInput, check_csr, check_layout
+from flashcheck.properties.csr import CSR_WELL_FORMED, CsrInput, check_csr, check_layout
+
+CSR_ID = CSR_WELL_FORMED.id
 
 SPEC = BatchSpec((1, 1, 4, 1), (5, 40, 17, 16), page_size=16)
 

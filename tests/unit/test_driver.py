@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flashcheck.errors import ContextPoisoned, EnvironmentUnavailable, InvalidArgument
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.scenario import Scenario, Step
 from flashcheck.session import open_session
 from flashcheck.targets.classify import classify_exception

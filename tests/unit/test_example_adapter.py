@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.session import open_session
 from flashcheck.targets.protocol import check_target
 

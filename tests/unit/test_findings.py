@@ -80,7 +80,7 @@ def test_violation_found_carries_findings() -> None:
 def test_import_does_not_import_torch() -> None:
     code = (
         "import sys, flashcheck; flashcheck.BatchSpec; flashcheck.Finding; import flashcheck.cli; "
-        "import flashcheck.registry as r; r.all_checks(); print('torch' in sys.modules)"
+        "import flashcheck.catalogue as r; r.all_checks(); print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -212,7 +212,7 @@ def test_a_cuda_run_without_a_gpu_is_exit_3(tmp_path: Path, capsys: pytest.Captu
 def test_an_interrupted_fuzz_run_is_incomplete_in_every_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flashcheck.fuzz import stateful
+    from flashcheck.fuzzing import stateful
 
     monkeypatch.setattr(stateful, "run_state_machine_as_test", _raise(KeyboardInterrupt()))
     out = tmp_path / "run"

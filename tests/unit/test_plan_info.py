@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from flashcheck.findings import Location
-from flashcheck.properties.plan_info import PLAN_INFO_ID, PLAN_INFO_NAME, check_plan_info
+from flashcheck.properties.plan_info import PLAN_INFO_STABLE, check_plan_info
+
+PLAN_INFO_ID, PLAN_INFO_NAME = PLAN_INFO_STABLE.id, PLAN_INFO_STABLE.name
 
 
 def test_the_same_plan_info_is_quiet_whatever_its_container() -> None:

@@ -1,12 +1,13 @@
-"""Check registry pages and the CLI's rules/demo subcommands."""
+"""Check pages in the catalogue and the CLI's rules/demo subcommands."""
 
 from __future__ import annotations
 
 import pytest
 
+from flashcheck.catalogue import all_checks, get_check
+from flashcheck.check import REQUIRED_SECTIONS, Check
 from flashcheck.cli import main
 from flashcheck.errors import InvalidDefinition
-from flashcheck.registry import REQUIRED_SECTIONS, all_checks, get_check, register_check
 
 
 def test_every_check_page_has_every_section() -> None:
@@ -29,9 +30,9 @@ def test_lookup_by_id_and_name() -> None:
         ("FC199", "Bad_Name", "static", "lower-case words"),
     ],
 )
-def test_register_rejects_malformed(id_: str, name: str, kind: str, match: str) -> None:
+def test_check_rejects_malformed(id_: str, name: str, kind: str, match: str) -> None:
     with pytest.raises(InvalidDefinition, match=match):
-        register_check(id_, name, kind)  # type: ignore[arg-type]
+        Check(id_, name, kind, "A page.")  # type: ignore[arg-type]
 
 
 def test_rules_cli(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from flashcheck.errors import ContextPoisoned, EnvironmentUnavailable, ViolationFound
 from flashcheck.findings import Location
-from flashcheck.fuzz.scenarios import random_steps
+from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.isolation import IsolatedDriver
 from flashcheck.properties.output_contract import check_output_contract
 from flashcheck.scenario import Step

@@ -6,17 +6,17 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flashcheck.check import Check
 from flashcheck.findings import Finding, Location
-from flashcheck.registry import register_check
 
-__all__ = ["CRASH_ID", "CRASH_NAME", "campaign_checks", "crash_cause", "crash_finding"]
+__all__ = ["WORKER_CRASHED", "campaign_checks", "crash_cause", "crash_finding"]
 
-CRASH_ID, CRASH_NAME = "FC251", "worker-crashed"
-
-
-@register_check(CRASH_ID, CRASH_NAME, "runtime")
-class _WorkerCrashedDoc:
-    """A campaign worker process died, or hung, while running a scenario step.
+WORKER_CRASHED = Check(
+    "FC251",
+    "worker-crashed",
+    "runtime",
+    doc="""\
+    A campaign worker process died, or hung, while running a scenario step.
 
     What it checks
         Every campaign worker writes the scenario it is about to run to ``RUN_DIR/workers/W/inflight.json`` before
@@ -47,7 +47,8 @@ class _WorkerCrashedDoc:
         The machine itself can kill a worker (OOM killer, a preempted node, an operator's ``kill``); the evidence
         carries the exit status and the tail of the worker's stderr to tell them apart. A step that is merely
         slow (a JIT compile on first use) is reported as a hang when ``--step-timeout`` is too short.
-    """
+    """,
+)
 
 
 def crash_cause(returncode: int | None, hung: bool) -> str:
@@ -76,11 +77,8 @@ def crash_finding(
 ) -> Finding:
     """The FC251 finding for a worker that died at `step_index` of its in-flight scenario."""
     how = f"made no progress for {timeout:g}s" if cause == "hang" and timeout else f"died ({cause})"
-    return Finding(
-        id=CRASH_ID,
-        name=CRASH_NAME,
-        kind="runtime",
-        message=f"the campaign worker {how} while running step {step_index} ({step_name}) of its scenario",
+    return WORKER_CRASHED.finding(
+        f"the campaign worker {how} while running step {step_index} ({step_name}) of its scenario",
         hint="replay the reproducer in a fresh process; quarantine it with a --ledger entry citing a reason "
         "if it is a known crasher",
         location=Location(target=target, step=step_index, step_name=step_name),
@@ -95,4 +93,4 @@ def campaign_checks(layers: str, select: Sequence[str] = (), *, cuda: bool = Fal
     from flashcheck.driver import checks_run  # imported here: the supervisor side imports no torch
 
     ids = checks_run(layers, watchdog=True, campaign=True, cuda=cuda)
-    return [c for c in ids if not select or c in select or c == CRASH_ID]
+    return [c for c in ids if not select or c in select or c == WORKER_CRASHED.id]

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from flashcheck.campaign.checks import CRASH_ID, crash_cause, crash_finding
+from flashcheck.campaign.checks import WORKER_CRASHED, crash_cause, crash_finding
 from flashcheck.campaign.corpus import Corpus
 from flashcheck.campaign.ledger import scenario_sha, step_shape
 from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_duration
@@ -323,7 +323,7 @@ class Supervisor:
         scen = h.scenario
         for d in ev.get("findings", []):
             f = Finding.from_dict(d)
-            if self.cfg.select and f.id not in self.cfg.select and f.id != CRASH_ID:
+            if self.cfg.select and f.id not in self.cfg.select and f.id != WORKER_CRASHED.id:
                 continue
             if scen is not None:
                 self._record(f, scen, int(ev.get("i", 0)))

@@ -74,7 +74,7 @@ class Worker:
         self.out.flush()
 
     def scenario_for(self, cmd: Mapping[str, Any]) -> tuple[Any, Scenario]:
-        from flashcheck.fuzz.scenarios import random_steps
+        from flashcheck.fuzzing.scenarios import random_steps
         from flashcheck.targets.registry import make_target
 
         if cmd["kind"] == "corpus":

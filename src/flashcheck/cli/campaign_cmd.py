@@ -120,7 +120,7 @@ def _construct(targets: tuple[str, ...], config: dict[str, Any]) -> list[str]:
 
 
 def _select(text: str | None) -> tuple[str, ...]:
-    from flashcheck.registry import get_check
+    from flashcheck.catalogue import get_check
 
     if not text:
         return ()

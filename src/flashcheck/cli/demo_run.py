@@ -2,8 +2,8 @@
 
 Runs anywhere (no GPU). Each step draws a batch from a named distribution, builds its paged layout under a
 random allocator and padding policy, checks FC301, and compares the paged reference output with the ragged one.
-With ``--plant`` (default) one step re-creates seed 003 (a persistent kv_indptr polluted between replays) so the
-output shows what a finding looks like.
+With ``--plant`` (default) one step re-creates a real engine bug (a persistent kv_indptr polluted between replays,
+from an SGLang fork) so the output shows what a finding looks like.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy.typing as npt
 from flashcheck.batch import BatchSpec
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
-from flashcheck.fuzz.distributions import DISTRIBUTIONS, sample_lengths
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS, sample_lengths
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout, build_ragged_layout
 from flashcheck.properties.csr import CsrInput, check_csr, check_layout
 from flashcheck.reference import gather_paged_kv, paged_attention, ragged_attention
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _planted(layout: PagedLayout, where: Location) -> list[Finding]:
-    """Seed 003: the graph rewrote the shared kv_indptr buffer; the next replay plans on it."""
+    """The graph rewrote the shared kv_indptr buffer (an SGLang fork); the next replay plans on it."""
     polluted = layout.kv_indptr.copy()
     polluted[1] = polluted[-1] + 3
     return check_csr(

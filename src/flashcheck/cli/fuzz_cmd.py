@@ -20,7 +20,7 @@ from flashcheck.cli._common import Progress, add_async_pressure, add_config, add
 from flashcheck.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from flashcheck.fuzz.recorder import FindingLog
+    from flashcheck.fuzzing.recorder import FindingLog
     from flashcheck.rundir import RunWriter
 
 
@@ -62,7 +62,7 @@ def _budget(args: argparse.Namespace) -> str | None:
 
         return f"{parse_duration(args.time):g}s"
     if args.budget is not None:
-        from flashcheck.fuzz.options import parse_budget
+        from flashcheck.fuzzing.options import parse_budget
 
         parse_budget(args.budget)  # a clear error now, not after the target is set up
     return str(args.budget) if args.budget is not None else None
@@ -81,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     from flashcheck.cli._common import require_runtime
 
     require_runtime("fuzz")
-    from flashcheck.fuzz.options import active_options, set_active_options
-    from flashcheck.fuzz.recorder import FindingLog
+    from flashcheck.fuzzing.options import active_options, set_active_options
+    from flashcheck.fuzzing.recorder import FindingLog
     from flashcheck.pressure import parse_pressure_us
     from flashcheck.rundir import RunWriter
     from flashcheck.targets.registry import make_target
@@ -144,8 +144,8 @@ def _fuzz(
     writer: RunWriter,
     log: FindingLog,
 ) -> int:
-    from flashcheck.fuzz.recorder import describe
-    from flashcheck.fuzz.stateful import FuzzFailure, fuzz_target
+    from flashcheck.fuzzing.recorder import describe
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
     from flashcheck.scenario import Step, StepResult
 
     progress = Progress("flashcheck fuzz", sys.stderr)

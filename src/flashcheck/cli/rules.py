@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flashcheck.registry import all_checks, get_check
+from flashcheck.catalogue import all_checks, get_check
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

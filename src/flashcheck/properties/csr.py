@@ -10,20 +10,23 @@ import numpy as np
 import numpy.typing as npt
 
 from flashcheck._arrays import as_host_arrays
+from flashcheck.check import Check
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout
-from flashcheck.registry import register_check
+from flashcheck.properties.phases import AfterPlan, BeforeReplay, Phase, Property
 
-__all__ = ["CSR_ID", "CSR_NAME", "CsrInput", "check_csr", "check_layout"]
+__all__ = ["CSR_WELL_FORMED", "CsrInput", "check_csr", "check_layout"]
 
-CSR_ID, CSR_NAME = "FC301", "csr-well-formed"
 I64 = npt.NDArray[np.int64]
 
 
-@register_check(CSR_ID, CSR_NAME, "property")
-class _CsrDoc:
-    """Paged CSR metadata (qo/kv indptr, kv indices, last_page_len) is well formed before a kernel reads it.
+CSR_WELL_FORMED = Check(
+    "FC301",
+    "csr-well-formed",
+    "property",
+    doc="""\
+    Paged CSR metadata (qo/kv indptr, kv indices, last_page_len) is well formed before a kernel reads it.
 
     What it checks
         On plan inputs, and on the persistent buffers a CUDA graph reads just before each replay:
@@ -38,7 +41,7 @@ class _CsrDoc:
         FlashInfer's decode planner does not validate indptr at all: a non-monotone ``kv_indptr`` is accepted
         silently, uint32 arithmetic wraps, and whole requests are never computed (their output rows are whatever
         ``torch.empty`` held). fa3 prefill clamps negative lengths to zero. Out-of-range page ids read another
-        request's KV. A polluted persistent buffer (SGLang fork, seed 003) surfaces only after minutes of serving.
+        request's KV. A polluted persistent buffer (an SGLang fork) surfaces only after minutes of serving.
 
     Example
         A persistent ``kv_indptr`` buffer shared with a graph-mode wrapper is rewritten inside the graph::
@@ -58,7 +61,8 @@ class _CsrDoc:
     Known false positives
         A kv indptr that starts at a non-zero offset is legal and is not reported. Targets that deliberately pad
         with a policy other than the declared one are reported under ``padding-policy``; declare the right policy.
-    """
+    """,
+)
 
 
 @dataclass(frozen=True)
@@ -122,17 +126,7 @@ def check_csr(inp: CsrInput, *, location: Location | None = None, prefix: str = 
 
     def add(check: str, message: str, hint: str, **evidence: Any) -> None:
         evidence["check"] = check
-        out.append(
-            Finding(
-                id=CSR_ID,
-                name=CSR_NAME,
-                kind="property",
-                message=prefix + message,
-                hint=hint,
-                location=loc,
-                evidence=evidence,
-            )
-        )
+        out.append(CSR_WELL_FORMED.finding(prefix + message, hint=hint, location=loc, evidence=evidence))
 
     n_rows = len(kv_indptr) - 1
     if n_rows < 0:
@@ -286,3 +280,18 @@ def _check_padding(
                 policy=pol.value,
             )
             return
+
+
+def _on_plan(obs: AfterPlan) -> list[Finding]:
+    return check_layout(obs.layout, location=obs.location)
+
+
+def _before_replay(obs: BeforeReplay) -> list[Finding]:
+    if obs.metadata is None:
+        return []
+    return check_csr(obs.metadata, location=obs.location, prefix=f"graph bs={obs.bucket}: ")
+
+
+ON_PLAN_INPUTS = Property(CSR_WELL_FORMED, Phase.AFTER_PLAN, _on_plan)
+# replaying malformed CSR can fault the kernel and poison the CUDA context for every later step
+ON_GRAPH_BUFFERS = Property(CSR_WELL_FORMED, Phase.BEFORE_REPLAY, _before_replay, blocks=True)

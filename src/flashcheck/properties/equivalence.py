@@ -7,17 +7,18 @@ from typing import Any
 
 import numpy as np
 
+from flashcheck.check import Check
 from flashcheck.findings import Finding, Location
-from flashcheck.registry import register_check
+from flashcheck.properties.phases import Compare, Phase, Property
 
-__all__ = ["EQUIV_ID", "EQUIV_NAME", "Tolerance", "any_violation", "compare_outputs", "tolerance_for"]
+__all__ = ["REPLAY_MATCHES_EAGER", "Tolerance", "any_violation", "compare_outputs", "tolerance_for"]
 
-EQUIV_ID, EQUIV_NAME = "FC303", "replay-matches-eager"
-
-
-@register_check(EQUIV_ID, EQUIV_NAME, "property")
-class _EquivalenceDoc:
-    """The real rows of every output equal the fp32 reference, and a graph replay equals a fresh eager run.
+REPLAY_MATCHES_EAGER = Check(
+    "FC303",
+    "replay-matches-eager",
+    "property",
+    doc="""\
+    The real rows of every output equal the fp32 reference, and a graph replay equals a fresh eager run.
 
     What it checks
         After each step the driver compares the real output rows (padded rows are garbage by design and are
@@ -51,7 +52,10 @@ class _EquivalenceDoc:
         Kernels with a different accumulation order (split-KV on vs off) differ by a few ulps; the tolerances
         cover that. A target with intentionally approximate attention (fp8 KV, quantized) needs looser tolerances
         (``Tolerance``).
-    """
+    """,
+    hint="check that every buffer the graph reads is rewritten before replay, that the kernel accepted valid "
+    "CSR (FC301), and that no value was frozen at capture",
+)
 
 
 @dataclass(frozen=True)
@@ -147,13 +151,36 @@ def compare_outputs(
 
 
 def _finding(message: str, location: Location | None, evidence: dict[str, Any]) -> Finding:
-    return Finding(
-        id=EQUIV_ID,
-        name=EQUIV_NAME,
-        kind="property",
-        message=message,
-        location=location or Location(),
-        evidence=evidence,
-        hint="check that every buffer the graph reads is rewritten before replay, that the kernel accepted valid "
-        "CSR (FC301), and that no value was frozen at capture",
-    )
+    return REPLAY_MATCHES_EAGER.finding(message, location=location, evidence=evidence)
+
+
+def _violates(got: Any, want: Any, tol: Tolerance, rows: int) -> bool:
+    """The screen on the device: does a real row of `got` fail the tolerance test against `want`? One one-byte
+    transfer; host arrays, or tensors of different shapes or devices, answer True (compare fully)."""
+    if not (hasattr(got, "detach") and hasattr(want, "detach")):
+        return True
+    if tuple(got.shape) != tuple(want.shape) or got.device != want.device:
+        return True
+    return bool(any_violation(got, want, tol=tol, rows=rows).item())
+
+
+def _host(x: Any) -> Any:
+    if hasattr(x, "detach"):
+        return x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float32)
+
+
+def _compare(obs: Compare) -> list[Finding]:
+    """Screen on the device; copy the real rows to the host only to explain a failure (outputs of graphs and of
+    the reference stay on the device)."""
+    layout = obs.layout
+    tol = tolerance_for(layout.spec.q_dtype, layout.spec.kv_dtype)
+    rows = layout.real_qo_rows()
+    if not _violates(obs.got, obs.want, tol, rows):
+        return []
+    row_to_req = np.repeat(np.arange(layout.batch_size), np.diff(layout.qo_indptr[: layout.batch_size + 1]))
+    got, want = _host(obs.got)[:rows], _host(obs.want)[:rows]
+    return compare_outputs(got, want, tol=tol, what=obs.what, row_to_request=row_to_req, location=obs.location)
+
+
+ON_COMPARE = Property(REPLAY_MATCHES_EAGER, Phase.COMPARE, _compare)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from flashcheck.check import Check
 from flashcheck.findings import Finding, Location
-from flashcheck.registry import register_check
+from flashcheck.properties.phases import OnOutput, Phase, Property
 
-__all__ = ["OUTPUT_CONTRACT_ID", "OUTPUT_CONTRACT_NAME", "check_output_contract"]
+__all__ = ["OUTPUT_CONTRACT", "check_output_contract"]
 
-OUTPUT_CONTRACT_ID, OUTPUT_CONTRACT_NAME = "FC305", "output-contract"
-
-
-@register_check(OUTPUT_CONTRACT_ID, OUTPUT_CONTRACT_NAME, "property")
-class _OutputContractDoc:
-    """The attention output handed back to the model is exactly ``[real rows, heads, head_dim_vo]`` on the device.
+OUTPUT_CONTRACT = Check(
+    "FC305",
+    "output-contract",
+    "property",
+    doc="""\
+    The attention output handed back to the model is exactly ``[real rows, heads, head_dim_vo]`` on the device.
 
     What it checks
         After every eager ``run`` and every graph ``replay``, the returned object is a tensor of shape
@@ -40,7 +42,8 @@ class _OutputContractDoc:
     Known false positives
         A target whose kernel returns the log-sum-exp with the output must return the output alone; a target that
         deliberately returns another layout (HND) must transpose it first.
-    """
+    """,
+)
 
 
 def check_output_contract(
@@ -76,13 +79,10 @@ def check_output_contract(
     if not problems:
         return []
     return [
-        Finding(
-            id=OUTPUT_CONTRACT_ID,
-            name=OUTPUT_CONTRACT_NAME,
-            kind="property",
-            message=f"{what} output " + "; ".join(problems),
+        OUTPUT_CONTRACT.finding(
+            f"{what} output " + "; ".join(problems),
             hint="return exactly the real rows [total_qo, num_qo_heads, head_dim_vo] in the query dtype on the device",
-            location=location or Location(),
+            location=location,
             evidence={
                 "check": "output",
                 "what": what,
@@ -93,3 +93,24 @@ def check_output_contract(
             },
         )
     ]
+
+
+def _on_output(obs: OnOutput) -> list[Finding]:
+    out, spec = obs.out, obs.layout.spec
+    shape = tuple(out.shape) if hasattr(out, "shape") and hasattr(out, "dtype") else None
+    return check_output_contract(
+        shape,
+        str(out.dtype) if shape is not None else None,
+        str(getattr(out, "device", obs.device)) if shape is not None else None,
+        rows=obs.layout.real_qo_rows(),
+        heads=spec.num_qo_heads,
+        head_dim=spec.head_dim_vo,
+        want_dtype=spec.q_dtype,
+        want_device=obs.device,
+        what=obs.what,
+        location=dataclasses.replace(obs.location, region="run" if obs.what == "eager" else "replay"),
+    )
+
+
+# an output that breaks the contract is not compared (FC303): it is not this batch's attention output
+ON_OUTPUT = Property(OUTPUT_CONTRACT, Phase.ON_OUTPUT, _on_output, blocks=True)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from flashcheck.check import Check
 from flashcheck.findings import Finding, Location
-from flashcheck.registry import register_check
+from flashcheck.properties.phases import BeforeReplay, Phase, Property
 
-__all__ = ["PLAN_INFO_ID", "PLAN_INFO_NAME", "check_plan_info"]
+__all__ = ["PLAN_INFO_STABLE", "check_plan_info"]
 
-PLAN_INFO_ID, PLAN_INFO_NAME = "FC304", "plan-info-stable"
-
-
-@register_check(PLAN_INFO_ID, PLAN_INFO_NAME, "property")
-class _PlanInfoDoc:
-    """A re-plan before replay yields exactly the plan_info the graph was captured with.
+PLAN_INFO_STABLE = Check(
+    "FC304",
+    "plan-info-stable",
+    "property",
+    doc="""\
+    A re-plan before replay yields exactly the plan_info the graph was captured with.
 
     What it checks
         After each re-plan of a graph-mode wrapper (full ``plan()`` or ``fast_decode_plan``), the wrapper's
@@ -37,7 +38,8 @@ class _PlanInfoDoc:
 
     Known false positives
         Wrappers that expose no plan_info (trtllm-gen, cudnn) are not checked.
-    """
+    """,
+)
 
 
 def check_plan_info(
@@ -51,13 +53,19 @@ def check_plan_info(
     a = cap[i] if i < len(cap) else None
     b = cur[i] if i < len(cur) else None
     return [
-        Finding(
-            id=PLAN_INFO_ID,
-            name=PLAN_INFO_NAME,
-            kind="property",
-            message=f"graph bs={bucket}: plan_info[{i}] is {b} after re-plan, {a} at capture",
+        PLAN_INFO_STABLE.finding(
+            f"graph bs={bucket}: plan_info[{i}] is {b} after re-plan, {a} at capture",
             hint="the captured graph keeps the old grid and offsets; re-capture or keep the schedule fixed",
-            location=location or Location(),
+            location=location,
             evidence={"check": "plan-info", "bucket": bucket, "index": i, "captured": cap, "current": cur},
         )
     ]
+
+
+def _before_replay(obs: BeforeReplay) -> list[Finding]:
+    if obs.captured_plan_info is None or obs.plan_info is None:
+        return []
+    return check_plan_info(obs.captured_plan_info, obs.plan_info, bucket=obs.bucket, location=obs.location)
+
+
+BEFORE_REPLAY = Property(PLAN_INFO_STABLE, Phase.BEFORE_REPLAY, _before_replay)

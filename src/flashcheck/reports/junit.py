@@ -116,7 +116,7 @@ def render(view: ReportView) -> str:
     for cid, target in keys:
         name = names.get(cid)
         if name is None:
-            # a listed check that found nothing: its name comes from the registry (or stays the bare ID)
+            # a listed check that found nothing: its name comes from the catalogue (or stays the bare ID)
             name = _registered_name(cid)
         key = (cid, target)
         _case(suite, f"flashcheck.{target}", f"{cid} {name}".strip(), cases[key], fixed.get(key, []))

@@ -49,7 +49,7 @@ class FindingStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class RuleInfo:
-    """What a report says about a check: its registry page when registered, else what the finding itself says."""
+    """What a report says about a check: its catalogue page when catalogued, else what the finding itself says."""
 
     id: str
     name: str
@@ -61,8 +61,8 @@ class RuleInfo:
 
 
 def lookup_rule(finding: Finding) -> RuleInfo:
-    """The registry's page for `finding.id`; a check this flashcheck does not know still gets a usable rule."""
-    from flashcheck.registry import get_check
+    """The catalogue page of `finding.id`; a check this flashcheck does not know still gets a usable rule."""
+    from flashcheck.catalogue import get_check
 
     try:
         info = get_check(finding.id)

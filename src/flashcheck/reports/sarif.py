@@ -1,6 +1,6 @@
 """SARIF 2.1.0 report, for code scanning (GitHub ``upload-sarif``, GitLab, VS Code's SARIF viewer).
 
-One run; its rules come from the check registry (``help`` = the check's page, as `flashcheck rules ID` prints
+One run; its rules come from the check catalogue (``help`` = the check's page, as `flashcheck rules ID` prints
 it). A result's physical location is the finding's file:line, else the innermost frame of its stack (code scanning
 drops results without one); scenario steps, regions and targets become logical locations. ``partialFingerprints``
 carry `Finding.signature()` and, with a baseline, ``baselineState`` says new / unchanged / absent (fixed).

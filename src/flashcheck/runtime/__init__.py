@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flashcheck._lazy import lazy_attributes
 
 __all__ = ["Arena", "Checker", "Event", "Monitor"]
 
@@ -23,10 +24,4 @@ if TYPE_CHECKING:
     from flashcheck.runtime.monitor import Event, Monitor
 
 
-def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'flashcheck.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -21,13 +21,13 @@ from flashcheck._cuda_graphs import GraphCache
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, Location
 from flashcheck.runtime.api import WorkspaceKind
+from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GUARD_BYTES", "GUARD_PATTERNS", "SENTINELS", "WS_ID", "Arena", "WorkspaceUsage"]
+__all__ = ["GUARD_BYTES", "GUARD_PATTERNS", "SENTINELS", "Arena", "WorkspaceUsage"]
 
-WS_ID, WS_NAME = "FC302", "workspace-within-bounds"
 SENTINELS = (0xA5, 0x5A)
 GUARD_PATTERNS = (0xC3, 0x3C)
 GUARD_BYTES = 4096  # a multiple of 256 keeps the usable region as aligned as the allocation itself
@@ -252,11 +252,8 @@ class Arena:
             what = f"{n:,} byte(s) written in the guard zone before it, at offsets [{first:,}, {last:,})"
             hint = "something writes below the workspace's start: a negative offset or a neighbour's overflow"
         at_least = " (the whole guard zone was written: the overflow may reach further)" if n == ws.guard else ""
-        return Finding(
-            id=WS_ID,
-            name=WS_NAME,
-            kind="property",
-            message=f"workspace `{ws.name}` ({ws.kind}, {ws.nbytes:,} bytes) overflowed: {what}{at_least}",
+        return WORKSPACE_WITHIN_BOUNDS.finding(
+            f"workspace `{ws.name}` ({ws.kind}, {ws.nbytes:,} bytes) overflowed: {what}{at_least}",
             hint=hint,
             location=Location(step=step),
             evidence={

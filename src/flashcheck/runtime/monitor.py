@@ -14,15 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from flashcheck.findings import Finding, Frame, Location, Severity
+from flashcheck.check import Check
+from flashcheck.findings import Finding, Frame, Location
 from flashcheck.runtime.api import Region
+from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
+from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
+from flashcheck.runtime.checks.pinned_copy import PINNED_COPY_CAPTURED
 from flashcheck.runtime.stacks import user_frame, with_source
 
 __all__ = [
-    "ALLOC_ID",
     "HOT_REGIONS",
-    "PINNED_ID",
-    "SYNC_ID",
     "Event",
     "EventKind",
     "Layer",
@@ -30,10 +31,6 @@ __all__ = [
     "Monitor",
     "RegionRecord",
 ]
-
-SYNC_ID, SYNC_NAME = "FC201", "host-sync-in-replay"
-ALLOC_ID, ALLOC_NAME = "FC202", "allocation-in-replay"
-PINNED_ID, PINNED_NAME = "FC203", "pinned-copy-captured"
 
 EventKind = Literal["sync", "d2h_copy", "h2d_copy", "alloc", "free", "pool_growth"]
 Layer = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "staging", "synthetic"]
@@ -105,35 +102,17 @@ class RegionRecord:
 
 @dataclass
 class _Group:
-    check: str
-    name: str
+    check: Check
     region: RegionRecord
     hot: str
     key_frame: Frame | None
     stack: tuple[Frame, ...]
     what: str
-    hint: str
     layers: set[str] = field(default_factory=set)
     details: list[str] = field(default_factory=list)
     count: int = 0
     nbytes: int = 0
     per_layer: dict[str, int] = field(default_factory=dict)
-
-
-_HINTS = {
-    SYNC_ID: (
-        "keep host mirrors of every value the replay path needs (sequence lengths, indptr) and compute them on the "
-        "host; pass host (pinned) indptr to plan(); copy host->device with non_blocking=True from pinned buffers"
-    ),
-    ALLOC_ID: (
-        "allocate every buffer the replay path writes once, before capture, and write into it in place "
-        "(out=..., copy_, slicing a persistent buffer)"
-    ),
-    PINNED_ID: (
-        "do not capture copies from or to pinned host memory: the graph reads or writes the host buffer at replay "
-        "time, not at capture time; copy into the graph's persistent device buffers before replay() instead"
-    ),
-}
 
 
 class Monitor:
@@ -154,9 +133,9 @@ class Monitor:
         self._regions: dict[int, RegionRecord] = {}
         self._next_id = 1
         self._reading: dict[int, int] = {}  # thread -> checker_read depth
-        self._groups: dict[tuple[str, int, tuple[str, int] | None], _Group] = {}
-        self._order: list[tuple[str, int, tuple[str, int] | None]] = []
-        self._stackless: list[tuple[str, str, RegionRecord, str, Event]] = []
+        self._groups: dict[tuple[Check, int, tuple[str, int] | None], _Group] = {}
+        self._order: list[tuple[Check, int, tuple[str, int] | None]] = []
+        self._stackless: list[tuple[Check, RegionRecord, str, Event]] = []
         self.ignored = 0  # events seen outside any region or inside checker_read (for diagnostics)
 
     # ----------------------------------------------------------------------------------------------- regions
@@ -198,6 +177,7 @@ class Monitor:
 
     @property
     def open_regions(self) -> tuple[RegionRecord, ...]:
+        """The regions open now, outermost first."""
         return tuple(self._open)
 
     def region(self, region_id: int) -> RegionRecord | None:
@@ -245,11 +225,11 @@ class Monitor:
             rule = self._classify(ev, rec)
             if rule is None:
                 return
-            check, name, hot, what = rule
+            check, hot, what = rule
             if not ev.stack:
-                self._stackless.append((check, name, rec, hot, ev))
+                self._stackless.append((check, rec, hot, ev))
                 return
-            self._add(check, name, rec, hot, what, ev)
+            self._add(check, rec, hot, what, ev)
 
     def _innermost(self, thread: int | None) -> RegionRecord | None:
         for rec in reversed(self._open):
@@ -257,7 +237,7 @@ class Monitor:
                 return rec
         return None
 
-    def _classify(self, ev: Event, rec: RegionRecord) -> tuple[str, str, str, str] | None:
+    def _classify(self, ev: Event, rec: RegionRecord) -> tuple[Check, str, str] | None:
         names = rec.names()
         hot = self.is_hot(names)
         copy = ev.kind in ("d2h_copy", "h2d_copy")
@@ -265,30 +245,30 @@ class Monitor:
         if copy and ev.memory == "pinned" and (captured or (ev.in_graph and hot is not None)):
             where = "capture" if "capture" in names else (hot or rec.name)
             direction = "device-to-host" if ev.kind == "d2h_copy" else "host-to-device"
-            return PINNED_ID, PINNED_NAME, where, f"{direction} copy of pinned host memory captured into a CUDA graph"
+            return PINNED_COPY_CAPTURED, where, f"{direction} copy of pinned host memory captured into a CUDA graph"
         if hot is None or ev.in_graph:
             return None
         if ev.kind == "sync":
-            return SYNC_ID, SYNC_NAME, hot, "host synchronization"
+            return HOST_SYNC_IN_REPLAY, hot, "host synchronization"
         if ev.kind == "d2h_copy":
-            return SYNC_ID, SYNC_NAME, hot, "device-to-host copy"
+            return HOST_SYNC_IN_REPLAY, hot, "device-to-host copy"
         if ev.kind == "h2d_copy" and ev.memory == "pageable":
-            return SYNC_ID, SYNC_NAME, hot, "host-to-device copy from pageable memory (a blocking staging copy)"
+            return HOST_SYNC_IN_REPLAY, hot, "host-to-device copy from pageable memory (a blocking staging copy)"
         graph_hot = self.is_hot(names, graph_path=True)
         if graph_hot is None:
             return None
         if ev.kind == "alloc":
-            return ALLOC_ID, ALLOC_NAME, graph_hot, "device memory allocation"
+            return ALLOCATION_IN_REPLAY, graph_hot, "device memory allocation"
         if ev.kind == "pool_growth":
-            return ALLOC_ID, ALLOC_NAME, graph_hot, "caching-allocator pool growth (new device memory reserved)"
+            return ALLOCATION_IN_REPLAY, graph_hot, "caching-allocator pool growth (new device memory reserved)"
         return None
 
-    def _add(self, check: str, name: str, rec: RegionRecord, hot: str, what: str, ev: Event) -> None:
+    def _add(self, check: Check, rec: RegionRecord, hot: str, what: str, ev: Event) -> None:
         top = user_frame(ev.stack) if ev.stack else None
         key = (check, rec.id, (top.file, top.line) if top is not None else None)
         g = self._groups.get(key)
         if g is None:
-            g = _Group(check, name, rec, hot, top, ev.stack or rec.stack, what, _HINTS[check])
+            g = _Group(check, rec, hot, top, ev.stack or rec.stack, what)
             self._groups[key] = g
             self._order.append(key)
         self._fold(g, ev)
@@ -307,7 +287,7 @@ class Monitor:
     def drain(self) -> list[Finding]:
         """Findings since the last drain, one per (check, region, user line); closed regions are forgotten."""
         with self._lock:
-            for check, name, rec, hot, ev in self._stackless:
+            for check, rec, hot, ev in self._stackless:
                 # An event without a stack merges into a finding of the same check and region seen with one.
                 match = next((k for k in self._order if k[0] == check and k[1] == rec.id), None)
                 if match is not None:
@@ -315,7 +295,7 @@ class Monitor:
                 else:
                     rule = self._classify(ev, rec)
                     assert rule is not None
-                    self._add(check, name, rec, hot, rule[3], ev)
+                    self._add(check, rec, hot, rule[2], ev)
             self._stackless.clear()
             out = [self._finding(self._groups[k]) for k in self._order]
             self._groups.clear()
@@ -347,7 +327,7 @@ class Monitor:
             region=g.hot,
         )
         evidence: dict[str, object] = {
-            "check": g.check,
+            "check": g.check.id,
             "region": rec.name,
             "regions": list(rec.names()),
             "layers": layers,
@@ -358,15 +338,4 @@ class Monitor:
             evidence["nbytes"] = g.nbytes
         if top is not None and top.code:
             evidence["code"] = top.code
-        severity = Severity.ERROR
-        return Finding(
-            id=g.check,
-            name=g.name,
-            kind="runtime",
-            message=msg,
-            severity=severity,
-            hint=g.hint,
-            location=loc,
-            evidence=evidence,
-            stack=stack,
-        )
+        return g.check.finding(msg, location=loc, evidence=evidence, stack=stack)

@@ -15,20 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from flashcheck.findings import Finding, Frame, Location, Severity
+from flashcheck.findings import Finding, Frame, Location
+from flashcheck.runtime.checks.staging import PINNED_STAGING_REUSED_IN_FLIGHT
 from flashcheck.runtime.stacks import user_frame, with_source
 
-__all__ = ["STAGING_ID", "STAGING_NAME", "Access", "Direction", "PendingCopy", "Span", "StagingMonitor", "Where"]
+__all__ = ["Access", "Direction", "PendingCopy", "Span", "StagingMonitor", "Where"]
 
-STAGING_ID, STAGING_NAME = "FC204", "pinned-staging-reused-in-flight"
 Direction = Literal["h2d", "d2h"]
 Access = Literal["write", "read"]
 
-_HINT = (
-    "wait for the copy before touching its host buffer again: record an event after the non_blocking copy and "
-    "synchronize it (or check event.query()) before the next write, or double-buffer the pinned mirror (one buffer "
-    "per step in flight); read a device-to-host result only after its event completed"
-)
 _MAX_STACK_TEXT = 12  # frames of the copy's stack kept in the evidence (innermost last)
 
 
@@ -209,7 +204,7 @@ def race_finding(r: _Race) -> Finding:
         f"still in flight{region}{step}: {', '.join(r.details) or 'no detail'}"
     )
     evidence: dict[str, object] = {
-        "check": STAGING_ID,
+        "check": PINNED_STAGING_REUSED_IN_FLIGHT.id,
         "access": r.access,
         "direction": pc.direction,
         "copy_detail": pc.detail,
@@ -226,13 +221,8 @@ def race_finding(r: _Race) -> Finding:
             evidence["copy_code"] = copy_top.code
     if top is not None and top.code:
         evidence["code"] = top.code
-    return Finding(
-        id=STAGING_ID,
-        name=STAGING_NAME,
-        kind="runtime",
-        message=msg,
-        severity=Severity.ERROR,
-        hint=_HINT,
+    return PINNED_STAGING_REUSED_IN_FLIGHT.finding(
+        msg,
         location=Location(
             file=top.file if top else None,
             line=top.line if top else None,

@@ -19,86 +19,27 @@ import traceback
 from dataclasses import dataclass
 from typing import Literal
 
+from flashcheck.check import Check
 from flashcheck.findings import Finding, Frame, Location
-from flashcheck.registry import register_check
+from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 
 __all__ = [
     "ERROR_TABLE",
-    "TARGET_ERROR_ID",
+    "TARGET_RAISED",
     "Classification",
     "classify_exception",
     "finding_from_exception",
     "is_device_fault",
 ]
 
-TARGET_ERROR_ID, TARGET_ERROR_NAME = "FC250", "target-raised"
 Verdict = Literal["finding", "environment"]
 
-
-@dataclass(frozen=True)
-class Classification:
-    verdict: Verdict
-    check_id: str | None  # the check a finding is reported under
-    reason: str
-    poisons_context: bool = False  # the CUDA context is unusable: restart the process before the next step
-
-
-_FAULT = (
-    r"illegal memory access|device-side assert|misaligned address|unspecified launch failure|illegal instruction|"
-    r"an illegal instruction|CUDA error: (?!out of memory)|CUBLAS_STATUS_EXECUTION_FAILED|cudaErrorLaunchFailure|"
-    r"hardware stack error|uncorrectable ECC"
-)
-
-# (verdict, check id, exception type names or None for any, message regex, reason, poisons context). First match wins.
-ERROR_TABLE: tuple[tuple[Verdict, str | None, tuple[str, ...] | None, str, str, bool], ...] = (
-    (
-        "finding",
-        "FC250",
-        None,
-        _FAULT,
-        "the kernel faulted: the CUDA context is poisoned (every later CUDA call in this process fails)",
-        True,
-    ),
-    (
-        "finding",
-        "FC302",
-        None,
-        r"Buffer overflow when allocating memory|exceeds max buffer size|exceeds max_total_num_works",
-        "workspace sized too small for this batch (FlashInfer planner overflow)",
-        False,
-    ),
-    (
-        "environment",
-        None,
-        None,
-        r"no kernel image is available|not supported on (this|current) (device|GPU)|"
-        r"MissingJITCacheError|requires (SM|sm_?)\d+|is only supported on SM|nvcc.*not found|CUDA_HOME",
-        "the kernel is not available on this machine",
-        False,
-    ),
-    (
-        "environment",
-        None,
-        None,
-        r"Ninja build failed|Error building extension|error: command .*nvcc.* failed",
-        "the kernel could not be JIT-compiled on this machine (compiler error, killed or out of memory): "
-        "prebuild it (flashinfer-jit-cache) or retry with fewer parallel compile jobs (MAX_JOBS)",
-        False,
-    ),
-    (
-        "environment",
-        None,
-        ("MissingJITCacheError", "NotImplementedError", "ModuleNotFoundError"),
-        r".*",
-        "the backend does not implement this configuration, or a package it needs is missing",
-        False,
-    ),
-)
-
-
-@register_check(TARGET_ERROR_ID, TARGET_ERROR_NAME, "runtime")
-class _TargetErrorDoc:
-    """The code under test raised, or a kernel it launched faulted, on a step inside its declared capacity.
+TARGET_RAISED = Check(
+    "FC250",
+    "target-raised",
+    "runtime",
+    doc="""\
+    The code under test raised, or a kernel it launched faulted, on a step inside its declared capacity.
 
     What it checks
         Every exception a target raises, and every CUDA error its kernels cause wherever it surfaces (inside the
@@ -134,21 +75,85 @@ class _TargetErrorDoc:
     Known false positives
         A target that cannot handle part of its declared capacity is reported here: declare the limit in its
         `Capacity`, or an explicit input contract (`Target.accepts`), so the generator stays inside it.
-    """
+    """,
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    verdict: Verdict
+    check: Check | None  # the check a finding is reported under (None: not a finding)
+    reason: str
+    poisons_context: bool = False  # the CUDA context is unusable: restart the process before the next step
+
+    @property
+    def check_id(self) -> str | None:
+        return None if self.check is None else self.check.id
+
+
+_FAULT = (
+    r"illegal memory access|device-side assert|misaligned address|unspecified launch failure|illegal instruction|"
+    r"an illegal instruction|CUDA error: (?!out of memory)|CUBLAS_STATUS_EXECUTION_FAILED|cudaErrorLaunchFailure|"
+    r"hardware stack error|uncorrectable ECC"
+)
+
+# (verdict, check, exception type names or None for any, message regex, reason, poisons context). First match wins.
+ERROR_TABLE: tuple[tuple[Verdict, Check | None, tuple[str, ...] | None, str, str, bool], ...] = (
+    (
+        "finding",
+        TARGET_RAISED,
+        None,
+        _FAULT,
+        "the kernel faulted: the CUDA context is poisoned (every later CUDA call in this process fails)",
+        True,
+    ),
+    (
+        "finding",
+        WORKSPACE_WITHIN_BOUNDS,
+        None,
+        r"Buffer overflow when allocating memory|exceeds max buffer size|exceeds max_total_num_works",
+        "workspace sized too small for this batch (FlashInfer planner overflow)",
+        False,
+    ),
+    (
+        "environment",
+        None,
+        None,
+        r"no kernel image is available|not supported on (this|current) (device|GPU)|"
+        r"MissingJITCacheError|requires (SM|sm_?)\d+|is only supported on SM|nvcc.*not found|CUDA_HOME",
+        "the kernel is not available on this machine",
+        False,
+    ),
+    (
+        "environment",
+        None,
+        None,
+        r"Ninja build failed|Error building extension|error: command .*nvcc.* failed",
+        "the kernel could not be JIT-compiled on this machine (compiler error, killed or out of memory): "
+        "prebuild it (flashinfer-jit-cache) or retry with fewer parallel compile jobs (MAX_JOBS)",
+        False,
+    ),
+    (
+        "environment",
+        None,
+        ("MissingJITCacheError", "NotImplementedError", "ModuleNotFoundError"),
+        r".*",
+        "the backend does not implement this configuration, or a package it needs is missing",
+        False,
+    ),
+)
 
 
 def classify_exception(exc: BaseException) -> Classification:
     """Look `exc` up in `ERROR_TABLE`; anything else is a finding (FC250, raised on valid input)."""
     names = {t.__name__ for t in type(exc).__mro__}
     text = f"{type(exc).__name__}: {exc}"
-    for verdict, check_id, types, pattern, reason, poisons in ERROR_TABLE:
+    for verdict, check, types, pattern, reason, poisons in ERROR_TABLE:
         if types is not None and not names.intersection(types):
             continue
         if re.search(pattern, text, re.IGNORECASE):
-            return Classification(verdict, check_id, reason, poisons)
-    return Classification(
-        "finding", TARGET_ERROR_ID, "raised on valid input (the step is inside the target's capacity)"
-    )
+            return Classification(verdict, check, reason, poisons)
+    return Classification("finding", TARGET_RAISED, "raised on valid input (the step is inside the target's capacity)")
 
 
 def is_device_fault(exc: BaseException) -> bool:
@@ -162,14 +167,10 @@ def finding_from_exception(exc: BaseException, cls: Classification, location: Lo
         Frame(fs.filename, fs.lineno or 0, fs.name, (fs.line or "").strip())
         for fs in traceback.extract_tb(exc.__traceback__)
     )
-    check_id = cls.check_id or TARGET_ERROR_ID
-    name = "workspace-within-bounds" if check_id == "FC302" else TARGET_ERROR_NAME
+    check = cls.check or TARGET_RAISED
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return Finding(
-        id=check_id,
-        name=name,
-        kind="runtime" if check_id == TARGET_ERROR_ID else "property",
-        message=f"{type(exc).__name__}: {first_line[:400]}",
+    return check.finding(
+        f"{type(exc).__name__}: {first_line[:400]}",
         location=location,
         stack=frames,
         hint=cls.reason,

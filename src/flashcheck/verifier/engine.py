@@ -1,16 +1,15 @@
 """Runs the static rules over a set of paths and returns findings, after suppressions and the baseline.
 
-Rules are classes registered with `rule(...)` (which also registers their docstring page with the check
-registry); each gets a `Context` with the project index, the hot paths and the provenance analysis, and calls
-`Context.report`. A rule that crashes on a project is recorded as an internal error and the others still run.
+Rules are classes declared with `rule(...)`, which makes their docstring the page of their `Check` (``cls.CHECK``);
+`flashcheck.verifier.rules.RULES` lists them. Each gets a `Context` with the project index, the hot paths and the
+provenance analysis, and calls `Context.report`. A rule that crashes on a project is recorded as an internal error
+and the others still run.
 """
 
 from __future__ import annotations
 
 import ast
 import gc
-import importlib
-import pkgutil
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from flashcheck.check import Check
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity
-from flashcheck.registry import register_check
 from flashcheck.rundir import RUN_SCHEMA, RunResult
 from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.config import StaticConfig
@@ -31,14 +30,11 @@ from flashcheck.verifier.source import SourceFile, discover, read_source
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
 
-RULES_PACKAGE = "flashcheck.verifier.rules"
-SUPPRESSION_ID, SUPPRESSION_NAME = "FC100", "bare-suppression"
-PARSE_ID, PARSE_NAME = "FC199", "file-does-not-parse"
-
 
 class Rule:
     """Base of every static rule: set by `rule(...)`, implement `check`."""
 
+    CHECK: ClassVar[Check]
     id: ClassVar[str] = ""
     name: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.ERROR
@@ -55,11 +51,10 @@ R = TypeVar("R", bound=type[Rule])
 def rule(
     id: str, name: str, *, severity: Severity = Severity.ERROR, confidence: Confidence = Confidence.HIGH
 ) -> Callable[[R], R]:
-    """Class decorator: register a static rule (its docstring is its page, see `flashcheck.registry`)."""
-    register = register_check(id, name, "static", severity=severity, confidence=confidence)
+    """Class decorator: declare a static rule; its docstring is the page of its `Check` (``cls.CHECK``)."""
 
     def deco(cls: R) -> R:
-        register(cls)
+        cls.CHECK = Check(id, name, "static", cls.__doc__ or "", severity=severity, confidence=confidence)
         cls.id, cls.name, cls.severity, cls.confidence = id, name, severity, confidence
         _RULES[id] = cls
         return cls
@@ -69,10 +64,17 @@ def rule(
 
 def static_rules() -> dict[str, type[Rule]]:
     """Every static rule class by ID (imports the rule modules on first use)."""
-    pkg = importlib.import_module(RULES_PACKAGE)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{RULES_PACKAGE}.{info.name}")
-    return dict(sorted(_RULES.items()))
+    from flashcheck.verifier.rules import RULES
+
+    return dict(sorted({**{r.id: r for r in RULES}, **_RULES}.items()))
+
+
+def _engine_checks() -> tuple[Check, Check]:
+    """FC100 and FC199, which the engine reports itself (suppressions, unparsable files)."""
+    from flashcheck.verifier.rules.fc100_bare_suppression import BareSuppression
+    from flashcheck.verifier.rules.fc199_file_does_not_parse import FileDoesNotParse
+
+    return BareSuppression.CHECK, FileDoesNotParse.CHECK
 
 
 @dataclass
@@ -172,7 +174,7 @@ def selected(rule_id: str, rule_name: str, config: StaticConfig) -> bool:
 
 
 def validate_selectors(config: StaticConfig, rules: Mapping[str, type[Rule]]) -> None:
-    known = {**{i: r.name for i, r in rules.items()}, SUPPRESSION_ID: SUPPRESSION_NAME, PARSE_ID: PARSE_NAME}
+    known = {i: r.name for i, r in rules.items()}
     for key, sels in (("select", config.select), ("ignore", config.ignore)):
         for s in sels:
             if not any(i.startswith(s.upper()) or s == n for i, n in known.items()):
@@ -210,7 +212,7 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
         config,
     )
     errors: list[str] = []
-    ran = [i for i, n in ((SUPPRESSION_ID, SUPPRESSION_NAME), (PARSE_ID, PARSE_NAME)) if selected(i, n, config)]
+    ran: list[str] = []
     for rid, cls in rules.items():
         if not selected(rid, cls.name, config):
             continue
@@ -221,7 +223,7 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
             tb = traceback.format_exc().splitlines()
             errors.append(f"rule {rid} ({cls.name}) crashed:\n" + "\n".join(tb[-12:]))
     raw = ctx.findings + _parse_findings(sources)
-    kept, suppressed = _apply_suppressions(raw, sources, set(rules) | {SUPPRESSION_ID, PARSE_ID})
+    kept, suppressed = _apply_suppressions(raw, sources, set(rules))
     kept = [f for f in kept if selected(f.id, f.name, config)]
     kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
     new, baselined = kept, 0
@@ -242,16 +244,14 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
 
 
 def _parse_findings(sources: Iterable[SourceFile]) -> list[Finding]:
+    parse = _engine_checks()[1]
     out = []
     for s in sources:
         if s.error is None:
             continue
         out.append(
-            Finding(
-                id=PARSE_ID,
-                name=PARSE_NAME,
-                kind="static",
-                message=f"{s.relpath} {s.error}; it was not checked",
+            parse.finding(
+                f"{s.relpath} {s.error}; it was not checked",
                 hint="fix the syntax error (or exclude the file) so the other rules can check it",
                 location=Location(file=s.relpath, line=s.error_line, column=s.error_column, function=s.module),
                 stack=(Frame(s.relpath, s.error_line, "<module>", s.line_text(s.error_line)),),
@@ -277,17 +277,14 @@ def _apply_suppressions(
             suppressed += 1
             continue
         kept.append(f)
+    bare = _engine_checks()[0]
     for sf in by_file.values():
         for s in sf.suppressions:
             problem = _suppression_problem(s.ids, s.reason, known)
             if problem:
                 kept.append(
-                    Finding(
-                        id=SUPPRESSION_ID,
-                        name=SUPPRESSION_NAME,
-                        kind="static",
-                        severity=Severity.WARNING,
-                        message=f"suppression comment {problem}",
+                    bare.finding(
+                        f"suppression comment {problem}",
                         hint="write `# flashcheck: ignore[FC101] why this is safe here` "
                         "(IDs and a reason are required)",
                         location=Location(file=sf.relpath, line=s.line, column=1, function=sf.module),

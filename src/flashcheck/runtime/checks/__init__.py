@@ -1,1 +1,1 @@
-"""Doc pages of the runtime checks (FC2xx) and of the arena's property (FC302); importing them registers them."""
+"""The runtime detectors (FC2xx) and the workspace property (FC302): one module per check, holding its page."""

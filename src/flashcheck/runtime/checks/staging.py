@@ -1,17 +1,19 @@
-"""Page of FC204 pinned-staging-reused-in-flight (the state machine lives in `flashcheck.runtime.staging`, the torch
-adapter in `flashcheck.runtime.hooks.staging`)."""
+"""FC204 pinned-staging-reused-in-flight: the host never touches a pinned staging buffer while a non_blocking copy of
+it is in flight (the state machine lives in `flashcheck.runtime.staging`, the torch adapter in
+`flashcheck.runtime.hooks.staging`)."""
 
 from __future__ import annotations
 
-from flashcheck.registry import register_check
-from flashcheck.runtime.staging import STAGING_ID, STAGING_NAME
+from flashcheck.check import Check
 
-__all__: list[str] = []
+__all__ = ["PINNED_STAGING_REUSED_IN_FLIGHT"]
 
-
-@register_check(STAGING_ID, STAGING_NAME, "runtime")
-class _PinnedStagingReusedInFlight:
-    """The host never touches a pinned staging buffer while a non_blocking copy of it is still in flight.
+PINNED_STAGING_REUSED_IN_FLIGHT = Check(
+    "FC204",
+    "pinned-staging-reused-in-flight",
+    "runtime",
+    doc="""\
+    The host never touches a pinned staging buffer while a non_blocking copy of it is still in flight.
 
     What it checks
         The ``staging`` layer (``layers="all"``) watches every ``non_blocking=True`` copy whose host side is pinned
@@ -61,4 +63,10 @@ class _PinnedStagingReusedInFlight:
         int workspace and copies it with ``cudaMemcpyAsync`` in C++: neither side is visible), copies issued from
         C++ or with ``cudaMemcpyAsync`` directly, and accesses outside the per-step regions (``plan``, ``run``,
         ``prepare_replay``, ``replay``). Copies issued while a stream is capturing a graph are FC203's, not tracked.
-    """
+    """,
+    hint=(
+        "wait for the copy before touching its host buffer again: record an event after the non_blocking copy and "
+        "synchronize it (or check event.query()) before the next write, or double-buffer the pinned mirror (one buffer "
+        "per step in flight); read a device-to-host result only after its event completed"
+    ),
+)

@@ -1,15 +1,17 @@
-"""Page of FC302 workspace-within-bounds (the scan itself lives in `flashcheck.runtime.arena`)."""
+"""FC302 workspace-within-bounds: kernels stay inside their workspaces (`runtime.arena` scans for it)."""
 
 from __future__ import annotations
 
-from flashcheck.registry import register_check
+from flashcheck.check import Check
 
-__all__: list[str] = []
+__all__ = ["WORKSPACE_WITHIN_BOUNDS"]
 
-
-@register_check("FC302", "workspace-within-bounds", "property")
-class _WorkspaceWithinBounds:
-    """Every workspace a kernel writes stays inside the bytes allocated for it.
+WORKSPACE_WITHIN_BOUNDS = Check(
+    "FC302",
+    "workspace-within-bounds",
+    "property",
+    doc="""\
+    Every workspace a kernel writes stays inside the bytes allocated for it.
 
     What it checks
         Workspaces handed out by the checker's arena (float, int, pinned host, engine-owned) have guard zones
@@ -40,4 +42,5 @@ class _WorkspaceWithinBounds:
         A workspace shared by sibling wrappers shows the largest user's high-water mark, not each user's. The
         guard-zone pattern alternates between steps, so data that equals the pattern cannot hide an overflow for
         two steps in a row, but it can for one.
-    """
+    """,
+)

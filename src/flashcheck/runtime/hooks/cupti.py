@@ -3,7 +3,7 @@
 Catches every memcpy with its kind (``Memcpy DtoH (Device -> Pageable)``, ``... -> Pinned``, ``Memcpy HtoD
 (Pageable -> Device)`` ...) and the blocking runtime/driver calls (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
 ``cudaEventSynchronize``, synchronous ``cudaMemcpy``), including those made inside C++ extensions such as
-FlashInfer's ``plan()``: the only layer that sees those (anchors.md §1.4, measured). Misses: nothing of interest, but
+FlashInfer's ``plan()``: the only layer that sees those (measured on an H100). Misses: nothing of interest, but
 it has no Python stacks (the location of a CUPTI-only finding is where its region was opened) and needs a GPU.
 Cost: +1-3 µs per op while the profiler runs (the whole checker session in ``layers="all"``), plus a profiler
 restart at each drain.

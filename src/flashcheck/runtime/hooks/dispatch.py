@@ -3,7 +3,7 @@
 Catches, for tensors on the device: ``aten._local_scalar_dense`` (``.item()``, ``bool()``, ``int()``), ``_to_copy``
 and ``copy_`` between host and device (``.cpu()``, ``.to()``, ``.tolist()``, with the host side's memory kind:
 pinned or pageable), and the data-dependent-shape ops that sync (``nonzero``, boolean-mask ``index``,
-``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``). Misses (anchors.md §1.3, measured):
+``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``). Misses (measured on an H100):
 everything that does not dispatch: ``torch.cuda.synchronize``, event and stream syncs, FlashInfer kernels and the
 syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only inside regions where it
 matters: capture regions always (a capture happens once; this is how a pinned copy captured into a graph, FC203, is

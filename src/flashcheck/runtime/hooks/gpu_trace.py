@@ -2,7 +2,7 @@
 
 Catches ``torch.cuda.synchronize()`` (device sync), ``Event.synchronize()``, every stream sync torch makes
 (``.item()``, ``.cpu()``, blocking copies) and every caching-allocator allocation, on the calling thread and so with
-its Python stack. Misses (anchors.md §1.5, measured): ``non_blocking`` pageable copies, syncs and ``cudaMalloc``
+its Python stack. Misses (measured on an H100): ``non_blocking`` pageable copies, syncs and ``cudaMalloc``
 inside C++ extensions. Cost: none measurable. ``torch._C._activate_gpu_trace()`` cannot be undone, so it is called
 once per process; our callbacks are added to torch's registries on install, removed on uninstall, and return at once
 outside hot regions.

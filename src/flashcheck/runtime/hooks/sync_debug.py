@@ -2,7 +2,7 @@
 
 Catches what reaches ``c10::cuda::warn_or_error_on_sync``: ``.item()``, ``.cpu()``, ``.tolist()``, ``bool(t)``,
 ``nonzero``, boolean-mask indexing, ``torch.tensor(list, device=cuda)``, ``stream.synchronize()`` and blocking
-pageable copies, each with the Python stack of the call. Misses (anchors.md §1.1, measured): ``torch.cuda
+pageable copies, each with the Python stack of the call. Misses (measured on an H100): ``torch.cuda
 .synchronize()``, ``Event.synchronize()``, every ``non_blocking=True`` copy (pageable ones block silently), and every
 sync inside a C++ extension (FlashInfer's ``plan()``). Cost: none measurable. The mode is process-global; it is
 armed only while a hot region is open, and warnings of other threads are ignored by the monitor.

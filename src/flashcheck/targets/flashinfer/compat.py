@@ -24,16 +24,10 @@ class FI:
     def __init__(self, module: Any) -> None:
         self.mod = module
         self.version: str = str(getattr(module, "__version__", "0"))
-        parts = [int(p) for p in self.version.split("+")[0].split(".")[:2] if p.isdigit()]
-        self.major_minor: tuple[int, ...] = tuple(parts)
         fdp = getattr(module, "fast_decode_plan", None)
         self.fast_decode_params: frozenset[str] = (
             frozenset(inspect.signature(fdp).parameters) if fdp is not None else frozenset()
         )
-
-    @property
-    def has_workspace_size(self) -> bool:
-        return self.major_minor >= (0, 7)
 
     def fast_decode_plan(self, wrapper: Any, *args: Any, **kwargs: Any) -> None:
         """`flashinfer.fast_decode_plan` with keywords this version does not know dropped (e.g. q_len_per_req)."""

@@ -36,8 +36,8 @@ class GraphBufferWrittenElsewhere(Rule):
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
-        captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (SGLang
-        fork, seed 003: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values
+        captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (an SGLang
+        fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values
         that the next ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone
         ``kv_indptr`` or, worse, reads another request's KV.
 

@@ -2,7 +2,7 @@
 
 `metadata_builder_test(builder)` returns a Hypothesis ``@given`` test over generated batches, head configurations,
 bucket padding and page allocators; run it with pytest, or coverage-guided with atheris through
-`flashcheck.fuzz.atheris_bridge` (same test, same example database).
+`flashcheck.fuzzing.atheris_bridge` (same test, same example database).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from flashcheck.batch import BatchSpec
 from flashcheck.errors import ViolationFound
-from flashcheck.fuzz.strategies import ALLOCATORS, batch_specs, templates
+from flashcheck.fuzzing.strategies import ALLOCATORS, batch_specs, templates
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
 from flashcheck.properties.csr import CsrInput, check_csr, check_layout
 

@@ -20,7 +20,7 @@ Distribution = Literal["uniform", "decode_heavy", "chunked_prefill", "spec_decod
 DISTRIBUTIONS: tuple[str, ...] = get_args(Distribution)
 I64 = npt.NDArray[np.int64]
 
-# seed 001 (FlashInfer #3379): production-like kv lengths 4k..128k with weights 35/20/15/12/10/8 (%)
+# the production mix of FlashInfer #3379: kv lengths 4k..128k with weights 35/20/15/12/10/8 (%)
 PRODUCTION_MIX: tuple[tuple[int, int, float], ...] = (
     (4096, 8192, 0.35),
     (8192, 16384, 0.20),

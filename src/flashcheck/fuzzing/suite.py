@@ -1,4 +1,4 @@
-"""The built-in fuzz suite: ``pytest -m fuzz --pyargs flashcheck.fuzz.suite``.
+"""The built-in fuzz suite: ``pytest -m fuzz --pyargs flashcheck.fuzzing.suite``.
 
 Every built-in target gets a replay-sequence fuzz test: the FlashInfer targets run on a GPU node (skipped with the
 reason elsewhere), the CPU reference target runs everywhere. ``--flashcheck-target NAME|module:Class`` narrows the
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from flashcheck.fuzz.api import FuzzSpec, FuzzTest
-from flashcheck.fuzz.metadata import flashcheck_builder, metadata_builder_test
-from flashcheck.fuzz.options import active_options
+from flashcheck.fuzzing.api import FuzzSpec, FuzzTest
+from flashcheck.fuzzing.metadata import flashcheck_builder, metadata_builder_test
+from flashcheck.fuzzing.options import active_options
 from flashcheck.targets.registry import BUILTIN_TARGETS, GPU_TARGETS
 
 pytestmark = pytest.mark.fuzz

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcheck.findings import Finding
-from flashcheck.fuzz.options import active_options, current_test
+from flashcheck.fuzzing.options import active_options, current_test
 from flashcheck.repro import make_repro, pytest_snippet, save_repro
 from flashcheck.scenario import Scenario
 

@@ -8,7 +8,7 @@ first distribution, one request, seed 0, the smallest length cap and no edge cas
 Example::
 
     from hypothesis import given
-    from flashcheck.fuzz.strategies import batch_specs, templates
+    from flashcheck.fuzzing.strategies import batch_specs, templates
 
     @given(batch_specs(templates(page_sizes=(16,)), max_batch=64))
     def test_layout(spec): ...
@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from flashcheck.batch import BatchSpec, DType
 from flashcheck.errors import InvalidArgument
-from flashcheck.fuzz.distributions import DISTRIBUTIONS, sample_lengths
-from flashcheck.fuzz.scenarios import fit_lengths
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS, sample_lengths
+from flashcheck.fuzzing.scenarios import fit_lengths
 from flashcheck.layout import PaddingPolicy
 from flashcheck.scenario import Scenario, Step, StepOp
 from flashcheck.targets.protocol import Capacity, Target
@@ -60,7 +60,7 @@ class LengthParams:
     """The drawn parameters of one batch; `lengths_for` turns them into arrays.
 
     Attributes:
-        distribution: a name from `flashcheck.fuzz.distributions.DISTRIBUTIONS`.
+        distribution: a name from `flashcheck.fuzzing.distributions.DISTRIBUTIONS`.
         batch_size: real requests.
         seed: numpy seed of the arrays.
         kv_cap: upper bound of the generated kv lengths (edge cases may go to the target's limit).

@@ -31,10 +31,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
-from flashcheck.fuzz.distributions import DISTRIBUTIONS
-from flashcheck.fuzz.options import PROFILES, Budget, active_options, parse_budget, resolve_profile
-from flashcheck.fuzz.recorder import FindingLog, Recorded, default_log, describe
-from flashcheck.fuzz.strategies import (
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS
+from flashcheck.fuzzing.options import PROFILES, Budget, active_options, parse_budget, resolve_profile
+from flashcheck.fuzzing.recorder import FindingLog, Recorded, default_log, describe
+from flashcheck.fuzzing.strategies import (
     ALLOCATORS,
     EDGE_CASES,
     LengthParams,
@@ -49,7 +49,7 @@ from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
 from flashcheck.targets.protocol import Capacity, Target, check_target
 from flashcheck.targets.registry import make_target, target_spec
-from flashcheck.watchdog import HANG_ID, default_step_timeout
+from flashcheck.watchdog import STEP_HUNG, default_step_timeout
 
 __all__ = [
     "FuzzFailure",
@@ -260,7 +260,7 @@ class ReplayMachine(RuleBasedStateMachine):
             seed=getattr(type(self), "_hypothesis_internal_use_seed", None),
             async_pressure_us=self.cfg.async_pressure_us,
         )
-        if any(f.id == HANG_ID for f in findings):
+        if any(f.id == STEP_HUNG.id for f in findings):
             raise _NotShrinkable(records, "not shrunk: a hung step costs its whole timeout per attempt")
         cls = type(self)
         if cls.failed_at is None:

@@ -8,7 +8,7 @@
     def test_my_backend(step, result):      # optional: your own property, called after every step
         assert result.sample is None or result.sample.padded >= result.sample.batch_size
 
-The test runs the replay state machine (`flashcheck.fuzz.stateful`) under the run's profile and seed (the pytest
+The test runs the replay state machine (`flashcheck.fuzzing.stateful`) under the run's profile and seed (the pytest
 plugin's ``--flashcheck-*`` options), fails with `FuzzFailure` (findings, reproducer paths, the shrunk program) and
 is skipped when the environment cannot run the target. A zero-argument function is called once before fuzzing (to
 skip or prepare); a two-argument function ``(step, result)`` is an extra property checked after every step.
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashcheck.errors import InvalidDefinition
-from flashcheck.fuzz.distributions import DISTRIBUTIONS
-from flashcheck.fuzz.options import Budget, active_options, parse_budget
-from flashcheck.fuzz.recorder import default_log
-from flashcheck.fuzz.stateful import FuzzFailure, ReplayMachine, Reset, StepCheck, fuzz_target, replay_machine
-from flashcheck.fuzz.strategies import EDGE_CASES
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS
+from flashcheck.fuzzing.options import Budget, active_options, parse_budget
+from flashcheck.fuzzing.recorder import default_log
+from flashcheck.fuzzing.stateful import FuzzFailure, ReplayMachine, Reset, StepCheck, fuzz_target, replay_machine
+from flashcheck.fuzzing.strategies import EDGE_CASES
 from flashcheck.session import Layers
 from flashcheck.targets.protocol import Target
 from flashcheck.targets.registry import GPU_TARGETS
@@ -179,7 +179,7 @@ def fuzz(
         seed: pin the Hypothesis seed; default: derived from the run's ``--flashcheck-seed`` and the test's name.
         profile: ``ci``, ``gpu``, ``nightly`` or ``auto``; default: ``--flashcheck-profile``.
         layers, device, reset, step_count, distributions, edge_cases, isolate: see
-            `flashcheck.fuzz.stateful.replay_machine`.
+            `flashcheck.fuzzing.stateful.replay_machine`.
     """
     spec = FuzzSpec(
         target=target,

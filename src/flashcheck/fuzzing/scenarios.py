@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashcheck.errors import InvalidArgument
-from flashcheck.fuzz.distributions import DISTRIBUTIONS, sample_lengths
+from flashcheck.fuzzing.distributions import DISTRIBUTIONS, sample_lengths
 from flashcheck.scenario import Step
 from flashcheck.targets.protocol import Capacity
 

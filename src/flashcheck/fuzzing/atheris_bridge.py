@@ -1,14 +1,14 @@
 """Coverage-guided fuzzing of the same tests with atheris, through Hypothesis' ``fuzz_one_input``.
 
 Hypothesis decodes atheris' bytes into the test's own strategies, so a ``@given`` test (e.g.
-`flashcheck.fuzz.metadata.metadata_builder_test` over your host-side metadata builder) or a ``@flashcheck.fuzz``
+`flashcheck.fuzzing.metadata.metadata_builder_test` over your host-side metadata builder) or a ``@flashcheck.fuzz``
 test runs unchanged; failures are saved in the test's Hypothesis example database, so the next ordinary pytest run
 replays, shrinks and reports them. atheris is optional: ``pip install flashcheck[fuzz]``.
 
 Run in its own process (libFuzzer exits the process when done)::
 
-    from flashcheck.fuzz.atheris_bridge import run_atheris
-    from flashcheck.fuzz.metadata import metadata_builder_test
+    from flashcheck.fuzzing.atheris_bridge import run_atheris
+    from flashcheck.fuzzing.metadata import metadata_builder_test
     from mypkg.metadata import build           # your builder
 
     if __name__ == "__main__":
@@ -50,8 +50,8 @@ def fuzz_one_input(test: Callable[..., Any]) -> FuzzInput:
     if runner is not None:  # a @flashcheck.fuzz test: the state machine as a @given test
         from hypothesis.stateful import get_state_machine_test
 
-        from flashcheck.fuzz.options import PROFILES
-        from flashcheck.fuzz.stateful import machine_settings
+        from flashcheck.fuzzing.options import PROFILES
+        from flashcheck.fuzzing.stateful import machine_settings
 
         machine = runner.machine()
         test = get_state_machine_test(machine, settings=machine_settings("ci", PROFILES["ci"].examples))
