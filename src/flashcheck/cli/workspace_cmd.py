@@ -1,7 +1,8 @@
 """``flashcheck workspace``: the worst-case FlashInfer workspace of an engine configuration, per wrapper and kind.
 
 Exit codes: 0 every configured size covers its bound (or none was given), 1 shortfall findings (FC306), 2 a bad
-configuration, flag or value (one line), 3 ``--confirm`` without a GPU or FlashInfer.
+configuration, flag or value (one line), 3 ``--confirm`` without a GPU or FlashInfer, 4 ``--confirm`` ran and the GPU
+did not confirm a bound (a witness overflowed at the bound or ran one byte below its need).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE
 from flashcheck.cli._common import add_out
 from flashcheck.errors import InvalidArgument
 
@@ -90,15 +91,26 @@ def run(args: argparse.Namespace) -> int:
     cfg = load(args)
     result = run_oracle(cfg, seed=args.seed)
     found = findings(result, Path(args.repro_dir) if args.repro_dir else None)
-    text = render_json(result, found) if args.format == "json" else render_text(result, found, verbose=args.verbose)
+    records: list[dict[str, Any]] | None = None
     if args.confirm:
-        from flashcheck.workspace.confirm import confirm_result, summarize
+        from flashcheck.workspace.confirm import confirm_result
 
-        text += summarize(confirm_result(result))
+        records = confirm_result(result)
+    if args.format == "json":
+        text = render_json(result, found, records)
+    else:
+        text = render_text(result, found, verbose=args.verbose)
+        if records is not None:
+            from flashcheck.workspace.confirm import summarize
+
+            text += summarize(records)
     if args.out:
         from flashcheck.findings import atomic_write_text
 
         atomic_write_text(Path(args.out), text)
     else:
         sys.stdout.write(text)
+    if records is not None and any(r["status"] == "MISMATCH" for r in records):
+        print("flashcheck workspace: the GPU did not confirm every bound (see MISMATCH above)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return EXIT_FINDINGS if found else EXIT_CLEAN

@@ -167,8 +167,8 @@ def candidates(cfg: EngineConfig, spec: UseSpec, seed: int = 0, n_random: int = 
     """Valid batches that push the planner's sizes up: one request sweeping the split-KV chunk boundaries, many
     equal requests, many short requests beside one long one (most query tiles), and seeded random batches."""
     fixed = _qo_per_request(cfg, spec)
-    if spec.bucket is not None:
-        yield Batch(((spec.bucket, cfg.spec_len, max(cfg.spec_len, cfg.max_seq_len)),))
+    if spec.bucket is not None:  # a graph plan does not depend on the lengths: a short KV keeps the replay small
+        yield Batch(((spec.bucket, cfg.spec_len, max(cfg.spec_len, min(cfg.max_seq_len, 8 * cfg.page_size))),))
         return
     tokens = cfg.max_tokens
     bmax = min(cfg.max_batch, tokens // (fixed or 1))
@@ -271,7 +271,9 @@ def _exact(cfg: EngineConfig, spec: UseSpec) -> dict[Kind, tuple[int, Basis, str
             f"graph plan of {spec.bucket} requests x {cfg.spec_len} rows: fixed by the bucket "
             f"({', '.join(f'{k}={v}' for k, v in p.facts.items())})"
         )
-        return {"float": (p.float_bytes, "exact", f), "int": (p.int_bytes, "exact", f)}
+        # the CUDA-core decode grid comes from an occupancy bound unless the measured blocks/SM are given
+        basis: Basis = "proven" if spec.use.backend == "cuda" and not cfg.decode_blocks_per_sm else "exact"
+        return {"float": (p.float_bytes, basis, f), "int": (p.int_bytes, basis, f)}
     # MLA / BatchAttention: fixed arrays; MLA's cluster size (1 or 2) is the only batch-dependent choice
     probes = [Batch(((1, 1, 1),)), Batch(((1, cfg.qo_cap, cfg.max_seq_len),))]
     plans = [plan_for(cfg, spec, b) for b in probes]

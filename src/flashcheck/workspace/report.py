@@ -119,7 +119,7 @@ def findings(result: OracleResult, repro_dir: Path | None = None) -> list[Findin
     return out
 
 
-def render_json(result: OracleResult, found: list[Finding]) -> str:
+def render_json(result: OracleResult, found: list[Finding], confirmation: list[dict[str, Any]] | None = None) -> str:
     cfg = result.config
     doc = {
         "config": cfg.to_dict(),
@@ -128,6 +128,7 @@ def render_json(result: OracleResult, found: list[Finding]) -> str:
         "configured": {k: cfg.configured(k) for k in KINDS},
         "bounds": [b.to_dict() for b in result.bounds],
         "findings": [f.to_dict() for f in found],
+        "confirmation": confirmation,
         "verdict": "shortfall" if found else ("covered" if _any_configured(cfg) else "sized"),
     }
     return json.dumps(doc, indent=2, sort_keys=True)
