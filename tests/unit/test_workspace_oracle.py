@@ -245,3 +245,21 @@ def test_fc306_page_is_registered() -> None:
 
     info = get_check("FC306")
     assert info.name == "workspace-size-covers-config" and info.missing_sections() == []
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "workspace").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_engine_examples_are_covered(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["workspace", "--config", str(path)]) == 0
+    assert "verdict: covered" in capsys.readouterr().out
+
+
+def test_docs_trtllm_example_with_128_mib_is_a_witnessed_shortfall(tmp_path: Path) -> None:
+    path = next(p for p in EXAMPLES if p.stem.startswith("trtllm"))
+    cfg = load_toml(path).replace(float_bytes=128 << 20, flashinfer="0.6.13")
+    (f,) = findings(run_oracle(cfg), tmp_path)
+    assert f.severity.value == "error" and f.evidence["searched_bytes"] == 139_493_376
+    assert f.evidence["witness"] == {"qo_lens": [9], "kv_lens": [4224]} and f.repro is not None
+    assert Path(f.repro).name == "witness-trtllm-llama3-70b-fp8-float-0.6.json"

@@ -235,14 +235,18 @@ def _int_list(key: str, value: Any) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------------- presets
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# fp16 like the built-in targets (the planners' sizes are the same for any 2-byte dtype), so that a GPU run of the
+# witnesses loads the kernels the targets already use
+F16 = "float16"
 PRESETS: dict[str, EngineConfig] = {
     "llama3-8b-decode": EngineConfig(
-        "llama3-8b-decode", 32, 8, max_batch=256, max_tokens=8192, max_seq_len=131072, graph_buckets=_POW2,
+        "llama3-8b-decode", 32, 8, q_dtype=F16, kv_dtype=F16, max_batch=256, max_tokens=8192, max_seq_len=131072,
+        graph_buckets=_POW2,
         wrappers=(WrapperUse("decode", "tc", graph=True),), float_bytes=256 * MiB, int_bytes=8 * MiB,
         pinned_bytes=8 * MiB,
     ),
     "llama3-8b-prefill": EngineConfig(
-        "llama3-8b-prefill", 32, 8, max_batch=256, max_tokens=8192, max_seq_len=131072,
+        "llama3-8b-prefill", 32, 8, q_dtype=F16, kv_dtype=F16, max_batch=256, max_tokens=8192, max_seq_len=131072,
         wrappers=(WrapperUse("prefill", "fa2"),), float_bytes=256 * MiB, int_bytes=8 * MiB, pinned_bytes=8 * MiB,
     ),
     "deepseek-v3-mla-tp8": EngineConfig(
@@ -254,7 +258,7 @@ PRESETS: dict[str, EngineConfig] = {
     # 64 query heads (a 70B-class model on one GPU) with 8192-token prefill chunks under a fixed 16 MiB float
     # workspace: too small on both FlashInfer versions (the oracle's shortfall example)
     "prefill-64h-16mib": EngineConfig(
-        "prefill-64h-16mib", 64, 8, max_batch=256, max_tokens=8192, max_seq_len=131072,
+        "prefill-64h-16mib", 64, 8, q_dtype=F16, kv_dtype=F16, max_batch=256, max_tokens=8192, max_seq_len=131072,
         wrappers=(WrapperUse("prefill", "fa2"),), float_bytes=16 * MiB, int_bytes=8 * MiB, pinned_bytes=8 * MiB,
     ),
 }  # fmt: skip

@@ -26,6 +26,9 @@ _TARGETS = {
 }
 
 
+_TARGET_DTYPES = ("float16", "bfloat16", "float8_e4m3fn")  # what a target's template holds (sizes do not differ)
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
 
@@ -53,7 +56,7 @@ def witness_repro(cfg: EngineConfig, b: KindBound) -> dict[str, Any] | None:
         "head_dim_qk": cfg.head_dim_qk,
         "head_dim_vo": cfg.head_dim_vo,
         "q_dtype": cfg.q_dtype,
-        "kv_dtype": cfg.kv_dtype,
+        "kv_dtype": cfg.kv_dtype if cfg.kv_dtype in _TARGET_DTYPES else cfg.q_dtype,
         "causal": cfg.causal,
     }
     tcfg: dict[str, Any] = {
