@@ -84,6 +84,9 @@ def main() -> int:
         return 0
     import torch
 
+    if not torch.cuda.is_available():
+        print("workspace_oracle: cannot run here: no CUDA device (use --render to render existing results)")
+        return 3
     from flashcheck.rundir import environment
     from flashcheck.targets.registry import GPU_TARGETS
 

@@ -263,3 +263,11 @@ def test_docs_trtllm_example_with_128_mib_is_a_witnessed_shortfall(tmp_path: Pat
     assert f.severity.value == "error" and f.evidence["searched_bytes"] == 139_493_376
     assert f.evidence["witness"] == {"qo_lens": [9], "kv_lens": [4224]} and f.repro is not None
     assert Path(f.repro).name == "witness-trtllm-llama3-70b-fp8-float-0.6.json"
+
+
+def test_confirm_without_a_gpu_is_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: --confirm runs (tests/gpu/test_workspace_gpu.py)")
+    assert main(["workspace", "--preset", "prefill-64h-16mib", "--confirm"]) == 3
+    assert "cannot run here" in capsys.readouterr().err
