@@ -249,18 +249,43 @@ def analytic(cfg: EngineConfig, spec: UseSpec) -> dict[Kind, tuple[int, Basis, s
     q_max = fixed or cfg.qo_cap
     cta = fa2_cta_tile_q(q_max * g, shape, spec.rules)  # the tile grows with the average packed query length
     floats = list(fa2_float_allocs(shape, max_bs, cta, spec.rules))
-    pad = max(max_bs, -(-rows * g // 16) + bmax)
-    ints = [Alloc("ri", 4 * pad), Alloc("qt", 4 * pad), Alloc("kt", 4 * pad), Alloc("oi", 4 * (bmax + 1))]
-    ints += [Alloc("cs", 4, 1), Alloc("merge", 4 * (rows + 1))]
+    # split: padded <= max_bs, with merge_indptr (and 0.6's mask); unsplit: padded = query tiles, neither
+    tiles = _unsplit_tiles(cfg, spec.rules, rows * g, bmax, fixed)
+    head = [Alloc("ri", 4 * max_bs), Alloc("qt", 4 * max_bs), Alloc("kt", 4 * max_bs), Alloc("oi", 4 * (bmax + 1))]
+    # a split plan has at most max_bs query tiles of at most cta packed rows each: that caps its rows
+    split_rows = min(rows, max_bs * cta // g)
+    split_ints = [*head, Alloc("cs", 4, 1), Alloc("merge", 4 * (split_rows + 1))]
     if spec.rules == "0.6":
-        ints.append(Alloc("mask", pad))
+        split_ints.append(Alloc("mask", max_bs))
+    unsplit = [Alloc("ri", 4 * tiles), Alloc("qt", 4 * tiles), Alloc("kt", 4 * tiles), Alloc("oi", 4 * (bmax + 1))]
+    unsplit.append(Alloc("cs", 4, 1))
+    int_bound = max(aligned_end(split_ints), aligned_end(unsplit))
     rows_f = "padded*cta" if spec.rules == "0.6" else "ceil(padded*cta/group)"
     f = (
         f"split only when the split batch fits 2*SMs/num_kv_heads = {max_bs} CTAs, so padded <= {max_bs}; "
         f"cta_tile_q <= {cta}; tmp_v = H*{rows_f}*d_vo*4, tmp_s = H*{rows_f}*4; int: padded <= "
-        f"max({max_bs}, ceil(rows*group/16)+B) = {pad}"
+        f"{max_bs} with merge_indptr[rows+1] (rows <= {split_rows}) when split, else the query tiles of an "
+        f"unsplit batch (<= {tiles})"
     )
-    return {"float": (aligned_end(floats), "proven", f), "int": (aligned_end(ints), "proven", f)}
+    return {"float": (aligned_end(floats), "proven", f), "int": (int_bound, "proven", f)}
+
+
+def _unsplit_tiles(cfg: EngineConfig, rules: Rules, packed_max: int, bmax: int, fixed: int | None) -> int:
+    """The most query tiles an unsplit eager fa2 plan can have: ``sum ceil(p_i / cta) <= (P + B (cta - 1)) / cta``
+    for packed rows P, where the tile ``cta`` is chosen from the average ``floor(P / B)``: a small tile only
+    comes with a small average, which caps P at ``(largest average of that tile + 1) * B - 1``."""
+    shape = cfg.shape
+    if fixed:  # every request has the same rows: one tile size, B requests
+        cta = fa2_cta_tile_q(fixed * shape.group, shape, rules)
+        return bmax * -(-fixed * shape.group // cta)
+    last: dict[int, int] = {}  # tile -> the largest average (below 130) that selects it
+    for avg in range(130):  # the tile function changes only at averages 16, 32 and 64
+        last[fa2_cta_tile_q(avg, shape, rules)] = avg
+    best = 0
+    for cta, avg in last.items():
+        p = packed_max if avg == 129 else min(packed_max, (avg + 1) * bmax - 1)
+        best = max(best, (p + bmax * (cta - 1)) // cta)
+    return best
 
 
 def _exact(cfg: EngineConfig, spec: UseSpec) -> dict[Kind, tuple[int, Basis, str]]:
