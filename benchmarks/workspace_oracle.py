@@ -88,17 +88,12 @@ def main() -> int:
         print("workspace_oracle: cannot run here: no CUDA device (use --render to render existing results)")
         return 3
     from flashcheck.rundir import environment
+    from flashcheck.targets.flashinfer.compat import load_flashinfer
     from flashcheck.targets.registry import GPU_TARGETS
 
-    env = environment()
-    try:
-        import flashinfer
-
-        env["flashinfer"] = flashinfer.__version__
-    except ImportError:
-        env["flashinfer"] = None
-    env["torch"] = torch.__version__
-    env["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    fi = load_flashinfer()
+    env = {**environment(), "flashinfer": fi.version, "torch": torch.__version__}
+    env["device"] = torch.cuda.get_device_name()
     targets = a.targets.split(",") if a.targets else list(GPU_TARGETS)
     doc = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}
     doc.update(run(a.steps, targets))

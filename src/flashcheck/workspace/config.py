@@ -67,24 +67,29 @@ class EngineConfig:
     """
 
     name: str
+    # the model, per GPU (heads divided by the tensor-parallel size, gathered heads under context parallelism)
     num_qo_heads: int
     num_kv_heads: int
     head_dim_qk: int = 128
     head_dim_vo: int = 128
     q_dtype: str = "bfloat16"
     kv_dtype: str = "bfloat16"
+    causal: bool = True
+    # the scheduler's limits per step
     page_size: int = 16
     max_batch: int = 256
     max_tokens: int = 8192
+    graph_buckets: tuple[int, ...] = ()
+    # and per request
     max_qo_len: int = 0
     max_seq_len: int = 8192
-    graph_buckets: tuple[int, ...] = ()
     spec_len: int = 1
-    causal: bool = True
+    # what plans, where, under which FlashInfer rules
     wrappers: tuple[WrapperUse, ...] = ()
     num_sms: int = 132
     flashinfer: str = "any"
     decode_blocks_per_sm: int = 0
+    # what the engine allocates
     float_bytes: int | None = None
     int_bytes: int | None = None
     pinned_bytes: int | None = None
@@ -174,14 +179,13 @@ def load_toml(path: str | Path) -> EngineConfig:
     """An `EngineConfig` from a TOML file (see docs/workspace.md); `InvalidArgument` naming the bad key."""
     p = Path(path)
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidArgument(f"configuration file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"configuration file {path} cannot be read ({exc})") from None
+        text = p.read_text(encoding="utf-8")
+        return from_mapping(tomllib.loads(text), source=str(p), default_name=p.stem)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgument(f"configuration file {path} is not TOML: {exc}") from None
-    return from_mapping(doc, source=str(p), default_name=p.stem)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+        raise InvalidArgument(f"configuration file {path} {why}") from None
 
 
 def from_mapping(doc: Mapping[str, Any], *, source: str = "", default_name: str = "engine") -> EngineConfig:
@@ -304,22 +308,16 @@ def target_config(name: str, **overrides: Any) -> EngineConfig:
     tpl = c.template
     use = _TARGET_WRAPPERS[name]
     use = dataclasses.replace(use, graph=use.graph and bool(c.buckets))
+    model = {k: getattr(tpl, k) for k in ("num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "causal")}
+    model.update(q_dtype=tpl.q_dtype, kv_dtype=tpl.kv_dtype, page_size=tpl.page_size)
+    limits = {"max_batch": c.max_batch_size, "max_tokens": c.max_total_qo, "max_qo_len": c.max_qo_len}
     return EngineConfig(
-        name,
-        tpl.num_qo_heads,
-        tpl.num_kv_heads,
-        tpl.head_dim_qk,
-        tpl.head_dim_vo,
-        tpl.q_dtype,
-        tpl.kv_dtype,
-        tpl.page_size,
-        max_batch=c.max_batch_size,
-        max_tokens=c.max_total_qo,
-        max_qo_len=c.max_qo_len,
+        name=name,
+        **model,
+        **limits,
         max_seq_len=c.max_kv_len,
         graph_buckets=tuple(c.buckets),
         spec_len=c.max_qo_len if use.graph else 1,
-        causal=tpl.causal,
         wrappers=(use,),
         # BatchAttention allocates its own 384 MiB float workspace; the others take the target's
         float_bytes=384 * MiB if name == "batch-attention" else int(t.workspace_bytes),

@@ -97,14 +97,12 @@ class PlanSizes:
     float_allocs: tuple[Alloc, ...]
     int_allocs: tuple[Alloc, ...]
     facts: Mapping[str, int] = field(default_factory=dict)
+    float_bytes: int = field(init=False)
+    int_bytes: int = field(init=False)
 
-    @property
-    def float_bytes(self) -> int:
-        return aligned_end(self.float_allocs)
-
-    @property
-    def int_bytes(self) -> int:
-        return aligned_end(self.int_allocs)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "float_bytes", aligned_end(self.float_allocs))
+        object.__setattr__(self, "int_bytes", aligned_end(self.int_allocs))
 
 
 def aligned_end(allocs: Iterable[Alloc]) -> int:
