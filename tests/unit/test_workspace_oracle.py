@@ -271,3 +271,13 @@ def test_confirm_without_a_gpu_is_exit_3(capsys: pytest.CaptureFixture[str]) -> 
         pytest.skip("a GPU is present: --confirm runs (tests/gpu/test_workspace_gpu.py)")
     assert main(["workspace", "--preset", "prefill-64h-16mib", "--confirm"]) == 3
     assert "cannot run here" in capsys.readouterr().err
+
+
+def test_cli_lists_presets_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["workspace", "--list-presets"]) == 0
+    names = capsys.readouterr().out.split()
+    assert {"llama3-8b-decode", "deepseek-v3-mla-tp8", "prefill-64h-16mib", "decode-tc", "mla-fa2"} <= set(names)
+    out = tmp_path / "ws.txt"
+    assert main(["workspace", "--preset", "decode-tc", "--verbose", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "decode-tc graph bs=1 " in text and "decode-tc graph bs=32" in text and capsys.readouterr().out == ""

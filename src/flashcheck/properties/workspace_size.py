@@ -37,9 +37,15 @@ class _WorkspaceSizeDoc:
     Example
         ::
 
-            $ flashcheck workspace --preset prefill-64h-16mib
-            FC306 float workspace of 16.0 MiB is below the 17.3 MiB prefill-fa2 eager needs on FlashInfer 0.7
-              witness: 1 x (qo 16, kv 4224)  (replay: flashcheck replay witness-float-0.7.json)
+            $ flashcheck workspace --preset prefill-64h-16mib --flashinfer 0.7.2 --repro-dir w/
+            FC306 workspace-size-covers-config [error]: configuration prefill-64h-16mib: float workspace of
+              16.0 MiB (16,777,216 bytes) is below the 16.6 MiB (17,436,672 bytes) prefill-fa2 eager needs on
+              FlashInfer 0.7 for the batch 1 x (qo 9, kv 4224)
+            $ flashcheck replay w/witness-prefill-64h-16mib-float-0.7.json     # on a GPU: FC302, exit 1
+
+        64 query heads over 8 KV heads, 9 new tokens (72 packed rows: the 128-row tile) and 4224 tokens of KV
+        (33 chunks of 8 pages) fill all 2 x 132 / 8 = 33 split CTAs: the planner reserves 64 x 528 rows x 128 x 4
+        bytes of partial outputs.
 
     Use instead
         Allocate the recommended size (the bound plus a margin) or derive the size from the planner's formulas
