@@ -134,16 +134,30 @@ def render_one(doc: dict[str, Any]) -> str:
         "| target | steps | workspace | max high-water (B) | bound (B) | within |",
         "|---|---:|---|---:|---:|---|",
     ]
+    cmp_lines: list[str] = []
     for piece in doc.get("fuzz", []):
         res = piece["result"]
         if piece["status"] != "ran":
             lines.append(f"| {piece['what']} | | error: {res.get('error')} | | | |")
             continue
+        ws = res.get("workspace_size")
+        if ws:
+            cmp_lines.append(
+                f"| {res['target']} | {ws['equal']} | {ws['oracle_larger']} | {ws['oracle_smaller']} | "
+                f"{ws['not_comparable']} | {ws['examples'][:1]} |"
+            )
         for w in res["workspaces"]:
             ok = "yes" if w["within"] else "**NO**"
             lines.append(
                 f"| {res['target']} | {res['steps']} | {w['workspace']} | {w['high_water']:,} | {w['bound']:,} | {ok} |"
             )
+    if cmp_lines:
+        lines += [
+            "",
+            "`workspace_size()` of every eager plan of the fuzzed run against the oracle's planner for that batch:",
+        ]
+        lines += ["", "| target | equal | oracle larger | oracle smaller | not comparable | first difference |"]
+        lines += ["|---|---:|---:|---:|---:|---|", *cmp_lines]
     for piece in doc.get("replays", []):
         lines.append("")
         if piece["status"] != "ran":

@@ -7,6 +7,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from flashcheck.workspace import preset, run_oracle
 from flashcheck.workspace.confirm import _bound_for
 
@@ -49,10 +51,33 @@ def test_render_marks_a_bound_exceeded_and_a_loose_witness() -> None:
         ],
         "fuzz": [
             {"what": "fuzz t", "status": "ran", "result": {"target": "t", "steps": 200, "workspaces": [
-                {"workspace": "float_workspace", "high_water": 120, "bound": 100, "within": False}]}},
+                {"workspace": "float_workspace", "high_water": 120, "bound": 100, "within": False}],
+                "workspace_size": {"equal": 3, "oracle_larger": 0, "oracle_smaller": 1, "not_comparable": 0,
+                                   "examples": [{"batch": "1 x (qo 1, kv 16)"}]}}},
         ],
         "replays": [{"what": "replay", "status": "error", "result": {"error": "RuntimeError: no GPU"}}],
     }  # fmt: skip
     text = _bench().render_one(doc)
     assert "**runs: bound not tight**" in text and "| t | 200 | float_workspace | 120 | 100 | **NO** |" in text
     assert "error RuntimeError: no GPU" in text
+    assert "| t | 3 | 0 | 1 | 0 |" in text
+
+
+def test_plan_arguments_become_the_batch_the_oracle_plans() -> None:
+    torch = pytest.importorskip("torch")
+    from flashcheck.workspace.confirm import _batch_of, _compare_sizes
+    from flashcheck.workspace.oracle import UseSpec, plan_for
+
+    qo = torch.tensor([0, 9, 10], dtype=torch.int32)
+    kv = torch.tensor([0, 264, 265], dtype=torch.int32)
+    b = _batch_of("prefill", (qo, kv), 16)
+    assert b is not None and b.lens() == ((9, 1), (264 * 16, 16))
+    d = _batch_of("decode", (kv,), 16)
+    assert d is not None and d.lens() == ((1, 1), (264 * 16, 16))
+    assert _batch_of("mla", (qo, kv), 1) is None
+    cfg = preset("prefill-64h-16mib")
+    spec = UseSpec(cfg.wrappers[0], "0.7")
+    p = plan_for(cfg, spec, b)
+    tally = _compare_sizes(cfg, spec, [([p.float_bytes, p.int_bytes], b), ([p.float_bytes + 1, p.int_bytes], b)])
+    assert (tally["equal"], tally["oracle_smaller"], tally["oracle_larger"]) == (1, 1, 0)
+    assert tally["examples"][0]["workspace_size"] == [p.float_bytes + 1, p.int_bytes]

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 from flashcheck.workspace.config import EngineConfig
 from flashcheck.workspace.oracle import KindBound, OracleResult, UseSpec, plan_for, uses_of
-from flashcheck.workspace.planner import Rules
+from flashcheck.workspace.planner import Batch, Rules
 from flashcheck.workspace.report import witness_repro
 
 # findings that say the workspace was too small or the kernel failed (others, e.g. a known eager-path sync of
@@ -67,9 +68,9 @@ def _run_step(scenario: dict[str, Any], spy: Callable[[Any], None] | None = None
     }
 
 
-def _workspace_size_spy(sizes: list[Any]) -> Callable[[Any], None]:
-    """Wrap the eager wrapper's ``plan`` so that every plan first asks ``workspace_size`` with the same
-    arguments (FlashInfer 0.7)."""
+def _workspace_size_spy(sizes: list[Any], page_size: int = 1) -> Callable[[Any], None]:
+    """Wrap the eager wrapper's ``plan`` so that every plan first asks ``workspace_size`` with the same arguments
+    (FlashInfer 0.7); each entry of `sizes` is ``[float, int]`` (or the error) and the batch the plan saw."""
 
     def install(target: Any) -> None:
         w = getattr(target, "eager", None)
@@ -80,14 +81,35 @@ def _workspace_size_spy(sizes: list[Any]) -> Callable[[Any], None]:
 
         def spied(*a: Any, **k: Any) -> Any:
             try:
-                sizes.append([int(x) for x in ask(*a, **k)])
+                got: Any = [int(x) for x in ask(*a, **k)]
             except Exception as exc:  # recorded: a cross-check that could not run is evidence too
-                sizes.append(f"{type(exc).__name__}: {exc}"[:200])
+                got = f"{type(exc).__name__}: {exc}"[:200]
+            sizes.append((got, _batch_of(getattr(target, "kind", ""), a, page_size)))
             return plan(*a, **k)
 
         w.plan = spied
 
     return install
+
+
+def _batch_of(kind: str, args: tuple[Any, ...], page_size: int) -> Batch | None:
+    """The batch a decode, paged or ragged prefill ``plan(*args)`` describes (KV as whole pages: the planners
+    see page counts)."""
+
+    def diffs(t: Any) -> list[int]:
+        v = [int(x) for x in t.tolist()]
+        return [b - a for a, b in itertools.pairwise(v)]
+
+    try:
+        if kind == "decode":
+            pages = diffs(args[0])
+            return Batch.of([1] * len(pages), [p * page_size for p in pages])
+        if kind in ("prefill", "ragged"):
+            qo, kv = diffs(args[0]), diffs(args[1])
+            return Batch.of(qo, [k * page_size for k in kv])
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return None
 
 
 def confirm_result(result: OracleResult) -> list[dict[str, Any]]:
@@ -107,14 +129,14 @@ def confirm_result(result: OracleResult) -> list[dict[str, Any]]:
             records.append(rec)
             continue
         sizes: list[Any] = []
-        rec["at_bound"] = _run_step(at_bound, _workspace_size_spy(sizes) if rules == "0.7" else None)
+        rec["at_bound"] = _run_step(at_bound, _workspace_size_spy(sizes, cfg.page_size) if rules == "0.7" else None)
         used = rec["at_bound"]["usage"].get("float_workspace", [-1, 0])[0]
         rec["high_water"] = used
         if rules == "0.7" and b.witness is not None and spec.bucket is None:
             want = plan_for(cfg, spec, b.witness)
-            rec["workspace_size"] = sizes
+            rec["workspace_size"] = [got for got, _ in sizes]
             rec["oracle_plan"] = [want.float_bytes, want.int_bytes]
-            rec["workspace_size_agrees"] = bool(sizes) and sizes[-1] == rec["oracle_plan"]
+            rec["workspace_size_agrees"] = bool(sizes) and sizes[-1][0] == rec["oracle_plan"]
         if b.searched > 0:
             below = _scenario(cfg, b, b.searched - 1)
             assert below is not None
@@ -151,9 +173,12 @@ def fuzz_within_bounds(name: str, result: OracleResult, *, steps: int = 200, see
     target = make_target(name)
     peak: dict[str, int] = {}
     ran = 0
+    asked: list[Any] = []
     with Checker(layers="cheap", device="cuda") as chk:
         drv = Driver(target, chk, device="cuda", seed=seed)
         drv.setup()
+        if rules == "0.7":
+            _workspace_size_spy(asked, target.capacity.template.page_size)(target)
         for i, st in enumerate(random_steps(target.capacity, steps, seed)):
             r = drv.execute(st, i)
             ran += 1
@@ -166,7 +191,29 @@ def fuzz_within_bounds(name: str, result: OracleResult, *, steps: int = 200, see
         if bound is None:
             continue
         checks.append({"workspace": ws, "high_water": used, "bound": bound, "within": used <= bound})
-    return {"target": name, "rules": rules, "steps": ran, "workspaces": checks}
+    out: dict[str, Any] = {"target": name, "rules": rules, "steps": ran, "workspaces": checks}
+    if asked:
+        out["workspace_size"] = _compare_sizes(result.config, UseSpec(result.config.wrappers[0], rules), asked)
+    return out
+
+
+def _compare_sizes(cfg: EngineConfig, spec: UseSpec, asked: list[Any]) -> dict[str, Any]:
+    """FlashInfer's ``workspace_size()`` of each eager plan against the oracle's planner for the same batch:
+    equal, oracle larger (expected only where the oracle bounds the decode grid), or oracle smaller (a bug)."""
+    tally = {"equal": 0, "oracle_larger": 0, "oracle_smaller": 0, "not_comparable": 0}
+    first: list[dict[str, Any]] = []
+    for got, batch in asked:
+        if batch is None or not isinstance(got, list):
+            tally["not_comparable"] += 1
+            continue
+        p = plan_for(cfg, spec, batch)
+        want = [p.float_bytes, p.int_bytes]
+        smaller = any(w < g for w, g in zip(want, got, strict=True))
+        verdict = "equal" if want == got else "oracle_smaller" if smaller else "oracle_larger"
+        tally[verdict] += 1
+        if verdict != "equal" and len(first) < 5:
+            first.append({"batch": batch.describe()[:200], "workspace_size": got, "oracle": want, "facts": p.facts})
+    return {**tally, "examples": first}
 
 
 def _bound_for(ws: str, bounds: list[KindBound]) -> int | None:
