@@ -3,7 +3,8 @@
 For the Llama-3-8B decode and prefill, DeepSeek-V3 MLA (TP8) and too-small (64 heads, 16 MiB) presets: each float
 witness runs on the real wrapper at the oracle's bound (must run clean, high-water within the bound) and one byte
 below its need (must overflow, FC302); on 0.7 ``workspace_size()`` is compared per witness. Then every built-in
-target runs its generated steps under the arena and each workspace's high-water mark is compared with the bound.
+target runs its generated steps under the arena and each workspace's high-water mark is compared with the bound
+(on 0.7 with ``workspace_size()`` of every eager plan against the oracle's planner for that batch).
 Finally the too-small preset's witness reproducers are replayed (each must reproduce the overflow).
 
     python benchmarks/workspace_oracle.py --steps 200 --out reports/raw/workspace_oracle-0.6.13.json
