@@ -59,23 +59,27 @@ def replay_witnesses(name: str) -> list[dict[str, Any]]:
     return out
 
 
-def run(steps: int, targets: list[str]) -> dict[str, Any]:
+def run(doc: dict[str, Any], presets: list[str], targets: list[str], steps: int, save: Any) -> None:
+    """Every piece in turn, saving the document after each (a run cut short keeps what it measured)."""
     from flashcheck.workspace import preset, run_oracle
     from flashcheck.workspace.confirm import confirm_result, fuzz_within_bounds
 
-    doc: dict[str, Any] = {"witnesses": [], "fuzz": [], "replays": []}
-    for name in CONFIRM_PRESETS:
+    for name in presets:
         doc["witnesses"].append(_guard(f"witnesses {name}", confirm_result, run_oracle(preset(name))))
+        save()
+    if "prefill-64h-16mib" in presets:
+        doc["replays"].append(_guard("replay prefill-64h-16mib", replay_witnesses, "prefill-64h-16mib"))
+        save()
     for name in targets:
         doc["fuzz"].append(_guard(f"fuzz {name}", fuzz_within_bounds, name, run_oracle(preset(name)), steps=steps))
-    doc["replays"].append(_guard("replay prefill-64h-16mib", replay_witnesses, "prefill-64h-16mib"))
-    return doc
+        save()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--targets", default=None, help="comma-separated built-in targets (default: all GPU targets)")
+    p.add_argument("--targets", default=None, help="comma-separated built-in targets (default: all; none: skip)")
+    p.add_argument("--presets", default=",".join(CONFIRM_PRESETS), help="presets whose witnesses run (none: skip)")
     p.add_argument("--out", default=None)
     p.add_argument("--render", action="store_true", help="only render reports/workspace-oracle.md from reports/raw")
     a = p.parse_args()
@@ -95,14 +99,24 @@ def main() -> int:
     fi = load_flashinfer()
     env = {**environment(), "flashinfer": fi.version, "torch": torch.__version__}
     env["device"] = torch.cuda.get_device_name()
-    targets = a.targets.split(",") if a.targets else list(GPU_TARGETS)
-    doc = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}
-    doc.update(run(a.steps, targets))
-    text = json.dumps(doc, indent=2, default=str)
-    if a.out:
-        Path(a.out).write_text(text + "\n", encoding="utf-8")
+    targets = _names(a.targets, list(GPU_TARGETS))
+    presets = _names(a.presets, list(CONFIRM_PRESETS))
+    doc: dict[str, Any] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}
+    doc.update(witnesses=[], fuzz=[], replays=[])
+
+    def save() -> None:
+        if a.out:
+            Path(a.out).write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+
+    run(doc, presets, targets, a.steps, save)
     print(render_one(doc))
     return 0
+
+
+def _names(arg: str | None, default: list[str]) -> list[str]:
+    if arg is None:
+        return default
+    return [] if arg == "none" else [n for n in arg.split(",") if n]
 
 
 def render_one(doc: dict[str, Any]) -> str:
