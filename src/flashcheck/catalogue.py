@@ -15,7 +15,7 @@ from flashcheck import watchdog
 from flashcheck.campaign import checks as campaign_checks
 from flashcheck.check import Check
 from flashcheck.errors import InvalidArgument, InvalidDefinition
-from flashcheck.properties import csr, equivalence, output_contract, plan_info
+from flashcheck.properties import csr, equivalence, output_contract, plan_info, workspace_size
 from flashcheck.properties.phases import Phase, Property
 from flashcheck.runtime.checks import allocation, host_sync, pinned_copy, staging, workspace
 from flashcheck.targets import classify
@@ -37,6 +37,7 @@ CHECK_MODULES: tuple[ModuleType, ...] = (
     workspace,  # FC302
     equivalence,  # FC303
     output_contract,  # FC305
+    workspace_size,  # FC306 (flashcheck workspace; no driver phase)
 )
 
 

@@ -84,9 +84,10 @@ class Check:
         stack: tuple[Frame, ...] = (),
         severity: Severity | None = None,
         confidence: Confidence | None = None,
+        repro: str | None = None,
     ) -> Finding:
         """A finding of this check: `message` says what happened, with the numbers; `hint` (default: the check's)
-        what to do about it."""
+        what to do about it; `repro` the reproducer that shows it, when there is one."""
         return Finding(
             id=self.id,
             name=self.name,
@@ -98,4 +99,5 @@ class Check:
             location=location or Location(),
             evidence=dict(evidence or {}),
             stack=stack,
+            repro=repro,
         )

@@ -64,6 +64,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "fuzz": ("flashcheck.cli.fuzz_cmd", "fuzz replay sequences against a target; reproducers for every finding"),
     "replay": ("flashcheck.cli.replay_cmd", "re-run a reproducer in this process; exit 1 if the finding reproduces"),
+    "workspace": (
+        "flashcheck.cli.workspace_cmd",
+        "worst-case FlashInfer workspace of an engine configuration, with witness batches (FC306)",
+    ),
 }
 
 

@@ -35,8 +35,9 @@ WORKSPACE_WITHIN_BOUNDS = Check(
             # replaying bs=256 -> FC302: 18,432 bytes written in the guard zone after `float`
 
     Use instead
-        Size workspaces for the largest graph batch (FlashInfer 0.7.2: ``wrapper.workspace_size(...)``; otherwise
-        the formulas of the planner), and give each wrapper that plans concurrently its own int and pinned buffer.
+        Size workspaces for every batch the engine can plan: ``flashcheck workspace --config engine.toml`` gives
+        the worst case and its witness batch (FC306); FlashInfer 0.7.2's ``wrapper.workspace_size(...)`` answers
+        for one batch. Give each wrapper that plans concurrently its own int and pinned buffer.
 
     Known false positives
         A workspace shared by sibling wrappers shows the largest user's high-water mark, not each user's. The

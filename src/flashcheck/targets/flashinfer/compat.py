@@ -24,6 +24,8 @@ class FI:
     def __init__(self, module: Any) -> None:
         self.mod = module
         self.version: str = str(getattr(module, "__version__", "0"))
+        parts = [int(p) for p in self.version.split("+")[0].split(".")[:2] if p.isdigit()]
+        self.major_minor: tuple[int, ...] = tuple(parts)  # which planner sizing rules apply (flashcheck workspace)
         fdp = getattr(module, "fast_decode_plan", None)
         self.fast_decode_params: frozenset[str] = (
             frozenset(inspect.signature(fdp).parameters) if fdp is not None else frozenset()
