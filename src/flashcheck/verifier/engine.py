@@ -26,7 +26,7 @@ from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.hotpath import HotPaths, find_roots
 from flashcheck.verifier.project import FunctionInfo, Project
-from flashcheck.verifier.provenance import Provenance
+from flashcheck.verifier.provenance import Provenance, ValueFlow
 from flashcheck.verifier.source import SourceFile, discover, read_source
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
@@ -202,11 +202,12 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
     sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
     project = Project(sources)
     hot = HotPaths(project, find_roots(project, config))
+    flow = ValueFlow(project)
     ctx = Context(
         project,
         hot,
-        Provenance(project, config.host_names),
-        Provenance(project, config.host_names, names_give_device=False),
+        Provenance(project, config.host_names, flow=flow),
+        Provenance(project, config.host_names, names_give_device=False, flow=flow),
         config,
     )
     errors: list[str] = []

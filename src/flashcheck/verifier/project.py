@@ -32,6 +32,11 @@ _KINDS: dict[type, str] = {
     ast.IfExp: "test",
     ast.Import: "import",
     ast.ImportFrom: "import",
+    ast.Return: "return",
+    ast.For: "for",
+    ast.AsyncFor: "for",
+    ast.comprehension: "for",
+    ast.With: "with",
 }
 _SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
 _LEAVES = frozenset(
@@ -105,6 +110,10 @@ class FunctionInfo:
     subscripts: list[ast.Subscript] = field(default_factory=list)
     local_assigns: dict[str, list[ast.expr]] = field(default_factory=dict)
     local_defs: dict[str, FunctionInfo] = field(default_factory=dict)
+    returns: list[ast.expr] = field(default_factory=list)
+    loop_vars: dict[str, list[ast.expr]] = field(default_factory=dict)  # for/comprehension target -> iterable
+    item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
+    device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
 
     @property
     def source(self) -> SourceFile:
@@ -150,6 +159,9 @@ class ClassInfo:
     attr_assigns: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)
     subclasses: list[ClassInfo] = field(default_factory=list)
     bases: list[ClassInfo] = field(default_factory=list)
+    item_assigns: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)  # self.x[k] = v
+    attr_types: dict[str, ast.expr] = field(default_factory=dict)  # self.x: T = ... and class-body fields x: T
+    fields: list[str] = field(default_factory=list)  # class-body ``x: T`` in order (dataclass constructor order)
 
 
 @dataclass(eq=False)
@@ -171,6 +183,11 @@ class Project:
         self.classes: dict[str, ClassInfo] = {}
         self._by_qualname: dict[str, FunctionInfo] = {}
         self._callee_cache: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
+        # obj.attr = value for receivers other than self, by attribute name (other objects' attributes)
+        self.attr_stores: dict[str, list[tuple[ast.expr, FunctionInfo]]] = {}
+        self._calls_by_name: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
+        self._suffixes: dict[str, ModuleInfo | None] = {}
         for sf in sources:
             if sf.tree is not None:
                 self._index_module(sf, sf.tree)
@@ -232,6 +249,12 @@ class Project:
             self._walk_expr(owner, b)
         # Statements of the class body (not methods) belong to the enclosing code.
         self._walk(owner, node.body, ci)
+        for stmt in node.body:  # dataclass-style fields: ``seq_lens: torch.Tensor`` (with its default, if any)
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                ci.attr_types.setdefault(stmt.target.id, stmt.annotation)
+                ci.fields.append(stmt.target.id)
+                if stmt.value is not None:
+                    ci.attr_assigns.setdefault(stmt.target.id, []).append((stmt.value, owner))
 
     def _walk_stmt(self, fn: FunctionInfo, stmt: ast.stmt, cls: ClassInfo | None) -> None:
         # The hot loop of the whole verifier (every node of every file passes here once): dispatch on the exact
@@ -278,25 +301,56 @@ class Project:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 self._record_target(fn, t, node.value)
+            if isinstance(node, ast.AnnAssign):
+                self._record_annotation(fn, node)
         elif kind == "assert":
             fn.asserts.append(node)
         elif kind == "test":
             fn.tests.append(node.test)
         elif kind == "import":
             self._record_import(fn.module, node)
+        elif kind == "return":
+            if node.value is not None:
+                fn.returns.append(node.value)
+        elif kind == "for":
+            for n in ast.walk(node.target):
+                if isinstance(n, ast.Name):
+                    fn.loop_vars.setdefault(n.id, []).append(node.iter)
+        elif kind == "with":
+            for item in node.items:
+                c = item.context_expr
+                if isinstance(c, ast.Call) and dotted(c.func) in ("torch.device", "device") and c.args:
+                    fn.device_blocks.append((node.lineno, node.end_lineno or node.lineno, c.args[0]))
 
     def _record_target(self, fn: FunctionInfo, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, ast.Name):
             fn.local_assigns.setdefault(target.id, []).append(value)
-        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-            owner = fn
-            while owner.parent is not None:
-                owner = owner.parent
-            if owner.cls is not None:
-                owner.cls.attr_assigns.setdefault(target.attr, []).append((value, fn))
+        elif isinstance(target, ast.Attribute):
+            if isinstance(target.value, ast.Name) and target.value.id == "self":
+                cls = _owner(fn).cls
+                if cls is not None:
+                    cls.attr_assigns.setdefault(target.attr, []).append((value, fn))
+            else:
+                self.attr_stores.setdefault(target.attr, []).append((value, fn))
+        elif isinstance(target, ast.Subscript):
+            base = target.value
+            if isinstance(base, ast.Name):
+                fn.item_stores.setdefault(base.id, []).append(value)
+            elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self":
+                cls = _owner(fn).cls
+                if cls is not None:
+                    cls.item_assigns.setdefault(base.attr, []).append((value, fn))
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)
+
+    @staticmethod
+    def _record_annotation(fn: FunctionInfo, node: ast.AnnAssign) -> None:
+        t = node.target
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            cls = _owner(fn).cls
+            if cls is not None:
+                cls.attr_types.setdefault(t.attr, node.annotation)
 
     def _record_import(self, mod: ModuleInfo, node: ast.Import | ast.ImportFrom) -> None:
         if isinstance(node, ast.Import):
@@ -332,6 +386,10 @@ class Project:
             return None
         if qualname in self.modules:
             return self.modules[qualname]
+        if "." in qualname:
+            by_suffix = self._suffix_module(qualname)
+            if by_suffix is not None:
+                return by_suffix
         if qualname in self.classes:
             return self.classes[qualname]
         if qualname in self._by_qualname:
@@ -426,11 +484,16 @@ class Project:
             values = fn.local_assigns.get(expr.id, [])
             types = {id(t): t for v in values if (t := self._value_type(v, fn, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        if isinstance(expr, ast.Attribute):
             cls = self.instance_type(expr.value, fn, depth + 1)
             if cls is None:
                 return None
             for c in [cls, *cls.bases]:
+                ann = c.attr_types.get(expr.attr)
+                if ann is not None and c.module.body is not None:
+                    t = self._annotation_class(ann, c.module.body, depth + 1)
+                    if t is not None:
+                        return t
                 for value, where in c.attr_assigns.get(expr.attr, []):
                     t = self._value_type(value, where, depth + 1)
                     if t is not None:
@@ -441,8 +504,18 @@ class Project:
         if isinstance(value, ast.Call):
             target = self.resolve_def(value.func, fn, depth + 1)
             return target if isinstance(target, ClassInfo) else None
-        if isinstance(value, ast.Name) and value.id in fn.params and fn.params[value.id] is not None:
-            return self._annotation_class(fn.params[value.id], fn, depth + 1)
+        if isinstance(value, ast.Name) and value.id in fn.params:
+            if fn.params[value.id] is not None:
+                return self._annotation_class(fn.params[value.id], fn, depth + 1)
+            if value.id in ("self", "cls") and fn.cls is not None:
+                return fn.cls
+            for caller, call in self.callers(fn)[:8] if depth < 3 else []:  # filled by callers
+                arg = _argument(call, fn, value.id)
+                t = self.instance_type(arg, caller, depth + 1) if arg is not None else None
+                if t is not None:
+                    return t
+        if isinstance(value, ast.Attribute | ast.Name):
+            return self.instance_type(value, fn, depth + 1)
         return None
 
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
@@ -461,7 +534,42 @@ class Project:
         target = self.resolve_def(ann, fn, depth + 1) if isinstance(ann, (ast.Name, ast.Attribute)) else None
         return target if isinstance(target, ClassInfo) else None
 
+    def _suffix_module(self, name: str) -> ModuleInfo | None:
+        """A module whose dotted name ends with `name` (``srt.layers.x`` for ``src.srt.layers.x``), if unique."""
+        if not self._suffixes:
+            self._suffixes[""] = None
+            for full, mod in self.modules.items():
+                parts = full.split(".")
+                for i in range(1, len(parts) - 1):
+                    key = ".".join(parts[i:])
+                    self._suffixes[key] = None if key in self._suffixes else mod
+        return self._suffixes.get(name)
+
     # ------------------------------------------------------------------ call graph
+    def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        """Project call sites that may call `fn` (constructor calls for ``__init__``), at most 64."""
+        cached = self._callers.get(id(fn))
+        if cached is not None:
+            return cached
+        if self._calls_by_name is None:
+            self._calls_by_name = {}
+            for caller in self.all_functions():
+                for call in caller.calls:
+                    f = call.func
+                    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    if name is not None:
+                        self._calls_by_name.setdefault(name, []).append((caller, call))
+        names = [fn.name]
+        if fn.name == "__init__" and fn.cls is not None:
+            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses)]
+        out: list[tuple[FunctionInfo, ast.Call]] = []
+        for name in names:
+            for caller, call in self._calls_by_name.get(name, [])[:256]:
+                if any(t is fn for t in self._call_targets(call, caller)):
+                    out.append((caller, call))
+        self._callers[id(fn)] = out[:64]
+        return out[:64]
+
     def callees(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         """Project functions `fn` calls, with the call node (constructors resolve to ``__init__``)."""
         cached = self._callee_cache.get(id(fn))
@@ -509,6 +617,20 @@ class Project:
             if mod.body is not None:
                 yield mod.body
         yield from self.functions
+
+
+def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument a call passes for `param` (keyword, or position after ``self``)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if isinstance(callee.node, ast.Module):
+        return None
+    names = [a.arg for a in [*callee.node.args.posonlyargs, *callee.node.args.args]]
+    if callee.cls is not None and names[:1] == ["self"]:
+        names = names[1:]
+    i = names.index(param) if param in names else len(call.args)
+    return call.args[i] if i < len(call.args) else None
 
 
 def _owner(fn: FunctionInfo) -> FunctionInfo:

@@ -1,0 +1,234 @@
+"""Where a value comes from, across the project: the expressions a reference may hold.
+
+`ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
+and across function boundaries: locals and globals, parameters filled by their callers, ``self.x`` assigned anywhere
+in the class and its bases, attributes of other objects (through their type, dataclass fields and constructor
+keywords, or every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals,
+comprehensions, ``append``, ``d[k] = v``), loop variables, and return values of project functions. Every analysis
+(device provenance, wrapper identity, allocations) is built on it, so a rule sees one consistent model.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+
+__all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
+
+Source = tuple[ast.expr, FunctionInfo]
+_MAX_SOURCES = 48
+
+
+def owner(fn: FunctionInfo) -> FunctionInfo:
+    """The outermost function of a closure (whose ``self`` a nested function sees)."""
+    while fn.parent is not None:
+        fn = fn.parent
+    return fn
+
+
+def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    node = callee.node
+    if isinstance(node, ast.Module):
+        return None
+    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
+        positional = positional[1:]
+    if param not in positional:
+        return None
+    i = positional.index(param)
+    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+        return call.args[i]
+    return None
+
+
+class ValueFlow:
+    """Sources of references within one project (results are cached per node)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
+
+    # ------------------------------------------------------------------ references
+    def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
+        """Expressions `expr` may evaluate to (one step back); empty when nothing is known."""
+        if isinstance(expr, ast.Name):
+            return self.name_sources(expr.id, fn)
+        if isinstance(expr, ast.Attribute):
+            return self.attr_sources(expr, fn)
+        if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+            return self.element_sources(expr.value, fn)
+        if isinstance(expr, ast.Call):
+            f = expr.func
+            if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and expr.args:
+                return self.element_sources(f.value, fn)
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if isinstance(target, FunctionInfo):
+                return [(r, target) for r in target.returns[:_MAX_SOURCES]]
+        return []
+
+    def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
+        if name in fn.params:
+            return self.param_sources(fn, name)
+        if name in fn.loop_vars:
+            return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+        scope: FunctionInfo | None = fn
+        while scope is not None:
+            values = scope.local_assigns.get(name)
+            if values:
+                return [(v, scope) for v in values]
+            if scope is not fn and name in scope.params:
+                return self.param_sources(scope, name)
+            scope = scope.parent
+        body = fn.module.body
+        if body is not None and body is not fn and name in body.local_assigns:
+            return [(v, body) for v in body.local_assigns[name]]
+        return []
+
+    def param_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
+        """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""
+        if name in ("self", "cls"):
+            return []
+        out: list[Source] = []
+        for caller, call in self.project.callers(fn):
+            arg = arg_for_param(call, fn, name)
+            if arg is not None:
+                out.append((arg, caller))
+        node = fn.node
+        if not isinstance(node, ast.Module):  # a default is what callers that omit the argument get
+            a = node.args
+            pos = [*a.posonlyargs, *a.args]
+            for p, d in zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=False):
+                if p.arg == name and not (isinstance(d, ast.Constant) and d.value is None):
+                    out.append((d, fn))
+        return out[:_MAX_SOURCES]
+
+    def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo) -> list[Source]:
+        cls = self.project.instance_type(expr.value, fn)
+        if cls is not None:
+            return self.class_attr_sources(cls, expr.attr)
+        if isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls"):
+            return []
+        # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
+        out = list(self.project.attr_stores.get(expr.attr, []))
+        out.extend((v, where) for v, where, _ in self.keyword_index().get(expr.attr, []))
+        return out[:_MAX_SOURCES]
+
+    def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
+        out: list[Source] = []
+        for c in with_bases(cls):
+            out.extend(c.attr_assigns.get(attr, []))
+            if attr in c.fields:  # dataclass field: the constructor's argument
+                i = c.fields.index(attr)
+                for v, where, call in self.keyword_index().get(attr, []):
+                    if self._constructs(call, where, c):
+                        out.append((v, where))
+                for caller, call in self._constructor_calls(c):
+                    if i < len(call.args) and not call.keywords:
+                        out.append((call.args[i], caller))
+        return out[:_MAX_SOURCES]
+
+    def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
+        """What items of `container` may be: list/dict literals and comprehensions, appends, ``d[k] = v``.
+
+        An expression that is not a container (a tensor) is its own element.
+        """
+        if depth > 4:
+            return []
+        if isinstance(container, ast.List | ast.Tuple | ast.Set):
+            return [(e, fn) for e in container.elts if not isinstance(e, ast.Starred)]
+        if isinstance(container, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return [(container.elt, fn)]
+        if isinstance(container, ast.Dict):
+            return [(v, fn) for v in container.values]
+        if isinstance(container, ast.DictComp):
+            return [(container.value, fn)]
+        if isinstance(container, ast.Call):
+            name = dotted(container.func)
+            if name in ("list", "tuple", "sorted", "reversed", "iter") and container.args:
+                return self.element_sources(container.args[0], fn, depth + 1)
+            f = container.func
+            if isinstance(f, ast.Attribute) and f.attr == "values":
+                return self.element_sources(f.value, fn, depth + 1)
+            if name in ("range", "enumerate", "zip") or (isinstance(f, ast.Attribute) and f.attr in ("items", "keys")):
+                return []
+        if isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
+            return self.element_sources(container.value, fn, depth + 1)
+        if not isinstance(container, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+            return [(container, fn)]
+        out: list[Source] = []
+        for src, where in self.sources(container, fn):
+            out.extend(self.element_sources(src, where, depth + 1))
+        out.extend(self._item_stores(container, fn))
+        if not out and not self.sources(container, fn):
+            return [(container, fn)]
+        return out[:_MAX_SOURCES]
+
+    def _item_stores(self, container: ast.expr, fn: FunctionInfo) -> Iterator[Source]:
+        if isinstance(container, ast.Name):
+            scope = fn if container.id in fn.local_assigns else fn.module.body or fn
+            for v in scope.item_stores.get(container.id, []):
+                yield v, scope
+            for s in self.project.all_functions() if scope is fn.module.body else [fn]:
+                if container.id in s.item_stores and s is not scope:
+                    yield from ((v, s) for v in s.item_stores[container.id])
+            for call in fn.calls:
+                f = call.func
+                if (
+                    isinstance(f, ast.Attribute)
+                    and f.attr in ("append", "insert")
+                    and isinstance(f.value, ast.Name)
+                    and f.value.id == container.id
+                    and call.args
+                ):
+                    yield call.args[-1], fn
+        elif isinstance(container, ast.Attribute):
+            cls = self.project.instance_type(container.value, fn)
+            for c in with_bases(cls) if cls is not None else []:
+                yield from c.item_assigns.get(container.attr, [])
+
+    # ------------------------------------------------------------------ constructors
+    def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
+        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by keyword."""
+        if self._kw_index is None:
+            self._kw_index = {}
+            for f in self.project.all_functions():
+                for call in f.calls:
+                    if not call.keywords:
+                        continue
+                    callee = call.func
+                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                    if last[:1].isupper() or last == "cls":
+                        for kw in call.keywords:
+                            if kw.arg:
+                                self._kw_index.setdefault(kw.arg, []).append((kw.value, f, call))
+        return self._kw_index
+
+    def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
+        f = call.func
+        if isinstance(f, ast.Name) and f.id == "cls":
+            return owner(fn).cls is cls
+        target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+        return target is cls
+
+    def _constructor_calls(self, cls: ClassInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        init = self.project.method(cls, "__init__")
+        return self.project.callers(init) if init is not None else []
+
+
+def with_bases(cls: ClassInfo) -> list[ClassInfo]:
+    out: list[ClassInfo] = []
+    stack = [cls]
+    while stack and len(out) < 32:
+        c = stack.pop()
+        if c not in out:
+            out.append(c)
+            stack.extend(c.bases)
+    return out
