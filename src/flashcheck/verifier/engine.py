@@ -26,7 +26,7 @@ from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.hotpath import HotPaths, find_roots
 from flashcheck.verifier.project import FunctionInfo, Project
-from flashcheck.verifier.provenance import Provenance, ValueFlow
+from flashcheck.verifier.provenance import Provenance, ValueFlow, Wrappers
 from flashcheck.verifier.source import SourceFile, discover, read_source
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
@@ -84,6 +84,7 @@ class Context:
     prov: Provenance
     strict: Provenance  # names alone never make a value DEVICE
     config: StaticConfig
+    wrappers: Wrappers
     findings: list[Finding] = field(default_factory=list)
 
     def report(
@@ -209,6 +210,7 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
         Provenance(project, config.host_names, flow=flow),
         Provenance(project, config.host_names, names_give_device=False, flow=flow),
         config,
+        Wrappers(flow),
     )
     errors: list[str] = []
     ran = [i for i, n in ((SUPPRESSION_ID, SUPPRESSION_NAME), (PARSE_ID, PARSE_NAME)) if selected(i, n, config)]

@@ -340,6 +340,9 @@ class Project:
                 cls = _owner(fn).cls
                 if cls is not None:
                     cls.item_assigns.setdefault(base.attr, []).append((value, fn))
+                    key = target.slice
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
+                        cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)
@@ -479,8 +482,8 @@ class Project:
             if expr.id in ("self", "cls"):
                 owner = _owner(fn)
                 return owner.cls if expr.id in owner.params else None
-            if expr.id in fn.params and fn.params[expr.id] is not None:
-                return self._annotation_class(fn.params[expr.id], fn, depth + 1)
+            if expr.id in fn.params:
+                return self._value_type(expr, fn, depth + 1)
             values = fn.local_assigns.get(expr.id, [])
             types = {id(t): t for v in values if (t := self._value_type(v, fn, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None

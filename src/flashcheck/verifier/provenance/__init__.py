@@ -7,5 +7,6 @@ functions by dataflow from their constructors and imports.
 
 from flashcheck.verifier.provenance.core import Provenance, Where, merge
 from flashcheck.verifier.provenance.flow import ValueFlow
+from flashcheck.verifier.provenance.wrappers import Wrappers
 
-__all__ = ["Provenance", "ValueFlow", "Where", "merge"]
+__all__ = ["Provenance", "ValueFlow", "Where", "Wrappers", "merge"]

@@ -222,6 +222,12 @@ class Provenance:
         ):
             return HOST
         if isinstance(expr, ast.Name):
+            loops = fn.loop_vars.get(expr.id)
+            if loops and len(loops) > 1 and expr.id not in fn.local_assigns:
+                # One name reused by several loops/comprehensions: the one on the same line is this one.
+                here = [it for it in loops if it.lineno == expr.lineno]
+                if here:
+                    return self.merge_sources([s for it in here for s in self.flow.element_sources(it, fn)])
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)

@@ -55,6 +55,7 @@ class ValueFlow:
     def __init__(self, project: Project) -> None:
         self.project = project
         self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
+        self._self_attrs: dict[str, list[Source]] | None = None
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -64,6 +65,18 @@ class ValueFlow:
         if isinstance(expr, ast.Attribute):
             return self.attr_sources(expr, fn)
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+            key = expr.slice
+            base = expr.value
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(base, ast.Attribute):
+                cls = self.project.instance_type(base.value, fn)
+                keyed = [s for c in with_bases(cls) for s in c.item_assigns.get(f"{base.attr}[{key.value!r}]", [])]
+                if keyed:
+                    return keyed
+                for v, where in self.sources(base, fn):  # {"paged": wrapper}["paged"]
+                    if isinstance(v, ast.Dict):
+                        for k, item in zip(v.keys, v.values, strict=False):
+                            if isinstance(k, ast.Constant) and k.value == key.value:
+                                return [(item, where)]
             return self.element_sources(expr.value, fn)
         if isinstance(expr, ast.Call):
             f = expr.func
@@ -118,6 +131,7 @@ class ValueFlow:
             return []
         # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
         out = list(self.project.attr_stores.get(expr.attr, []))
+        out.extend(self.self_attr_index().get(expr.attr, []))
         out.extend((v, where) for v, where, _ in self.keyword_index().get(expr.attr, []))
         return out[:_MAX_SOURCES]
 
@@ -190,9 +204,18 @@ class ValueFlow:
                 ):
                     yield call.args[-1], fn
         elif isinstance(container, ast.Attribute):
-            cls = self.project.instance_type(container.value, fn)
-            for c in with_bases(cls) if cls is not None else []:
+            owner_cls = self.project.instance_type(container.value, fn)
+            for c in with_bases(owner_cls) if owner_cls is not None else []:
                 yield from c.item_assigns.get(container.attr, [])
+
+    def self_attr_index(self) -> dict[str, list[Source]]:
+        """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""
+        if self._self_attrs is None:
+            self._self_attrs = {}
+            for c in self.project.classes.values():
+                for attr, values in c.attr_assigns.items():
+                    self._self_attrs.setdefault(attr, []).extend(values)
+        return self._self_attrs
 
     # ------------------------------------------------------------------ constructors
     def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
@@ -223,8 +246,10 @@ class ValueFlow:
         return self.project.callers(init) if init is not None else []
 
 
-def with_bases(cls: ClassInfo) -> list[ClassInfo]:
+def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
     out: list[ClassInfo] = []
+    if cls is None:
+        return out
     stack = [cls]
     while stack and len(out) < 32:
         c = stack.pop()
