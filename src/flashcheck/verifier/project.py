@@ -484,8 +484,15 @@ class Project:
                 return owner.cls if expr.id in owner.params else None
             if expr.id in fn.params:
                 return self._value_type(expr, fn, depth + 1)
-            values = fn.local_assigns.get(expr.id, [])
-            types = {id(t): t for v in values if (t := self._value_type(v, fn, depth)) is not None}
+            scope, values = fn, fn.local_assigns.get(expr.id, [])
+            if not values and fn.module.body is not None:  # a module global, or one imported from a project module
+                scope, values = fn.module.body, fn.module.body.local_assigns.get(expr.id, [])
+                target = fn.module.imports.get(expr.id)
+                if not values and target:
+                    mod = self.lookup(target.rpartition(".")[0])
+                    if isinstance(mod, ModuleInfo) and mod.body is not None:
+                        scope, values = mod.body, mod.body.local_assigns.get(target.rpartition(".")[2], [])
+            types = {id(t): t for v in values if (t := self._value_type(v, scope, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None
         if isinstance(expr, ast.Attribute):
             cls = self.instance_type(expr.value, fn, depth + 1)

@@ -5,12 +5,19 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import is_in_place_method, kwarg
+from flashcheck.verifier.astutil import is_in_place_method, kwarg, storage_root
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import graph_mode, wrapper_buffer_args, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import (
+    PLAN_METHODS,
+    WRAPPER_BUFFERS,
+    graph_mode,
+    wrapper_buffer_args,
+    wrapper_class_of_call,
+)
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -68,42 +75,180 @@ class GraphBufferWrittenElsewhere(Rule):
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue
                 for param, expr in wrapper_buffer_args(call, cls_name):
-                    for key in storage_keys(expr, fn)[:1]:
+                    for key in storage_keys(expr, fn, project=ctx.project)[:1]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
+        flow = _Flow(ctx, bindings)
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
         binders = {id(b.fn) for b in bindings.values()}
         for fn in ctx.project.all_functions():
-            if (
-                fn in prep
-                or id(fn) in binders
-                or fn.name in ("__init__", "__post_init__")
-                or fn.name.startswith("init_")
-            ):
+            if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
-            for node, target in _writes(fn):
-                for key in storage_keys(target, fn):
-                    b = bindings.get(key)
-                    if b is None:
-                        continue
-                    sf = b.fn.source
-                    ctx.report(
-                        self,
+            if fn in prep:
+                self._check_order(ctx, fn, flow)
+            elif not fn.name.startswith("init_"):  # initialisers that no replay path reaches set buffers up
+                for node, b, key in flow.writes(fn):
+                    self._hit(
+                        ctx,
                         fn,
                         node,
-                        f"`{snippet(node)}` writes `{key[2]}`, which is bound as {b.param} of a graph-mode "
-                        f"{b.wrapper} in {b.fn.short} ({sf.relpath}:{b.call.lineno}); {fn.short} is not on a "
-                        "replay/metadata path, so the next plan() reads what it left",
-                        hint="give this code its own buffer, or restore the precomputed contents before plan()",
-                        evidence={
-                            "buffer": key[2],
-                            "bound_at": f"{sf.relpath}:{b.call.lineno}",
-                            "bound_in": b.fn.qualname,
-                            "parameter": b.param,
-                        },
+                        b,
+                        key,
+                        f"{fn.short} is not on a replay/metadata path, so the next plan() reads what it left",
                     )
+
+    def _check_order(self, ctx: Context, fn: FunctionInfo, flow: _Flow) -> None:
+        """On a replay-prep path, buffers are filled before plan(); a write after the last plan() of the
+        function (and before the replay) changes what the captured kernels read without a plan for it."""
+        plans = flow.plan_lines(fn)
+        if not plans:
+            return
+        for node, b, key in flow.writes(fn):
+            line = getattr(node, "lineno", 0)
+            if any(p < line for p in plans) and not any(p > line for p in plans):
+                self._hit(
+                    ctx,
+                    fn,
+                    node,
+                    b,
+                    key,
+                    f"{fn.short} writes it after the last plan() (line "
+                    f"{max(p for p in plans if p < line)}), so the replay reads values no plan was made for",
+                )
+
+    def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, b: Binding, key: Key, why: str) -> None:
+        sf = b.fn.source
+        ctx.report(
+            self,
+            fn,
+            node,
+            f"`{snippet(node)}` writes `{key[2]}`, which is bound as {b.param} of a graph-mode {b.wrapper} in "
+            f"{b.fn.short} ({sf.relpath}:{b.call.lineno}); {why}",
+            hint="give this code its own buffer, or fill graph-bound buffers on the replay path before plan()",
+            evidence={
+                "buffer": key[2],
+                "bound_at": f"{sf.relpath}:{b.call.lineno}",
+                "bound_in": b.fn.qualname,
+                "parameter": b.param,
+            },
+        )
+
+
+class _Flow:
+    """Per-function summaries: which bound buffers a function writes (directly, through a helper's parameter or
+    a callee), which parameters it writes, and where it plans (directly or through callees)."""
+
+    def __init__(self, ctx: Context, bindings: dict[Key, Binding]) -> None:
+        self.ctx = ctx
+        self.bindings = bindings
+        self._param_writes: dict[int, set[str]] = {}
+        self._plans: dict[int, bool] = {}
+        self._bound_writes: dict[int, bool] = {}
+
+    def writes(self, fn: FunctionInfo) -> list[tuple[ast.AST, Binding, Key]]:
+        """Writes of bound storage in `fn`: its own, and calls of helpers that write an argument or a buffer."""
+        out: list[tuple[ast.AST, Binding, Key]] = []
+        project = self.ctx.project
+        for node, target in _writes(fn):
+            found = self._bound(target, fn)
+            if found is not None:
+                out.append((node, *found))
+        for callee, call in project.callees(fn):
+            if self.plans(callee):
+                continue
+            for p in self.param_writes(callee):
+                arg = arg_for_param(call, callee, p)
+                found = self._bound(arg, fn) if arg is not None else None
+                if found is not None:
+                    out.append((call, *found))
                     break
+            else:
+                if self.writes_bound(callee):
+                    b, key = next(iter(self._callee_bound(callee)))
+                    out.append((call, b, key))
+        return out
+
+    def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
+        for key in storage_keys(target, fn, project=self.ctx.project):
+            b = self.bindings.get(key)
+            if b is not None:
+                return b, key
+        root = storage_root(target)
+        if isinstance(root, ast.Attribute) and root.attr in WRAPPER_BUFFERS:  # the wrapper's own graph buffers
+            for b in self.bindings.values():
+                return b, ("wrapper", b.wrapper, root.attr)
+        return None
+
+    def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
+        return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+
+    def writes_bound(self, fn: FunctionInfo, depth: int = 0) -> bool:
+        key = id(fn)
+        if key not in self._bound_writes:
+            self._bound_writes[key] = False  # recursion guard
+            self._bound_writes[key] = bool(self._callee_bound(fn)) or (
+                depth < 4 and any(self.writes_bound(c, depth + 1) for c, _ in self.ctx.project.callees(fn))
+            )
+        return self._bound_writes[key]
+
+    def param_writes(self, fn: FunctionInfo, depth: int = 0) -> set[str]:
+        """Parameters whose storage `fn` writes (directly, through local views, or by passing them on)."""
+        key = id(fn)
+        if key in self._param_writes:
+            return self._param_writes[key]
+        self._param_writes[key] = set()
+        params = set(fn.params) - {"self", "cls"}
+        out: set[str] = set()
+        for _, target in _writes(fn):
+            root = _param_root(storage_root(target), fn)
+            if root in params:
+                out.add(root)
+        for callee, call in self.ctx.project.callees(fn) if depth < 4 else []:
+            for p in self.param_writes(callee, depth + 1):
+                arg = arg_for_param(call, callee, p)
+                root = _param_root(storage_root(arg), fn) if arg is not None else None
+                if root in params:
+                    out.add(root)
+        self._param_writes[key] = out
+        return out
+
+    def plans(self, fn: FunctionInfo, depth: int = 0) -> bool:
+        key = id(fn)
+        if key not in self._plans:
+            self._plans[key] = False  # recursion guard
+            self._plans[key] = bool(self._direct_plans(fn)) or (
+                depth < 6 and any(self.plans(c, depth + 1) for c, _ in self.ctx.project.callees(fn))
+            )
+        return self._plans[key]
+
+    def _direct_plans(self, fn: FunctionInfo) -> list[int]:
+        out = []
+        for call in fn.calls:
+            f = call.func
+            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.plan_function(f, fn):
+                out.append(call.lineno)
+        return out
+
+    def plan_lines(self, fn: FunctionInfo) -> list[int]:
+        """Lines of `fn` that plan: plan calls and calls of functions that plan."""
+        lines = self._direct_plans(fn)
+        lines.extend(call.lineno for callee, call in self.ctx.project.callees(fn) if self.plans(callee))
+        return lines
+
+
+def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:
+    """The parameter a storage root is (``buf``, or a local view ``v = buf[1:]``)."""
+    for _ in range(4):
+        if not isinstance(root, ast.Name):
+            return None
+        if root.id in fn.params:
+            return root.id
+        values = fn.local_assigns.get(root.id, [])
+        if len(values) != 1:
+            return None
+        root = storage_root(values[0])
+    return None
 
 
 def _writes(fn: FunctionInfo) -> list[tuple[ast.AST, ast.expr]]:
