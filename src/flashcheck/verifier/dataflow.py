@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted, storage_root
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.project import FunctionInfo, Project
 
 __all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
 
@@ -35,24 +37,6 @@ ALLOCATORS = frozenset(
         "randint",
     }
 )
-
-
-def owner(fn: FunctionInfo) -> FunctionInfo:
-    """The outermost function of a closure (whose ``self`` a nested function sees)."""
-    while fn.parent is not None:
-        fn = fn.parent
-    return fn
-
-
-def with_bases(cls: ClassInfo) -> list[ClassInfo]:
-    out: list[ClassInfo] = []
-    stack = [cls]
-    while stack and len(out) < 32:
-        c = stack.pop()
-        if c not in out:
-            out.append(c)
-            stack.extend(c.bases)
-    return out
 
 
 def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None) -> list[Key]:
@@ -127,17 +111,17 @@ def allocations(
         if values is None and fn.module.body is not None and fn is not fn.module.body:
             values = fn.module.body.local_assigns.get(name)
             scope = fn.module.body
-        out = [a for v in values or [] for a in allocations(v, scope, depth + 1, project)]
+        found = [a for v in values or [] for a in allocations(v, scope, depth + 1, project)]
         if project is not None and values and all(isinstance(v, ast.Dict | ast.List) for v in values):
             # a cache: _CACHE[key] = torch.empty(...) in any function of the module
-            out.extend(
+            found.extend(
                 a
                 for f in project.all_functions()
                 if f.module is fn.module
                 for v in f.item_stores.get(name, [])
                 for a in allocations(v, f, depth + 1, project)
             )
-        return out
+        return found
     if isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
         cls = owner(fn).cls
         out: list[tuple[ast.Call, FunctionInfo]] = []

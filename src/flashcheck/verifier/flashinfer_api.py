@@ -30,14 +30,9 @@ __all__ = [
     "wrapper_class_of_call",
 ]
 
-# Private attributes whose names only FlashInfer uses: any access from outside FlashInfer is a finding.
-SPECIFIC_PRIVATE = frozenset(
+# Private buffers of graph-mode wrappers: the storage their captured kernels read.
+WRAPPER_BUFFERS = frozenset(
     {
-        "_plan_info",
-        "_cached_module",
-        "_int_workspace_buffer",
-        "_float_workspace_buffer",
-        "_pin_memory_int_workspace_buffer",
         "_paged_kv_indptr_buf",
         "_paged_kv_indices_buf",
         "_paged_kv_last_page_len_buf",
@@ -47,12 +42,22 @@ SPECIFIC_PRIVATE = frozenset(
         "_kv_lens_buffer",
         "_custom_mask_buf",
         "_mask_indptr_buf",
+        "_block_tables",
+    }
+)
+# Private attributes whose names only FlashInfer uses: any access from outside FlashInfer is a finding.
+SPECIFIC_PRIVATE = WRAPPER_BUFFERS | frozenset(
+    {
+        "_plan_info",
+        "_cached_module",
+        "_int_workspace_buffer",
+        "_float_workspace_buffer",
+        "_pin_memory_int_workspace_buffer",
         "_use_cuda_graph",
         "_fixed_batch_size",
         "_max_total_num_rows",
         "_vector_sparse_indptr_buffer",
         "_vector_sparse_indices_buffer",
-        "_block_tables",
         "_jit_module",
         "_use_tensor_cores",
         "_batch_size_with_padding",
@@ -95,21 +100,6 @@ ZEROED_WORKSPACE_BACKENDS = frozenset({"trtllm-gen", "trtllm", "trtllm-gen-mla",
 _WORKSPACE_KWARGS = ("workspace_buffer", "float_workspace_buffer", "workspace")
 # Buffers a graph-mode BatchMLAPagedAttentionWrapper keeps by reference (its constructor's keyword names).
 _MLA_BUFFERS = frozenset({"qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr"})
-# Private buffers of graph-mode wrappers: the storage their captured kernels read.
-WRAPPER_BUFFERS = frozenset(
-    {
-        "_paged_kv_indptr_buf",
-        "_paged_kv_indices_buf",
-        "_paged_kv_last_page_len_buf",
-        "_qo_indptr_buf",
-        "_kv_indptr_buf",
-        "_kv_indices_buf",
-        "_kv_lens_buffer",
-        "_custom_mask_buf",
-        "_mask_indptr_buf",
-        "_block_tables",
-    }
-)
 
 
 def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:

@@ -151,21 +151,8 @@ _HOST_BUILTINS = frozenset(
     }
 )
 _NUMPY_ROOTS = ("np.", "numpy.")
-_HOST_ANNOTATIONS = (
-    "ndarray",
-    "np.",
-    "list",
-    "List",
-    "Sequence",
-    "int",
-    "float",
-    "bool",
-    "str",
-    "tuple",
-    "Tuple",
-    "dict",
-    "Dict",
-)
+# Annotation words that say a parameter holds host data (unless the annotation also says Tensor).
+_HOST_ANNOTATIONS = tuple("ndarray np. list List Sequence int float bool str tuple Tuple dict Dict".split())
 _NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
 _TENSOR_METHODS = frozenset(
     {"sum", "max", "min", "mean", "amax", "amin", "any", "all", "flatten", "view", "reshape", "cumsum", "int", "long"}

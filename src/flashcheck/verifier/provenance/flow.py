@@ -14,19 +14,14 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
 __all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
-
-
-def owner(fn: FunctionInfo) -> FunctionInfo:
-    """The outermost function of a closure (whose ``self`` a nested function sees)."""
-    while fn.parent is not None:
-        fn = fn.parent
-    return fn
 
 
 def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
@@ -244,16 +239,3 @@ class ValueFlow:
     def _constructor_calls(self, cls: ClassInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         init = self.project.method(cls, "__init__")
         return self.project.callers(init) if init is not None else []
-
-
-def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
-    out: list[ClassInfo] = []
-    if cls is None:
-        return out
-    stack = [cls]
-    while stack and len(out) < 32:
-        c = stack.pop()
-        if c not in out:
-            out.append(c)
-            stack.extend(c.bases)
-    return out

@@ -206,9 +206,15 @@ def _pending_copies(fn: FunctionInfo, prov: Provenance) -> list[tuple[int, str]]
             out.extend((a.lineno, ast.unparse(t)) for t in a.targets if isinstance(t, ast.Name | ast.Attribute))
     for call in fn.calls:
         f = call.func
-        if isinstance(f, ast.Attribute) and f.attr == "copy_" and call.args and _non_blocking(call):
-            if prov.of(f.value, fn) is Where.HOST and prov.of(call.args[0], fn) is not Where.HOST:
-                out.append((call.lineno, ast.unparse(storage_root(f.value))))
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr == "copy_"
+            and call.args
+            and _non_blocking(call)
+            and prov.of(f.value, fn) is Where.HOST
+            and prov.of(call.args[0], fn) is not Where.HOST
+        ):
+            out.append((call.lineno, ast.unparse(storage_root(f.value))))
     return out
 
 
