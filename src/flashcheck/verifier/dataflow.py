@@ -116,8 +116,7 @@ def allocations(
             # a cache: _CACHE[key] = torch.empty(...) in any function of the module
             found.extend(
                 a
-                for f in project.all_functions()
-                if f.module is fn.module
+                for f in project.by_module.get(fn.module.name, [])
                 for v in f.item_stores.get(name, [])
                 for a in allocations(v, f, depth + 1, project)
             )

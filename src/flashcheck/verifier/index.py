@@ -184,6 +184,7 @@ class ProjectIndex:
         self._calls_by_name: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
         self._suffixes: dict[str, ModuleInfo | None] = {}
+        self.by_module: dict[str, list[FunctionInfo]] = {}  # module name -> its functions and top-level code
         for sf in sources:
             if sf.tree is not None:
                 self._index_module(sf, sf.tree)
@@ -197,6 +198,7 @@ class ProjectIndex:
         self.modules[name] = mod
         body = FunctionInfo(f"{name}.<module>", "<module>", tree, mod)
         mod.body = body
+        self.by_module[name] = [body]
         self._walk(body, tree.body, None)
 
     def _new_function(self, node: FuncNode, owner: FunctionInfo, cls: ClassInfo | None) -> FunctionInfo:
@@ -209,6 +211,7 @@ class ProjectIndex:
             qual, parent = f"{owner.qualname}.<locals>.{node.name}", owner
         fn = FunctionInfo(qual, node.name, node, mod, cls, parent)
         self.functions.append(fn)
+        self.by_module[mod.name].append(fn)
         self._by_qualname.setdefault(qual, fn)
         if cls is not None:
             cls.methods[node.name] = fn

@@ -23,6 +23,7 @@ class Project(ProjectIndex):
 
     def __init__(self, sources: list[SourceFile]) -> None:
         super().__init__(sources)
+        self._callers_active: set[int] = set()
         self._link_classes()
 
     def _link_classes(self) -> None:
@@ -212,6 +213,15 @@ class Project(ProjectIndex):
         cached = self._callers.get(id(fn))
         if cached is not None:
             return cached
+        if id(fn) in self._callers_active or len(self._callers_active) > 3:
+            return []  # resolving a call inside a callers() question: do not recurse (not cached)
+        self._callers_active.add(id(fn))
+        try:
+            return self._callers_uncached(fn)
+        finally:
+            self._callers_active.discard(id(fn))
+
+    def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         if self._calls_by_name is None:
             self._calls_by_name = {}
             for caller in self.all_functions():

@@ -96,6 +96,15 @@ _HOST_RESULT_METHODS = frozenset(
         "items",
         "values",
         "__len__",
+        "startswith",
+        "endswith",
+        "split",
+        "join",
+        "format",
+        "lower",
+        "upper",
+        "strip",
+        "replace",
     }
 )
 _HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
@@ -151,8 +160,11 @@ _HOST_BUILTINS = frozenset(
     }
 )
 _NUMPY_ROOTS = ("np.", "numpy.")
+_MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
 # Annotation words that say a parameter holds host data (unless the annotation also says Tensor).
-_HOST_ANNOTATIONS = tuple("ndarray np. list List Sequence int float bool str tuple Tuple dict Dict".split())
+_HOST_ANNOTATIONS = tuple(
+    ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
+)
 _NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
 _TENSOR_METHODS = frozenset(
     {"sum", "max", "min", "mean", "amax", "amin", "any", "all", "flatten", "view", "reshape", "cumsum", "int", "long"}
@@ -191,6 +203,7 @@ class Provenance:
         self._nodes: dict[int, Where] = {}
         self._active: set[object] = set()
         self._cycle = False
+        self._depth = 0
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
         if isinstance(
@@ -214,7 +227,11 @@ class Provenance:
                 # One name reused by several loops/comprehensions: the one on the same line is this one.
                 here = [it for it in loops if it.lineno == expr.lineno]
                 if here:
-                    return self.merge_sources([s for it in here for s in self.flow.element_sources(it, fn)])
+                    return self._cached(
+                        expr,
+                        fn,
+                        lambda: self.merge_sources([s for it in here for s in self.flow.element_sources(it, fn)]),
+                    )
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)
@@ -238,6 +255,8 @@ class Provenance:
         if isinstance(expr, ast.Compare):
             if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
                 return HOST
+            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in [expr.left, *expr.comparators]):
+                return HOST  # compared with a string: not a tensor
             return merge([self.of(e, fn) for e in [expr.left, *expr.comparators]])
         if isinstance(expr, ast.BoolOp):
             return merge([self.of(v, fn) for v in expr.values])
@@ -280,13 +299,15 @@ class Provenance:
         return merge(values)
 
     def _guarded(self, key: object, compute: Callable[[], Where]) -> Where:
-        if key in self._active:
-            self._cycle = True
+        if key in self._active or self._depth > _MAX_DEPTH:
+            self._cycle = True  # a cycle, or a chain too long to follow: adds nothing
             return UNKNOWN
         self._active.add(key)
+        self._depth += 1
         try:
             return compute()
         finally:
+            self._depth -= 1
             self._active.discard(key)
 
     def _cached(self, node: ast.expr, fn: FunctionInfo, compute: Callable[[], Where]) -> Where:
@@ -325,7 +346,10 @@ class Provenance:
         named = self.by_name(expr.attr)
         if named is HOST:
             return HOST
-        found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn)))
+        # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
+        # nothing about `node.op` on an object of unknown type.
+        by_name = self.names_give_device
+        found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn, by_name=by_name)))
         return found if found is not UNKNOWN else named
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
@@ -396,7 +420,7 @@ class Provenance:
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if short in ("device", "Size", "dtype", "is_tensor", "numel"):
+        if short in ("device", "Size", "dtype", "is_tensor", "numel") or short.startswith(("is_", "_is_")):
             return HOST
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):

@@ -22,6 +22,7 @@ __all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
+_MAX_CHAIN = 40  # nested source questions in flight
 
 
 def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
@@ -51,10 +52,29 @@ class ValueFlow:
         self.project = project
         self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
         self._self_attrs: dict[str, list[Source]] | None = None
+        self._module_items: dict[tuple[str, str], list[Source]] | None = None
+        self._sources: dict[int, list[Source]] = {}
+        self._params: dict[tuple[int, str], list[Source]] = {}
+        self._active: set[int] = set()
+        self._edepth = 0
+        self._elements: dict[int, list[Source]] = {}
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
-        """Expressions `expr` may evaluate to (one step back); empty when nothing is known."""
+        """Expressions `expr` may evaluate to (one step back); empty when nothing is known (cached per node)."""
+        key = id(expr)
+        found = self._sources.get(key)
+        if found is None:
+            if key in self._active or len(self._active) > _MAX_CHAIN:
+                return []  # a cycle, or a chain too long to follow (the partial answer is not cached)
+            self._active.add(key)
+            try:
+                found = self._sources[key] = self._sources_uncached(expr, fn)
+            finally:
+                self._active.discard(key)
+        return found
+
+    def _sources_uncached(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
         if isinstance(expr, ast.Name):
             return self.name_sources(expr.id, fn)
         if isinstance(expr, ast.Attribute):
@@ -104,6 +124,11 @@ class ValueFlow:
         """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""
         if name in ("self", "cls"):
             return []
+        key = (id(fn), name)
+        cached = self._params.get(key)
+        if cached is not None:
+            return cached
+        self._params[key] = []  # recursion guard
         out: list[Source] = []
         for caller, call in self.project.callers(fn):
             arg = arg_for_param(call, fn, name)
@@ -116,18 +141,21 @@ class ValueFlow:
             for p, d in zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=False):
                 if p.arg == name and not (isinstance(d, ast.Constant) and d.value is None):
                     out.append((d, fn))
-        return out[:_MAX_SOURCES]
+        self._params[key] = out[:_MAX_SOURCES]
+        return self._params[key]
 
-    def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo) -> list[Source]:
+    def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
+        """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
+        from every store of an attribute of that name in the project."""
         cls = self.project.instance_type(expr.value, fn)
         if cls is not None:
             return self.class_attr_sources(cls, expr.attr)
-        if isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls"):
+        if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
             return []
         # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
-        out = list(self.project.attr_stores.get(expr.attr, []))
-        out.extend(self.self_attr_index().get(expr.attr, []))
-        out.extend((v, where) for v, where, _ in self.keyword_index().get(expr.attr, []))
+        out = self.project.attr_stores.get(expr.attr, [])[:_MAX_SOURCES]
+        out += self.self_attr_index().get(expr.attr, [])[:_MAX_SOURCES]
+        out += [(v, where) for v, where, _ in self.keyword_index().get(f"*.{expr.attr}", [])[:_MAX_SOURCES]]
         return out[:_MAX_SOURCES]
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
@@ -136,7 +164,8 @@ class ValueFlow:
             out.extend(c.attr_assigns.get(attr, []))
             if attr in c.fields:  # dataclass field: the constructor's argument
                 i = c.fields.index(attr)
-                for v, where, call in self.keyword_index().get(attr, []):
+                index = self.keyword_index()
+                for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
                     if self._constructs(call, where, c):
                         out.append((v, where))
                 for caller, call in self._constructor_calls(c):
@@ -149,8 +178,20 @@ class ValueFlow:
 
         An expression that is not a container (a tensor) is its own element.
         """
-        if depth > 4:
+        key = id(container)
+        cached = self._elements.get(key)
+        if cached is not None:
+            return cached
+        if depth > 4 or self._edepth > 8:
             return []
+        self._edepth += 1
+        try:
+            found = self._elements[key] = self._element_sources(container, fn, depth)
+        finally:
+            self._edepth -= 1
+        return found
+
+    def _element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[Source]:
         if isinstance(container, ast.List | ast.Tuple | ast.Set):
             return [(e, fn) for e in container.elts if not isinstance(e, ast.Starred)]
         if isinstance(container, ast.ListComp | ast.SetComp | ast.GeneratorExp):
@@ -182,12 +223,10 @@ class ValueFlow:
 
     def _item_stores(self, container: ast.expr, fn: FunctionInfo) -> Iterator[Source]:
         if isinstance(container, ast.Name):
-            scope = fn if container.id in fn.local_assigns else fn.module.body or fn
-            for v in scope.item_stores.get(container.id, []):
-                yield v, scope
-            for s in self.project.all_functions() if scope is fn.module.body else [fn]:
-                if container.id in s.item_stores and s is not scope:
-                    yield from ((v, s) for v in s.item_stores[container.id])
+            if container.id in fn.local_assigns or container.id in fn.params:
+                yield from ((v, fn) for v in fn.item_stores.get(container.id, []))
+            else:  # a module global: stores from any function of the module
+                yield from self.module_items().get((fn.module.name, container.id), [])
             for call in fn.calls:
                 f = call.func
                 if (
@@ -213,8 +252,18 @@ class ValueFlow:
         return self._self_attrs
 
     # ------------------------------------------------------------------ constructors
+    def module_items(self) -> dict[tuple[str, str], list[Source]]:
+        """``name[k] = v`` stores by (module, name), from every function of the module."""
+        if self._module_items is None:
+            self._module_items = {}
+            for f in self.project.all_functions():
+                for name, values in f.item_stores.items():
+                    self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
+        return self._module_items
+
     def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
-        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by keyword."""
+        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
+        and by ``*.keyword``."""
         if self._kw_index is None:
             self._kw_index = {}
             for f in self.project.all_functions():
@@ -226,7 +275,8 @@ class ValueFlow:
                     if last[:1].isupper() or last == "cls":
                         for kw in call.keywords:
                             if kw.arg:
-                                self._kw_index.setdefault(kw.arg, []).append((kw.value, f, call))
+                                self._kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
+                                self._kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
         return self._kw_index
 
     def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:

@@ -33,14 +33,18 @@ class Wrappers:
     def __init__(self, flow: ValueFlow) -> None:
         self.flow = flow
         self._cache: dict[int, str | None] = {}
+        self._plans: dict[int, str | None] = {}
         self._active: set[int] = set()
+        imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
+        # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
+        self.enabled = any(t == "flashinfer" or t.startswith("flashinfer.") for t in imports)
 
     def wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class `expr` may be an instance of (``BatchDecodeWithPagedKVCacheWrapper``)."""
         key = id(expr)
         if key in self._cache:
             return self._cache[key]
-        if key in self._active or depth > 8:
+        if not self.enabled or key in self._active or depth > 8:
             return None
         self._active.add(key)
         try:
@@ -96,8 +100,16 @@ class Wrappers:
 
     def plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
         """The FlashInfer plan function (``fast_decode_plan``) a callable expression may be."""
-        if depth > 6:
+        if not self.enabled or depth > 6:
             return None
+        key = id(func)
+        if key in self._plans:
+            return self._plans[key]
+        self._plans[key] = None  # recursion guard
+        self._plans[key] = found = self._plan_function(func, fn, depth)
+        return found
+
+    def _plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
         d = dotted(func)
         if d is not None:
             last = d.rsplit(".", 1)[-1]
@@ -105,6 +117,8 @@ class Wrappers:
                 return last
         if isinstance(func, ast.Call) and dotted(func.func) in _PARTIALS and func.args:
             return self.plan_function(func.args[0], fn, depth + 1)
+        if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS:
+            return None  # w.plan(...): a method call, not an alias of a plan function
         if isinstance(func, ast.Name | ast.Attribute):
             for src, where in self.flow.sources(func, fn):
                 found = self.plan_function(src, where, depth + 1)

@@ -62,9 +62,9 @@ class ConstantWorkspaceSize(Rule):
             for a in fn.assigns:
                 if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call):
                     targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                    if any(_WORKSPACE_WORDS & name_tokens(terminal_name(t) or "") for t in targets):
+                    if any(_names_workspace(terminal_name(t) or "") for t in targets):
                         candidates.extend(allocations(a.value, fn, project=project))
-            if "workspace" in name_tokens(fn.name):  # get_workspace(), make_dispatch_workspace()
+            if "workspace" in fn.name.lower() and "workspace" in name_tokens(fn.name):  # get_workspace()
                 for r in fn.returns:
                     candidates.extend(allocations(r, fn, project=project))
             for call in fn.calls:
@@ -100,6 +100,11 @@ def _size_arg(alloc: ast.Call) -> ast.expr | None:
     if isinstance(size, ast.Tuple | ast.List) and len(size.elts) == 1:
         size = size.elts[0]
     return size
+
+
+def _names_workspace(name: str) -> bool:
+    low = name.lower()  # a substring test first: tokenising every assignment target of a project is slow
+    return ("workspace" in low or "ws" in low) and bool(_WORKSPACE_WORDS & name_tokens(name))
 
 
 def _is_test_or_benchmark(fn: FunctionInfo) -> bool:
