@@ -35,12 +35,18 @@ class HostSyncInHotPath(Rule):
     What it checks
         Code reachable from a hot-path root (per-step metadata build, graph replay preparation, plan wrappers,
         graph capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``,
-        ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()``, a stream or event ``synchronize()``,
-        ``nonzero``/``argwhere``/``masked_select``/one-argument ``torch.where``, boolean-mask indexing, ``int()``/
-        ``float()``/``bool()`` of a device tensor, or branches on a device tensor (``if t:``, ``if (t > 0).any():``).
-        Host data is not reported: ``*_cpu``/``*_host``/``*_np`` names, pinned buffers, numpy arrays, factories
-        with ``device="cpu"`` or without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture
-        paths explicit ``synchronize()`` calls are allowed (they sit around the capture, not inside it).
+        ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream
+        or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
+        ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
+        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension), builtin
+        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound,
+        ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
+        before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
+        Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
+        fields, return values, ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
+        names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
+        ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
+        sit around the capture, not inside it).
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -62,7 +68,13 @@ class HostSyncInHotPath(Rule):
     Known false positives
         A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU)
         is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
-        runs on a hot path only under a debug flag is reported; suppress it with a reason.
+        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast of a value that is
+        certainly a tensor but whose device is unknown is reported with low confidence.
+
+    What it cannot see
+        Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
+        project (an unannotated argument no project code passes), ``str(t)``/``%d`` formatting of a device tensor,
+        and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:

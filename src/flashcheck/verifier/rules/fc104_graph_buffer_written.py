@@ -35,11 +35,16 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it checks
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, a
-        ``CUDAGraph*Wrapper``'s buffers...), tracked through slices, views and local aliases to ``self.<attr>`` or
-        a module global; then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
-        ``buf.fill_()``, ``out=buf``, ``buf += ...``) in a function that is neither the binding function, nor an
-        initialiser (``__init__``, ``init_*``), nor reachable from a replay / metadata / plan root.
+        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``,
+        MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...),
+        tracked through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
+        (``self.backend.kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own private buffers
+        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan
+        roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans)
+        is reported, and a write before it is the required pattern.
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -63,8 +68,12 @@ class GraphBufferWrittenElsewhere(Rule):
 
     Known false positives
         Writes in a helper that the analysis cannot connect to a replay/metadata root (called through an unresolved
-        object) are reported; add the helper to ``hot-paths`` or suppress with a reason. Storage reached through
-        other objects than ``self`` or a module global is not tracked (false negatives).
+        object) are reported; add the helper to ``replay-prep-paths`` or suppress with a reason.
+
+    What it cannot see
+        Writes by kernels that take the buffer positionally (a Triton kernel filling ``kv_indices``), storage
+        reached through objects whose type is unknown, and ordering across functions beyond "this call plans":
+        a write in one method that a caller runs after ``plan()`` in another is judged where the call is.
     """
 
     def check(self, ctx: Context) -> None:
