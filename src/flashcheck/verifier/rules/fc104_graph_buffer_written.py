@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashcheck.verifier.astutil import is_in_place_method, kwarg, storage_root
@@ -192,14 +193,21 @@ class _Flow:
     def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
         return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
 
-    def writes_bound(self, fn: FunctionInfo, depth: int = 0) -> bool:
+    def writes_bound(self, fn: FunctionInfo) -> bool:
+        """Whether `fn` or a function it calls writes a graph-bound buffer."""
+        return self._transitive(fn, self._bound_writes, lambda f: bool(self._callee_bound(f)), 4)
+
+    def _transitive(
+        self, fn: FunctionInfo, memo: dict[int, bool], here: Callable[[FunctionInfo], bool], depth: int
+    ) -> bool:
+        """`here` holds in `fn` or in a callee at most `depth` calls away (memoised; recursion counts as no)."""
         key = id(fn)
-        if key not in self._bound_writes:
-            self._bound_writes[key] = False  # recursion guard
-            self._bound_writes[key] = bool(self._callee_bound(fn)) or (
-                depth < 4 and any(self.writes_bound(c, depth + 1) for c, _ in self.ctx.project.callees(fn))
+        if key not in memo:
+            memo[key] = False  # recursion guard
+            memo[key] = here(fn) or (
+                depth > 0 and any(self._transitive(c, memo, here, depth - 1) for c, _ in self.ctx.project.callees(fn))
             )
-        return self._bound_writes[key]
+        return memo[key]
 
     def param_writes(self, fn: FunctionInfo, depth: int = 0) -> set[str]:
         """Parameters whose storage `fn` writes (directly, through local views, or by passing them on)."""
@@ -222,14 +230,9 @@ class _Flow:
         self._param_writes[key] = out
         return out
 
-    def plans(self, fn: FunctionInfo, depth: int = 0) -> bool:
-        key = id(fn)
-        if key not in self._plans:
-            self._plans[key] = False  # recursion guard
-            self._plans[key] = bool(self._direct_plans(fn)) or (
-                depth < 6 and any(self.plans(c, depth + 1) for c, _ in self.ctx.project.callees(fn))
-            )
-        return self._plans[key]
+    def plans(self, fn: FunctionInfo) -> bool:
+        """Whether `fn` or a function it calls runs a FlashInfer plan."""
+        return self._transitive(fn, self._plans, lambda f: bool(self._direct_plans(f)), 6)
 
     def _direct_plans(self, fn: FunctionInfo) -> list[int]:
         out = []
