@@ -170,7 +170,8 @@ def test_sarif_output_validates_against_the_sarif_2_1_0_schema(
     jsonschema.validate(doc, schema, cls=jsonschema.Draft4Validator)
     results = doc["runs"][0]["results"]
     rules = doc["runs"][0]["tool"]["driver"]["rules"]
-    # FC109 stays quiet: seen from this repository's root the fixtures live under tests/, which is not library code.
+    # FC106 and FC109 stay quiet: seen from this repository's root the fixtures live under tests/, where fixed
+    # workspace sizes and asserts are the norm.
     assert {r["ruleId"] for r in results} == {
         "FC100",
         "FC101",
@@ -178,7 +179,6 @@ def test_sarif_output_validates_against_the_sarif_2_1_0_schema(
         "FC103",
         "FC104",
         "FC105",
-        "FC106",
         "FC107",
         "FC108",
         "FC199",

@@ -33,6 +33,8 @@ class StaticConfig:
         hot_paths: fnmatch patterns of qualified names (``pkg.mod.Class.method``, ``*.Backend.prepare_step``) that
             run every step or before every replay.
         capture_paths: patterns of functions that run while CUDA graphs are captured.
+        replay_prep_paths: patterns of per-step functions that prepare a replay (fill graph-bound buffers and
+            call ``plan()``): hot paths where FC104 allows writes to graph-bound buffers before the last plan.
         default_roots: also use the built-in engine name patterns (see ``docs/static.md``).
         select / ignore: rule IDs, ID prefixes (``FC1``, ``FC10``) or rule names.
         exclude: fnmatch patterns of paths (relative, ``/``-separated) that are never read.
@@ -44,6 +46,7 @@ class StaticConfig:
 
     hot_paths: tuple[str, ...] = ()
     capture_paths: tuple[str, ...] = ()
+    replay_prep_paths: tuple[str, ...] = ()
     default_roots: bool = True
     select: tuple[str, ...] = ("FC1",)
     ignore: tuple[str, ...] = ()

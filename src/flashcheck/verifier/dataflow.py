@@ -1,7 +1,9 @@
 """Where storage comes from: the persistent buffer an expression views, and the allocation that made it.
 
-Both follow slices, views, local aliases, ``self.<attr>`` assignments anywhere in the class (and its bases) and
-module globals; nothing crosses into other objects' attributes.
+Both follow slices, views, local aliases, ``self.<attr>`` assignments anywhere in the class (and its bases),
+module globals and, given the project, other objects' attributes whose type is known (``self.backend.kv_indptr``
+is the backend class's ``self.kv_indptr``) and ``self.x = other.y`` aliases. `allocations` also follows project
+functions that return an allocation (factories, ``lru_cache``'d getters) and caches (``_CACHE[key] = torch.empty``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted, storage_root
-from flashcheck.verifier.project import ClassInfo, FunctionInfo
+from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.project import FunctionInfo, Project
 
 __all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
 
@@ -35,31 +39,13 @@ ALLOCATORS = frozenset(
 )
 
 
-def owner(fn: FunctionInfo) -> FunctionInfo:
-    """The outermost function of a closure (whose ``self`` a nested function sees)."""
-    while fn.parent is not None:
-        fn = fn.parent
-    return fn
-
-
-def with_bases(cls: ClassInfo) -> list[ClassInfo]:
-    out: list[ClassInfo] = []
-    stack = [cls]
-    while stack and len(out) < 32:
-        c = stack.pop()
-        if c not in out:
-            out.append(c)
-            stack.extend(c.bases)
-    return out
-
-
-def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Key]:
+def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None) -> list[Key]:
     """Keys of the persistent storage an expression views: ``self.x`` (one per class in the MRO) or a global."""
     root = storage_root(expr)
     if isinstance(root, ast.Name) and depth < 4:
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
-            keys = [k for v in values for k in storage_keys(v, fn, depth + 1)]
+            keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project)]
             return keys if len(values) == 1 else []
         mod_body = fn.module.body
         if mod_body is not None and root.id in mod_body.local_assigns and root.id not in fn.params:
@@ -72,14 +58,39 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Key]:
         cls = owner(fn).cls
         if cls is None:
             return []
+        if (
+            project is not None
+            and isinstance(root, ast.Attribute)
+            and not (isinstance(root.value, ast.Name) and root.value.id == "self")
+        ):
+            other = project.instance_type(root.value, fn)
+            if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
+                return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
         text = ast.unparse(root)
-        return [("self", c.qualname, text) for c in with_bases(cls)]
+        keys = [("self", c.qualname, text) for c in with_bases(cls)]
+        if project is not None and isinstance(root, ast.Attribute) and depth < 3:
+            for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
+                for v, where in c.attr_assigns.get(root.attr, []):
+                    if isinstance(v, ast.Attribute) and not _is_allocation(v):
+                        keys.extend(storage_keys(v, where, depth + 1, project))
+        return keys
+    if project is not None and isinstance(root, ast.Attribute) and depth < 3:
+        other = project.instance_type(root.value, fn)
+        if other is not None:
+            return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
     return []
 
 
-def allocations(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[tuple[ast.Call, FunctionInfo]]:
-    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, self attributes)."""
-    if depth > 4:
+def _is_allocation(v: ast.expr) -> bool:
+    return isinstance(v, ast.Call)
+
+
+def allocations(
+    expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None
+) -> list[tuple[ast.Call, FunctionInfo]]:
+    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, self attributes,
+    project factories and caches)."""
+    if depth > 5:
         return []
     root = storage_root(expr)
     if isinstance(root, ast.Call):
@@ -88,18 +99,33 @@ def allocations(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[tuple[
             return [(root, fn)]
         if isinstance(root.func, ast.Attribute) and root.func.attr.startswith("new_"):
             return [(root, fn)]
+        if project is not None and isinstance(root.func, ast.Name | ast.Attribute):
+            target = project.resolve_def(root.func, fn)
+            if isinstance(target, FunctionInfo):  # a factory: what it returns
+                return [a for r in target.returns for a in allocations(r, target, depth + 1, project)]
         return []
     if isinstance(root, ast.Name):
-        values = fn.local_assigns.get(root.id)
+        name = root.id
+        values = fn.local_assigns.get(name)
+        scope = fn
         if values is None and fn.module.body is not None and fn is not fn.module.body:
-            values = fn.module.body.local_assigns.get(root.id)
-            fn = fn.module.body
-        return [a for v in values or [] for a in allocations(v, fn, depth + 1)]
+            values = fn.module.body.local_assigns.get(name)
+            scope = fn.module.body
+        found = [a for v in values or [] for a in allocations(v, scope, depth + 1, project)]
+        if project is not None and values and all(isinstance(v, ast.Dict | ast.List) for v in values):
+            # a cache: _CACHE[key] = torch.empty(...) in any function of the module
+            found.extend(
+                a
+                for f in project.by_module.get(fn.module.name, [])
+                for v in f.item_stores.get(name, [])
+                for a in allocations(v, f, depth + 1, project)
+            )
+        return found
     if isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
         cls = owner(fn).cls
         out: list[tuple[ast.Call, FunctionInfo]] = []
         for c in with_bases(cls) if cls is not None else []:
             for v, where in c.attr_assigns.get(root.attr, []):
-                out.extend(allocations(v, where, depth + 1))
+                out.extend(allocations(v, where, depth + 1, project))
         return out
     return []

@@ -25,7 +25,7 @@ from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.hotpath import HotPaths, find_roots
 from flashcheck.verifier.project import FunctionInfo, Project
-from flashcheck.verifier.provenance import Provenance
+from flashcheck.verifier.provenance import Provenance, ValueFlow, Wrappers
 from flashcheck.verifier.source import SourceFile, discover, read_source
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
@@ -86,6 +86,7 @@ class Context:
     prov: Provenance
     strict: Provenance  # names alone never make a value DEVICE
     config: StaticConfig
+    wrappers: Wrappers
     findings: list[Finding] = field(default_factory=list)
 
     def report(
@@ -204,12 +205,14 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
     sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
     project = Project(sources)
     hot = HotPaths(project, find_roots(project, config))
+    flow = ValueFlow(project)
     ctx = Context(
         project,
         hot,
-        Provenance(project, config.host_names),
-        Provenance(project, config.host_names, names_give_device=False),
+        Provenance(project, config.host_names, flow=flow),
+        Provenance(project, config.host_names, names_give_device=False, flow=flow),
         config,
+        Wrappers(flow),
     )
     errors: list[str] = []
     ran: list[str] = []

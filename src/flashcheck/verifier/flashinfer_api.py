@@ -17,24 +17,22 @@ __all__ = [
     "PLAN_METHODS",
     "RUN_METHODS",
     "SPECIFIC_PRIVATE",
+    "WRAPPER_BUFFERS",
+    "ZEROED_WORKSPACE_BACKENDS",
     "ZEROED_WORKSPACE_CONSUMERS",
     "graph_mode",
     "is_flashinfer_import",
     "is_wrapper_class_name",
     "looks_like_wrapper",
+    "needs_zeroed_workspace",
     "workspace_arg",
     "wrapper_buffer_args",
     "wrapper_class_of_call",
 ]
 
-# Private attributes whose names only FlashInfer uses: any access from outside FlashInfer is a finding.
-SPECIFIC_PRIVATE = frozenset(
+# Private buffers of graph-mode wrappers: the storage their captured kernels read.
+WRAPPER_BUFFERS = frozenset(
     {
-        "_plan_info",
-        "_cached_module",
-        "_int_workspace_buffer",
-        "_float_workspace_buffer",
-        "_pin_memory_int_workspace_buffer",
         "_paged_kv_indptr_buf",
         "_paged_kv_indices_buf",
         "_paged_kv_last_page_len_buf",
@@ -44,12 +42,22 @@ SPECIFIC_PRIVATE = frozenset(
         "_kv_lens_buffer",
         "_custom_mask_buf",
         "_mask_indptr_buf",
+        "_block_tables",
+    }
+)
+# Private attributes whose names only FlashInfer uses: any access from outside FlashInfer is a finding.
+SPECIFIC_PRIVATE = WRAPPER_BUFFERS | frozenset(
+    {
+        "_plan_info",
+        "_cached_module",
+        "_int_workspace_buffer",
+        "_float_workspace_buffer",
+        "_pin_memory_int_workspace_buffer",
         "_use_cuda_graph",
         "_fixed_batch_size",
         "_max_total_num_rows",
         "_vector_sparse_indptr_buffer",
         "_vector_sparse_indices_buffer",
-        "_block_tables",
         "_jit_module",
         "_use_tensor_cores",
         "_batch_size_with_padding",
@@ -80,8 +88,6 @@ PLAN_METHODS = frozenset({"plan", "begin_forward", "fast_decode_plan", "fast_mla
 RUN_METHODS = frozenset({"run", "forward", "run_return_lse", "forward_return_lse"})
 ZEROED_WORKSPACE_CONSUMERS = frozenset(
     {
-        "BatchDecodeWithPagedKVCacheWrapper",
-        "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
         "trtllm_batch_decode_with_kv_cache",
         "trtllm_batch_decode_with_kv_cache_mla",
         "trtllm_batch_context_with_kv_cache",
@@ -89,7 +95,11 @@ ZEROED_WORKSPACE_CONSUMERS = frozenset(
         "xqa_batch_decode_with_kv_cache_mla",
     }
 )
+# Wrappers whose workspace must start zeroed only with these backends (trtllm-gen kernels keep counters there).
+ZEROED_WORKSPACE_BACKENDS = frozenset({"trtllm-gen", "trtllm", "trtllm-gen-mla", "xqa"})
 _WORKSPACE_KWARGS = ("workspace_buffer", "float_workspace_buffer", "workspace")
+# Buffers a graph-mode BatchMLAPagedAttentionWrapper keeps by reference (its constructor's keyword names).
+_MLA_BUFFERS = frozenset({"qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr"})
 
 
 def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
@@ -123,8 +133,9 @@ def graph_mode(call: ast.Call, cls_name: str) -> bool | None:
     if cls_name.startswith("CUDAGraph"):
         return True
     v = kwarg(call, "use_cuda_graph")
-    if v is None and len(call.args) > 2 and cls_name.startswith("Batch"):
-        v = call.args[2]
+    at = 1 if "MLA" in cls_name else 2  # MLA: (float_workspace_buffer, use_cuda_graph, ...)
+    if v is None and len(call.args) > at and cls_name.startswith("Batch"):
+        v = call.args[at]
     if v is None:
         return False
     if isinstance(v, ast.Constant) and isinstance(v.value, bool):
@@ -138,11 +149,11 @@ def wrapper_buffer_args(call: ast.Call, cls_name: str) -> list[tuple[str, ast.ex
         (kw.arg, kw.value)
         for kw in call.keywords
         if kw.arg
-        and kw.arg.endswith(("_buf", "_buffer"))
+        and (kw.arg.endswith(("_buf", "_buffer")) or ("MLA" in cls_name and kw.arg in _MLA_BUFFERS))
         and "workspace" not in kw.arg
         and not isinstance(kw.value, ast.Constant)
     ]
-    first = 1 if cls_name.startswith("CUDAGraph") else 3
+    first = 1 if cls_name.startswith("CUDAGraph") else 2 if "MLA" in cls_name else 3
     for i, a in enumerate(call.args[first:], start=first):
         if not isinstance(a, ast.Constant):
             out.append((f"positional argument {i}", a))
@@ -157,12 +168,33 @@ def workspace_arg(call: ast.Call) -> ast.expr | None:
             return v
     for a in call.args:
         n = terminal_name(a)
-        if n is not None and "workspace" in name_tokens(n):
+        if n is not None and name_tokens(n) & {"workspace", "ws"}:
             return a
-    return call.args[0] if call.args and terminal_name(call.func) in _WRAPPERS_WITH_WS_FIRST else None
+    callee = terminal_name(call.func) or ""
+    if is_wrapper_class_name(callee) and call.args:
+        return call.args[0]
+    if callee.startswith(("trtllm_", "xqa_")) and len(call.args) > 2:  # (query, kv_cache, workspace_buffer, ...)
+        return call.args[2]
+    return None
 
 
-_WRAPPERS_WITH_WS_FIRST = frozenset(n for n in ZEROED_WORKSPACE_CONSUMERS if n.endswith("Wrapper"))
+def needs_zeroed_workspace(call: ast.Call, extra: frozenset[str] = frozenset()) -> str | None:
+    """The consumer name when `call` hands its workspace to a kernel that needs it zeroed: the trtllm-gen / XQA /
+    MLA trtllm functions, or a wrapper constructed with one of those backends (``backend="trtllm-gen"``)."""
+    name = terminal_name(call.func)
+    if name is None:
+        return None
+    if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:
+        return name
+    backend = kwarg(call, "backend")
+    if (
+        is_wrapper_class_name(name)
+        and isinstance(backend, ast.Constant)
+        and isinstance(backend.value, str)
+        and backend.value in ZEROED_WORKSPACE_BACKENDS
+    ):
+        return f'{name}(backend="{backend.value}")'
+    return None
 
 
 def looks_like_wrapper(expr: ast.expr) -> bool:

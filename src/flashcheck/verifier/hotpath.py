@@ -36,6 +36,29 @@ _KIND: dict[Category, RootKind] = {
 METADATA_CATEGORIES: frozenset[Category] = frozenset({"replay", "metadata", "plan"})
 
 
+# Words that make a function with ``plan`` in its name a helper around plans, not a plan (stats, benchmarks, tests).
+_NOT_PLAN_WORDS = frozenset(
+    {
+        "stats",
+        "stat",
+        "statistics",
+        "log",
+        "benchmark",
+        "bench",
+        "profile",
+        "debug",
+        "dump",
+        "print",
+        "report",
+        "test",
+        "timing",
+        "metrics",
+        "explain",
+        "describe",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Root:
     fn: FunctionInfo
@@ -65,7 +88,9 @@ def default_category(fn: FunctionInfo) -> Category | None:
       or ``prepare*cuda_graph*`` (rtp-llm's ``prepare_cuda_graph``).
     - ``metadata``: ``init_forward_metadata*``; ``build``/``build_*`` of a class named ``*Builder*``/``*Metadata*``
       (vLLM's ``AttentionMetadataBuilder.build``).
-    - ``plan``: a word ``plan`` (``plan``, ``fast_decode_plan``, ``_plan_prefill``) or ``begin_forward``.
+    - ``plan``: a word ``plan`` (``plan``, ``fast_decode_plan``, ``_plan_prefill``) or ``begin_forward``, unless
+      another word says the function observes plans rather than makes them (``log_plan_stats``,
+      ``benchmark_plan``, ``plan_statistics``).
     """
     name = fn.name
     if name == "<module>":
@@ -82,7 +107,7 @@ def default_category(fn: FunctionInfo) -> Category | None:
         cls_words = name_tokens(fn.cls.name)
         if "builder" in cls_words or "metadata" in cls_words:
             return "metadata"
-    if "plan" in words or name == "begin_forward":
+    if ("plan" in words and not words & _NOT_PLAN_WORDS) or name == "begin_forward":
         return "plan"
     return None
 
@@ -98,9 +123,16 @@ def find_roots(project: Project, config: StaticConfig) -> list[Root]:
         if pat is not None:
             roots.append(Root(fn, "capture", f"matches capture-paths pattern {pat!r}"))
             continue
+        pat = _first_match(names, config.replay_prep_paths)
+        if pat is not None:
+            roots.append(Root(fn, "replay", f"matches replay-prep-paths pattern {pat!r}"))
+            continue
         pat = _first_match(names, config.hot_paths)
         if pat is not None:
-            roots.append(Root(fn, "configured", f"matches hot-paths pattern {pat!r}"))
+            # A configured root that the defaults know as metadata preparation keeps that meaning for FC104.
+            cat = default_category(fn) if config.default_roots else None
+            keep: Category = cat if cat is not None and cat in METADATA_CATEGORIES else "configured"
+            roots.append(Root(fn, keep, f"matches hot-paths pattern {pat!r}"))
             continue
         if config.default_roots:
             cat = default_category(fn)

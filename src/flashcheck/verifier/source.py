@@ -107,10 +107,22 @@ def _relpath(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def module_name(path: Path) -> str:
-    """Dotted module name: climb while the parent directory is a package (has ``__init__.py``)."""
+def module_name(path: Path, root: Path | None = None) -> str:
+    """Dotted module name: climb while the parent directory is a package (has ``__init__.py``).
+
+    A file outside any regular package (a namespace package, PEP 420) is named by its path relative to `root`
+    (``srt/layers/attention/backend.py`` is ``srt.layers.attention.backend``), so imports between such folders
+    resolve; `Project` also accepts any dotted suffix of that name.
+    """
     parts = [] if path.name == "__init__.py" else [path.stem]
     d = path.parent
+    if root is not None and not (d / "__init__.py").is_file():
+        try:
+            rel = path.relative_to(root).with_suffix("").parts
+        except ValueError:
+            rel = ()
+        if rel and all(p.isidentifier() for p in rel):
+            return ".".join(rel)
     while (d / "__init__.py").is_file():
         parts.append(d.name)
         if d.parent == d:
@@ -122,7 +134,7 @@ def module_name(path: Path) -> str:
 def read_source(path: Path, root: Path) -> SourceFile:
     """Read and parse `path`; never raises for a bad file (the error is recorded instead)."""
     rel = _relpath(path, root)
-    mod = module_name(path)
+    mod = module_name(path, root)
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:

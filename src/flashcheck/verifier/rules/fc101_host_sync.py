@@ -5,16 +5,22 @@ from __future__ import annotations
 import ast
 
 from flashcheck.findings import Confidence
-from flashcheck.verifier.astutil import dotted, name_tokens
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
 from flashcheck.verifier.project import FunctionInfo
-from flashcheck.verifier.provenance import Where
+from flashcheck.verifier.provenance import Provenance, Where
 
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
 _SYNC_FUNCS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream.synchronize"})
-_NONZERO_FUNCS = frozenset({"torch.nonzero", "torch.argwhere", "torch.masked_select", "torch.where"})
+_NONZERO_FUNCS = frozenset(
+    {"torch.nonzero", "torch.argwhere", "torch.masked_select", "torch.where", "torch.unique", "torch.repeat_interleave"}
+)
+_NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
+_COMPARES = frozenset({"torch.equal", "torch.allclose"})
 _CASTS = frozenset({"int", "float", "bool"})
+_REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
+_HOST_READS = frozenset({"tolist", "item", "numpy", "max", "min", "sum", "any", "all", "argmax", "mean", "__getitem__"})
 
 
 def snippet(node: ast.AST, limit: int = 70) -> str:
@@ -29,12 +35,18 @@ class HostSyncInHotPath(Rule):
     What it checks
         Code reachable from a hot-path root (per-step metadata build, graph replay preparation, plan wrappers,
         graph capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``,
-        ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()``, a stream or event ``synchronize()``,
-        ``nonzero``/``argwhere``/``masked_select``/one-argument ``torch.where``, boolean-mask indexing, ``int()``/
-        ``float()``/``bool()`` of a device tensor, or branches on a device tensor (``if t:``, ``if (t > 0).any():``).
-        Host data is not reported: ``*_cpu``/``*_host``/``*_np`` names, pinned buffers, numpy arrays, factories
-        with ``device="cpu"`` or without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture
-        paths explicit ``synchronize()`` calls are allowed (they sit around the capture, not inside it).
+        ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream
+        or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
+        ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
+        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension), builtin
+        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound,
+        ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
+        before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
+        Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
+        fields, return values, ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
+        names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
+        ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
+        sit around the capture, not inside it).
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -56,7 +68,13 @@ class HostSyncInHotPath(Rule):
     Known false positives
         A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU)
         is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
-        runs on a hot path only under a debug flag is reported; suppress it with a reason.
+        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast of a value that is
+        certainly a tensor but whose device is unknown is reported with low confidence.
+
+    What it cannot see
+        Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
+        project (an unannotated argument no project code passes), ``str(t)``/``%d`` formatting of a device tensor,
+        and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:
@@ -69,7 +87,7 @@ class HostSyncInHotPath(Rule):
                 self._check_fn(ctx, fn, capture, "capture")
 
     def _check_fn(self, ctx: Context, fn: FunctionInfo, reach: dict[FunctionInfo, Hop], kind: RootKind) -> None:
-        def hit(node: ast.AST, what: str, where: Where) -> None:
+        def hit(node: ast.AST, what: str, where: Where, confidence: Confidence | None = None) -> None:
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(
@@ -81,12 +99,23 @@ class HostSyncInHotPath(Rule):
                 "step; keep device values on the device",
                 chain=HotPaths.chain(fn, reach),
                 evidence={"root": root.fn.qualname, "root_kind": kind, "operand": where.value},
-                confidence=Confidence.HIGH if where is Where.DEVICE else Confidence.MEDIUM,
+                confidence=confidence or (Confidence.HIGH if where is Where.DEVICE else Confidence.MEDIUM),
             )
 
-        prov = ctx.prov
+        prov, strict = ctx.prov, ctx.strict
+
+        def host_read(expr: ast.expr, what: str, node: ast.AST) -> None:
+            """Report a host read of `expr` (cast, builtin reduction): device facts high, tensors of unknown
+            device low."""
+            w = strict.of(expr, fn)
+            if w is Where.DEVICE:
+                hit(node, what, w)
+            elif w is Where.UNKNOWN and prov.of(expr, fn) is not Where.HOST and prov.tensorish(expr, fn):
+                hit(node, what, w, Confidence.LOW)
+
+        pending = _pending_copies(fn, prov)
         for call in fn.calls:
-            name = dotted(call.func)
+            name = _resolved_name(call, fn)
             func = call.func
             if name in _SYNC_FUNCS or (isinstance(func, ast.Attribute) and func.attr == "synchronize"):
                 if kind == "step":
@@ -99,29 +128,48 @@ class HostSyncInHotPath(Rule):
                 if w is not Where.HOST:
                     hit(call, "has a data-dependent output size (device-to-host sync)", w)
                 continue
+            if name in _COMPARES and call.args:
+                ws = [prov.of(a, fn) for a in call.args[:2]]
+                if Where.DEVICE in ws:
+                    hit(call, "compares tensors on the host (device-to-host sync)", Where.DEVICE)
+                continue
             if name in _CASTS and len(call.args) == 1:
-                w = ctx.strict.of(call.args[0], fn)
-                if w is Where.DEVICE:
-                    hit(call, "reads a device tensor on the host", w)
+                host_read(call.args[0], "reads a device tensor on the host", call)
+                continue
+            if name in _REDUCERS and len(call.args) == 1 and not call.keywords:
+                host_read(call.args[0], "iterates a device tensor on the host (one sync per element)", call)
                 continue
             if not isinstance(func, ast.Attribute):
                 continue
             method = func.attr
-            if method in _D2H_METHODS or method in ("numpy", "nonzero", "to"):
+            if method == "copy_" and call.args and not _non_blocking(call):
+                if prov.of(func.value, fn) is Where.HOST and strict.of(call.args[0], fn) is Where.DEVICE:
+                    hit(call, "copies device data into host memory (blocking)", Where.DEVICE)
+                continue
+            if method in _D2H_METHODS or method in ("numpy", "to") or method in _NONZERO_METHODS:
                 if method == "to" and prov.device_arg(call) is not Where.HOST and not _to_cpu_positional(call, ctx):
                     continue
+                if method in ("to", "cpu") and _non_blocking(call):
+                    continue  # asynchronous; a host read before an event sync is reported below
                 w = prov.of(func.value, fn)
                 if w is Where.HOST or (method == "numpy" and w is not Where.DEVICE):
                     continue
                 what = (
                     "has a data-dependent output size (device-to-host sync)"
-                    if method == "nonzero"
+                    if method in _NONZERO_METHODS
                     else "copies device data to the host"
                 )
                 hit(call, what, w)
+        for line, text, use in _early_reads(fn, pending):
+            hit(
+                use,
+                f"reads `{text}`, filled by a non_blocking device-to-host copy on line {line}, before any event "
+                "or stream sync (the host may see stale data)",
+                Where.DEVICE,
+            )
         for test in fn.tests:
             for leaf in _leaves(test):
-                w = ctx.strict.of(leaf, fn)
+                w = strict.of(leaf, fn)
                 if w is Where.DEVICE and not isinstance(leaf, ast.Constant):
                     hit(leaf, "branches on a device tensor (implicit .item())", w)
         for sub in fn.subscripts:
@@ -129,6 +177,90 @@ class HostSyncInHotPath(Rule):
                 w = prov.of(sub.value, fn)
                 if w is not Where.HOST and prov.of(sub.slice, fn) is not Where.HOST:
                     hit(sub, "indexes with a boolean mask (data-dependent size, device-to-host sync)", w)
+            elif isinstance(sub.slice, ast.Slice):
+                for bound in (sub.slice.lower, sub.slice.upper, sub.slice.step):
+                    if bound is not None and strict.of(bound, fn) is Where.DEVICE:
+                        hit(sub, "uses a device scalar as a slice bound (implicit .item())", Where.DEVICE)
+                        break
+
+
+def _resolved_name(call: ast.Call, fn: FunctionInfo) -> str | None:
+    """The dotted name of the callee, through ``from torch.cuda import synchronize as sync``."""
+    name = dotted(call.func)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    target = fn.module.imports.get(head)
+    if target is not None and target.startswith("torch."):
+        return f"{target}.{rest}" if rest else target
+    return name
+
+
+def _non_blocking(call: ast.Call) -> bool:
+    v = kwarg(call, "non_blocking")
+    return isinstance(v, ast.Constant) and v.value is True
+
+
+def _pending_copies(fn: FunctionInfo, prov: Provenance) -> list[tuple[int, str]]:
+    """(line, host value) of non_blocking device-to-host copies: ``h = d.to("cpu", non_blocking=True)``,
+    ``h.copy_(d, non_blocking=True)``."""
+    out: list[tuple[int, str]] = []
+    for a in fn.assigns:
+        v = a.value
+        if (
+            isinstance(a, ast.Assign)
+            and isinstance(v, ast.Call)
+            and isinstance(v.func, ast.Attribute)
+            and v.func.attr in ("to", "cpu")
+            and _non_blocking(v)
+            and (v.func.attr == "cpu" or prov.device_arg(v) is Where.HOST or _cpu_positional(v, prov))
+        ):
+            out.extend((a.lineno, ast.unparse(t)) for t in a.targets if isinstance(t, ast.Name | ast.Attribute))
+    for call in fn.calls:
+        f = call.func
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr == "copy_"
+            and call.args
+            and _non_blocking(call)
+            and prov.of(f.value, fn) is Where.HOST
+            and prov.of(call.args[0], fn) is not Where.HOST
+        ):
+            out.append((call.lineno, ast.unparse(storage_root(f.value))))
+    return out
+
+
+def _cpu_positional(call: ast.Call, prov: Provenance) -> bool:
+    return any(prov.device_value(a) is Where.HOST for a in call.args if not (dotted(a) or "").startswith("torch."))
+
+
+def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple[int, str, ast.Call]]:
+    """The first host read of each pending copy's value that no sync (``synchronize``/``wait``) precedes."""
+    if not pending:
+        return []
+    syncs = [
+        c.lineno
+        for c in fn.calls
+        if isinstance(c.func, ast.Attribute) and c.func.attr in ("synchronize", "wait", "wait_event", "query")
+    ]
+    out: list[tuple[int, str, ast.Call]] = []
+    for line, text in pending:
+        for call in sorted(fn.calls, key=lambda c: (c.lineno, c.col_offset)):
+            if call.lineno <= line or any(line < s <= call.lineno for s in syncs):
+                continue
+            f = call.func
+            if isinstance(f, ast.Name) and f.id in _CASTS | _REDUCERS | {"list"}:
+                read = call.args[0] if call.args else None
+            elif isinstance(f, ast.Attribute) and f.attr in _HOST_READS:
+                read = f.value
+            else:
+                continue
+            if read is not None and any(
+                isinstance(n, ast.Name | ast.Attribute) and ast.unparse(n) == text for n in ast.walk(read)
+            ):
+                out.append((line, text, call))
+                break
+    return out
 
 
 def _to_cpu_positional(call: ast.Call, ctx: Context) -> bool:

@@ -20,6 +20,7 @@ def _is_host_side_param(name: str) -> bool:
         or {"seq", "lens"} <= words
         or "seqlens" in words
         or {"kv", "lens"} <= words
+        or {"kv", "len", "arr"} <= words
     )
 
 
@@ -29,10 +30,14 @@ class DeviceTensorToPlan(Rule):
 
     What it checks
         Calls of ``plan``, ``begin_forward``, ``fast_decode_plan`` (and ``fast_mla_decode_plan``) on a FlashInfer
-        wrapper (a receiver named ``*wrapper*`` or a function imported from ``flashinfer``) whose indptr,
-        ``last_page_len``, ``seq_lens`` or ``kv_lens`` argument (by keyword, or a positional argument whose name
-        says so) is known to live on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``,
-        ``.to(device)``, a slice of such a buffer, or named ``*_gpu``/``*_cuda``/``*_device``.
+        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to
+        live on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a
+        slice of such a buffer, a caller's argument, dataclass field or list item that is one, or named
+        ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
+        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter) or by a ``*wrapper*``
+        name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``).
+        Positional arguments are matched to the wrapper family's plan signature (decode, prefill, MLA, cascade);
+        list arguments (cascade levels) are checked item by item. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -53,44 +58,70 @@ class DeviceTensorToPlan(Rule):
 
     Known false positives
         A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``,
-        is reported; rename the receiver or suppress with a reason. Arguments whose provenance is unknown are not
-        reported (false negatives rather than noise).
+        is reported; rename the receiver or suppress with a reason.
+
+    What it cannot see
+        Arguments whose device is unknown (a value from outside the project, a C++ extension's result) are not
+        reported; wrappers built by code outside the project and reached under another name, and plan functions
+        reached through ``getattr`` with a computed name, are not recognised.
     """
 
     def check(self, ctx: Context) -> None:
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                if self._is_plan_call(call, fn):
-                    self._check_call(ctx, fn, call)
+                positions = self._plan_positions(ctx, call, fn)
+                if positions is not None:
+                    self._check_call(ctx, fn, call, positions)
 
     @staticmethod
-    def _is_plan_call(call: ast.Call, fn: FunctionInfo) -> bool:
+    def _plan_positions(ctx: Context, call: ast.Call, fn: FunctionInfo) -> dict[int, str] | None:
+        """Positional parameters of a FlashInfer plan call that must be host tensors; None if not a plan call."""
         func = call.func
-        if isinstance(func, ast.Name):
-            return func.id in PLAN_METHODS and func.id.startswith("fast_")
+        plan_fn = ctx.wrappers.plan_function(func, fn)
+        if plan_fn is not None:  # fast_decode_plan(wrapper, indptr, indices, last_page_len, ...)
+            return {i + 1: n for i, n in _DECODE.items()}
         if not isinstance(func, ast.Attribute) or func.attr not in PLAN_METHODS:
-            return False
-        if func.attr.startswith("fast_"):
-            return True
+            return None
+        cls = ctx.wrappers.wrapper_class(func.value, fn)
         d = dotted(func.value)
-        return looks_like_wrapper(func.value) or (d is not None and is_flashinfer_import(fn, d))
+        if cls is None and not looks_like_wrapper(func.value) and not (d is not None and is_flashinfer_import(fn, d)):
+            return None
+        if cls is None:
+            return {}
+        if "MLA" in cls:
+            return _MLA
+        if "Cascade" in cls:
+            return _CASCADE
+        return _PREFILL if "Prefill" in cls else _DECODE
 
-    def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call) -> None:
+    def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
         args: list[tuple[str, ast.expr]] = [
             (kw.arg, kw.value) for kw in call.keywords if kw.arg and _is_host_side_param(kw.arg)
         ]
-        for a in call.args:
-            n = terminal_name(a)
+        for i, a in enumerate(call.args):
+            n = positions.get(i) or terminal_name(a)
             if n is not None and _is_host_side_param(n):
                 args.append((n, a))
+        bad: list[tuple[str, ast.expr]] = []
         for param, expr in args:
-            if ctx.prov.of(expr, fn) is Where.DEVICE:
-                ctx.report(
-                    self,
-                    fn,
-                    expr,
-                    f"`{snippet(expr)}` is a device tensor passed as {param} to `{snippet(call.func)}`; FlashInfer "
-                    "copies it to the host (a blocking sync) on every plan",
-                    hint="pass the host mirror (a pinned *_cpu buffer filled on the host) instead",
-                    evidence={"parameter": param},
-                )
+            items = expr.elts if isinstance(expr, ast.List | ast.Tuple) else [expr]  # cascade: lists of levels
+            bad.extend((param, e) for e in items if ctx.prov.of(e, fn) is Where.DEVICE)
+        if not bad:
+            return
+        what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in bad)
+        ctx.report(
+            self,
+            fn,
+            call,
+            f"device tensor(s) {what} passed to `{snippet(call.func)}`; FlashInfer copies them to the host (a "
+            "blocking sync) on every plan",
+            hint="pass the host mirror (a pinned *_cpu buffer filled on the host) instead",
+            evidence={"parameters": [p for p, _ in bad]},
+        )
+
+
+# Positional parameters of plan() that FlashInfer copies to the host, per wrapper family.
+_DECODE = {0: "indptr", 2: "last_page_len"}
+_PREFILL = {0: "qo_indptr", 1: "paged_kv_indptr", 3: "paged_kv_last_page_len"}
+_MLA = {0: "qo_indptr", 1: "kv_indptr", 3: "kv_len_arr"}
+_CASCADE = {1: "qo_indptr_arr", 2: "paged_kv_indptr_arr", 4: "paged_kv_last_page_len"}

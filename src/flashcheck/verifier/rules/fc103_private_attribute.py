@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     GENERIC_PRIVATE,
     SPECIFIC_PRIVATE,
-    is_flashinfer_import,
     looks_like_wrapper,
 )
-from flashcheck.verifier.project import ClassInfo, FunctionInfo
+from flashcheck.verifier.project import FunctionInfo
 
 _REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 
@@ -25,9 +23,12 @@ class FlashinferPrivateAttribute(Rule):
         Reads and writes of FlashInfer's private state from outside FlashInfer: ``_plan_info``,
         ``_cached_module``, ``_int_workspace_buffer``, ``_float_workspace_buffer``, ``_paged_kv_indptr_buf``,
         ``_use_cuda_graph``, ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
-        ``getattr``/``setattr``/``hasattr`` with a literal name. Common names (``_backend``, ``_kv_layout``,
-        ``_sm_scale``...) are reported only on a receiver named ``*wrapper*``. ``self._x`` is reported only in a
-        class that derives from a class imported from ``flashinfer``.
+        ``getattr``/``setattr``/``hasattr`` with a literal name or a loop variable over a literal tuple, and through
+        ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are
+        reported only on a receiver that is a wrapper (by dataflow from its constructor, or named ``*wrapper*``).
+        ``self._x`` is reported in a class that derives from a FlashInfer wrapper (directly, through project
+        classes or a module-level alias) and in free functions whose first parameter is ``self`` (plan shims
+        monkey-patched onto the wrapper).
 
     Why it breaks serving
         These fields change meaning, type or existence between FlashInfer releases: ``_plan_info`` is a tensor in
@@ -50,6 +51,10 @@ class FlashinferPrivateAttribute(Rule):
         An engine class that happens to define an attribute with one of the FlashInfer-specific names
         (``self._plan_info`` in a class not derived from FlashInfer) is not reported; the same name on another
         object (``other._plan_info``) is.
+
+    What it cannot see
+        Names built at run time (``getattr(w, "_" + name)``), wrappers that flow in from outside the project, and
+        shims whose first parameter is not called ``self``.
     """
 
     def check(self, ctx: Context) -> None:
@@ -59,16 +64,21 @@ class FlashinferPrivateAttribute(Rule):
                     self._check(ctx, fn, attr, attr.value, attr.attr)
             for call in fn.calls:
                 if isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and len(call.args) >= 2:
-                    lit = call.args[1]
-                    if isinstance(lit, ast.Constant) and isinstance(lit.value, str):
-                        self._check(ctx, fn, call, call.args[0], lit.value)
+                    for name in _literal_names(call.args[1], fn):
+                        self._check(ctx, fn, call, call.args[0], name)
+            for sub in fn.subscripts:  # vars(w)["_plan_info"], w.__dict__["_plan_info"]
+                key = sub.slice
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    owner = _dict_owner(sub.value)
+                    if owner is not None:
+                        self._check(ctx, fn, sub, owner, key.value)
 
     def _check(self, ctx: Context, fn: FunctionInfo, node: ast.AST, receiver: ast.expr, attr: str) -> None:
         if attr in SPECIFIC_PRIVATE:
-            if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _derives_flashinfer(fn):
+            if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _is_wrapper_self(ctx, fn):
                 return
         elif attr in GENERIC_PRIVATE:
-            if not looks_like_wrapper(receiver):
+            if not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
                 return
         else:
             return
@@ -84,18 +94,34 @@ class FlashinferPrivateAttribute(Rule):
         )
 
 
-def _derives_flashinfer(fn: FunctionInfo) -> bool:
-    """Whether the method's class derives (through project classes) from a class imported from flashinfer."""
+def _literal_names(arg: ast.expr, fn: FunctionInfo) -> list[str]:
+    """Attribute names a reflection call uses: a literal, or a loop variable over a literal tuple/list."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.Name):
+        out: list[str] = []
+        for it in fn.loop_vars.get(arg.id, []):
+            if isinstance(it, ast.Tuple | ast.List | ast.Set):
+                out.extend(e.value for e in it.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        return out
+    return []
+
+
+def _dict_owner(expr: ast.expr) -> ast.expr | None:
+    """`w` for ``vars(w)`` and ``w.__dict__``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "vars" and expr.args:
+        return expr.args[0]
+    if isinstance(expr, ast.Attribute) and expr.attr == "__dict__":
+        return expr.value
+    return None
+
+
+def _is_wrapper_self(ctx: Context, fn: FunctionInfo) -> bool:
+    """``self`` is a FlashInfer wrapper: in a (direct or indirect) subclass of one, or in a free function whose
+    first parameter is ``self`` (a plan shim assigned onto the wrapper class or instance)."""
     owner = fn
     while owner.parent is not None:
         owner = owner.parent
-    return owner.cls is not None and _class_derives(owner.cls, 0)
-
-
-def _class_derives(cls: ClassInfo, depth: int) -> bool:
-    body = cls.module.body
-    for b in cls.node.bases:
-        d = dotted(b)
-        if d is not None and body is not None and is_flashinfer_import(body, d):
-            return True
-    return depth < 8 and any(_class_derives(c, depth + 1) for c in cls.bases)
+    if owner.cls is None:
+        return not isinstance(owner.node, ast.Module) and next(iter(owner.params), None) == "self"
+    return ctx.wrappers.flashinfer_base(owner.cls) is not None

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import is_in_place_method, kwarg
+from flashcheck.verifier.astutil import is_in_place_method, kwarg, storage_root
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import graph_mode, wrapper_buffer_args, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import (
+    PLAN_METHODS,
+    WRAPPER_BUFFERS,
+    graph_mode,
+    wrapper_buffer_args,
+    wrapper_class_of_call,
+)
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -28,11 +36,16 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it checks
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, a
-        ``CUDAGraph*Wrapper``'s buffers...), tracked through slices, views and local aliases to ``self.<attr>`` or
-        a module global; then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
-        ``buf.fill_()``, ``out=buf``, ``buf += ...``) in a function that is neither the binding function, nor an
-        initialiser (``__init__``, ``init_*``), nor reachable from a replay / metadata / plan root.
+        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``,
+        MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...),
+        tracked through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
+        (``self.backend.kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own private buffers
+        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan
+        roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans)
+        is reported, and a write before it is the required pattern.
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -56,8 +69,12 @@ class GraphBufferWrittenElsewhere(Rule):
 
     Known false positives
         Writes in a helper that the analysis cannot connect to a replay/metadata root (called through an unresolved
-        object) are reported; add the helper to ``hot-paths`` or suppress with a reason. Storage reached through
-        other objects than ``self`` or a module global is not tracked (false negatives).
+        object) are reported; add the helper to ``replay-prep-paths`` or suppress with a reason.
+
+    What it cannot see
+        Writes by kernels that take the buffer positionally (a Triton kernel filling ``kv_indices``), storage
+        reached through objects whose type is unknown, and ordering across functions beyond "this call plans":
+        a write in one method that a caller runs after ``plan()`` in another is judged where the call is.
     """
 
     def check(self, ctx: Context) -> None:
@@ -68,42 +85,182 @@ class GraphBufferWrittenElsewhere(Rule):
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue
                 for param, expr in wrapper_buffer_args(call, cls_name):
-                    for key in storage_keys(expr, fn)[:1]:
+                    for key in storage_keys(expr, fn, project=ctx.project)[:1]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
+        flow = _Flow(ctx, bindings)
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
         binders = {id(b.fn) for b in bindings.values()}
         for fn in ctx.project.all_functions():
-            if (
-                fn in prep
-                or id(fn) in binders
-                or fn.name in ("__init__", "__post_init__")
-                or fn.name.startswith("init_")
-            ):
+            if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
-            for node, target in _writes(fn):
-                for key in storage_keys(target, fn):
-                    b = bindings.get(key)
-                    if b is None:
-                        continue
-                    sf = b.fn.source
-                    ctx.report(
-                        self,
+            if fn in prep:
+                self._check_order(ctx, fn, flow)
+            elif not fn.name.startswith("init_"):  # initialisers that no replay path reaches set buffers up
+                for node, b, key in flow.writes(fn):
+                    self._hit(
+                        ctx,
                         fn,
                         node,
-                        f"`{snippet(node)}` writes `{key[2]}`, which is bound as {b.param} of a graph-mode "
-                        f"{b.wrapper} in {b.fn.short} ({sf.relpath}:{b.call.lineno}); {fn.short} is not on a "
-                        "replay/metadata path, so the next plan() reads what it left",
-                        hint="give this code its own buffer, or restore the precomputed contents before plan()",
-                        evidence={
-                            "buffer": key[2],
-                            "bound_at": f"{sf.relpath}:{b.call.lineno}",
-                            "bound_in": b.fn.qualname,
-                            "parameter": b.param,
-                        },
+                        b,
+                        key,
+                        f"{fn.short} is not on a replay/metadata path, so the next plan() reads what it left",
                     )
+
+    def _check_order(self, ctx: Context, fn: FunctionInfo, flow: _Flow) -> None:
+        """On a replay-prep path, buffers are filled before plan(); a write after the last plan() of the
+        function (and before the replay) changes what the captured kernels read without a plan for it."""
+        plans = flow.plan_lines(fn)
+        if not plans:
+            return
+        for node, b, key in flow.writes(fn):
+            line = getattr(node, "lineno", 0)
+            if any(p < line for p in plans) and not any(p > line for p in plans):
+                self._hit(
+                    ctx,
+                    fn,
+                    node,
+                    b,
+                    key,
+                    f"{fn.short} writes it after the last plan() (line "
+                    f"{max(p for p in plans if p < line)}), so the replay reads values no plan was made for",
+                )
+
+    def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, b: Binding, key: Key, why: str) -> None:
+        sf = b.fn.source
+        ctx.report(
+            self,
+            fn,
+            node,
+            f"`{snippet(node)}` writes `{key[2]}`, which is bound as {b.param} of a graph-mode {b.wrapper} in "
+            f"{b.fn.short} ({sf.relpath}:{b.call.lineno}); {why}",
+            hint="give this code its own buffer, or fill graph-bound buffers on the replay path before plan()",
+            evidence={
+                "buffer": key[2],
+                "bound_at": f"{sf.relpath}:{b.call.lineno}",
+                "bound_in": b.fn.qualname,
+                "parameter": b.param,
+            },
+        )
+
+
+class _Flow:
+    """Per-function summaries: which bound buffers a function writes (directly, through a helper's parameter or
+    a callee), which parameters it writes, and where it plans (directly or through callees)."""
+
+    def __init__(self, ctx: Context, bindings: dict[Key, Binding]) -> None:
+        self.ctx = ctx
+        self.bindings = bindings
+        self._param_writes: dict[int, set[str]] = {}
+        self._plans: dict[int, bool] = {}
+        self._bound_writes: dict[int, bool] = {}
+
+    def writes(self, fn: FunctionInfo) -> list[tuple[ast.AST, Binding, Key]]:
+        """Writes of bound storage in `fn`: its own, and calls of helpers that write an argument or a buffer."""
+        out: list[tuple[ast.AST, Binding, Key]] = []
+        project = self.ctx.project
+        for node, target in _writes(fn):
+            found = self._bound(target, fn)
+            if found is not None:
+                out.append((node, *found))
+        for callee, call in project.callees(fn):
+            if self.plans(callee):
+                continue
+            for p in self.param_writes(callee):
+                arg = arg_for_param(call, callee, p)
+                found = self._bound(arg, fn) if arg is not None else None
+                if found is not None:
+                    out.append((call, *found))
                     break
+            else:
+                if self.writes_bound(callee):
+                    b, key = next(iter(self._callee_bound(callee)))
+                    out.append((call, b, key))
+        return out
+
+    def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
+        for key in storage_keys(target, fn, project=self.ctx.project):
+            b = self.bindings.get(key)
+            if b is not None:
+                return b, key
+        root = storage_root(target)
+        if isinstance(root, ast.Attribute) and root.attr in WRAPPER_BUFFERS:  # the wrapper's own graph buffers
+            for b in self.bindings.values():
+                return b, ("wrapper", b.wrapper, root.attr)
+        return None
+
+    def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
+        return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+
+    def writes_bound(self, fn: FunctionInfo) -> bool:
+        """Whether `fn` or a function it calls writes a graph-bound buffer."""
+        return self._transitive(fn, self._bound_writes, lambda f: bool(self._callee_bound(f)), 4)
+
+    def _transitive(
+        self, fn: FunctionInfo, memo: dict[int, bool], here: Callable[[FunctionInfo], bool], depth: int
+    ) -> bool:
+        """`here` holds in `fn` or in a callee at most `depth` calls away (memoised; recursion counts as no)."""
+        key = id(fn)
+        if key not in memo:
+            memo[key] = False  # recursion guard
+            memo[key] = here(fn) or (
+                depth > 0 and any(self._transitive(c, memo, here, depth - 1) for c, _ in self.ctx.project.callees(fn))
+            )
+        return memo[key]
+
+    def param_writes(self, fn: FunctionInfo, depth: int = 0) -> set[str]:
+        """Parameters whose storage `fn` writes (directly, through local views, or by passing them on)."""
+        key = id(fn)
+        if key in self._param_writes:
+            return self._param_writes[key]
+        self._param_writes[key] = set()
+        params = set(fn.params) - {"self", "cls"}
+        out: set[str] = set()
+        for _, target in _writes(fn):
+            root = _param_root(storage_root(target), fn)
+            if root in params:
+                out.add(root)
+        for callee, call in self.ctx.project.callees(fn) if depth < 4 else []:
+            for p in self.param_writes(callee, depth + 1):
+                arg = arg_for_param(call, callee, p)
+                root = _param_root(storage_root(arg), fn) if arg is not None else None
+                if root in params:
+                    out.add(root)
+        self._param_writes[key] = out
+        return out
+
+    def plans(self, fn: FunctionInfo) -> bool:
+        """Whether `fn` or a function it calls runs a FlashInfer plan."""
+        return self._transitive(fn, self._plans, lambda f: bool(self._direct_plans(f)), 6)
+
+    def _direct_plans(self, fn: FunctionInfo) -> list[int]:
+        out = []
+        for call in fn.calls:
+            f = call.func
+            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.plan_function(f, fn):
+                out.append(call.lineno)
+        return out
+
+    def plan_lines(self, fn: FunctionInfo) -> list[int]:
+        """Lines of `fn` that plan: plan calls and calls of functions that plan."""
+        lines = self._direct_plans(fn)
+        lines.extend(call.lineno for callee, call in self.ctx.project.callees(fn) if self.plans(callee))
+        return lines
+
+
+def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:
+    """The parameter a storage root is (``buf``, or a local view ``v = buf[1:]``)."""
+    for _ in range(4):
+        if not isinstance(root, ast.Name):
+            return None
+        if root.id in fn.params:
+            return root.id
+        values = fn.local_assigns.get(root.id, [])
+        if len(values) != 1:
+            return None
+        root = storage_root(values[0])
+    return None
 
 
 def _writes(fn: FunctionInfo) -> list[tuple[ast.AST, ast.expr]]:

@@ -7,7 +7,7 @@ import ast
 from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.dataflow import allocations, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import ZEROED_WORKSPACE_CONSUMERS, workspace_arg
+from flashcheck.verifier.flashinfer_api import needs_zeroed_workspace, workspace_arg
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -19,12 +19,14 @@ class EmptyWorkspaceForZeroingKernel(Rule):
     """A workspace allocated with ``torch.empty`` is given to a kernel that requires a zeroed workspace.
 
     What it checks
-        The workspace argument of FlashInfer entry points documented as "Must be initialized to 0 for its first
-        use" (``BatchDecodeWithPagedKVCacheWrapper`` and its CUDA-graph variant, ``trtllm_batch_decode_with_kv_cache``
-        and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode functions, plus the names listed in
-        ``zeroed-workspace-consumers``), traced through aliases and ``self.<attr>`` to its allocation. An allocation
-        with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed
-        (``.zero_()``, ``.fill_(0)``) in the allocating function.
+        The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
+        ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA
+        decode functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus
+        the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a
+        zeroed workspace and are not reported. The workspace is traced through aliases, ``self.<attr>``, project
+        factories (``lru_cache``'d getters) and module caches (``_CACHE[key] = torch.empty(...)``) to its
+        allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same
+        storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function.
 
     Why it breaks serving
         These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh
@@ -45,21 +47,26 @@ class EmptyWorkspaceForZeroingKernel(Rule):
 
     Known false positives
         A buffer zeroed in a different function than the one that allocates it is reported; suppress with a reason
-        naming where it is zeroed. Workspaces reached through objects other than ``self`` or locals are not traced.
+        naming where it is zeroed.
+
+    What it cannot see
+        Workspaces reached through objects other than ``self``, locals, project factories and module caches (a
+        workspace handed in by a caller outside the project); a backend chosen at run time (``backend=cfg.backend``)
+        is not assumed to be trtllm-gen.
     """
 
     def check(self, ctx: Context) -> None:
-        consumers = ZEROED_WORKSPACE_CONSUMERS | set(ctx.config.zeroed_workspace_consumers)
+        extra = frozenset(ctx.config.zeroed_workspace_consumers)
         seen: set[int] = set()
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                consumer = terminal_name(call.func)
-                if consumer not in consumers:
+                consumer = needs_zeroed_workspace(call, extra)
+                if consumer is None:
                     continue
                 ws = workspace_arg(call)
                 if ws is None:
                     continue
-                for alloc, where in allocations(ws, fn):
+                for alloc, where in allocations(ws, fn, project=ctx.project):
                     kind = (dotted(alloc.func) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
                     if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(alloc, where):
                         continue

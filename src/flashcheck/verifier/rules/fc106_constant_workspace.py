@@ -9,7 +9,7 @@ from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_nam
 from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import is_flashinfer_import, workspace_arg, wrapper_class_of_call
-from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -20,8 +20,13 @@ class ConstantWorkspaceSize(Rule):
     What it checks
         Allocations (``torch.empty``/``zeros``/...) assigned to a name with the word ``workspace`` or passed as the
         workspace of a FlashInfer wrapper or function, whose size is a literal, arithmetic on literals, or a module
-        constant bound to one (``WORKSPACE = 128 * 1024 * 1024``). Sizes computed from configuration, environment
-        variables or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported.
+        constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also imported or read as ``cfg_module.WORKSPACE``),
+        an attribute of a module-level config object that is set once to a constant
+        (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default
+        (``int(os.environ.get("WS_BYTES", 128 << 20))``). Allocations behind project factories and caches are
+        traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
+        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code
+        in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -43,30 +48,38 @@ class ConstantWorkspaceSize(Rule):
     Known false positives
         A constant that was derived by hand from the engine's fixed limits (a decode-only engine with a fixed batch)
         is reported; suppress it with a reason that states the bound.
+
+    What it cannot see
+        Constants defined outside the project (an installed package's default), sizes read from a config file at
+        run time (not constant, so not reported), and workspaces allocated by C++ extensions.
     """
 
     def check(self, ctx: Context) -> None:
         seen: set[int] = set()
-        for fn in ctx.project.all_functions():
+        project = ctx.project
+        for fn in project.all_functions():
             candidates: list[tuple[ast.Call, FunctionInfo]] = []
             for a in fn.assigns:
                 if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call):
                     targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                    if any("workspace" in name_tokens(terminal_name(t) or "") for t in targets):
-                        candidates.extend(allocations(a.value, fn))
+                    if any(_names_workspace(terminal_name(t) or "") for t in targets):
+                        candidates.extend(allocations(a.value, fn, project=project))
+            if "workspace" in fn.name.lower() and "workspace" in name_tokens(fn.name):  # get_workspace()
+                for r in fn.returns:
+                    candidates.extend(allocations(r, fn, project=project))
             for call in fn.calls:
                 name = dotted(call.func) or ""
                 if wrapper_class_of_call(call, fn) or (name and is_flashinfer_import(fn, name)):
                     ws = workspace_arg(call)
                     if ws is not None:
-                        candidates.extend(allocations(ws, fn))
+                        candidates.extend(allocations(ws, fn, project=project))
             for alloc, where in candidates:
-                if id(alloc) in seen:
+                if id(alloc) in seen or _is_test_or_benchmark(where):
                     continue
                 seen.add(id(alloc))
                 size = _size_arg(alloc)
                 placeholder = isinstance(size, ast.Constant) and size.value == 0  # resized before first use
-                if size is not None and not placeholder and _is_constant(size, where, ctx.project, 0):
+                if size is not None and not placeholder and _is_constant(size, where, project, 0):
                     ctx.report(
                         self,
                         where,
@@ -89,8 +102,23 @@ def _size_arg(alloc: ast.Call) -> ast.expr | None:
     return size
 
 
+def _names_workspace(name: str) -> bool:
+    low = name.lower()  # a substring test first: tokenising every assignment target of a project is slow
+    return ("workspace" in low or "ws" in low) and bool(_WORKSPACE_WORDS & name_tokens(name))
+
+
+def _is_test_or_benchmark(fn: FunctionInfo) -> bool:
+    """Tests and benchmarks size workspaces for one known case on purpose."""
+    parts = set(fn.source.relpath.split("/")[:-1])
+    return (
+        fn.source.is_test
+        or bool(parts & {"benchmarks", "benchmark", "bench", "perf"})
+        or (fn.source.path.name.startswith(("bench_", "benchmark_")))
+    )
+
+
 def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int) -> bool:
-    if depth > 4:
+    if depth > 5:
         return False
     if isinstance(expr, ast.Constant):
         return isinstance(expr.value, int) and not isinstance(expr.value, bool)
@@ -98,6 +126,15 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int)
         return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
     if isinstance(expr, ast.Tuple | ast.List):
         return bool(expr.elts) and all(_is_constant(e, fn, project, depth + 1) for e in expr.elts)
+    if isinstance(expr, ast.Call):
+        name = dotted(expr.func) or ""
+        if name == "int" and len(expr.args) == 1:
+            return _is_constant(expr.args[0], fn, project, depth + 1)
+        if name in _ENV_GETTERS and len(expr.args) == 2:  # an environment variable with a constant default
+            return _is_constant(expr.args[1], fn, project, depth + 1)
+        return False
+    if isinstance(expr, ast.Attribute):
+        return _attribute_constant(expr, fn, project, depth)
     if isinstance(expr, ast.Name):
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
@@ -108,8 +145,25 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int)
         target = fn.module.imports.get(expr.id)
         if target:
             mod_name, _, const = target.rpartition(".")
-            mod = project.modules.get(mod_name)
-            if mod is not None and mod.body is not None:
+            mod = project.lookup(mod_name)
+            if isinstance(mod, ModuleInfo) and mod.body is not None:
                 vals = mod.body.local_assigns.get(const) or []
                 return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1)
     return False
+
+
+def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project, depth: int) -> bool:
+    """``config_module.WORKSPACE_BYTES`` or ``global_config.flashinfer_workspace_size`` bound once to a constant."""
+    base = project.resolve_def(expr.value, fn)
+    if isinstance(base, ModuleInfo) and base.body is not None:
+        vals = base.body.local_assigns.get(expr.attr) or []
+        return len(vals) == 1 and _is_constant(vals[0], base.body, project, depth + 1)
+    cls = project.instance_type(expr.value, fn)
+    if cls is None:
+        return False
+    assigns = [(v, where) for c in [cls, *cls.bases] for v, where in c.attr_assigns.get(expr.attr, [])]
+    return len(assigns) == 1 and _is_constant(assigns[0][0], assigns[0][1], project, depth + 1)
+
+
+_WORKSPACE_WORDS = frozenset({"workspace", "ws"})
+_ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv"})

@@ -9,6 +9,7 @@ from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
 from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.provenance import Where
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 _COPIES = frozenset({"clone", "cat", "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
@@ -23,7 +24,8 @@ class ReallocOnReplayPath(Rule):
         hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
         ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
         a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` is not reported, nor is
-        ``__init__`` of an object built per step.
+        ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
+        ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -45,6 +47,10 @@ class ReallocOnReplayPath(Rule):
     Known false positives
         An attribute that is not a graph input (a per-step Python object stored on ``self``) is reported if it is a
         new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose.
+
+    What it cannot see
+        Rebinding through another object (``self.backend.buf = torch.zeros(...)``) or through ``setattr``, and
+        reallocations inside code that no configured or default root reaches.
     """
 
     def check(self, ctx: Context) -> None:
@@ -56,6 +62,8 @@ class ReallocOnReplayPath(Rule):
             for a in fn.assigns:
                 if not isinstance(a, ast.Assign) or id(a) in guarded or not _is_fresh_tensor(a.value):
                     continue
+                if ctx.prov.of(a.value, fn) is Where.HOST:
+                    continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets:
                     if _is_self_buffer(t):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")

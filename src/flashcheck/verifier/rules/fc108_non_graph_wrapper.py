@@ -54,6 +54,10 @@ class NonGraphWrapperInCapture(Rule):
     Known false positives
         A run call on a capture path that is only taken in eager mode (behind a ``if not capturing:`` branch) is
         reported; suppress with a reason.
+
+    What it cannot see
+        Wrappers handed in from outside the project or built by a factory function, and run calls reached only
+        through objects whose type the analysis cannot resolve.
     """
 
     def check(self, ctx: Context) -> None:
@@ -78,7 +82,7 @@ class NonGraphWrapperInCapture(Rule):
                 func = call.func
                 if not isinstance(func, ast.Attribute) or func.attr not in RUN_METHODS:
                     continue
-                for key in storage_keys(func.value, fn)[:1] or _local_key(func.value, fn, built):
+                for key in _receiver_keys(func.value, fn, built):
                     found = built.get(key, [])
                     if not found or any(b.graph is not False for b in found):
                         continue
@@ -95,6 +99,18 @@ class NonGraphWrapperInCapture(Rule):
                         chain=HotPaths.chain(fn, capture),
                         evidence={"built_at": f"{b.fn.source.relpath}:{b.call.lineno}", "wrapper": b.wrapper},
                     )
+
+
+def _receiver_keys(recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]) -> list[Key]:
+    """The storage key of a run() receiver; ``self.d["k"]`` also as ``self.d`` (a dict literal of wrappers)."""
+    keys = storage_keys(recv, fn)[:1]
+    if keys and keys[0] in built:
+        return keys
+    if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant):
+        outer = storage_keys(recv.value, fn)[:1]
+        if outer and outer[0] in built:
+            return outer
+    return keys or _local_key(recv, fn, built)
 
 
 def _local_key(recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]) -> list[Key]:

@@ -6,6 +6,8 @@ import ast
 
 from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -14,9 +16,11 @@ class AssertValidatesInput(Rule):
     """``assert`` validates the arguments of a public function in library code.
 
     What it checks
-        ``assert`` statements in public functions and methods (names not starting with ``_``; dunders such as
-        ``__init__`` count as public) outside test files, whose condition reads one of the function's parameters
-        (other than ``self``/``cls``). Asserts on the object's own state, in private helpers and in tests are
+        ``assert`` statements outside test files whose condition reads what a public function (a name not starting
+        with ``_``; dunders such as ``__init__`` count as public) received: one of its parameters (other than
+        ``self``/``cls``), a local derived from one (``n = len(seq_lens)``), or a ``self.x`` set from one in the
+        same function; and asserts in private helpers on parameters that a public caller fills from its own
+        arguments. Asserts on the object's own state, on private helpers' internal values and in tests are
         internal invariants and are not reported.
 
     Why it breaks serving
@@ -38,26 +42,82 @@ class AssertValidatesInput(Rule):
     Known false positives
         Asserts used only to narrow a type for the type checker (``assert x is not None`` on an argument) are
         reported; narrow with ``if x is None: raise ...`` or ``typing.cast``.
+
+    What it cannot see
+        Validation more than one private call away from the public function, and inputs that arrive through other
+        objects' attributes rather than parameters.
     """
 
     def check(self, ctx: Context) -> None:
         for fn in ctx.project.functions:
             if not fn.asserts or fn.source.is_test:
                 continue
-            if fn.name.startswith("_") and not (fn.name.startswith("__") and fn.name.endswith("__")):
+            if _is_public(fn):
+                inputs = set(fn.params) - {"self", "cls"}
+                how = "argument(s)"
+            else:  # a private helper validates what a public caller received
+                inputs = _fed_by_public_callers(ctx, fn)
+                how = "argument(s) (passed on by a public caller)"
+            if not inputs:
                 continue
-            params = set(fn.params) - {"self", "cls"}
+            tainted, attrs = _derived(fn, inputs)
             for a in fn.asserts:
                 if isinstance(a.test, ast.Constant):
                     continue  # assert False, "unreachable"
-                used = sorted({n.id for n in ast.walk(a.test) if isinstance(n, ast.Name)} & params)
+                names = {n.id for n in ast.walk(a.test) if isinstance(n, ast.Name)}
+                used = sorted(names & tainted)
+                used += sorted(
+                    ast.unparse(n) for n in ast.walk(a.test) if isinstance(n, ast.Attribute) and ast.unparse(n) in attrs
+                )
                 if used:
                     ctx.report(
                         self,
                         fn,
                         a,
-                        f"`{snippet(a, 60)}` validates argument(s) {', '.join(used)} of {fn.short} with assert, "
+                        f"`{snippet(a, 60)}` validates {how} {', '.join(used)} of {fn.short} with assert, "
                         "which python -O removes",
                         hint="raise ValueError/TypeError with the offending values and the accepted range instead",
                         evidence={"parameters": used},
                     )
+
+
+def _is_public(fn: FunctionInfo) -> bool:
+    return not fn.name.startswith("_") or (fn.name.startswith("__") and fn.name.endswith("__"))
+
+
+def _mentions(expr: ast.expr, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expr))
+
+
+def _derived(fn: FunctionInfo, inputs: set[str]) -> tuple[set[str], set[str]]:
+    """Names derived from `inputs` (``n = len(seq_lens)``) and ``self.x`` attributes set from them in `fn`."""
+    tainted = set(inputs)
+    for _ in range(4):
+        grown = {name for name, values in fn.local_assigns.items() if any(_mentions(v, tainted) for v in values)}
+        if grown <= tainted:
+            break
+        tainted |= grown
+    attrs: set[str] = set()
+    for a in fn.assigns:
+        if isinstance(a, ast.Assign) and _mentions(a.value, tainted):
+            attrs.update(
+                ast.unparse(t)
+                for t in a.targets
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+            )
+    return tainted, attrs
+
+
+def _fed_by_public_callers(ctx: Context, fn: FunctionInfo) -> set[str]:
+    """Parameters of a private function that a public, non-test caller fills from its own arguments."""
+    out: set[str] = set()
+    params = [p for p in fn.params if p not in ("self", "cls")]
+    for caller, call in ctx.project.callers(fn):
+        if not _is_public(caller) or caller.source.is_test:
+            continue
+        caller_inputs, _ = _derived(caller, set(caller.params) - {"self", "cls"})
+        for p in params:
+            arg = arg_for_param(call, fn, p)
+            if arg is not None and _mentions(arg, caller_inputs):
+                out.add(p)
+    return out

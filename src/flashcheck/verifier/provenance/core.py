@@ -1,10 +1,12 @@
-"""Light provenance: does an expression hold host data, device data, or do we not know?
+"""Device provenance: does an expression hold host data, device data, or do we not know?
 
-Flow-insensitive and local on purpose (fast, predictable): a local variable's provenance is what all of its
-assignments agree on; ``self.x`` is what all ``self.x = ...`` in its class agree on; otherwise names speak
-(``*_cpu``, ``*_host``, ``*_np``, pinned buffers are host; ``*_gpu``, ``*_cuda``, ``*_device`` are device).
-Factories follow their ``device=`` argument (a factory without one allocates on the CPU), ``.cpu()``/``.numpy()``/
-``.tolist()`` give host data, numpy calls give host arrays, and elementwise math keeps its operands' provenance.
+Flow-insensitive and interprocedural (`ValueFlow`): a value is device data when any expression it may hold is
+(parameters filled by callers, ``self.x`` and other objects' attributes and dataclass fields, items of lists and
+dicts, loop variables, return values of project functions); ``None`` placeholders and recursive definitions add
+nothing. Where the flow knows nothing, names speak (``*_cpu``, ``*_host``, ``*_np``, pinned buffers are host;
+``*_gpu``, ``*_cuda``, ``*_device`` are device). Factories follow their ``device=`` argument or an enclosing
+``with torch.device(...)`` (a factory without either allocates on the CPU), ``.cpu()``/``.numpy()``/``.tolist()``
+give host data, numpy calls give host arrays, and elementwise math keeps its operands' provenance.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import ast
 import enum
 import fnmatch
+from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.provenance.flow import Source, ValueFlow
 
 __all__ = ["Provenance", "Where"]
 
@@ -92,6 +96,15 @@ _HOST_RESULT_METHODS = frozenset(
         "items",
         "values",
         "__len__",
+        "startswith",
+        "endswith",
+        "split",
+        "join",
+        "format",
+        "lower",
+        "upper",
+        "strip",
+        "replace",
     }
 )
 _HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
@@ -147,6 +160,15 @@ _HOST_BUILTINS = frozenset(
     }
 )
 _NUMPY_ROOTS = ("np.", "numpy.")
+_MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
+# Annotation words that say a parameter holds host data (unless the annotation also says Tensor).
+_HOST_ANNOTATIONS = tuple(
+    ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
+)
+_NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
+_TENSOR_METHODS = frozenset(
+    {"sum", "max", "min", "mean", "amax", "amin", "any", "all", "flatten", "view", "reshape", "cumsum", "int", "long"}
+)
 
 
 def merge(values: list[Where]) -> Where:
@@ -160,18 +182,28 @@ def merge(values: list[Where]) -> Where:
 class Provenance:
     """Classifies expressions inside the functions of one project (results are cached per node)."""
 
-    def __init__(self, project: Project, host_names: tuple[str, ...] = (), *, names_give_device: bool = True) -> None:
+    def __init__(
+        self,
+        project: Project,
+        host_names: tuple[str, ...] = (),
+        *,
+        names_give_device: bool = True,
+        flow: ValueFlow | None = None,
+    ) -> None:
         """`names_give_device=False` is the strict mode: only facts (factories, ``.cuda()``, ``.to(dev)``) say DEVICE.
 
         Rules that report only on DEVICE values of any type (``if x:``, ``int(x)``) use the strict mode, since a
         name like ``use_gpu_flops`` says nothing about being a tensor.
         """
         self.project = project
+        self.flow = flow or ValueFlow(project)
         self.host_names = host_names
         self.names_give_device = names_give_device
         self._names: dict[tuple[int, str], Where] = {}
-        self._attrs: dict[tuple[int, str], Where] = {}
-        self._active: set[tuple[int, str]] = set()
+        self._nodes: dict[int, Where] = {}
+        self._active: set[object] = set()
+        self._cycle = False
+        self._depth = 0
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
         if isinstance(
@@ -190,16 +222,28 @@ class Provenance:
         ):
             return HOST
         if isinstance(expr, ast.Name):
+            loops = fn.loop_vars.get(expr.id)
+            if loops and len(loops) > 1 and expr.id not in fn.local_assigns:
+                # One name reused by several loops/comprehensions: the one on the same line is this one.
+                here = [it for it in loops if it.lineno == expr.lineno]
+                if here:
+                    return self._cached(
+                        expr,
+                        fn,
+                        lambda: self.merge_sources([s for it in here for s in self.flow.element_sources(it, fn)]),
+                    )
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)
         if isinstance(expr, ast.Subscript):
-            base = self.of(expr.value, fn)
+            if isinstance(expr.slice, ast.Slice):
+                return self.of(expr.value, fn)
+            base = self._cached(expr, fn, lambda: self.merge_sources(self.flow.element_sources(expr.value, fn)))
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
                 return self.by_name(expr.slice.value)
             return base
         if isinstance(expr, ast.Call):
-            return self._call(expr, fn)
+            return self._cached(expr, fn, lambda: self._call(expr, fn))
         if isinstance(expr, ast.BinOp):
             return merge([self.of(expr.left, fn), self.of(expr.right, fn)])
         if isinstance(expr, ast.UnaryOp):
@@ -211,6 +255,8 @@ class Provenance:
         if isinstance(expr, ast.Compare):
             if all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in expr.ops):
                 return HOST
+            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in [expr.left, *expr.comparators]):
+                return HOST  # compared with a string: not a tensor
             return merge([self.of(e, fn) for e in [expr.left, *expr.comparators]])
         if isinstance(expr, ast.BoolOp):
             return merge([self.of(v, fn) for v in expr.values])
@@ -237,17 +283,45 @@ class Provenance:
         return UNKNOWN
 
     # ------------------------------------------------------------------ names and attributes
+    def merge_sources(self, sources: list[Source]) -> Where:
+        """Merge of what each source holds; ``None`` placeholders and recursive references add nothing."""
+        values: list[Where] = []
+        outer = self._cycle
+        for v, where in sources:
+            if isinstance(v, ast.Constant) and v.value is None:
+                continue
+            self._cycle = False
+            w = self.of(v, where)
+            if not (self._cycle and w is UNKNOWN):
+                values.append(w)
+            outer = outer or self._cycle
+        self._cycle = outer
+        return merge(values)
+
+    def _guarded(self, key: object, compute: Callable[[], Where]) -> Where:
+        if key in self._active or self._depth > _MAX_DEPTH:
+            self._cycle = True  # a cycle, or a chain too long to follow: adds nothing
+            return UNKNOWN
+        self._active.add(key)
+        self._depth += 1
+        try:
+            return compute()
+        finally:
+            self._depth -= 1
+            self._active.discard(key)
+
+    def _cached(self, node: ast.expr, fn: FunctionInfo, compute: Callable[[], Where]) -> Where:
+        key = id(node)
+        found = self._nodes.get(key)
+        if found is None:
+            found = self._nodes[key] = self._guarded(("node", key, id(fn)), compute)
+        return found
+
     def _name(self, name: str, fn: FunctionInfo) -> Where:
         key = (id(fn), name)
         if key in self._names:
             return self._names[key]
-        if key in self._active:
-            return UNKNOWN
-        self._active.add(key)
-        try:
-            result = self._name_uncached(name, fn)
-        finally:
-            self._active.discard(key)
+        result = self._guarded(key, lambda: self._name_uncached(name, fn))
         self._names[key] = result
         return result
 
@@ -259,37 +333,10 @@ class Provenance:
             ann = fn.params[name]
             if ann is not None:
                 text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
-                if (
-                    any(
-                        w in text
-                        for w in (
-                            "ndarray",
-                            "np.",
-                            "list",
-                            "List",
-                            "Sequence",
-                            "int",
-                            "float",
-                            "bool",
-                            "str",
-                            "tuple",
-                            "Tuple",
-                            "dict",
-                            "Dict",
-                        )
-                    )
-                    and "Tensor" not in text
-                ):
+                if any(w in text for w in _HOST_ANNOTATIONS) and "Tensor" not in text:
                     return HOST
-            return named
-        scope: FunctionInfo | None = fn
-        while scope is not None:
-            values = scope.local_assigns.get(name)
-            if values:
-                found = merge([self.of(v, scope) for v in values])
-                return found if found is not UNKNOWN else named
-            scope = scope.parent
-        return named
+        found = self.merge_sources(self.flow.name_sources(name, fn))
+        return found if found is not UNKNOWN else named
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
         if expr.attr in _HOST_ATTRS:
@@ -299,28 +346,31 @@ class Provenance:
         named = self.by_name(expr.attr)
         if named is HOST:
             return HOST
-        if isinstance(expr.value, ast.Name) and expr.value.id == "self":
-            cls = self.project.instance_type(expr.value, fn)
-            if cls is not None:
-                assigned = self._class_attr(cls, expr.attr)
-                if assigned is not UNKNOWN:
-                    return assigned
-        return named
+        # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
+        # nothing about `node.op` on an object of unknown type.
+        by_name = self.names_give_device
+        found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn, by_name=by_name)))
+        return found if found is not UNKNOWN else named
 
-    def _class_attr(self, cls: ClassInfo, attr: str) -> Where:
-        key = (id(cls), attr)
-        if key in self._attrs:
-            return self._attrs[key]
-        if key in self._active:
-            return UNKNOWN
-        self._active.add(key)
-        try:
-            values = [self.of(v, where) for c in [cls, *cls.bases] for v, where in c.attr_assigns.get(attr, [])]
-            result = merge(values)
-        finally:
-            self._active.discard(key)
-        self._attrs[key] = result
-        return result
+    def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
+        """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a ``Tensor``
+        parameter, a tensor method's result or item; used to report unknown device-ness at lower confidence."""
+        if depth > 4:
+            return False
+        if isinstance(expr, ast.Subscript):
+            return self.tensorish(expr.value, fn, depth + 1)
+        if isinstance(expr, ast.Call):
+            name = dotted(expr.func) or ""
+            if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
+                return True
+            f = expr.func
+            return isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
+        if isinstance(expr, ast.Name):
+            ann = fn.params.get(expr.id)
+            if ann is not None and "Tensor" in ast.unparse(ann):
+                return True
+            return any(self.tensorish(v, w, depth + 1) for v, w in self.flow.name_sources(expr.id, fn)[:8])
+        return False
 
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
@@ -333,6 +383,10 @@ class Provenance:
                 return HOST
             if name.startswith("torch."):
                 return self._torch_call(name[6:], call, fn)
+        if isinstance(func, ast.Name | ast.Attribute) and not (name or "").startswith("torch."):
+            returned = self.flow.sources(call, fn)
+            if returned:
+                return self.merge_sources(returned)
         if isinstance(func, ast.Attribute):
             method = func.attr
             if method in _HOST_RESULT_METHODS:
@@ -353,6 +407,9 @@ class Provenance:
             dev = self.device_arg(call)
             if dev is not UNKNOWN:
                 return dev
+            for start, end, block_dev in fn.device_blocks:  # with torch.device("cuda"): factories default there
+                if start <= call.lineno <= end and kwarg(call, "device") is None:
+                    return self.device_value(block_dev)
             if isinstance(kwarg(call, "pin_memory"), ast.Constant):
                 return HOST
             if short in ("as_tensor", "asarray") and call.args:
@@ -363,7 +420,7 @@ class Provenance:
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if short in ("device", "Size", "dtype", "is_tensor", "numel"):
+        if short in ("device", "Size", "dtype", "is_tensor", "numel") or short.startswith(("is_", "_is_")):
             return HOST
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):

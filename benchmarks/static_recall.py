@@ -1,0 +1,199 @@
+"""Recall and near-miss false positives of `flashcheck static` on the annotated rule fixtures.
+
+Every ``# expect: FC10x`` line of ``tests/rules/fixtures`` is a labelled bug site and every ``# ok: FC10x`` line a
+labelled near miss. A fixture is a file, or a directory checked as one project with its own ``pyproject.toml``
+(hot-path configuration included). Writes ``reports/raw/static_recall.json`` and ``reports/static-recall.md``.
+
+    PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_recall.py [--label after] [--json PATH] [--md PATH]
+
+Configuration keys that the checked-out verifier does not know are dropped and listed (so an older verifier can be
+measured on the same fixtures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import platform
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from flashcheck.verifier import StaticConfig, check_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "rules" / "fixtures"
+HELDOUT = ROOT / "benchmarks" / "static_heldout"
+_ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
+
+
+def marks(path: Path) -> dict[str, set[tuple[str, int]]]:
+    """{"expect"|"ok": {(rule ID, line)}} of one file."""
+    out: dict[str, set[tuple[str, int]]] = {"expect": set(), "ok": set()}
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        for kind, ids in _ANNOTATION.findall(line):
+            for rule_id in re.split(r"\s*,\s*", ids):
+                out[kind].add((rule_id, lineno))
+    return out
+
+
+def fixture_config(target: Path) -> tuple[StaticConfig, list[str]]:
+    base = target if target.is_dir() else target.parent
+    known = {f.name for f in dataclasses.fields(StaticConfig)}
+    values: dict[str, Any] = {"root": str(base)}
+    dropped: list[str] = []
+    pyproject = base / "pyproject.toml"
+    if target.is_dir() and pyproject.is_file():
+        table = tomllib.loads(pyproject.read_text())["tool"]["flashcheck"]["static"]
+        for key, value in table.items():
+            name = key.replace("-", "_")
+            if name in known:
+                values[name] = tuple(value) if isinstance(value, list) else value
+            else:
+                dropped.append(key)
+    return StaticConfig(**values), dropped
+
+
+def measure(target: Path) -> dict[str, Any]:
+    config, dropped = fixture_config(target)
+    result = check_paths([str(target)], config)
+    base = target if target.is_dir() else target.parent
+    files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    fired = {(f.location.file, f.id, f.location.line) for f in result.findings}
+    per_rule: dict[str, dict[str, int]] = defaultdict(lambda: {"expect": 0, "hit": 0, "ok": 0, "false_positive": 0})
+    missed: list[str] = []
+    noisy: list[str] = []
+    for path in files:
+        rel = path.relative_to(base).as_posix()
+        m = marks(path)
+        for rule_id, line in sorted(m["expect"]):
+            per_rule[rule_id]["expect"] += 1
+            if (rel, rule_id, line) in fired:
+                per_rule[rule_id]["hit"] += 1
+            else:
+                missed.append(f"{rel}:{line} {rule_id}")
+        for rule_id, line in sorted(m["ok"]):
+            per_rule[rule_id]["ok"] += 1
+            if (rel, rule_id, line) in fired:
+                per_rule[rule_id]["false_positive"] += 1
+                noisy.append(f"{rel}:{line} {rule_id}")
+    return {
+        "fixture": target.relative_to(HELDOUT.parent if HELDOUT in target.parents else FIXTURES).as_posix(),
+        "per_rule": dict(per_rule),
+        "missed": missed,
+        "false_positives": noisy,
+        "dropped_config_keys": dropped,
+        "internal_errors": result.internal_errors,
+    }
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    expect = sum(v["expect"] for r in rows for v in r["per_rule"].values())
+    hit = sum(v["hit"] for r in rows for v in r["per_rule"].values())
+    ok = sum(v["ok"] for r in rows for v in r["per_rule"].values())
+    fp = sum(v["false_positive"] for r in rows for v in r["per_rule"].values())
+    return {
+        "expect": expect,
+        "hit": hit,
+        "recall": round(hit / expect, 4) if expect else None,
+        "ok": ok,
+        "false_positive": fp,
+        "near_miss_fp_rate": round(fp / ok, 4) if ok else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--label", default="current", help="name of this measurement in the JSON (before/after)")
+    ap.add_argument("--json", default=str(ROOT / "reports" / "raw" / "static_recall.json"))
+    ap.add_argument("--md", default=str(ROOT / "reports" / "static-recall.md"))
+    args = ap.parse_args(argv)
+    targets = sorted(
+        p for p in FIXTURES.iterdir() if p.suffix == ".py" or (p.is_dir() and p.name.startswith("engine_"))
+    )
+    targets += sorted(p for p in HELDOUT.iterdir() if p.is_dir())
+    rows = [measure(t) for t in targets]
+    engine = [r for r in rows if r["fixture"].startswith("engine_")]
+    heldout = [r for r in rows if r["fixture"].startswith("static_heldout/")]
+    rows = [r for r in rows if r not in heldout]
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    rev = subprocess.run(git, check=False, cwd=ROOT, capture_output=True, text=True).stdout
+    run = {
+        "label": args.label,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "commit": rev.strip(),
+        "engine_fixtures": totals(engine),
+        "all_fixtures": totals(rows),
+        "heldout": totals(heldout),
+        "fixtures": rows + heldout,
+    }
+    path = Path(args.json)
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+    doc["runs"][args.label] = run
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    Path(args.md).write_text(render(doc))
+    e = run["engine_fixtures"]
+    h = run["heldout"]
+    print(f"{args.label}: engine recall {e['hit']}/{e['expect']}, near-miss FP {e['false_positive']}/{e['ok']}")
+    print(f"{args.label}: held-out recall {h['hit']}/{h['expect']}, near-miss FP {h['false_positive']}/{h['ok']}")
+    return 0
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.1f}%)" if d else "-"
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [
+        "# `flashcheck static` recall and near-miss false positives on the annotated fixtures",
+        "",
+        "Generated by `benchmarks/static_recall.py` from `reports/raw/static_recall.json`. A bug site is a",
+        "`# expect: FC10x` line, a near miss an `# ok: FC10x` line of `tests/rules/fixtures`; the engine fixtures",
+        "(`engine_*/`, SGLang-, vLLM-, TensorRT-LLM- and rtp-llm-shaped projects with their own hot-path",
+        "configuration) are counted apart from the per-rule fixtures. The engine fixtures were written together with",
+        "the analysis they measure; the held-out samples (`benchmarks/static_heldout/`) were written afterwards and",
+        "never tuned against, so their column is the better estimate for unseen code.",
+        "",
+        "| run | date | commit | engine recall | engine near-miss FP | held-out recall | held-out near-miss FP "
+        "| all fixtures recall | all fixtures near-miss FP |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, run in doc["runs"].items():
+        e, a = run["engine_fixtures"], run["all_fixtures"]
+        h = run.get("heldout") or {"hit": 0, "expect": 0, "false_positive": 0, "ok": 0}
+        lines.append(
+            f"| {label} | {run['date']} | {run['commit']} | {_pct(e['hit'], e['expect'])} | "
+            f"{_pct(e['false_positive'], e['ok'])} | {_pct(h['hit'], h['expect'])} | "
+            f"{_pct(h['false_positive'], h['ok'])} | {_pct(a['hit'], a['expect'])} | "
+            f"{_pct(a['false_positive'], a['ok'])} |"
+        )
+    for label, run in doc["runs"].items():
+        lines += ["", f"## {label}: `{run['command']}` (Python {run['python']})", ""]
+        lines += ["| fixture | rule | bug sites found | near misses flagged |", "|---|---|---|---|"]
+        for r in run["fixtures"]:
+            for rule_id, v in sorted(r["per_rule"].items()):
+                lines.append(
+                    f"| {r['fixture']} | {rule_id} | {v['hit']}/{v['expect']} | {v['false_positive']}/{v['ok']} |"
+                )
+        missed = [f"{r['fixture']}/{m}" for r in run["fixtures"] for m in r["missed"]]
+        noisy = [f"{r['fixture']}/{m}" for r in run["fixtures"] for m in r["false_positives"]]
+        dropped = sorted({k for r in run["fixtures"] for k in r["dropped_config_keys"]})
+        lines += ["", f"Missed bug sites ({len(missed)}): " + (", ".join(f"`{m}`" for m in missed) or "none")]
+        lines += ["", f"Flagged near misses ({len(noisy)}): " + (", ".join(f"`{m}`" for m in noisy) or "none")]
+        if dropped:
+            lines += ["", "Configuration keys this verifier does not know (dropped): " + ", ".join(dropped)]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

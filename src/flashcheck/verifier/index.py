@@ -1,0 +1,392 @@
+"""The project index's data model and its one walk over every file: modules, classes, functions, and what each
+function body holds (calls, attributes, assignments, asserts, branch tests, subscripts, returns, loop variables,
+``with torch.device(...)`` blocks), so that rules never re-walk the tree.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.source import SourceFile
+
+__all__ = ["ClassInfo", "FuncNode", "FunctionInfo", "ModuleInfo", "ProjectIndex", "owner_of", "with_bases"]
+
+_KINDS: dict[type, str] = {
+    ast.Call: "call",
+    ast.Attribute: "attr",
+    ast.Subscript: "sub",
+    ast.Assign: "assign",
+    ast.AnnAssign: "assign",
+    ast.AugAssign: "assign",
+    ast.Assert: "assert",
+    ast.If: "test",
+    ast.While: "test",
+    ast.IfExp: "test",
+    ast.Import: "import",
+    ast.ImportFrom: "import",
+    ast.Return: "return",
+    ast.For: "for",
+    ast.AsyncFor: "for",
+    ast.comprehension: "for",
+    ast.With: "with",
+}
+_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+_LEAVES = frozenset(
+    {
+        ast.Name,
+        ast.Constant,
+        ast.Load,
+        ast.Store,
+        ast.Del,
+        ast.Pass,
+        ast.Break,
+        ast.Continue,
+        ast.alias,
+        ast.Global,
+        ast.Nonlocal,
+        *ast.operator.__subclasses__(),
+        *ast.unaryop.__subclasses__(),
+        *ast.cmpop.__subclasses__(),
+        *ast.boolop.__subclasses__(),
+    }
+)
+_NOT_NODES = frozenset(
+    {
+        "ctx",
+        "op",
+        "ops",
+        "id",
+        "attr",
+        "arg",
+        "name",
+        "names",
+        "module",
+        "level",
+        "type_comment",
+        "kind",
+        "conversion",
+        "is_async",
+        "lineno",
+        "col_offset",
+    }
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(t: type) -> tuple[str, ...]:
+    f = _FIELDS.get(t)
+    if f is None:
+        f = _FIELDS[t] = tuple(n for n in getattr(t, "_fields", ()) if n not in _NOT_NODES)
+    return f
+
+
+FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
+Def = "FunctionInfo | ClassInfo | ModuleInfo"
+
+
+@dataclass(eq=False)
+class FunctionInfo:
+    """A function, a method, or a module's top-level code (``name == "<module>"``)."""
+
+    qualname: str
+    name: str
+    node: FuncNode | ast.Module
+    module: ModuleInfo
+    cls: ClassInfo | None = None
+    parent: FunctionInfo | None = None
+    calls: list[ast.Call] = field(default_factory=list)
+    attributes: list[ast.Attribute] = field(default_factory=list)
+    assigns: list[ast.Assign | ast.AnnAssign | ast.AugAssign] = field(default_factory=list)
+    asserts: list[ast.Assert] = field(default_factory=list)
+    tests: list[ast.expr] = field(default_factory=list)
+    subscripts: list[ast.Subscript] = field(default_factory=list)
+    local_assigns: dict[str, list[ast.expr]] = field(default_factory=dict)
+    local_defs: dict[str, FunctionInfo] = field(default_factory=dict)
+    returns: list[ast.expr] = field(default_factory=list)
+    loop_vars: dict[str, list[ast.expr]] = field(default_factory=dict)  # for/comprehension target -> iterable
+    item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
+    device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
+
+    @property
+    def source(self) -> SourceFile:
+        return self.module.source
+
+    @property
+    def line(self) -> int:
+        return getattr(self.node, "lineno", 1)
+
+    @cached_property
+    def params(self) -> dict[str, ast.expr | None]:
+        """Parameter name -> annotation (None when absent)."""
+        if isinstance(self.node, ast.Module):
+            return {}
+        a = self.node.args
+        every = [
+            *a.posonlyargs,
+            *a.args,
+            *a.kwonlyargs,
+            *([a.vararg] if a.vararg else []),
+            *([a.kwarg] if a.kwarg else []),
+        ]
+        return {p.arg: p.annotation for p in every}
+
+    @property
+    def decorators(self) -> list[ast.expr]:
+        return [] if isinstance(self.node, ast.Module) else list(self.node.decorator_list)
+
+    @property
+    def short(self) -> str:
+        """``Class.method`` or ``function``: the name a reader recognises."""
+        return f"{self.cls.name}.{self.name}" if self.cls is not None and self.parent is None else self.name
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    qualname: str
+    name: str
+    node: ast.ClassDef
+    module: ModuleInfo
+    methods: dict[str, FunctionInfo] = field(default_factory=dict)
+    # self.<attr> = <expr> anywhere in the class's methods, with the method that assigns it
+    attr_assigns: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)
+    subclasses: list[ClassInfo] = field(default_factory=list)
+    bases: list[ClassInfo] = field(default_factory=list)
+    item_assigns: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)  # self.x[k] = v
+    attr_types: dict[str, ast.expr] = field(default_factory=dict)  # self.x: T = ... and class-body fields x: T
+    fields: list[str] = field(default_factory=list)  # class-body ``x: T`` in order (dataclass constructor order)
+
+
+@dataclass(eq=False)
+class ModuleInfo:
+    name: str
+    source: SourceFile
+    functions: dict[str, FunctionInfo] = field(default_factory=dict)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    imports: dict[str, str] = field(default_factory=dict)  # local alias -> dotted target
+    body: FunctionInfo | None = None
+
+
+class ProjectIndex:
+    """The parsed files, indexed (`Project` adds name resolution and the call graph)."""
+
+    def __init__(self, sources: list[SourceFile]) -> None:
+        self.modules: dict[str, ModuleInfo] = {}
+        self.functions: list[FunctionInfo] = []
+        self.classes: dict[str, ClassInfo] = {}
+        self._by_qualname: dict[str, FunctionInfo] = {}
+        self._callee_cache: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
+        # obj.attr = value for receivers other than self, by attribute name (other objects' attributes)
+        self.attr_stores: dict[str, list[tuple[ast.expr, FunctionInfo]]] = {}
+        self._calls_by_name: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
+        self._suffixes: dict[str, ModuleInfo | None] = {}
+        self.by_module: dict[str, list[FunctionInfo]] = {}  # module name -> its functions and top-level code
+        for sf in sources:
+            if sf.tree is not None:
+                self._index_module(sf, sf.tree)
+
+    # ------------------------------------------------------------------ indexing
+    def _index_module(self, sf: SourceFile, tree: ast.Module) -> None:
+        name = sf.module
+        while name in self.modules:  # two files with one module name (scripts): keep both
+            name += "_"
+        mod = ModuleInfo(name, sf)
+        self.modules[name] = mod
+        body = FunctionInfo(f"{name}.<module>", "<module>", tree, mod)
+        mod.body = body
+        self.by_module[name] = [body]
+        self._walk(body, tree.body, None)
+
+    def _new_function(self, node: FuncNode, owner: FunctionInfo, cls: ClassInfo | None) -> FunctionInfo:
+        mod = owner.module
+        if cls is not None:
+            qual, parent = f"{cls.qualname}.{node.name}", None
+        elif owner.name == "<module>":
+            qual, parent = f"{mod.name}.{node.name}", None
+        else:
+            qual, parent = f"{owner.qualname}.<locals>.{node.name}", owner
+        fn = FunctionInfo(qual, node.name, node, mod, cls, parent)
+        self.functions.append(fn)
+        self.by_module[mod.name].append(fn)
+        self._by_qualname.setdefault(qual, fn)
+        if cls is not None:
+            cls.methods[node.name] = fn
+        elif parent is None:
+            mod.functions[node.name] = fn
+        else:
+            owner.local_defs[node.name] = fn
+        self._walk(fn, node.body, None)
+        for d in node.decorator_list:
+            self._walk_expr(owner, d)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:
+                self._walk_expr(owner, default)
+        return fn
+
+    def _walk(self, fn: FunctionInfo, stmts: list[ast.stmt], cls: ClassInfo | None) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._new_function(stmt, fn, cls)
+            elif isinstance(stmt, ast.ClassDef):
+                self._new_class(stmt, fn)
+            else:
+                self._walk_stmt(fn, stmt, cls)
+
+    def _new_class(self, node: ast.ClassDef, owner: FunctionInfo) -> None:
+        mod = owner.module
+        prefix = mod.name if owner.name == "<module>" else f"{owner.qualname}.<locals>"
+        ci = ClassInfo(f"{prefix}.{node.name}", node.name, node, mod)
+        self.classes.setdefault(ci.qualname, ci)
+        if owner.name == "<module>":
+            mod.classes[node.name] = ci
+        for b in [*node.bases, *node.decorator_list]:
+            self._walk_expr(owner, b)
+        # Statements of the class body (not methods) belong to the enclosing code.
+        self._walk(owner, node.body, ci)
+        for stmt in node.body:  # dataclass-style fields: ``seq_lens: torch.Tensor`` (with its default, if any)
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                ci.attr_types.setdefault(stmt.target.id, stmt.annotation)
+                ci.fields.append(stmt.target.id)
+                if stmt.value is not None:
+                    ci.attr_assigns.setdefault(stmt.target.id, []).append((stmt.value, owner))
+
+    def _walk_stmt(self, fn: FunctionInfo, stmt: ast.stmt, cls: ClassInfo | None) -> None:
+        # The hot loop of the whole verifier (every node of every file passes here once): dispatch on the exact
+        # type and skip fields that never hold nodes, which is several times faster than ast.iter_child_nodes.
+        stack: list[ast.AST] = [stmt]
+        pop, push = stack.pop, stack.append
+        while stack:
+            node = pop()
+            t = type(node)
+            if t in _LEAVES:
+                continue
+            if t in _SCOPES:
+                self._walk(fn, [node], cls)  # type: ignore[list-item]
+                continue
+            kind = _KINDS.get(t)
+            if kind is not None:
+                self._collect(fn, node, kind)
+            for name in _child_fields(t):
+                v = getattr(node, name, None)
+                if type(v) is list:
+                    for item in v:
+                        if isinstance(item, ast.AST):
+                            push(item)
+                elif isinstance(v, ast.AST):
+                    push(v)
+
+    def _walk_expr(self, fn: FunctionInfo, expr: ast.expr) -> None:
+        for node in ast.walk(expr):
+            kind = _KINDS.get(type(node))
+            if kind is not None:
+                self._collect(fn, node, kind)
+
+    def _collect(self, fn: FunctionInfo, node: Any, kind: str) -> None:
+        if kind == "call":
+            fn.calls.append(node)
+        elif kind == "attr":
+            fn.attributes.append(node)
+        elif kind == "sub":
+            fn.subscripts.append(node)
+        elif kind == "assign":
+            fn.assigns.append(node)
+            if isinstance(node, ast.AugAssign) or node.value is None:
+                return
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                self._record_target(fn, t, node.value)
+            if isinstance(node, ast.AnnAssign):
+                self._record_annotation(fn, node)
+        elif kind == "assert":
+            fn.asserts.append(node)
+        elif kind == "test":
+            fn.tests.append(node.test)
+        elif kind == "import":
+            self._record_import(fn.module, node)
+        elif kind == "return":
+            if node.value is not None:
+                fn.returns.append(node.value)
+        elif kind == "for":
+            for n in ast.walk(node.target):
+                if isinstance(n, ast.Name):
+                    fn.loop_vars.setdefault(n.id, []).append(node.iter)
+        elif kind == "with":
+            for item in node.items:
+                c = item.context_expr
+                if isinstance(c, ast.Call) and dotted(c.func) in ("torch.device", "device") and c.args:
+                    fn.device_blocks.append((node.lineno, node.end_lineno or node.lineno, c.args[0]))
+
+    def _record_target(self, fn: FunctionInfo, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            fn.local_assigns.setdefault(target.id, []).append(value)
+        elif isinstance(target, ast.Attribute):
+            if isinstance(target.value, ast.Name) and target.value.id == "self":
+                cls = owner_of(fn).cls
+                if cls is not None:
+                    cls.attr_assigns.setdefault(target.attr, []).append((value, fn))
+            else:
+                self.attr_stores.setdefault(target.attr, []).append((value, fn))
+        elif isinstance(target, ast.Subscript):
+            base = target.value
+            if isinstance(base, ast.Name):
+                fn.item_stores.setdefault(base.id, []).append(value)
+            elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self":
+                cls = owner_of(fn).cls
+                if cls is not None:
+                    cls.item_assigns.setdefault(base.attr, []).append((value, fn))
+                    key = target.slice
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
+                        cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            for t, v in zip(target.elts, value.elts, strict=False):
+                self._record_target(fn, t, v)
+
+    @staticmethod
+    def _record_annotation(fn: FunctionInfo, node: ast.AnnAssign) -> None:
+        t = node.target
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            cls = owner_of(fn).cls
+            if cls is not None:
+                cls.attr_types.setdefault(t.attr, node.annotation)
+
+    def _record_import(self, mod: ModuleInfo, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    mod.imports[a.asname] = a.name
+                else:
+                    top = a.name.split(".")[0]
+                    mod.imports[top] = top
+            return
+        base = node.module or ""
+        if node.level:
+            pkg = mod.name.split(".")
+            is_pkg = mod.source.path.name == "__init__.py"
+            keep = len(pkg) - node.level + (1 if is_pkg else 0)
+            base = ".".join([*pkg[: max(keep, 0)], *([base] if base else [])])
+        for a in node.names:
+            if a.name != "*":
+                mod.imports[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+
+
+def owner_of(fn: FunctionInfo) -> FunctionInfo:
+    """The method a nested function belongs to (closures see the method's ``self``)."""
+    while fn.parent is not None:
+        fn = fn.parent
+    return fn
+
+
+def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
+    """`cls` and its project-visible bases (each once, at most 32)."""
+    out: list[ClassInfo] = []
+    stack = [cls] if cls is not None else []
+    while stack and len(out) < 32:
+        c = stack.pop()
+        if c not in out:
+            out.append(c)
+            stack.extend(c.bases)
+    return out

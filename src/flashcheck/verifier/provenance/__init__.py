@@ -1,0 +1,12 @@
+"""What the static rules know about values: where they live (host/device), where they come from, which are wrappers.
+
+`ValueFlow` (``flow``) gives the expressions a reference may hold across the project; `Provenance` (``core``)
+classifies values as host, device or unknown on top of it; ``wrappers`` identifies FlashInfer wrappers and plan
+functions by dataflow from their constructors and imports.
+"""
+
+from flashcheck.verifier.provenance.core import Provenance, Where, merge
+from flashcheck.verifier.provenance.flow import ValueFlow
+from flashcheck.verifier.provenance.wrappers import Wrappers
+
+__all__ = ["Provenance", "ValueFlow", "Where", "Wrappers", "merge"]

@@ -1,0 +1,291 @@
+"""Where a value comes from, across the project: the expressions a reference may hold.
+
+`ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
+and across function boundaries: locals and globals, parameters filled by their callers, ``self.x`` assigned anywhere
+in the class and its bases, attributes of other objects (through their type, dataclass fields and constructor
+keywords, or every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals,
+comprehensions, ``append``, ``d[k] = v``), loop variables, and return values of project functions. Every analysis
+(device provenance, wrapper identity, allocations) is built on it, so a rule sees one consistent model.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+
+__all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
+
+Source = tuple[ast.expr, FunctionInfo]
+_MAX_SOURCES = 48
+_MAX_CHAIN = 40  # nested source questions in flight
+
+
+def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    node = callee.node
+    if isinstance(node, ast.Module):
+        return None
+    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
+        positional = positional[1:]
+    if param not in positional:
+        return None
+    i = positional.index(param)
+    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+        return call.args[i]
+    return None
+
+
+class ValueFlow:
+    """Sources of references within one project (results are cached per node)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
+        self._self_attrs: dict[str, list[Source]] | None = None
+        self._module_items: dict[tuple[str, str], list[Source]] | None = None
+        self._sources: dict[int, list[Source]] = {}
+        self._params: dict[tuple[int, str], list[Source]] = {}
+        self._active: set[int] = set()
+        self._edepth = 0
+        self._elements: dict[int, list[Source]] = {}
+
+    # ------------------------------------------------------------------ references
+    def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
+        """Expressions `expr` may evaluate to (one step back); empty when nothing is known (cached per node)."""
+        key = id(expr)
+        found = self._sources.get(key)
+        if found is None:
+            if key in self._active or len(self._active) > _MAX_CHAIN:
+                return []  # a cycle, or a chain too long to follow (the partial answer is not cached)
+            self._active.add(key)
+            try:
+                found = self._sources[key] = self._sources_uncached(expr, fn)
+            finally:
+                self._active.discard(key)
+        return found
+
+    def _sources_uncached(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
+        if isinstance(expr, ast.Name):
+            return self.name_sources(expr.id, fn)
+        if isinstance(expr, ast.Attribute):
+            return self.attr_sources(expr, fn)
+        if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+            key = expr.slice
+            base = expr.value
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(base, ast.Attribute):
+                cls = self.project.instance_type(base.value, fn)
+                keyed = [s for c in with_bases(cls) for s in c.item_assigns.get(f"{base.attr}[{key.value!r}]", [])]
+                if keyed:
+                    return keyed
+                for v, where in self.sources(base, fn):  # {"paged": wrapper}["paged"]
+                    if isinstance(v, ast.Dict):
+                        for k, item in zip(v.keys, v.values, strict=False):
+                            if isinstance(k, ast.Constant) and k.value == key.value:
+                                return [(item, where)]
+            return self.element_sources(expr.value, fn)
+        if isinstance(expr, ast.Call):
+            f = expr.func
+            if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and expr.args:
+                return self.element_sources(f.value, fn)
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if isinstance(target, FunctionInfo):
+                return [(r, target) for r in target.returns[:_MAX_SOURCES]]
+        return []
+
+    def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
+        if name in fn.params:
+            return self.param_sources(fn, name)
+        if name in fn.loop_vars:
+            return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+        scope: FunctionInfo | None = fn
+        while scope is not None:
+            values = scope.local_assigns.get(name)
+            if values:
+                return [(v, scope) for v in values]
+            if scope is not fn and name in scope.params:
+                return self.param_sources(scope, name)
+            scope = scope.parent
+        body = fn.module.body
+        if body is not None and body is not fn and name in body.local_assigns:
+            return [(v, body) for v in body.local_assigns[name]]
+        return []
+
+    def param_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
+        """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""
+        if name in ("self", "cls"):
+            return []
+        key = (id(fn), name)
+        cached = self._params.get(key)
+        if cached is not None:
+            return cached
+        self._params[key] = []  # recursion guard
+        out: list[Source] = []
+        for caller, call in self.project.callers(fn):
+            arg = arg_for_param(call, fn, name)
+            if arg is not None:
+                out.append((arg, caller))
+        node = fn.node
+        if not isinstance(node, ast.Module):  # a default is what callers that omit the argument get
+            a = node.args
+            pos = [*a.posonlyargs, *a.args]
+            for p, d in zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=False):
+                if p.arg == name and not (isinstance(d, ast.Constant) and d.value is None):
+                    out.append((d, fn))
+        self._params[key] = out[:_MAX_SOURCES]
+        return self._params[key]
+
+    def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
+        """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
+        from every store of an attribute of that name in the project."""
+        cls = self.project.instance_type(expr.value, fn)
+        if cls is not None:
+            return self.class_attr_sources(cls, expr.attr)
+        if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
+            return []
+        # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
+        out = self.project.attr_stores.get(expr.attr, [])[:_MAX_SOURCES]
+        out += self.self_attr_index().get(expr.attr, [])[:_MAX_SOURCES]
+        out += [(v, where) for v, where, _ in self.keyword_index().get(f"*.{expr.attr}", [])[:_MAX_SOURCES]]
+        return out[:_MAX_SOURCES]
+
+    def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
+        out: list[Source] = []
+        for c in with_bases(cls):
+            out.extend(c.attr_assigns.get(attr, []))
+            if attr in c.fields:  # dataclass field: the constructor's argument
+                i = c.fields.index(attr)
+                index = self.keyword_index()
+                for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
+                    if self._constructs(call, where, c):
+                        out.append((v, where))
+                for caller, call in self._constructor_calls(c):
+                    if i < len(call.args) and not call.keywords:
+                        out.append((call.args[i], caller))
+        return out[:_MAX_SOURCES]
+
+    def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
+        """What items of `container` may be: list/dict literals and comprehensions, appends, ``d[k] = v``.
+
+        An expression that is not a container (a tensor) is its own element.
+        """
+        key = id(container)
+        cached = self._elements.get(key)
+        if cached is not None:
+            return cached
+        if depth > 4 or self._edepth > 8:
+            return []
+        self._edepth += 1
+        try:
+            found = self._elements[key] = self._element_sources(container, fn, depth)
+        finally:
+            self._edepth -= 1
+        return found
+
+    def _element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[Source]:
+        if isinstance(container, ast.List | ast.Tuple | ast.Set):
+            return [(e, fn) for e in container.elts if not isinstance(e, ast.Starred)]
+        if isinstance(container, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return [(container.elt, fn)]
+        if isinstance(container, ast.Dict):
+            return [(v, fn) for v in container.values]
+        if isinstance(container, ast.DictComp):
+            return [(container.value, fn)]
+        if isinstance(container, ast.Call):
+            name = dotted(container.func)
+            if name in ("list", "tuple", "sorted", "reversed", "iter") and container.args:
+                return self.element_sources(container.args[0], fn, depth + 1)
+            f = container.func
+            if isinstance(f, ast.Attribute) and f.attr == "values":
+                return self.element_sources(f.value, fn, depth + 1)
+            if name in ("range", "enumerate", "zip") or (isinstance(f, ast.Attribute) and f.attr in ("items", "keys")):
+                return []
+        if isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
+            return self.element_sources(container.value, fn, depth + 1)
+        if not isinstance(container, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+            return [(container, fn)]
+        out: list[Source] = []
+        for src, where in self.sources(container, fn):
+            out.extend(self.element_sources(src, where, depth + 1))
+        out.extend(self._item_stores(container, fn))
+        if not out and not self.sources(container, fn):
+            return [(container, fn)]
+        return out[:_MAX_SOURCES]
+
+    def _item_stores(self, container: ast.expr, fn: FunctionInfo) -> Iterator[Source]:
+        if isinstance(container, ast.Name):
+            if container.id in fn.local_assigns or container.id in fn.params:
+                yield from ((v, fn) for v in fn.item_stores.get(container.id, []))
+            else:  # a module global: stores from any function of the module
+                yield from self.module_items().get((fn.module.name, container.id), [])
+            for call in fn.calls:
+                f = call.func
+                if (
+                    isinstance(f, ast.Attribute)
+                    and f.attr in ("append", "insert")
+                    and isinstance(f.value, ast.Name)
+                    and f.value.id == container.id
+                    and call.args
+                ):
+                    yield call.args[-1], fn
+        elif isinstance(container, ast.Attribute):
+            owner_cls = self.project.instance_type(container.value, fn)
+            for c in with_bases(owner_cls) if owner_cls is not None else []:
+                yield from c.item_assigns.get(container.attr, [])
+
+    def self_attr_index(self) -> dict[str, list[Source]]:
+        """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""
+        if self._self_attrs is None:
+            self._self_attrs = {}
+            for c in self.project.classes.values():
+                for attr, values in c.attr_assigns.items():
+                    self._self_attrs.setdefault(attr, []).extend(values)
+        return self._self_attrs
+
+    # ------------------------------------------------------------------ constructors
+    def module_items(self) -> dict[tuple[str, str], list[Source]]:
+        """``name[k] = v`` stores by (module, name), from every function of the module."""
+        if self._module_items is None:
+            self._module_items = {}
+            for f in self.project.all_functions():
+                for name, values in f.item_stores.items():
+                    self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
+        return self._module_items
+
+    def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
+        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
+        and by ``*.keyword``."""
+        if self._kw_index is None:
+            self._kw_index = {}
+            for f in self.project.all_functions():
+                for call in f.calls:
+                    if not call.keywords:
+                        continue
+                    callee = call.func
+                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                    if last[:1].isupper() or last == "cls":
+                        for kw in call.keywords:
+                            if kw.arg:
+                                self._kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
+                                self._kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+        return self._kw_index
+
+    def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
+        f = call.func
+        if isinstance(f, ast.Name) and f.id == "cls":
+            return owner(fn).cls is cls
+        target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+        return target is cls
+
+    def _constructor_calls(self, cls: ClassInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        init = self.project.method(cls, "__init__")
+        return self.project.callers(init) if init is not None else []

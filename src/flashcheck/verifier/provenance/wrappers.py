@@ -1,0 +1,127 @@
+"""Which values are FlashInfer wrappers, and which callables are FlashInfer plan functions, by dataflow.
+
+A receiver is a wrapper when some value it may hold (`ValueFlow.sources`: locals, parameters filled by callers,
+attributes, list and dict items, loop variables, return values) is a wrapper constructor call, an instance of a
+project subclass of one, or a parameter annotated with a wrapper class; its name does not matter (``w``,
+``decode``, ``self.wrappers["decode"]``). A callable is a plan function when it flows from an imported
+``fast_decode_plan``-like function, directly or through ``functools.partial``, ``types.MethodType`` or an attribute
+(``self._plan_fn = fast_decode_plan``).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.flashinfer_api import (
+    PLAN_METHODS,
+    is_flashinfer_import,
+    is_wrapper_class_name,
+    wrapper_class_of_call,
+)
+from flashcheck.verifier.project import ClassInfo, FunctionInfo
+from flashcheck.verifier.provenance.flow import ValueFlow
+
+__all__ = ["Wrappers"]
+
+_PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+
+
+class Wrappers:
+    """Wrapper identity and plan callables over one project's value flow (cached per node)."""
+
+    def __init__(self, flow: ValueFlow) -> None:
+        self.flow = flow
+        self._cache: dict[int, str | None] = {}
+        self._plans: dict[int, str | None] = {}
+        self._active: set[int] = set()
+        imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
+        # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
+        self.enabled = any(t == "flashinfer" or t.startswith("flashinfer.") for t in imports)
+
+    def wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
+        """The FlashInfer wrapper class `expr` may be an instance of (``BatchDecodeWithPagedKVCacheWrapper``)."""
+        key = id(expr)
+        if key in self._cache:
+            return self._cache[key]
+        if not self.enabled or key in self._active or depth > 8:
+            return None
+        self._active.add(key)
+        try:
+            found = self._wrapper_class(expr, fn, depth)
+        finally:
+            self._active.discard(key)
+        self._cache[key] = found
+        return found
+
+    def _wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+        if isinstance(expr, ast.Call):
+            direct = wrapper_class_of_call(expr, fn)
+            if direct is not None:
+                return direct
+            f = expr.func
+            target = self.flow.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if isinstance(target, ClassInfo):
+                return self.flashinfer_base(target)
+        if isinstance(expr, ast.Name) and fn.params.get(expr.id) is not None:
+            ann = fn.params[expr.id]
+            n = terminal_name(ann) if ann is not None else None
+            if n is not None and is_wrapper_class_name(n):
+                return n
+        for src, where in self.flow.sources(expr, fn):
+            found = self.wrapper_class(src, where, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def flashinfer_base(self, cls: ClassInfo, depth: int = 0) -> str | None:
+        """The FlashInfer wrapper class a project class derives from (directly, through project classes or
+        through a module-level alias such as ``Base = flashinfer.BatchDecodeWithPagedKVCacheWrapper``)."""
+        body = cls.module.body
+        for b in cls.node.bases:
+            d = dotted(b)
+            if d is None or body is None:
+                continue
+            aliases = body.local_assigns.get(d, [])
+            if len(aliases) == 1 and dotted(aliases[0]) is not None:
+                d = dotted(aliases[0]) or d
+            last = d.rsplit(".", 1)[-1]
+            if (
+                is_flashinfer_import(body, d)
+                or d.startswith("flashinfer.")
+                or (is_wrapper_class_name(last) and last not in cls.module.classes)
+            ):
+                return last
+        for base in cls.bases if depth < 8 else []:
+            found = self.flashinfer_base(base, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
+        """The FlashInfer plan function (``fast_decode_plan``) a callable expression may be."""
+        if not self.enabled or depth > 6:
+            return None
+        key = id(func)
+        if key in self._plans:
+            return self._plans[key]
+        self._plans[key] = None  # recursion guard
+        self._plans[key] = found = self._plan_function(func, fn, depth)
+        return found
+
+    def _plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+        d = dotted(func)
+        if d is not None:
+            last = d.rsplit(".", 1)[-1]
+            if last in PLAN_METHODS and last.startswith("fast_") and (is_flashinfer_import(fn, d) or depth > 0):
+                return last
+        if isinstance(func, ast.Call) and dotted(func.func) in _PARTIALS and func.args:
+            return self.plan_function(func.args[0], fn, depth + 1)
+        if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS:
+            return None  # w.plan(...): a method call, not an alias of a plan function
+        if isinstance(func, ast.Name | ast.Attribute):
+            for src, where in self.flow.sources(func, fn):
+                found = self.plan_function(src, where, depth + 1)
+                if found is not None:
+                    return found
+        return None
