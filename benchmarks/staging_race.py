@@ -10,6 +10,7 @@ Per setting: steps, replays, findings by check ID, the first step of each, steps
 copies the staging layer tracked (a clean verdict with zero tracked copies would be vacuous).
 
     python benchmarks/staging_race.py --steps 40 --out reports/raw/staging_race-0.6.13.json
+    python benchmarks/staging_race.py --render      # reports/staging-race.md from reports/raw/staging_race-*.json
 """
 
 from __future__ import annotations
@@ -30,6 +31,48 @@ SETTINGS: dict[str, tuple[str, float | None]] = {
     "staging+pressure": ("all", 2000.0),
 }
 FAULTY = "faulty_engine_gpu:PinnedMirrorRewrittenInFlight"
+ROOT = Path(__file__).resolve().parents[1]
+RAW, REPORT = ROOT / "reports" / "raw", ROOT / "reports" / "staging-race.md"
+
+
+def _counts(d: dict[str, int], first: dict[str, int] | None = None) -> str:
+    if not d:
+        return "none"
+    return ", ".join(
+        f"{k} x{v}" + (f" (first at step {first[k]})" if first and k in first else "") for k, v in d.items()
+    )
+
+
+def render(paths: list[Path]) -> str:
+    """The page: one table per result file, every number read from it."""
+    out = [
+        "# Staging races: FC204 and async pressure on the GPU",
+        "",
+        "Rendered by `python benchmarks/staging_race.py --render` from `reports/raw/staging_race-*.json`. "
+        "The faulty target rewrites a pinned mirror right after enqueuing its non_blocking copy; the clean targets are "
+        "built-ins. Settings: "
+        + "; ".join(f"{n} = layers {lay}, pressure {p or 'off'}" for n, (lay, p) in SETTINGS.items())
+        + ".",
+    ]
+    for path in paths:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        out += [
+            "",
+            f"## `{path.name}`",
+            "",
+            f"- command: `{doc['command']}`",
+            f"- device {doc['device']}, torch {doc['torch']}, FlashInfer {doc['flashinfer']}, date {doc['date']}",
+            "",
+            "| target | setting | steps (replays) | findings | known upstream | copies tracked | steps/s |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in doc["runs"]:
+            tracked = "-" if r["tracked_copies"] is None else str(r["tracked_copies"])
+            out.append(
+                f"| {r['target']} | {r['setting']} | {r['steps']} ({r['replays']}) | "
+                f"{_counts(r['findings'], r['first_step'])} | {_counts(r['known'])} | {tracked} | {r['steps_per_s']} |"
+            )
+    return "\n".join(out) + "\n"
 
 
 def run(target: str, layers: str, pressure: float | None, steps: int, seed: int) -> dict[str, Any]:
@@ -78,8 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--clean", default="decode-tc,prefill-fa2,mla-fa2", help="clean targets to run")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, help="where the JSON result goes (required unless --render)")
+    p.add_argument("--render", action="store_true", help="only write reports/staging-race.md from reports/raw")
     args = p.parse_args(argv)
+    if args.render:
+        REPORT.write_text(render(sorted(RAW.glob("staging_race-*.json"))), encoding="utf-8")
+        print(f"wrote {REPORT}")
+        return 0
+    if args.out is None:
+        p.error("--out is required to run the benchmark")
     import flashinfer
     import torch
 
