@@ -26,9 +26,9 @@ from typing import Any
 
 SETTINGS: dict[str, tuple[str, float | None]] = {
     "baseline": ("cheap", None),
-    "staging": ("all", None),
+    "staging": ("races", None),
     "pressure": ("cheap", 2000.0),
-    "staging+pressure": ("all", 2000.0),
+    "staging+pressure": ("races", 2000.0),
 }
 FAULTY = "faulty_engine_gpu:PinnedMirrorRewrittenInFlight"
 ROOT = Path(__file__).resolve().parents[1]

@@ -55,13 +55,13 @@ _WARMED: set[str] = set()  # step kinds this process has run once (imports done,
 
 def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
     """The check IDs a run of this driver executes on every step: the properties, the arena's FC302 and FC250
-    always, the runtime detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="all"`` on a CUDA
+    always, the runtime detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="races"`` on a CUDA
     device, the only place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
     ids = {p.check.id for p in catalogue.PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
     lifecycle = {TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id}
     if layers != "off":
         ids |= {c.id for c in catalogue.CHECKS if c.kind == "runtime" and c.id not in lifecycle}
-        if layers != "all" or not cuda:
+        if layers != "races" or not cuda:
             ids.discard(PINNED_STAGING_REUSED_IN_FLIGHT.id)
     if watchdog:
         ids.add(STEP_HUNG.id)

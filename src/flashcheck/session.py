@@ -21,7 +21,7 @@ from flashcheck.watchdog import default_step_timeout
 
 __all__ = ["Layers", "default_device", "make_checker", "open_session", "run_scenario"]
 
-Layers = Literal["off", "cheap", "all"]
+Layers = Literal["off", "cheap", "all", "races"]
 
 
 def default_device() -> str:
@@ -39,8 +39,8 @@ GUARD_BYTES = 64 << 10
 def make_checker(layers: Layers, device: str, *, cold_regions: Iterable[str] = ()) -> Iterator[CheckerLike]:
     """The runtime checker with the chosen detection layers (``off``: regions and the arena only); `cold_regions`
     are per-step regions the target declares cold (`Target.cold_regions`)."""
-    if layers not in ("off", "cheap", "all"):
-        raise InvalidArgument(f"layers must be 'off', 'cheap' or 'all', got {layers!r}")
+    if layers not in ("off", "cheap", "all", "races"):
+        raise InvalidArgument(f"layers must be 'off', 'cheap', 'all' or 'races', got {layers!r}")
     from flashcheck.runtime.arena import Arena
     from flashcheck.runtime.checker import Checker
 

@@ -71,7 +71,7 @@ def test_real_device_to_host_read_before_the_event_fires() -> None:
 def test_the_staging_layer_finds_the_rewrite_on_every_replay_at_the_bug_line() -> None:
     src = Path(inspect.getsourcefile(PinnedMirrorRewrittenInFlight) or "")
     replays = hits = 0
-    with IsolatedDriver(SPEC, device="cuda", layers="all", seed=5, step_timeout=60.0) as drv:
+    with IsolatedDriver(SPEC, device="cuda", layers="races", seed=5, step_timeout=60.0) as drv:
         for i, s in enumerate(random_steps(drv.cap, STEPS, seed=99)):
             r = drv.execute(s, i)
             assert r.rejected is None, r.rejected
@@ -105,7 +105,7 @@ def test_async_pressure_turns_the_race_into_an_fc303_divergence() -> None:
 @pytest.mark.parametrize("name", GPU_TARGETS)
 def test_clean_builtin_targets_stay_clean_with_the_staging_layer_and_pressure(name: str) -> None:
     target = make_target(name)
-    with open_session(target, layers="all", seed=7, async_pressure_us=500.0) as drv:
+    with open_session(target, layers="races", seed=7, async_pressure_us=500.0) as drv:
         staging = drv.checker.hook("staging")  # type: ignore[attr-defined]
         assert staging is not None and staging.installed, "the staging layer did not run"
         for i, s in enumerate(random_steps(target.capacity, STEPS, seed=1234)):

@@ -185,8 +185,8 @@ class CampaignConfig:
             raise InvalidArgument(f"--steps must be >= 1, got {self.step_budget}")
         if self.step_timeout <= 0:
             raise InvalidArgument(f"--step-timeout must be positive, got {self.step_timeout}")
-        if self.layers not in ("off", "cheap", "all"):
-            raise InvalidArgument(f"--layers must be off, cheap or all, got {self.layers!r}")
+        if self.layers not in ("off", "cheap", "all", "races"):
+            raise InvalidArgument(f"--layers must be off, cheap, all or races, got {self.layers!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise InvalidArgument(f"--device must be auto, cpu or cuda, got {self.device!r}")
         object.__setattr__(self, "async_pressure_us", parse_pressure_us(self.async_pressure_us))

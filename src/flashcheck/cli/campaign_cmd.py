@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--workers", help="worker processes: 'auto' (one per visible GPU, 1 on CPU) or N")
     g.add_argument("--device", choices=("auto", "cpu", "cuda"), help="device of the workers (default auto)")
-    g.add_argument("--layers", choices=("off", "cheap", "all"), help="runtime detection layers (default all)")
+    g.add_argument("--layers", choices=("off", "cheap", "all", "races"), help="runtime detection layers (default all)")
     add_async_pressure(g)
     g.add_argument("--ledger", help="quarantine ledger (JSON or TOML): known crashers skipped before launch")
     g.add_argument("--corpus", help="corpus: a (shared) directory or redis://host:port/db (default RUN_DIR/corpus)")

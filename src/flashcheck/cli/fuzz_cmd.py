@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--layers",
         default="all",
-        choices=("off", "cheap", "all"),
+        choices=("off", "cheap", "all", "races"),
         help="runtime detection layers: off (properties only), cheap (sync debug, trace, allocator), all (adds "
         "dispatch, CUPTI and the pinned-staging race detector)",
     )

@@ -30,7 +30,8 @@ class Checker:
 
     Args:
         layers: ``"cheap"`` (sync debug mode, gpu trace, allocator statistics, replay wrapper, dispatch mode during
-            capture), ``"all"`` (+ dispatch mode in hot regions, CUPTI), or a list of layer names / `Hook` objects.
+            capture), ``"all"`` (+ dispatch mode in hot regions, CUPTI, allocator statistics), ``"races"`` (``all`` +
+            the staging layer, FC204), or a list of layer names / `Hook` objects.
         cold_regions: per-step regions the target declares cold (see `flashcheck.runtime.monitor.Monitor`).
         device: default device of arena workspaces and of allocator statistics (default: ``cuda`` when available,
             else ``cpu``).

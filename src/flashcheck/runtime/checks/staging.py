@@ -16,7 +16,7 @@ PINNED_STAGING_REUSED_IN_FLIGHT = Check(
     The host never touches a pinned staging buffer while a non_blocking copy of it is still in flight.
 
     What it checks
-        The ``staging`` layer (``layers="all"``) watches every ``non_blocking=True`` copy whose host side is pinned
+        The ``staging`` layer (``layers="races"``) watches every ``non_blocking=True`` copy whose host side is pinned
         memory: ``dst.copy_(pinned, non_blocking=True)`` and ``pinned.to(device, non_blocking=True)`` (host to
         device, the pinned source), ``pinned.copy_(dev, non_blocking=True)`` and ``dev.to("cpu", non_blocking=True)``
         (device to host, the pinned destination). It records a CUDA event on the current stream right after each

@@ -4,8 +4,10 @@
 capture happens once, so it costs nothing per step): nothing in them runs per kernel or per operator, and a region
 costs a few microseconds. ``layers="all"``: the same plus ``dispatch`` in hot regions too (attribution of every sync
 to an aten op), ``cupti``, ``alloc_stats`` (allocator counters read around each hot region: a second witness of the
-allocations ``gpu_trace`` reports one by one, at two statistics reads per region) and ``staging`` (pinned copies in
-flight, FC204). Layers that cannot run here (no CUDA device) are skipped and reported by the checker, never silently.
+allocations ``gpu_trace`` reports one by one, at two statistics reads per region). ``layers="races"``: ``all`` plus
+``staging`` (pinned copies in flight, FC204; it holds the stream so that each copy stays in flight, which makes
+races show on every run and costs about ``hold_us`` of device time per region). Layers that cannot run here (no
+CUDA device) are skipped and reported by the checker, never silently.
 """
 
 from __future__ import annotations
@@ -16,7 +18,19 @@ from typing import Any, Literal
 from flashcheck.errors import InvalidArgument
 from flashcheck.runtime.hooks.base import EventSink, Hook, HookError
 
-__all__ = ["ALL", "CHEAP", "LAYER_NAMES", "EventSink", "Hook", "HookError", "LayerName", "LayerSpec", "build_hooks"]
+__all__ = [
+    "ALL",
+    "CHEAP",
+    "LAYER_NAMES",
+    "PRESETS",
+    "RACES",
+    "EventSink",
+    "Hook",
+    "HookError",
+    "LayerName",
+    "LayerSpec",
+    "build_hooks",
+]
 
 LayerName = Literal["sync_debug", "dispatch", "gpu_trace", "cupti", "alloc_stats", "graph_replay", "staging"]
 LAYER_NAMES: tuple[LayerName, ...] = (
@@ -29,17 +43,21 @@ LAYER_NAMES: tuple[LayerName, ...] = (
     "staging",
 )
 CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "graph_replay", "dispatch")
+ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "cupti")
 # staging installs before cupti: it calibrates its device delay (a synchronize) on install, outside every region
-ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "staging", "cupti")
-LayerSpec = Literal["cheap", "all"] | Sequence["LayerName | Hook"]
+RACES: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "staging", "cupti")
+PRESETS: dict[str, tuple[LayerName, ...]] = {"cheap": CHEAP, "all": ALL, "races": RACES}
+LayerSpec = Literal["cheap", "all", "races"] | Sequence["LayerName | Hook"]
 
 
 def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
     """Hook instances for a layer selection (names or ready-made hooks, which tests use to inject fakes)."""
     if isinstance(layers, str):
-        if layers not in ("cheap", "all"):
-            raise InvalidArgument(f"layers={layers!r}: use 'cheap', 'all' or a list of {', '.join(LAYER_NAMES)}")
-        names: list[LayerName | Hook] = list(CHEAP if layers == "cheap" else ALL)
+        if layers not in PRESETS:
+            raise InvalidArgument(
+                f"layers={layers!r}: use 'cheap', 'all', 'races' or a list of {', '.join(LAYER_NAMES)}"
+            )
+        names: list[LayerName | Hook] = list(PRESETS[layers])
         scope = "capture" if layers == "cheap" else "hot+capture"
     else:
         names = list(layers)

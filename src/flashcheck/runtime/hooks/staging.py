@@ -305,7 +305,10 @@ class StagingHook(Hook):
     def _top_up(self, ops: StreamOps) -> None:
         """Delay the stream so that the copy about to be issued cannot complete before ``hold_us`` from now."""
         key, now = ops.stream(), self._clock()
-        need = self.hold_us - max(self._busy_until.get(key, 0.0) - now, 0.0) * 1e6
+        # the delay already queued ahead is credited at half its estimated length: GPU clocks vary with load (a
+        # calibration on an idle GPU overestimates how long a sleep lasts on a busy one), and an underestimate
+        # only costs device time while an overestimate lets a copy complete before the host's racing access
+        need = self.hold_us - max(self._busy_until.get(key, 0.0) - now, 0.0) * 1e6 / 2
         if need >= _MIN_HOLD_US:
             ops.hold(need)
             self.held_us += need
