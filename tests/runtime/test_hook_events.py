@@ -346,11 +346,28 @@ def test_cupti_launches_are_runtime_or_driver_calls_with_a_correlation() -> None
     raws = [
         RawEvent("flashcheck:region:1", 0, 100),
         RawEvent("aten::copy_", 10, 11, correlation=5),  # not a CUDA call: no launch
-        RawEvent("cudaMemcpyAsync", 150, 151, correlation=0),  # no correlation: no launch
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 20, 21, correlation=5, on_device=True),
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 30, 31, correlation=0, on_device=True),
+        RawEvent("cudaMemcpyAsync", 20, 21, correlation=0),  # no correlation: no launch
+        RawEvent("cudaMemcpyAsync", 30, 31, correlation=7, on_device=True),  # a device record is never a launch
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 150, 151, correlation=5, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 160, 161, correlation=0, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pinned)", 170, 171, correlation=7, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 40, 41, correlation=0, on_device=True),
     ]
-    assert [e.region_id for e in attribute(raws)] == [1, 1]
+    assert [(e.memory, e.region_id) for e in attribute(raws)] == [("pageable", 1)]
+
+
+def test_cupti_drops_what_falls_in_a_read_or_outside_every_region_and_goes_on() -> None:
+    raws = [
+        RawEvent("flashcheck:region:50", 0, 100),
+        RawEvent("flashcheck:region:2", 10, 90),  # opened later: the innermost, whatever its id
+        RawEvent("flashcheck:read", 20, 30),
+        RawEvent("cudaDeviceSynchronize", 20, 21),  # at the read's start
+        RawEvent("cudaEventSynchronize", 120, 121),  # outside every region
+        RawEvent("cudaDeviceSynchronize", 30, 31),  # at the read's end
+        RawEvent("cuCtxSynchronize", 5, 6),
+        RawEvent("cuStreamSynchronize", 40, 41),
+    ]
+    assert [(e.detail, e.region_id) for e in attribute(raws)] == [("cuCtxSynchronize", 50), ("cuStreamSynchronize", 2)]
 
 
 class Kineto:

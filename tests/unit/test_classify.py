@@ -23,7 +23,7 @@ class BackendError(NotImplementedError):
         # kernel faults poison the context, whatever the exception type
         (RuntimeError("CUDA error: an illegal memory access was encountered"), "finding", "FC250", True),
         (RuntimeError("CUDA error: device-side assert triggered"), "finding", "FC250", True),
-        (RuntimeError("cuda error: misaligned address"), "finding", "FC250", True),  # case-insensitive
+        (RuntimeError("CUDA ERROR: AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED"), "finding", "FC250", True),  # any case
         (RuntimeError("CUDA error: unspecified launch failure"), "finding", "FC250", True),
         (ValueError("uncorrectable ECC error encountered"), "finding", "FC250", True),
         # out of memory is not a fault: the context survives
@@ -61,6 +61,14 @@ def test_each_row_of_the_table(exc: BaseException, verdict: str, check: str | No
     assert (c.verdict, c.check_id, c.poisons_context) == (verdict, check, poisons)
     assert c.reason
     assert is_device_fault(exc) is poisons
+
+
+def test_the_first_matching_row_gives_the_reason() -> None:
+    # the type's name is part of the text the table searches: the missing-kernel row matches before the type row
+    assert (
+        classify_exception(MissingJITCacheError("kernel xyz")).reason == "the kernel is not available on this machine"
+    )
+    assert classify_exception(BackendError("no such layout")).reason.startswith("the backend does not implement")
 
 
 def test_an_exception_the_table_does_not_name_is_raised_on_valid_input() -> None:

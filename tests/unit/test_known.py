@@ -63,6 +63,8 @@ def test_split_known_defaults_to_the_imported_flashinfer_version(monkeypatch: py
     assert split_known([hit], "mla-fa2", known=[entry])[0] == [hit]
     monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(__version__="0.7.2.post1"))
     assert split_known([hit], "mla-fa2", known=[entry])[0] == []
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace())  # a stub without a version
+    assert imported_flashinfer_version() == ""
     monkeypatch.delitem(sys.modules, "flashinfer")
     assert imported_flashinfer_version() == ""
 
