@@ -338,3 +338,40 @@ def test_an_arena_without_graphs_keeps_none() -> None:
     a.workspace("w", 10, device="cpu")  # adding a workspace drops recorded graphs: none to drop
     a.adopt("e", torch.zeros(2))
     assert a.graphs is None and Arena().graphs is not None
+
+
+def test_an_empty_workspace_is_allowed_and_uses_nothing() -> None:
+    a = Arena(guard_bytes=256)
+    a.workspace("empty", 0, device="cpu")
+    a.arm()
+    assert a.scan() == ([], {"empty": (0, 0)})
+
+
+@pytest.mark.parametrize("kind", ["float", "pinned"])
+def test_a_workspace_is_bytes_between_two_guard_zones(kind: str) -> None:
+    a = Arena(guard_bytes=256)
+    a.arm()
+    a.arm()  # workspaces added after any number of arms get the current guard pattern
+    ws = a.workspace("w", 1_000, device="cpu", kind=kind)  # type: ignore[arg-type]
+    assert ws.dtype == torch.uint8 and ws.numel() == 1_000
+    assert ws.untyped_storage().nbytes() == 1_000 + 2 * 256 and ws.storage_offset() == 256
+
+
+def test_an_explicit_keep_zero_overrides_the_default_of_the_kind() -> None:
+    a = Arena(guard_bytes=256)
+    kept = a.workspace("kept", 64, device="cpu", kind="float", keep_zero=True)
+    filled = a.workspace("filled", 64, device="cpu", kind="engine", keep_zero=False)
+    a.arm()
+    assert int(kept.sum()) == 0 and set(filled.tolist()) == {SENTINELS[0]}
+
+
+def test_overflow_offsets_inside_the_guard_zones_and_the_step_of_each_side() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("w", 512, device="cpu")
+    a.arm()
+    whole = ws.as_strided((512 + 2 * 256,), (1,), ws.storage_offset() - 256)  # before guard, usable, after guard
+    whole[250:252] = 1  # 6 and 5 bytes below the start
+    whole[256 + 512 + 5 : 256 + 512 + 9] = 1  # offsets 517..520 past the start
+    after, before = a.scan(step=3)[0]
+    assert (after.evidence["first_offset"], after.evidence["end_offset"], after.location.step) == (517, 521, 3)
+    assert (before.evidence["first_offset"], before.evidence["end_offset"], before.location.step) == (-6, -4, 3)

@@ -286,6 +286,7 @@ def test_alloc_stats_unavailable_without_a_device() -> None:
 )
 def test_cupti_each_blocking_api_is_a_sync(api: str) -> None:
     (ev,) = attribute([RawEvent("flashcheck:region:4", 0, 100), RawEvent(api, 10, 20)])
+    assert ev.stack == () and ev.count == 1 and ev.thread is None
     assert (ev.kind, ev.layer, ev.detail, ev.memory, ev.region_id, ev.capturing, ev.in_graph) == (
         "sync",
         "cupti",
@@ -399,3 +400,57 @@ def test_cupti_raw_events_read_each_field_and_the_on_device_flag() -> None:
     )
     assert evs == [RawEvent("cudaMemcpy", 10, 15, 3, False, 77), RawEvent("Memcpy DtoH", 20, 22, 3, True, 0)]
     assert all(isinstance(x, int) for e in evs for x in (e.start_ns, e.end_ns))
+
+
+def test_alloc_stats_pool_growth_event_in_full_and_one_byte_of_growth() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    a.stats[2] += 1
+    hook.region_exit(rec, True)
+    assert summary(sink) == [
+        ("pool_growth", "alloc_stats", (), "0 new segment(s), 1 more bytes reserved", 1, 1, rec.id)
+    ]
+
+
+def test_alloc_stats_subtracts_every_read_of_a_region_and_tolerates_unpaired_ends() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    hook.read_end()  # an end without a begin: nothing to subtract
+    for _ in range(2):
+        hook.read_begin()
+        a.stats[0] += 3
+        hook.read_end()
+    hook.read_end()
+    a.stats[0] += 1
+    hook.region_exit(rec, True)
+    assert [e.count for e in sink.events] == [1]
+
+
+def test_gpu_trace_calls_the_activation_it_was_given() -> None:
+    calls: list[int] = []
+    hook = GpuTraceHook(
+        registries={k: Registry() for k in ("device_sync", "stream_sync", "event_sync", "alloc")},
+        activate=lambda: calls.append(1),
+        available=lambda: True,
+    )
+    hook.install(RecordingSink())
+    hook.uninstall()
+    assert calls == [1]
+
+
+def test_cupti_unavailable_without_a_device_or_while_another_checker_profiles() -> None:
+    from flashcheck.runtime.hooks.cupti import _RUNNING, CuptiHook
+
+    assert CuptiHook(available=lambda: False).unavailable_reason() == "no CUDA device"
+    assert CuptiHook(available=lambda: True).unavailable_reason() is None
+    if not torch.cuda.is_available():
+        assert CuptiHook().unavailable_reason() == "no CUDA device (CUPTI needs one)"
+    other = CuptiHook(available=lambda: True)
+    _RUNNING.append(other)
+    try:
+        assert "another checker's CUPTI layer is active" in str(CuptiHook(available=lambda: True).unavailable_reason())
+        assert other.unavailable_reason() is None
+    finally:
+        _RUNNING.remove(other)

@@ -174,6 +174,8 @@ def test_sync_debug_reads_and_sets_torchs_mode(monkeypatch: pytest.MonkeyPatch) 
     assert state["mode"] == 1
     assert SyncDebugHook(available=lambda: False).unavailable_reason() == "no CUDA device"
     assert SyncDebugHook(available=lambda: True).unavailable_reason() is None
+    if not torch.cuda.is_available():
+        assert SyncDebugHook().unavailable_reason() == "no CUDA device (sync debug mode needs one)"
 
 
 # ---------------------------------------------------------------------------------------- graph_replay, build_hooks

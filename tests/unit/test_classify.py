@@ -107,3 +107,11 @@ def test_an_empty_message_gives_the_type_alone() -> None:
     exc = _raise(RuntimeError())
     f = finding_from_exception(exc, classify_exception(exc), Location())
     assert f.message == "RuntimeError: " and f.id == "FC250"
+
+
+def test_a_frame_without_source_has_empty_code() -> None:
+    try:
+        exec(compile("raise ValueError('from generated code')", "<generated>", "exec"))
+    except ValueError as exc:
+        f = finding_from_exception(exc, classify_exception(exc), Location())
+    assert [(fr.file, fr.code) for fr in f.stack][-1] == ("<generated>", "")

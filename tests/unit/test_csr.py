@@ -399,3 +399,16 @@ def test_seq_lens_of_exactly_the_batch_are_checked_against_pages_and_last_page_l
     assert f.hint == "derive seq_lens, pages and last_page_len from one source each step"
     (g,) = small([5, 0, 16], [5, 1, 32])
     assert g.evidence["index"] == 1 and g.evidence["expected"] == 0
+
+
+def test_a_padding_policy_given_by_name_is_parsed() -> None:
+    layout = base()
+    got = inp(layout, padding="vllm_legacy")
+    assert got.padding is PaddingPolicy.VLLM_LEGACY and check_csr(got) == []
+
+
+def test_check_layout_reads_the_layouts_seq_lens_and_adds_no_prefix_of_its_own() -> None:
+    layout = base()
+    layout.seq_lens[1] += 1
+    (f,) = check_layout(layout)
+    assert f.evidence["check"] == "seq-lens-consistent" and f.message.startswith("seq_lens[1]=")

@@ -159,3 +159,10 @@ def test_a_shape_mismatch_is_one_finding_that_names_both_shapes() -> None:
 )
 def test_tolerance_is_the_looser_of_the_two_dtypes(q: str, kv: str, atol: float) -> None:
     assert tolerance_for(q, kv) == Tolerance(atol, atol)
+
+
+def test_of_several_nonfinite_elements_the_first_is_the_worst() -> None:
+    want = np.zeros((2, 1, 1), dtype=np.float32)
+    got = np.array([[[np.inf]], [[np.nan]]], dtype=np.float32)
+    (f,) = compare_outputs(got, want, tol=EDGE, what="w", row_to_request=[0, 1])
+    assert f.evidence["row"] == 0 and f.evidence["bad_rows"] == 2

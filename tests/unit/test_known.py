@@ -203,3 +203,13 @@ def test_every_entry_of_the_real_ledger_is_a_precise_fact() -> None:
     for e in KNOWN_UPSTREAM:
         assert e.label and e.where.startswith("flashinfer/") and e.per_step is not None and e.per_step >= 1
         assert f"({e.label})" in e.reason
+
+
+def test_a_windows_path_and_a_call_without_a_version() -> None:
+    entry = KnownBehaviour("FC202", "*", "flashinfer/mla.py", "r", versions="0.7*")
+    win = Finding(
+        "FC202", "n", "runtime", "m", location=Location(file="C:\\venv\\Lib\\site-packages\\flashinfer\\mla.py")
+    )
+    assert entry.matches(win, "mla-fa2", "0.7.2.post1")
+    assert entry.matches(win, "mla-fa2")  # no version given: every version matches
+    assert not entry.matches(win, "mla-fa2", "0.6.13")
