@@ -105,8 +105,8 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         "CUDA-graph-mode wrapper, at two lines of `_fa_common.py` in 0.7.2.post1: line 549 (`_stage_metadata`, "
         "4 caching-allocator allocations per replay preparation) and line 932 (`plan_from_wrapper`). The allocator "
         "statistics count 9 allocations across the replay preparation, and that stackless count merges into the "
-        "finding at line 932, which therefore counts 9 (mla-fa2 and mla-fa3, reproducers in "
-        "reports/h100-campaign/repros/). 0.6.13 does not allocate there (K2).",
+        "finding at line 932, which therefore counts 9 (mla-fa2 and mla-fa3 in reports/raw/target_matrix-0.7.2.json; "
+        "reproducers of both lines in reports/h100-campaign/repros/). 0.6.13 does not allocate there (K2).",
     ),
 )
 
