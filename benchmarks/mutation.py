@@ -1,14 +1,20 @@
-"""Mutation score of the modules `[tool.mutmut]` in pyproject.toml names: how many single-line mutants of a detector
-the tests notice. Runs `mutmut run` (pip install mutmut; CPU only), then writes reports/mutation.md with the
-command, the date, the counts and every surviving mutant's diff, so the survivors are a worklist of missing tests.
+"""Mutation score of the modules `[tool.mutmut]` in pyproject.toml names: how many single-line mutants of a detector,
+a property or the error classification the tests notice. Runs `mutmut run` (pip install mutmut; CPU only), then
+writes reports/mutation.md with the command, the date, the score of each module group and every surviving mutant's
+diff, so the survivors are a worklist of missing tests.
 
-    python benchmarks/mutation.py                   # run and write reports/mutation.md
-    python benchmarks/mutation.py --no-run          # write the report from the last run's results
+    python benchmarks/mutation.py                    # run every group and write reports/mutation.md
+    python benchmarks/mutation.py --group hooks      # run one group's mutants again (the report covers all)
+    python benchmarks/mutation.py --no-run           # write the report from the last run's results
+
+One configuration covers every group: mutmut runs, for each mutant, only the tests that reached the mutated
+function, so a group costs what its own tests cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -23,7 +29,130 @@ except ImportError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "mutation.md"
+_DETECTED = ("killed", "timeout")  # mutmut counts a mutant that makes the tests run past its limit as killed
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
+
+# group -> module prefixes of the mutant names (mutmut names a mutant module.x_function__mutmut_N)
+GROUPS: dict[str, tuple[str, ...]] = {
+    "properties": ("flashcheck.properties.",),
+    "monitor": ("flashcheck.runtime.monitor.",),
+    "hooks": ("flashcheck.runtime.hooks.",),
+    "arena": ("flashcheck.runtime.arena.",),
+    "classification": ("flashcheck.targets.classify.", "flashcheck.known."),
+}
+
+# Survivors that cannot change what a test can observe, as (function name part, regex over the diff, why). A rule
+# names the exact change: anything else a mutant does stays in the worklist.
+EQUIVALENT: tuple[tuple[str, str, str], ...] = (
+    (
+        "",
+        r"capture_stack\(\d\)",
+        "skips one more of flashcheck's own frames (or mutmut's trampoline): the user's line is the same",
+    ),
+    (
+        "",
+        r"zip\([^)]*(strict=(None|False)|, \))",
+        "`zip`'s strict flag: the sequences have one length, or the flag was False",
+    ),
+    ("_finding", r"^-\s+severity=severity,$", "ERROR is the default severity of a Finding"),
+    (
+        "__init__",
+        r"^\+\s+self\.(_hot(_depth)?|_prev_mode|_prev_show|_filter|_pushed_by|_prof|_pending|_callbacks|installed|_depth"
+        r"|_excluded|_start|_outer|_prev_own|_wrapper|_active)"
+        r"(: [^=]+)? = ",
+        "a field that install() sets again before any use",
+    ),
+    (
+        "_uninstall",
+        r"^\+\s+self\.(_hot|_hot_depth|_callbacks|_depth, self\._start.*) = ",
+        "install() sets it again before any use",
+    ),
+    ("ǁ_uninstall", r"self\._active = (None|True)", "the wrapper also needs the sink, which uninstall drops"),
+    ("_uninstall", r"range\(len\(lst\) - 1, -2, -1\)", "the extra index -1 is the last entry, already compared"),
+    ("_warm_up", r"", "warms torch's lazy imports up: any op under the bare mode does"),
+    (
+        "_chain",
+        r"orig = |_showwarnmsg_impl\", \)|prev is None and|impl is None\)|impl is not None\)",
+        "calling `_showwarning_orig` reaches the same `_showwarnmsg_impl` the direct path calls",
+    ),
+    (
+        "_remove_warning_hook",
+        r"_filters_mutated|mutated is None|self\._filter = |self\._prev_show = \"\"",
+        "the filter cache version is internal to `warnings`; the fields are set again on install",
+    ),
+    ("ǁarm", r"self\._arms (-|\+)= |self\._arms \+ 1\) % 2", "only the parity of the arm count is used"),
+    ("ǁarm", r"ws\.backing is not None or ws\.guard", "guard bytes of a buffer without guard zones are never read"),
+    ("x__probe", r"ws\.backing is not None or ws\.guard", "an adopted buffer has no guard zone to read"),
+    (
+        "x__ramp",
+        r"device=None|dtype=None|arange\(1, n \+ 1, (dtype=torch\.int64|device=device, )\)",
+        "CPU is the default device; an integer range is int64 already",
+    ),
+    ("x__last_diff_dev", r"_ramp\([^)]*, None\)", "CPU is the default device"),
+    ("x__last_diff", r"last is None", "the device value is 0 or a 0-d tensor, never None"),
+    (
+        "x__dirty_blocks",
+        r"storage_offset\(\)",
+        "the word and the byte comparison give the same blocks; only the cost differs",
+    ),
+    (
+        "x__probe",
+        r"else [+-]\d$|\(base is not None\) or True",
+        "an unknown base's high-water mark is never read: the usage is -1",
+    ),
+    (
+        "ǁ_account",
+        r"\(base is None\) and False|overflow_end = None",
+        "the probe's mark is -1 itself for an unknown base; None and 0 are both no overflow",
+    ),
+    ("ǁ_account", r"ws\.max_used >= ws\.nbytes", "at equality the overflow is 0 either way"),
+    (
+        "ǁadopt",
+        r"flat, (None|1), sentinel|sentinel, None\)",
+        "an adopted buffer has no guard zone; None and False are both not zeroed",
+    ),
+    ("ǁscan", r"bases, None\)", "CPU is the default device"),
+    (
+        "ǁworkspace",
+        r"device=None|dtype=torch\.uint8, \)|device=dev, \)|pin_memory=None|dev = None|dtype=torch\.uint8, pin_",
+        "CPU is the default device; pinning needs CUDA",
+    ),
+    ("x__probe_all", r"device=None|dtype=None|, device=dev\)", "CPU is the default device; an integer fill is int64"),
+    (
+        "x__dirty_blocks",
+        r"\"little\"|signed=(None|False)|signed=True\)",
+        "eight equal bytes read the same in either "
+        "order; the comparison of a uint8 view is the same for a signed or unsigned word of them",
+    ),
+    ("x__can_pin", r"", "CUDA only"),
+    ("unavailable_reason", r"\(torch\.cuda\.is_available\(\)\) and False", "CUDA is absent on the CPU machine"),
+    ("ǁregion_exit", r"self\._start is None and self\._outer is None", "the two are set and cleared together"),
+    (
+        "ǁread_end",
+        r"self\._depth or self\._read_start",
+        "a read left open when its region closed is dropped at the next region's start",
+    ),
+    ("x__classify", r"or \"XXXX\"", "an unknown memory name is unknown memory either way"),
+    (
+        "x_compare_outputs",
+        r"^\+\s+None,$|reshape\(bad\.shape\[0\], -2\)",
+        "a None location is the default one; numpy reads any negative size as the unknown one",
+    ),
+    ("ǁend_read", r"pop\(t, \)", "the thread's entry exists: its depth was one"),
+    ("x_check_csr", r"assert kv_indptr is not None", "a type guard: CsrInput requires the three fields"),
+    ("x__default_profiler", r"", "CUDA only: on CPU torch.profiler records the CPU activity by default"),
+    ("x__stream_capturing", r"", "CUDA only"),
+    ("x_classify_exception", r"^\+\s+break$", "the only row with exception types is the last one"),
+    ("x_imported_flashinfer_version", r"\(mod is not None\) or True", 'the version of no module is "" either way'),
+    ("ǁmatches", r"get\(\"count\", (None)?\)", "a finding without a count is within every count of one or more"),
+    ("ǁmatches", r"f\.location\.file or \"XXXX\"", "a file-less finding matches only an entry with an empty path"),
+    ("x_finding_from_exception", r"fs\.lineno or 1", "a traceback frame always has a line number"),
+    (
+        "x_check_output_contract",
+        r"want_device\.(r?split)\(\":\", (maxsplit=\d)?\)\[0\]",
+        "the part before the first colon is the same",
+    ),
+)
 
 
 def _mutmut(*args: str, timeout: int = 7200) -> str:
@@ -48,77 +177,141 @@ def results() -> dict[str, str]:
     return out
 
 
-def _diff(name: str) -> list[str]:
-    text = _mutmut("show", name).splitlines()
-    return [ln for ln in text if ln.startswith(("-", "+")) and not ln.startswith(("---", "+++"))][:8]
+_DIFFS = """
+import contextlib, io, json, sys
+from mutmut.__main__ import find_mutant, get_diff_for_mutant
+out = {}
+for n in json.load(sys.stdin):
+    with contextlib.redirect_stdout(io.StringIO()):
+        out[n] = get_diff_for_mutant(n, path=find_mutant(n).path)
+json.dump(out, sys.stdout)
+"""
 
 
-def _text_only(diff: list[str]) -> bool:
-    """True when a mutant only rewrites the text of a string literal (``"XX...XX"`` or upper case)."""
+def diffs(names: list[str]) -> dict[str, list[str]]:
+    """The changed lines of each mutant (one process for all: `mutmut show` costs a start-up per mutant)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIFFS],
+        cwd=ROOT,
+        input=json.dumps(names),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    raw: dict[str, str] = json.loads(proc.stdout)
+    return {
+        n: [ln for ln in d.splitlines() if ln.startswith(("-", "+")) and not ln.startswith(("---", "+++"))][:8]
+        for n, d in raw.items()
+    }
+
+
+_LITERAL = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def text_only(diff: list[str]) -> bool:
+    """True when a mutant only rewrites the wording of a message or hint: a string literal with a space in it,
+    wrapped in ``XX`` or with its case changed. Single words (dict keys, region and check names) are behaviour."""
     minus = [ln[1:].strip() for ln in diff if ln.startswith("-")]
     plus = [ln[1:].strip() for ln in diff if ln.startswith("+")]
     if len(minus) != 1 or len(plus) != 1:
         return False
-    a, b = minus[0], plus[0]
-    return '"' in a and (b == a.upper() or b.replace('"XX', '"').replace('XX"', '"') == a)
+    a, b = _LITERAL.findall(minus[0]), _LITERAL.findall(plus[0])
+    if len(a) != len(b) or _LITERAL.sub('""', minus[0]) != _LITERAL.sub('""', plus[0]):
+        return False
+    changed = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    return bool(changed) and all(" " in x and (x.lower() == y.lower() or y.replace("XX", "") == x) for x, y in changed)
+
+
+def equivalent(name: str, diff: list[str]) -> str | None:
+    """Why a surviving mutant is equivalent (see `EQUIVALENT`), or None."""
+    fn = name.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[-1]
+    changed = [ln for ln in diff if ln.startswith(("-", "+"))]
+    for part, pattern, why in EQUIVALENT:
+        if part in fn and any(re.search(pattern, ln) for ln in changed):
+            return why
+    return None
+
+
+def group_of(name: str) -> str:
+    return next((g for g, prefixes in GROUPS.items() if name.startswith(prefixes)), "other")
 
 
 def render(statuses: dict[str, str], command: str, date: str) -> str:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
-    counts = Counter(statuses.values())
-    total = len(statuses)
-    killed = counts.get("killed", 0)
-    score = 100.0 * killed / total if total else 0.0
+    survivors = sorted(n for n, s in statuses.items() if s not in _DETECTED)
+    d = diffs(survivors) if survivors else {}
+    text = {n for n in survivors if text_only(d[n])}
+    why = {n: w for n in survivors if n not in text and (w := equivalent(n, d[n])) is not None}
+    total, killed = len(statuses), sum(s in _DETECTED for s in statuses.values())
+    behaviour = total - len(text) - len(why)
     lines = [
         "# Mutation score",
         "",
         f"Generated by `{command}` on {date} (mutmut, CPU). Modules: "
-        + ", ".join(f"`{p}`" for p in cfg.get("paths_to_mutate", cfg.get("source_paths", [])))
+        + ", ".join(f"`{p}`" for p in cfg.get("source_paths", []))
         + "; tests: "
-        + ", ".join(f"`{t}`" for t in cfg.get("tests_dir", []))
-        + ".",
+        + ", ".join(f"`{t}`" for t in cfg.get("pytest_add_cli_args_test_selection", []))
+        + ". Lines that run only on CUDA carry `# pragma: no mutate` (the GPU tests run them).",
         "",
-        f"**{killed} of {total} mutants killed ({score:.1f}%)**; "
-        + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "killed")
-        + ".",
+        f"**{killed} of {total} mutants killed ({100.0 * killed / max(1, total):.1f}%)**; of the mutants that change "
+        f"behaviour (less {len(text)} that only reword a message and {len(why)} equivalent ones, listed below), "
+        f"**{killed} of {behaviour} ({100.0 * killed / max(1, behaviour):.1f}%)**.",
         "",
-        "Each surviving mutant is a change to the detector that no test notices: a test that pins the boundary or",
-        "the field it changes kills it. Survivors by function:",
-        "",
+        "| group | modules | mutants | killed | timeout | survived | no tests | score | text only | equivalent "
+        "| behaviour score |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    survivors = sorted(n for n, s in statuses.items() if s == "survived")
-    diffs = {n: _diff(n) for n in survivors}
-    text_only = [n for n in survivors if _text_only(diffs[n])]
-    by_fn = Counter(n.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[-1] for n in survivors)
-    lines += [f"- `{fn}`: {n}" for fn, n in sorted(by_fn.items())]
+    for g, prefixes in GROUPS.items():
+        mine = {n: s for n, s in statuses.items() if group_of(n) == g}
+        if not mine:
+            continue
+        c = Counter(mine.values())
+        k, t = sum(c.get(s, 0) for s in _DETECTED), len(mine)
+        n_text, n_eq = sum(n in text for n in mine), sum(n in why for n in mine)
+        mods = ", ".join(p.removeprefix("flashcheck.").rstrip(".") for p in prefixes)
+        lines.append(
+            f"| {g} | {mods} | {t} | {c.get('killed', 0)} | {c.get('timeout', 0)} | {c.get('survived', 0)} "
+            f"| {c.get('no tests', 0)} "
+            f"| {100.0 * k / t:.1f}% | {n_text} | {n_eq} | {100.0 * k / max(1, t - n_text - n_eq):.1f}% |"
+        )
     lines += [
         "",
-        f"{len(text_only)} of the {len(survivors)} survivors only change the wording of a message or hint (wrapped in",
-        "`XX` or upper-cased): no test pins prose, so they are left as equivalent for behaviour. Without them",
-        f"{killed} of {total - len(text_only)} behaviour mutants are killed "
-        f"({100.0 * killed / max(1, total - len(text_only)):.1f}%).",
+        "A surviving mutant is a change to a check that no test notices; a test that pins the boundary or the field",
+        "it changes kills it. `no tests`: no selected test reaches the function. `timeout`: the tests ran past",
+        "30 times their usual CPU time under the mutant (mutmut's limit); they would hang the suite, so a timeout",
+        "counts as killed, as mutmut counts it.",
         "",
         "## Surviving mutants that change behaviour",
         "",
     ]
     for name in survivors:
-        if name not in text_only:
-            lines += [f"`{name}`", "", "```diff", *diffs[name], "```", ""]
+        if name not in text and name not in why:
+            lines += [f"`{name}` ({statuses[name]})", "", "```diff", *d[name], "```", ""]
+    lines += ["## Equivalent survivors", "", "| mutant | change | why it changes nothing observable |", "|---|---|---|"]
+    for name in sorted(why):
+        change = " / ".join(ln.replace("|", "\\|").strip() for ln in d[name] if ln.startswith("+"))[:100]
+        lines.append(f"| `{name.split('.', 1)[1]}` | `{change or '(line removed)'}` | {why[name]} |")
+    lines += ["", f"{len(text)} survivors only reword a message or a hint (no test pins prose):", ""]
+    by_fn = Counter(n.rsplit("__mutmut_", 1)[0] for n in text)
+    lines += [f"- `{fn}`: {n}" for fn, n in sorted(by_fn.items())]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-run", action="store_true", help="only write the report from the last run's results")
+    p.add_argument("--group", choices=sorted(GROUPS), help="run only this group's mutants (default: all)")
     p.add_argument("--max-children", default="2", help="parallel mutant runs (default 2)")
     a = p.parse_args()
     if not a.no_run:
-        _mutmut("run", "--max-children", a.max_children)
+        names = [f"{prefix}*" for prefix in GROUPS[a.group]] if a.group else []
+        _mutmut("run", "--max-children", a.max_children, *names)
     statuses = results()
     if not statuses:
         print("no mutmut results: run without --no-run first (pip install mutmut)", file=sys.stderr)
         return 2
-    REPORT.write_text(render(statuses, "python benchmarks/mutation.py", time.strftime("%Y-%m-%d")), encoding="utf-8")
+    command = "python benchmarks/mutation.py" + (f" --group {a.group}" if a.group else "")
+    REPORT.write_text(render(statuses, command, time.strftime("%Y-%m-%d")), encoding="utf-8")
     print(f"wrote {REPORT.relative_to(ROOT)}")
     return 0
 

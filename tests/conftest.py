@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
+    # mutmut wraps every mutated function in a trampoline that lives in its own package: a frame of flashcheck's,
+    # as far as the user's line goes, so a finding points where it would without mutmut.
+    import mutmut
+
+    from flashcheck.runtime import stacks
+
+    _MUTMUT_DIR = os.path.dirname(os.path.abspath(mutmut.__file__)) + os.sep
+    _is_internal = stacks.is_internal_file
+    stacks.is_internal_file = lambda path: path.startswith(_MUTMUT_DIR) or _is_internal(path)

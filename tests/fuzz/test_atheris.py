@@ -50,12 +50,15 @@ def test_fuzz_one_input_drives_the_given_test_and_fails_on_bad_metadata() -> Non
 def test_fuzz_one_input_accepts_fuzz_tests_and_rejects_others() -> None:
     import flashcheck
 
+    results: list[object] = []
+
     @flashcheck.fuzz(target="cpu-reference", config={"max_kv_len": 128, "max_pages": 128}, device="cpu", seed=1)
-    def test_x() -> None:
-        pass
+    def test_x(step: object, result: object) -> None:
+        results.append(result)
 
     entry = fuzz_one_input(test_x)
     entry(bytes(200))  # one state-machine example through the bytes interface
+    assert results and all(r.findings == [] for r in results)  # type: ignore[attr-defined]
     with pytest.raises(InvalidArgument):
         fuzz_one_input(lambda: None)
 

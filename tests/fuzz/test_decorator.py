@@ -12,7 +12,6 @@ import pytest
 import flashcheck
 from flashcheck.errors import InvalidDefinition
 from flashcheck.fuzzing.options import FuzzOptions, set_active_options
-from flashcheck.fuzzing.recorder import FindingLog
 from flashcheck.fuzzing.stateful import FuzzFailure
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -58,12 +57,18 @@ def test_decorated_test_finds_a_faulty_target_and_calls_the_step_property(tmp_pa
     assert list(tmp_path.glob("*.json"))
 
 
-def test_decorated_clean_target_passes_with_instance_and_factory() -> None:
-    @flashcheck.fuzz(target=lambda: ft.ReferenceTarget(**SMALL), budget=5, seed=1, device="cpu", profile="ci")
-    def test_clean() -> None:
-        pass
+@pytest.mark.parametrize("how", ["instance", "factory"])
+def test_decorated_clean_target_passes_with_instance_and_factory(how: str) -> None:
+    target = ft.ReferenceTarget(**SMALL) if how == "instance" else (lambda: ft.ReferenceTarget(**SMALL))
+    results: list[object] = []
 
-    test_clean()
+    @flashcheck.fuzz(target=target, budget=5, seed=1, device="cpu", profile="ci")
+    def test_clean(step: object, result: object) -> None:
+        results.append(result)
+
+    test_clean()  # returns: no finding on the reference target
+    ran = [r for r in results if r.sample is not None]  # type: ignore[attr-defined]
+    assert ran and all(r.findings == [] for r in results)  # type: ignore[attr-defined]
 
 
 def test_decorator_rejects_other_signatures() -> None:
@@ -89,4 +94,3 @@ def test_budget_option_overrides_and_target_option_fills_in(tmp_path: Path) -> N
         assert r["target"] == "faulty_targets:PlanInfoVaries" and r["budget"] == Budget(examples=30)
     finally:
         set_active_options(previous)
-    _ = FindingLog

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flashcheck.errors import InvalidArgument
-from flashcheck.runtime.arena import GUARD_PATTERNS, SENTINELS, Arena, _last_diff
+from flashcheck.runtime.arena import GUARD_PATTERNS, SENTINELS, Arena, WorkspaceUsage, _last_diff
 from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 
 
@@ -219,3 +219,160 @@ def test_cpu_arena_never_records_graphs() -> None:
         ws[:10].fill_(1)
         a.scan()
     assert a.graphs is not None and a.graphs.captures == 0 and a.graphs.replays == 0
+
+
+# ---- the finding, the usage record and the arena's arithmetic, pinned ----------------------------------------------
+def test_an_overflow_finding_and_usage_in_full() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("tmp", 1_000, device="cpu", kind="int")
+    a.arm()
+    ws.as_strided((1_000 + 256,), (1,))[990:1_010] = 7
+    (f,) = a.scan(step=4)[0]
+    assert f.message == (
+        "workspace `tmp` (int, 1,000 bytes) overflowed: 10 byte(s) written in the guard zone after it, at offsets "
+        "[1,000, 1,010)"
+    )
+    assert f.hint.startswith("the kernel needs more workspace than was allocated")
+    assert (f.kind, f.location.step) == ("property", 4)
+    assert f.evidence == {
+        "check": "guard-after",
+        "workspace": "tmp",
+        "workspace_kind": "int",
+        "allocated": 1_000,
+        "bytes_written": 10,
+        "first_offset": 1_000,
+        "end_offset": 1_010,
+    }
+    assert a.last_usage["tmp"] == WorkspaceUsage("tmp", "int", 1_000, 1_010, 1_010, 10)
+    a.arm()
+    ws[:10] = 7
+    assert a.scan(step=5) == ([], {"tmp": (10, 1_000)})
+    assert a.last_usage["tmp"] == WorkspaceUsage("tmp", "int", 1_000, 10, 1_010, 10)  # the maximum is kept
+
+
+def test_a_whole_guard_zone_written_before_the_start_says_it_may_reach_further() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("w", 512, device="cpu")
+    a.arm()
+    ws.as_strided((512 + 256,), (1,), ws.storage_offset() - 256)[:256] = 1
+    (f,) = a.scan()[0]
+    assert f.message == (
+        "workspace `w` (float, 512 bytes) overflowed: 256 byte(s) written in the guard zone before it, at offsets "
+        "[-256, 0) (the whole guard zone was written: the overflow may reach further)"
+    )
+    assert f.hint.startswith("something writes below the workspace's start") and f.location.step is None
+    assert a.last_usage["w"].overflow_bytes == 0  # below the start: not more than was allocated
+
+
+@pytest.mark.parametrize(("asked", "rounded"), [(0, 0), (1, 256), (256, 256), (257, 512)])
+def test_guard_zones_are_rounded_up_to_256_bytes(asked: int, rounded: int) -> None:
+    assert Arena(guard_bytes=asked).guard_bytes == rounded
+
+
+def test_a_negative_guard_is_rejected() -> None:
+    with pytest.raises(InvalidArgument, match=r"^guard_bytes must be >= 0, got -1$"):
+        Arena(guard_bytes=-1)
+
+
+def test_a_new_workspace_is_zeroed_and_measured_before_the_first_arm() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("z", 100, device="cpu")
+    a.workspace("raw", 100, device="cpu", zero=False)
+    assert (a.sentinel, a.names()) == (None, ["z", "raw"])
+    assert ws.dtype == torch.uint8 and ws.numel() == 100 and int(ws.sum()) == 0
+    ws[:40] = 1
+    assert a.scan()[1] == {"z": (40, 100), "raw": (-1, 100)}  # not filled with anything known: not measured
+    a.arm()
+    assert a.sentinel == SENTINELS[0]
+    a.arm()
+    assert a.sentinel == SENTINELS[1]
+
+
+def test_adopted_buffers() -> None:
+    a = Arena()
+    a.adopt("engine", torch.zeros(4, 8, dtype=torch.float16), sentinel=True)
+    a.adopt("kept", torch.zeros(16, dtype=torch.int32))
+    a.arm()
+    assert a.scan()[1] == {"engine": (0, 64), "kept": (-1, 64)}
+    assert a.last_usage["engine"].kind == "engine"
+    with pytest.raises(InvalidArgument, match=r"^workspace 'kept' already exists; names identify workspaces"):
+        a.adopt("kept", torch.zeros(4))
+    with pytest.raises(InvalidArgument, match=r"^adopted buffer 'x' must be contiguous to be viewed as bytes$"):
+        a.adopt("x", torch.zeros(4, 4).t())
+
+
+def test_ramps_are_one_to_n_and_the_cache_starts_over_at_256_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime import arena
+
+    monkeypatch.setattr(arena, "_RAMPS", {})
+    r = arena._ramp(5, torch.device("cpu"))
+    assert r.dtype == torch.int64 and r.tolist() == [1, 2, 3, 4, 5]
+    assert arena._ramp(5, "cpu") is r and list(arena._RAMPS) == [("cpu", 5)]
+    for n in range(6, 6 + 255):
+        arena._ramp(n, "cpu")
+    assert len(arena._RAMPS) == 256
+    arena._ramp(1000, "cpu")
+    assert list(arena._RAMPS) == [("cpu", 1000)]
+
+
+@pytest.mark.parametrize("offset", [0, 8, 3])
+def test_dirty_blocks_of_each_alignment(offset: int) -> None:
+    from flashcheck.runtime.arena import _dirty_blocks
+
+    t = torch.full((3 * 4096 + offset,), 0xA5, dtype=torch.uint8)[offset:]
+    t[4096 + 17] = 0x5A
+    assert _dirty_blocks(t, 0xA5).tolist() == [False, True, False]
+    assert _dirty_blocks(t, 0x5A).tolist() == [True, True, True]
+
+
+def test_diff_span_of_a_clean_and_a_dirty_guard() -> None:
+    from flashcheck.runtime.arena import _diff_span
+
+    t = torch.full((64,), 0xC3, dtype=torch.uint8)
+    assert _diff_span(t, 0xC3) == (0, 0, 0)
+    t[5], t[9] = 1, 2
+    assert _diff_span(t, 0xC3) == (2, 5, 10)
+
+
+def test_an_arena_without_graphs_keeps_none() -> None:
+    a = Arena(graphs=False)
+    a.workspace("w", 10, device="cpu")  # adding a workspace drops recorded graphs: none to drop
+    a.adopt("e", torch.zeros(2))
+    assert a.graphs is None and Arena().graphs is not None
+
+
+def test_an_empty_workspace_is_allowed_and_uses_nothing() -> None:
+    a = Arena(guard_bytes=256)
+    a.workspace("empty", 0, device="cpu")
+    a.arm()
+    assert a.scan() == ([], {"empty": (0, 0)})
+
+
+@pytest.mark.parametrize("kind", ["float", "pinned"])
+def test_a_workspace_is_bytes_between_two_guard_zones(kind: str) -> None:
+    a = Arena(guard_bytes=256)
+    a.arm()
+    a.arm()  # workspaces added after any number of arms get the current guard pattern
+    ws = a.workspace("w", 1_000, device="cpu", kind=kind)  # type: ignore[arg-type]
+    assert ws.dtype == torch.uint8 and ws.numel() == 1_000
+    assert ws.untyped_storage().nbytes() == 1_000 + 2 * 256 and ws.storage_offset() == 256
+
+
+def test_an_explicit_keep_zero_overrides_the_default_of_the_kind() -> None:
+    a = Arena(guard_bytes=256)
+    kept = a.workspace("kept", 64, device="cpu", kind="float", keep_zero=True)
+    filled = a.workspace("filled", 64, device="cpu", kind="engine", keep_zero=False)
+    a.arm()
+    assert int(kept.sum()) == 0 and set(filled.tolist()) == {SENTINELS[0]}
+
+
+def test_overflow_offsets_inside_the_guard_zones_and_the_step_of_each_side() -> None:
+    a = Arena(guard_bytes=256)
+    ws = a.workspace("w", 512, device="cpu")
+    a.arm()
+    whole = ws.as_strided((512 + 2 * 256,), (1,), ws.storage_offset() - 256)  # before guard, usable, after guard
+    whole[250:252] = 1  # 6 and 5 bytes below the start
+    whole[256 + 512 + 5 : 256 + 512 + 9] = 1  # offsets 517..520 past the start
+    after, before = a.scan(step=3)[0]
+    assert (after.evidence["first_offset"], after.evidence["end_offset"], after.location.step) == (517, 521, 3)
+    assert (before.evidence["first_offset"], before.evidence["end_offset"], before.location.step) == (-6, -4, 3)

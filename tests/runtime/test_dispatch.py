@@ -177,3 +177,137 @@ def test_install_is_idempotent() -> None:
             assert torch._C._len_torch_dispatch_stack() == 1
     h.uninstall()
     assert not h.installed
+
+
+# ---- every op the layer watches, and the host memory kind of each copy, pinned --------------------------------------
+SYNC_OPS: dict[str, Callable[[Any], object]] = {
+    "masked_select": lambda x: torch.masked_select(x, x > 3),
+    "unique": lambda x: torch.unique(x, sorted=True),
+    "unique_consecutive": lambda x: torch.unique_consecutive(x, return_counts=True),
+    "unique_dim": lambda x: torch.unique(x.reshape(2, -1), dim=0),
+    "argwhere": lambda x: torch.argwhere(input=x),
+    "repeat_interleave": lambda x: torch.repeat_interleave(x[:3]),
+    "equal": lambda x: torch.equal(x, x),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SYNC_OPS))
+def test_each_data_dependent_op_on_a_device_tensor_fires_and_is_quiet_on_the_host(op: str) -> None:
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay", step=1):
+            SYNC_OPS[op](dev())
+        (f,) = chk.drain_findings()
+        with chk.region("replay", step=2):
+            SYNC_OPS[op](torch.arange(8))
+        assert chk.drain_findings() == []
+    assert f.id == "FC201" and f.location.line == SYNC_OPS[op].__code__.co_firstlineno
+    assert "(data-dependent output size)" in f.message
+
+
+def test_repeat_interleave_with_its_output_size_does_not_sync() -> None:
+    reps = dev(3)
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay", step=1):
+            torch.repeat_interleave(reps, output_size=3)
+        assert chk.drain_findings() == []
+
+
+DEV, PIN, HOST = as_device(torch.arange(4)), as_pinned(torch.arange(4)), torch.arange(4)
+MASK, BYTES, LONG = torch.tensor([True, False]), torch.tensor([1, 0], dtype=torch.uint8), torch.tensor([0, 1])
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "kwargs", "expected"),
+    [
+        (
+            "aten::_local_scalar_dense",
+            (DEV,),
+            {},
+            ("d2h_copy", "pageable", "aten._local_scalar_dense (.item(), bool(), int() of a device tensor)"),
+        ),
+        ("aten::_local_scalar_dense", (HOST,), {}, None),
+        ("aten::_local_scalar_dense", (), {}, None),
+        (
+            "aten::_to_copy",
+            (DEV,),
+            {"device": "cpu"},
+            ("d2h_copy", "pageable", "aten._to_copy to CPU (.cpu(), .to('cpu'), .tolist(), .numpy())"),
+        ),
+        (
+            "aten::_to_copy",
+            (DEV,),
+            {"device": "cpu", "pin_memory": True},
+            ("d2h_copy", "pinned", "aten._to_copy to CPU (.cpu(), .to('cpu'), .tolist(), .numpy())"),
+        ),
+        ("aten::_to_copy", (DEV,), {}, None),  # a dtype cast on the device
+        ("aten::_to_copy", (DEV,), {"device": "cuda:1"}, None),  # device to device
+        (
+            "aten::_to_copy",
+            (HOST,),
+            {"device": "cuda"},
+            ("h2d_copy", "pageable", "aten._to_copy from pageable host memory to the device"),
+        ),
+        (
+            "aten::_to_copy",
+            (PIN,),
+            {"device": "cuda:0"},
+            ("h2d_copy", "pinned", "aten._to_copy from pinned host memory to the device"),
+        ),
+        ("aten::_to_copy", (HOST,), {"device": "cpu"}, None),
+        ("aten::_to_copy", (HOST,), {"device": "meta"}, None),
+        ("aten::_to_copy", (HOST,), {}, None),
+        ("aten::_to_copy", (), {"device": "cpu"}, None),
+        (
+            "aten::copy_",
+            (HOST, DEV),
+            {},
+            ("d2h_copy", "pageable", "aten.copy_ from the device into pageable host memory"),
+        ),
+        ("aten::copy_", (PIN, DEV), {}, ("d2h_copy", "pinned", "aten.copy_ from the device into pinned host memory")),
+        (
+            "aten::copy_",
+            (DEV, HOST),
+            {},
+            ("h2d_copy", "pageable", "aten.copy_ from pageable host memory to the device"),
+        ),
+        ("aten::copy_", (DEV, PIN), {}, ("h2d_copy", "pinned", "aten.copy_ from pinned host memory to the device")),
+        ("aten::copy_", (DEV, DEV), {}, None),
+        ("aten::copy_", (HOST, PIN), {}, None),
+        ("aten::copy_", (DEV,), {}, None),
+        ("aten::nonzero", (DEV,), {}, ("sync", "unknown", "aten.nonzero (data-dependent output size)")),
+        ("aten::nonzero", (HOST,), {}, None),
+        ("aten::nonzero", (), {}, None),
+        (
+            "aten::repeat_interleave",
+            (DEV,),
+            {},
+            ("sync", "unknown", "aten.repeat_interleave (data-dependent output size)"),
+        ),
+        ("aten::repeat_interleave", (DEV,), {"output_size": 4}, None),
+        (
+            "aten::index",
+            (DEV, [MASK]),
+            {},
+            ("sync", "unknown", "aten.index with a boolean mask (data-dependent output size)"),
+        ),
+        (
+            "aten::index",
+            (DEV, [None, BYTES]),
+            {},
+            ("sync", "unknown", "aten.index with a boolean mask (data-dependent output size)"),
+        ),
+        ("aten::index", (DEV, [LONG]), {}, None),
+        ("aten::index", (DEV, None), {}, None),
+        ("aten::index", (DEV,), {}, None),
+        ("aten::index", (HOST, [MASK]), {}, None),
+        ("aten::index", (None, [MASK]), {}, None),
+        ("aten::add", (DEV, DEV), {}, None),
+    ],
+)
+def test_classify_each_op(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any) -> None:
+    assert classify(op, args, kwargs) == expected
+
+
+def test_residency_of_each_kind_of_tensor() -> None:
+    assert (residency(DEV), residency(PIN), residency(HOST)) == ("device", "pinned", "pageable")
+    assert residency(torch.empty(2, device="meta")) is None and residency([1, 2]) is None

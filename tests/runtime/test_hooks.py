@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -335,45 +335,98 @@ def test_cupti_attribution_by_time_and_correlation() -> None:
     assert attribute([RawEvent("cudaDeviceSynchronize", 1, 2)]) == []
 
 
-def test_cupti_events_become_findings_through_the_checker(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flashcheck.runtime.hooks import cupti as mod
+class KinetoEvent:
+    """The accessors of a Kineto event that `raw_events` reads."""
 
-    seen: list[list[RawEvent]] = []
-    real_attribute = mod.attribute
+    def __init__(self, name: str, start_ns: int, dur_ns: int, correlation: int, device: str, thread: int = 0) -> None:
+        self._v = (name, start_ns, dur_ns, correlation, device, thread)
 
-    def spy(raws: list[RawEvent]) -> Any:
-        seen.append(list(raws))
-        region = next((r for r in raws if r.name.startswith(REGION_MARKER)), None)
-        if region is None:
-            return real_attribute(raws)
-        fake = RawEvent("cudaStreamSynchronize", region.start_ns + 1, region.start_ns + 2, 99, thread=region.thread)
-        return real_attribute([*raws, fake])
+    def name(self) -> str:
+        return self._v[0]
 
-    monkeypatch.setattr(mod, "attribute", spy)
+    def start_ns(self) -> int:
+        return self._v[1]
 
-    def cpu_profiler() -> Any:
-        return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    def duration_ns(self) -> int:
+        return self._v[2]
 
-    hook = CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)
+    def correlation_id(self) -> int:
+        return self._v[3]
+
+    def device_type(self) -> str:
+        return self._v[4]
+
+    def start_thread_id(self) -> int:
+        return self._v[5]
+
+
+class ProfilerWithDevice:
+    """torch's real CPU profiler (it records the layer's region and read markers as on any machine), plus the
+    records a GPU adds to the same Kineto trace: `device_records(region_marker)` builds them from the real marker
+    event, the way CUPTI stamps a runtime call inside it and its copy on the device afterwards."""
+
+    instances: ClassVar[list[ProfilerWithDevice]] = []
+
+    def __init__(self, device_records: Any = None) -> None:
+        self.real = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self.device_records = device_records
+        self.events: list[Any] = []
+        ProfilerWithDevice.instances.append(self)
+
+    def start(self) -> None:
+        self.real.start()
+
+    def stop(self) -> None:
+        self.real.stop()
+        self.events = list(self.real.profiler.kineto_results.events())
+        marker = next((e for e in self.events if e.name().startswith(REGION_MARKER)), None)
+        if marker is not None and self.device_records is not None:
+            self.events += self.device_records(marker)
+
+    @property
+    def profiler(self) -> Any:
+        import types
+
+        return types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: self.events))
+
+
+def test_cupti_events_become_findings_through_the_checker() -> None:
+    def device_records(region: Any) -> list[KinetoEvent]:
+        t = region.start_ns()
+        return [
+            KinetoEvent("cudaStreamSynchronize", t + 1, 1, 98, "DeviceType.CPU"),
+            KinetoEvent("cudaMemcpyAsync", t + 2, 1, 99, "DeviceType.CPU"),
+            # the copy runs on the device after the region closed: it counts where the host launched it
+            KinetoEvent("Memcpy DtoH (Device -> Pageable)", t + 10**9, 5, 99, "DeviceType.CUDA"),
+        ]
+
+    ProfilerWithDevice.instances.clear()
+    hook = CuptiHook(profiler_factory=lambda: ProfilerWithDevice(device_records), available=lambda: True)
     with Checker(layers=[hook]) as chk:
+        assert chk.active_layers == ["cupti"]
         with chk.region("replay", step=6):
             torch.ones(3).sum()
         (f,) = chk.drain_findings()
         assert hook._prof is not None  # restarted for the next steps
     assert hook._prof is None
     assert f.id == "FC201" and f.location.step == 6 and f.evidence["layers"] == ["cupti"]
+    assert f.evidence["details"] == ["cudaStreamSynchronize", "Memcpy DtoH (Device -> Pageable)"]
+    assert f.evidence["count"] == 2
     assert f.location.file == __file__  # where the region was opened: CUPTI has no Python stack
-    assert any(r.name.startswith(REGION_MARKER) for r in seen[0])
+    first = ProfilerWithDevice.instances[0]
+    assert any(e.name() == "aten::sum" for e in first.events)  # the real profiler ran around the region
 
 
 def test_cupti_on_a_cpu_profiler_is_quiet() -> None:
-    def cpu_profiler() -> Any:
-        return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-
-    with Checker(layers=[CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)]) as chk:
+    """The real CPU profile of a region holds its marker and its ops, and no CUDA call: nothing to report."""
+    ProfilerWithDevice.instances.clear()
+    with Checker(layers=[CuptiHook(profiler_factory=ProfilerWithDevice, available=lambda: True)]) as chk:
+        assert chk.active_layers == ["cupti"]
         with chk.region("replay"):
             torch.ones(3).tolist()
         assert chk.drain_findings() == []
+    names = {e.name() for e in ProfilerWithDevice.instances[0].events}
+    assert any(n.startswith(REGION_MARKER) for n in names) and "aten::ones" in names  # it read the profile
 
 
 def test_a_second_cupti_layer_in_the_process_is_skipped_with_a_reason() -> None:

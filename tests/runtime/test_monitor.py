@@ -209,3 +209,131 @@ def test_pinned_copy_in_capture_region_but_not_in_stream_capture_is_quiet() -> N
     run(mon, "capture", Event("h2d_copy", "dispatch", STACK, memory="pinned", capturing=True))
     (f,) = mon.drain()
     assert f.id == PINNED_ID
+
+
+# ---- the finding's text and evidence, pinned ----------------------------------------------------------------------
+def test_the_finding_message_location_and_evidence_in_full() -> None:
+    mon = Monitor()
+    outer = mon.enter("prepare_replay", step=4, step_name="replay bs=8")
+    inner = mon.enter("plan", step=4, step_name="replay bs=8")
+    for detail, nbytes in (("aten._to_copy", 100), ("Memcpy DtoH (Device -> Pageable)", 50), ("aten._to_copy", None)):
+        mon.observe(Event("d2h_copy", "dispatch", STACK, detail, nbytes=nbytes))
+    mon.exit(inner)
+    mon.exit(outer)
+    (f,) = mon.drain()
+    assert f.message == (
+        "device-to-host copy x3 inside `prepare_replay` (inside `plan`) at step 4: aten._to_copy, "
+        "Memcpy DtoH (Device -> Pageable) (seen by dispatch)"
+    )
+    assert (f.location.step, f.location.step_name, f.location.region, f.location.function) == (
+        4,
+        "replay bs=8",
+        "prepare_replay",
+        "prepare",
+    )
+    assert f.evidence == {
+        "check": SYNC_ID,
+        "region": "plan",
+        "regions": ["prepare_replay", "plan"],
+        "layers": ["dispatch"],
+        "details": ["aten._to_copy", "Memcpy DtoH (Device -> Pageable)"],
+        "count": 3,
+        "nbytes": 150,
+        "code": "seq = lens.tolist()",
+    }
+    assert f.hint.startswith("keep host mirrors") and f.kind == "runtime"
+
+
+@pytest.mark.parametrize(("n", "times"), [(1, ""), (2, " x2")])
+def test_the_count_shows_from_two_occurrences(n: int, times: str) -> None:
+    mon = Monitor()
+    run(mon, "replay", *[Event("sync", "gpu_trace", STACK)] * n, step=None)
+    (f,) = mon.drain()
+    assert f.message == f"host synchronization{times} inside `replay`: no detail (seen by gpu_trace)"
+    assert f.evidence["count"] == n and "nbytes" not in f.evidence
+
+
+def test_details_keep_the_first_eight_distinct_non_empty_ones() -> None:
+    mon = Monitor()
+    events = [Event("sync", "gpu_trace", STACK, f"d{i}") for i in range(10)]
+    run(mon, "replay", Event("sync", "gpu_trace", STACK, ""), *events)
+    (f,) = mon.drain()
+    assert f.evidence["details"] == [f"d{i}" for i in range(8)] and f.evidence["count"] == 11
+
+
+def test_a_stackless_event_alone_is_located_where_its_region_was_opened() -> None:
+    mon = Monitor(record_region_stacks=True)
+    rec = mon.enter("replay", step=1, stack=STACK2)
+    mon.observe(Event("pool_growth", "alloc_stats", detail="1 segment"))
+    mon.exit(rec)
+    (f,) = mon.drain()
+    assert (f.id, f.name) == (ALLOC_ID, "allocation-in-replay")
+    assert f.message == (
+        "caching-allocator pool growth (new device memory reserved) inside `replay` at step 1: 1 segment (seen by "
+        "alloc_stats); no Python stack: only layers without one saw it, the location is where the region was opened"
+    )
+    assert (f.location.file, f.location.line) == (OTHER_USER.file, OTHER_USER.line)
+
+
+def test_region_stacks_are_kept_only_when_asked() -> None:
+    assert Monitor().enter("replay", stack=STACK).stack == ()
+    assert Monitor(record_region_stacks=True).enter("replay", stack=STACK).stack == STACK
+
+
+def test_pinned_copy_executed_by_a_graph_names_the_outermost_hot_region() -> None:
+    mon = Monitor()
+    outer = mon.enter("replay", step=2)
+    inner = mon.enter("plan", step=2)
+    mon.observe(Event("h2d_copy", "cupti", STACK, "Memcpy HtoD (Pinned -> Device)", memory="pinned", in_graph=True))
+    mon.exit(inner)
+    mon.exit(outer)
+    (f,) = mon.drain()
+    assert f.id == PINNED_ID and f.location.region == "replay"
+    assert f.message.startswith(
+        "host-to-device copy of pinned host memory captured into a CUDA graph inside `replay` (inside `plan`)"
+    )
+
+
+def test_regions_are_numbered_from_one_and_found_by_id_until_drained() -> None:
+    mon = Monitor()
+    a = mon.enter("setup", step_name="s", thread=7)
+    b = mon.enter("plan")
+    assert (a.id, b.id, a.step_name, a.thread, b.enclosing) == (1, 2, "s", 7, ("setup",))
+    assert mon.region(2) is b and mon.region(3) is None
+    mon.exit(b)
+    assert b.closed is True and a.closed is False and mon.open_regions == (a,)
+    with pytest.raises(RuntimeError, match=r"region 'plan' \(id 2\) closed out of order; open regions: setup$"):
+        mon.exit(b)
+    mon.drain()
+    assert mon.region(2) is None and mon.region(1) is a  # closed regions are forgotten, open ones kept
+    mon.exit(a)
+    with pytest.raises(RuntimeError, match=r"open regions: none$"):
+        mon.exit(a)
+
+
+def test_events_outside_regions_and_in_reads_are_counted_as_ignored() -> None:
+    mon = Monitor()
+    mon.observe(Event("sync", "gpu_trace", STACK))
+    mon.observe(Event("sync", "gpu_trace", STACK, region_id=99))  # a region the monitor does not know
+    rec = mon.enter("replay", thread=5)
+    mon.begin_read(thread=5)
+    mon.observe(Event("sync", "gpu_trace", STACK, thread=5))
+    mon.end_read(thread=5)
+    mon.observe(Event("sync", "gpu_trace", STACK, thread=6))  # another thread: no region of its own
+    mon.exit(rec)
+    assert mon.ignored == 4 and mon.drain() == []
+
+
+def test_reads_nest_per_thread() -> None:
+    mon = Monitor()
+    mon.begin_read(thread=5)
+    mon.begin_read(thread=5)
+    assert mon.reading(5) and not mon.reading() and not mon.reading(6)
+    mon.end_read(thread=5)
+    assert mon.reading(5)
+    mon.end_read(thread=5)
+    assert not mon.reading(5) and mon._reading == {}
+    with pytest.raises(RuntimeError, match="closed more often than opened"):
+        mon.end_read(thread=5)
+    mon.begin_read()
+    assert mon.reading() and mon.reading(threading.get_ident()) and not mon.reading(5)

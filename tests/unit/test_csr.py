@@ -369,3 +369,48 @@ def test_padding_findings_carry_the_row_and_what_the_policy_wants() -> None:
     # without qo_indptr only pages and last_page_len are compared
     (no_qo,) = [f for f in check_csr(inp(layout, qo_indptr=None)) if f.evidence["check"] == "padding-policy"]
     assert set(no_qo.evidence["want"]) == {"pages", "last_page_len"}
+
+
+def small(last: list[int], seq: list[int]) -> list:  # type: ignore[type-arg]
+    """Three requests of 1, 0 and 2 pages of 16: the middle one is empty."""
+    return check_csr(
+        CsrInput(
+            kv_indptr=np.array([0, 1, 1, 3]),
+            kv_indices=np.array([4, 2, 7]),
+            kv_last_page_len=np.array(last),
+            num_pages=8,
+            page_size=16,
+            seq_lens=np.array(seq),
+        )
+    )
+
+
+def test_an_empty_request_may_have_last_page_len_zero_and_seq_len_zero() -> None:
+    assert small([5, 0, 16], [5, 0, 32]) == []
+
+
+def test_last_page_len_out_of_range_names_the_request_the_value_and_the_page_size() -> None:
+    (f,) = small([5, 0, 17], [5, 0, 33])
+    assert f.evidence == {"check": "last-page-len-range", "index": 2, "value": 17, "page_size": 16}
+    assert f.message.endswith("kv_last_page_len[2]=17 is outside [1, 16] for a request with 2 page(s)")
+
+
+def test_seq_lens_of_exactly_the_batch_are_checked_against_pages_and_last_page_len() -> None:
+    (f,) = small([5, 0, 16], [5, 0, 31])
+    assert f.evidence == {"check": "seq-lens-consistent", "index": 2, "value": 31, "expected": 32}
+    assert f.hint == "derive seq_lens, pages and last_page_len from one source each step"
+    (g,) = small([5, 0, 16], [5, 1, 32])
+    assert g.evidence["index"] == 1 and g.evidence["expected"] == 0
+
+
+def test_a_padding_policy_given_by_name_is_parsed() -> None:
+    layout = base()
+    got = inp(layout, padding="vllm_legacy")
+    assert got.padding is PaddingPolicy.VLLM_LEGACY and check_csr(got) == []
+
+
+def test_check_layout_reads_the_layouts_seq_lens_and_adds_no_prefix_of_its_own() -> None:
+    layout = base()
+    layout.seq_lens[1] += 1
+    (f,) = check_layout(layout)
+    assert f.evidence["check"] == "seq-lens-consistent" and f.message.startswith("seq_lens[1]=")

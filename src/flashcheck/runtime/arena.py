@@ -174,8 +174,8 @@ class Arena:
                     ws.guard_byte = gb
             for dev, group in self._by_device().items():
                 fill = functools.partial(_fill, group, s, gb)
-                if self.graphs is not None and dev.startswith("cuda"):
-                    self.graphs.run(("arm", dev, s, gb), fill)
+                if self.graphs is not None and dev.startswith("cuda"):  # pragma: no mutate (CUDA only)
+                    self.graphs.run(("arm", dev, s, gb), fill)  # pragma: no mutate (CUDA only)
                 else:
                     fill()
 
@@ -192,11 +192,13 @@ class Arena:
             for dev, group in self._by_device().items():
                 bases = [self._base(ws) for ws in group]
                 probe = functools.partial(_probe_all, group, bases, dev)
+                # pragma: no mutate start (CUDA only: the GPU tests run the recorded scan)
                 if self.graphs is not None and dev.startswith("cuda"):
                     key = ("scan", dev, *((b, ws.guard_byte) for ws, b in zip(group, bases, strict=True)))
                     result = self.graphs.run(key, probe)
                 else:
                     result = probe()
+                # pragma: no mutate end
                 for ws, base, p in zip(group, bases, result.cpu().tolist(), strict=True):
                     f, u = self._account(ws, step, base, p, p[2])
                     findings.extend(f)
@@ -271,7 +273,7 @@ class Arena:
 def _can_pin() -> bool:
     import torch
 
-    return bool(torch.cuda.is_available())
+    return bool(torch.cuda.is_available())  # pragma: no mutate (CUDA only)
 
 
 def _diff_span(t: torch.Tensor, byte: int) -> tuple[int, int, int]:

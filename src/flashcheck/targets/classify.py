@@ -93,7 +93,8 @@ class Classification:
 
 _FAULT = (
     r"illegal memory access|device-side assert|misaligned address|unspecified launch failure|illegal instruction|"
-    r"an illegal instruction|CUDA error: (?!out of memory)|CUBLAS_STATUS_EXECUTION_FAILED|cudaErrorLaunchFailure|"
+    r"an illegal instruction|CUDA error: (?!out of memory|no kernel image)|CUBLAS_STATUS_EXECUTION_FAILED|"
+    r"cudaErrorLaunchFailure|"
     r"hardware stack error|uncorrectable ECC"
 )
 

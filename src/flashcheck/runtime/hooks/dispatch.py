@@ -204,4 +204,4 @@ def _stream_capturing() -> bool | None:
 
     if not torch.cuda.is_available():
         return None
-    return bool(torch.cuda.is_current_stream_capturing())
+    return bool(torch.cuda.is_current_stream_capturing())  # pragma: no mutate (CUDA only)

@@ -35,8 +35,10 @@ def _torch_get_mode() -> int:
 def _torch_set_mode(mode: int) -> None:
     import torch
 
-    # the binding itself: torch.cuda.set_sync_debug_mode adds argument parsing to a call made twice per hot region
-    torch._C._cuda_set_sync_debug_mode(mode)
+    # the binding itself where this build has it (CUDA builds): torch.cuda.set_sync_debug_mode adds argument parsing
+    # to a call made twice per hot region
+    setter = getattr(torch._C, "_cuda_set_sync_debug_mode", None) or torch.cuda.set_sync_debug_mode
+    setter(mode)
 
 
 class SyncDebugHook(Hook):

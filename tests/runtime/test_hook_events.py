@@ -1,0 +1,456 @@
+"""Each torch adapter driven directly with a recording sink: the exact events it emits for each API it watches (every
+sync call, a single allocation, each copy kind), and none where it must stay quiet."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from flashcheck.runtime.hooks import gpu_trace as gpu_trace_mod
+from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook, _torch_reader
+from flashcheck.runtime.hooks.cupti import RawEvent, attribute, raw_events
+from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
+from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.errors: list[tuple[str, BaseException]] = []
+        self.read = False
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def hook_error(self, layer: str, exc: BaseException) -> None:
+        self.errors.append((layer, exc))
+
+    def reading(self) -> bool:
+        return self.read
+
+    @contextlib.contextmanager
+    def implicit_region(self, name: str) -> Iterator[None]:
+        yield
+
+
+def records(n: int) -> list[RegionRecord]:
+    mon = Monitor()
+    return [mon.enter("replay") for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------------------------------ gpu_trace
+class Registry:
+    def __init__(self) -> None:
+        self.callback_list: list[Any] = []
+
+    def fire(self, *args: Any) -> None:
+        for cb in list(self.callback_list):
+            cb(*args)
+
+
+def gpu_trace() -> tuple[GpuTraceHook, dict[str, Registry], RecordingSink]:
+    regs = {k: Registry() for k in ("device_sync", "stream_sync", "event_sync", "alloc")}
+    hook, sink = GpuTraceHook(registries=regs, activate=lambda: None, available=lambda: True), RecordingSink()
+    hook.install(sink)
+    return hook, regs, sink
+
+
+def fire_all(regs: dict[str, Registry]) -> None:
+    regs["device_sync"].fire()
+    regs["stream_sync"].fire(7)
+    regs["event_sync"].fire(3)
+    regs["alloc"].fire(0x1000)
+
+
+def test_gpu_trace_reports_each_sync_api_and_a_single_allocation() -> None:
+    hook, regs, sink = gpu_trace()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    fire_all(regs)
+    hook.region_exit(rec, True)
+    assert [(e.kind, e.layer, e.detail, e.count, e.thread) for e in sink.events] == [
+        ("sync", "gpu_trace", "device synchronize (torch.cuda.synchronize)", 1, threading.get_ident()),
+        ("sync", "gpu_trace", "stream synchronize", 1, threading.get_ident()),
+        ("sync", "gpu_trace", "event synchronize", 1, threading.get_ident()),
+        ("alloc", "gpu_trace", "caching-allocator allocation", 1, threading.get_ident()),
+    ]
+    assert all(any(fr.function == "fire_all" for fr in e.stack) for e in sink.events)
+    hook.uninstall()
+    assert all(r.callback_list == [] for r in regs.values())
+
+
+def test_gpu_trace_counts_nested_hot_regions_and_ignores_cold_ones() -> None:
+    hook, regs, sink = gpu_trace()
+    fire_all(regs)  # installed, no region: nothing
+    outer, inner = records(2)
+    hook.region_exit(outer, False)  # a cold region closing never makes the hook hot
+    hook.region_exit(outer, True)  # nor a hot one closing more often than opened
+    fire_all(regs)
+    assert sink.events == []
+    hook.region_enter(outer, True)
+    hook.region_enter(inner, True)
+    hook.region_exit(inner, True)
+    hook.region_exit(inner, False)
+    regs["device_sync"].fire()  # the outer hot region is still open
+    hook.region_exit(outer, True)
+    fire_all(regs)
+    assert [e.detail for e in sink.events] == ["device synchronize (torch.cuda.synchronize)"]
+    hook.region_enter(outer, False)
+    fire_all(regs)
+    sink.read = True
+    hook.region_enter(outer, True)
+    fire_all(regs)  # the checker's own reads
+    assert len(sink.events) == 1
+
+
+def test_gpu_trace_removes_exactly_its_callbacks_whatever_was_added_after_it() -> None:
+    hook, regs, _ = gpu_trace()
+    theirs = [lambda *a: None for _ in regs]
+    for r, cb in zip(regs.values(), theirs, strict=True):
+        r.callback_list.append(cb)
+    hook.uninstall()
+    assert [r.callback_list for r in regs.values()] == [[cb] for cb in theirs]
+
+
+def test_gpu_trace_activates_torchs_trace_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(torch._C, "_activate_gpu_trace", lambda: calls.append(1))
+    monkeypatch.setattr(gpu_trace_mod, "_ACTIVATED", [])
+    gpu_trace_mod._activate()
+    gpu_trace_mod._activate()
+    assert calls == [1] and gpu_trace_mod._ACTIVATED == [True]
+
+
+def test_gpu_trace_unavailable_without_a_device() -> None:
+    assert GpuTraceHook(available=lambda: False).unavailable_reason() == "no CUDA device"
+    assert GpuTraceHook(available=lambda: True).unavailable_reason() is None
+    if not torch.cuda.is_available():
+        assert GpuTraceHook().unavailable_reason() == "no CUDA device (gpu trace callbacks never fire)"
+
+
+# ---------------------------------------------------------------------------------------------------- alloc_stats
+class Allocator:
+    def __init__(self) -> None:
+        self.stats = [0, 0, 0]
+        self.reads = 0
+
+    def read(self) -> tuple[int, int, int]:
+        self.reads += 1
+        return self.stats[0], self.stats[1], self.stats[2]
+
+
+def alloc_stats() -> tuple[AllocStatsHook, Allocator, RecordingSink]:
+    a, sink = Allocator(), RecordingSink()
+    hook = AllocStatsHook(read_stats=a.read, available=lambda: True)
+    hook.install(sink)
+    return hook, a, sink
+
+
+def summary(sink: RecordingSink) -> list[tuple[Any, ...]]:
+    return [(e.kind, e.layer, e.stack, e.detail, e.count, e.nbytes, e.region_id) for e in sink.events]
+
+
+def test_alloc_stats_reports_a_single_allocation() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    a.stats[0] += 1
+    hook.region_exit(rec, True)
+    assert summary(sink) == [
+        ("alloc", "alloc_stats", (), "1 allocation(s) counted by the caching allocator", 1, None, rec.id)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("delta", "expected"),
+    [
+        ((0, 1, 0), [("pool_growth", "1 new segment(s), 0 more bytes reserved", 0)]),
+        ((0, 0, 4096), [("pool_growth", "0 new segment(s), 4,096 more bytes reserved", 4096)]),
+        ((0, 0, -4096), []),  # memory released: not growth
+        ((0, 2, -4096), [("pool_growth", "2 new segment(s), 0 more bytes reserved", 0)]),
+        (
+            (3, 1, 2048),
+            [
+                ("alloc", "3 allocation(s) counted by the caching allocator", None),
+                ("pool_growth", "1 new segment(s), 2,048 more bytes reserved", 2048),
+            ],
+        ),
+        ((0, 0, 0), []),
+    ],
+)
+def test_alloc_stats_pool_growth(delta: tuple[int, int, int], expected: list[tuple[Any, ...]]) -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    a.stats = [x + d for x, d in zip(a.stats, delta, strict=True)]
+    hook.region_exit(rec, True)
+    assert [(e.kind, e.detail, e.nbytes) for e in sink.events] == expected
+
+
+def test_alloc_stats_measures_across_the_outermost_hot_region_less_the_checker_reads() -> None:
+    hook, a, sink = alloc_stats()
+    outer, inner, cold = records(3)
+    hook.read_begin()  # no hot region open: nothing to subtract from
+    hook.read_end()
+    hook.region_enter(cold, False)
+    hook.region_exit(cold, False)
+    hook.region_exit(cold, True)  # closing more often than opened is ignored
+    assert a.reads == 0
+    hook.region_enter(outer, True)
+    hook.region_enter(inner, True)
+    a.stats[0] += 2
+    hook.read_begin()
+    a.stats = [a.stats[0] + 5, 1, 8192]  # the checker's own allocations
+    hook.read_end()
+    hook.region_exit(inner, True)
+    hook.region_exit(inner, False)
+    assert sink.events == []  # the outer region is still open
+    a.stats[0] += 1
+    hook.region_exit(outer, True)
+    assert summary(sink) == [
+        ("alloc", "alloc_stats", (), "3 allocation(s) counted by the caching allocator", 3, None, outer.id)
+    ]
+    hook.region_enter(outer, True)  # the next region starts afresh: nothing excluded, nothing carried over
+    a.stats[0] += 1
+    hook.region_exit(outer, True)
+    assert sink.events[-1].count == 1 and len(sink.events) == 2
+
+
+def test_alloc_stats_hands_a_failing_read_to_the_checker_and_recovers() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    hook._read = lambda: (_ for _ in ()).throw(RuntimeError("stats gone"))  # type: ignore[assignment]
+    hook.region_exit(rec, True)
+    assert [(layer, str(e)) for layer, e in sink.errors] == [("alloc_stats", "stats gone")]
+    hook._read = a.read
+    hook.region_enter(rec, True)
+    a.stats[0] += 1
+    hook.region_exit(rec, True)
+    assert [e.count for e in sink.events] == [1]
+
+
+def test_alloc_stats_reads_torchs_nested_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Any] = []
+
+    def stats(dev: Any) -> dict[str, Any]:
+        asked.append(dev)
+        return {
+            "allocation": {"all": {"allocated": 11}},
+            "segment": {"all": {"allocated": 3}},
+            "reserved_bytes": {"all": {"current": 4096}},
+        }
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", stats)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
+    assert _torch_reader("cuda:1")() == (11, 3, 4096)
+    assert _torch_reader(None)() == (11, 3, 4096)
+    assert asked == [torch.device("cuda", 1), torch.device("cuda", 2)]
+    hook = AllocStatsHook("cuda:1", available=lambda: True)
+    hook.install(RecordingSink())
+    assert hook._stats() == (11, 3, 4096) and asked[-1] == torch.device("cuda", 1)
+
+
+def test_alloc_stats_unavailable_without_a_device() -> None:
+    assert AllocStatsHook(available=lambda: False).unavailable_reason() == "no CUDA device"
+    assert AllocStatsHook(available=lambda: True).unavailable_reason() is None
+    if not torch.cuda.is_available():
+        assert AllocStatsHook().unavailable_reason() == "no CUDA device (no caching-allocator statistics)"
+
+
+# ---------------------------------------------------------------------------------------------------------- cupti
+@pytest.mark.parametrize(
+    "api",
+    [
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoH_v2",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2",
+        "cuMemcpy",
+    ],
+)
+def test_cupti_each_blocking_api_is_a_sync(api: str) -> None:
+    (ev,) = attribute([RawEvent("flashcheck:region:4", 0, 100), RawEvent(api, 10, 20)])
+    assert ev.stack == () and ev.count == 1 and ev.thread is None
+    assert (ev.kind, ev.layer, ev.detail, ev.memory, ev.region_id, ev.capturing, ev.in_graph) == (
+        "sync",
+        "cupti",
+        api,
+        "unknown",
+        4,
+        False,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "memory"),
+    [
+        ("Memcpy DtoH (Device -> Pageable)", "d2h_copy", "pageable"),
+        ("Memcpy DtoH (Device -> Pinned)", "d2h_copy", "pinned"),
+        ("Memcpy HtoD (Pageable -> Device)", "h2d_copy", "pageable"),
+        ("Memcpy HtoD (Pinned -> Device)", "h2d_copy", "pinned"),
+        ("Memcpy HtoD", "h2d_copy", "unknown"),
+        ("Memcpy DtoH (Device -> Managed)", "d2h_copy", "unknown"),
+        ("Memcpy DtoD (Device -> Device)", None, None),
+        ("Memset (Device)", None, None),
+        ("cudaLaunchKernel", None, None),
+        ("cudaMemcpyAsync", None, None),  # asynchronous: its copy is the device-side record
+    ],
+)
+def test_cupti_each_copy_kind(name: str, kind: str | None, memory: str | None) -> None:
+    evs = attribute([RawEvent("flashcheck:region:1", 0, 100), RawEvent(name, 10, 20)])
+    assert [(e.kind, e.memory) for e in evs] == ([] if kind is None else [(kind, memory)])
+
+
+def test_cupti_a_device_copy_counts_where_its_launch_ran_and_the_graph_it_came_from() -> None:
+    raws = [
+        RawEvent("flashcheck:region:1", 0, 100),
+        RawEvent("flashcheck:region:2", 200, 300),
+        RawEvent("flashcheck:read", 250, 260),
+        RawEvent("cudaMemcpyAsync", 10, 11, correlation=5),
+        RawEvent("Memcpy DtoH (Device -> Pinned)", 210, 211, correlation=5, on_device=True),  # runs during region 2
+        RawEvent("cudaGraphLaunch", 220, 221, correlation=6),
+        RawEvent("Memcpy HtoD (Pinned -> Device)", 500, 501, correlation=6, on_device=True),
+        RawEvent("Memcpy HtoD (Pinned -> Device)", 50, 51, correlation=6),  # a host record: its own time
+        RawEvent("Memcpy HtoD (Pageable -> Device)", 255, 256, correlation=9, on_device=True),  # launch unknown: read
+        RawEvent("cudaStreamSynchronize", 100, 100),  # the region's end is inside it
+        RawEvent("cudaStreamSynchronize", 0, 0),  # and its start
+        RawEvent("cudaStreamSynchronize", 101, 102),  # between regions
+    ]
+    evs = attribute(raws)
+    assert [(e.kind, e.region_id, e.in_graph) for e in evs] == [
+        ("d2h_copy", 1, False),
+        ("h2d_copy", 2, True),
+        ("h2d_copy", 1, False),
+        ("sync", 1, False),
+        ("sync", 1, False),
+    ]
+
+
+def test_cupti_launches_are_runtime_or_driver_calls_with_a_correlation() -> None:
+    raws = [
+        RawEvent("flashcheck:region:1", 0, 100),
+        RawEvent("aten::copy_", 10, 11, correlation=5),  # not a CUDA call: no launch
+        RawEvent("cudaMemcpyAsync", 20, 21, correlation=0),  # no correlation: no launch
+        RawEvent("cudaMemcpyAsync", 30, 31, correlation=7, on_device=True),  # a device record is never a launch
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 150, 151, correlation=5, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 160, 161, correlation=0, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pinned)", 170, 171, correlation=7, on_device=True),
+        RawEvent("Memcpy DtoH (Device -> Pageable)", 40, 41, correlation=0, on_device=True),
+    ]
+    assert [(e.memory, e.region_id) for e in attribute(raws)] == [("pageable", 1)]
+
+
+def test_cupti_drops_what_falls_in_a_read_or_outside_every_region_and_goes_on() -> None:
+    raws = [
+        RawEvent("flashcheck:region:50", 0, 100),
+        RawEvent("flashcheck:region:2", 10, 90),  # opened later: the innermost, whatever its id
+        RawEvent("flashcheck:read", 20, 30),
+        RawEvent("cudaDeviceSynchronize", 20, 21),  # at the read's start
+        RawEvent("cudaEventSynchronize", 120, 121),  # outside every region
+        RawEvent("cudaDeviceSynchronize", 30, 31),  # at the read's end
+        RawEvent("cuCtxSynchronize", 5, 6),
+        RawEvent("cuStreamSynchronize", 40, 41),
+    ]
+    assert [(e.detail, e.region_id) for e in attribute(raws)] == [("cuCtxSynchronize", 50), ("cuStreamSynchronize", 2)]
+
+
+class Kineto:
+    def __init__(self, name: str, start: int, dur: int, corr: int, device: str, thread: int) -> None:
+        self.v = (name, start, dur, corr, device, thread)
+
+    def name(self) -> str:
+        return self.v[0]
+
+    def start_ns(self) -> float:
+        return float(self.v[1])
+
+    def duration_ns(self) -> float:
+        return float(self.v[2])
+
+    def correlation_id(self) -> int:
+        return self.v[3]
+
+    def device_type(self) -> str:
+        return self.v[4]
+
+    def start_thread_id(self) -> int:
+        return self.v[5]
+
+
+def test_cupti_raw_events_read_each_field_and_the_on_device_flag() -> None:
+    evs = raw_events(
+        [Kineto("cudaMemcpy", 10, 5, 3, "DeviceType.CPU", 77), Kineto("Memcpy DtoH", 20, 2, 3, "DeviceType.CUDA", 0)]
+    )
+    assert evs == [RawEvent("cudaMemcpy", 10, 15, 3, False, 77), RawEvent("Memcpy DtoH", 20, 22, 3, True, 0)]
+    assert all(isinstance(x, int) for e in evs for x in (e.start_ns, e.end_ns))
+
+
+def test_alloc_stats_pool_growth_event_in_full_and_one_byte_of_growth() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    a.stats[2] += 1
+    hook.region_exit(rec, True)
+    assert summary(sink) == [
+        ("pool_growth", "alloc_stats", (), "0 new segment(s), 1 more bytes reserved", 1, 1, rec.id)
+    ]
+
+
+def test_alloc_stats_subtracts_every_read_of_a_region_and_tolerates_unpaired_ends() -> None:
+    hook, a, sink = alloc_stats()
+    (rec,) = records(1)
+    hook.region_enter(rec, True)
+    hook.read_end()  # an end without a begin: nothing to subtract
+    for _ in range(2):
+        hook.read_begin()
+        a.stats[0] += 3
+        hook.read_end()
+    hook.read_end()
+    a.stats[0] += 1
+    hook.region_exit(rec, True)
+    assert [e.count for e in sink.events] == [1]
+
+
+def test_gpu_trace_calls_the_activation_it_was_given() -> None:
+    calls: list[int] = []
+    hook = GpuTraceHook(
+        registries={k: Registry() for k in ("device_sync", "stream_sync", "event_sync", "alloc")},
+        activate=lambda: calls.append(1),
+        available=lambda: True,
+    )
+    hook.install(RecordingSink())
+    hook.uninstall()
+    assert calls == [1]
+
+
+def test_cupti_unavailable_without_a_device_or_while_another_checker_profiles() -> None:
+    from flashcheck.runtime.hooks.cupti import _RUNNING, CuptiHook
+
+    assert CuptiHook(available=lambda: False).unavailable_reason() == "no CUDA device"
+    assert CuptiHook(available=lambda: True).unavailable_reason() is None
+    if not torch.cuda.is_available():
+        assert CuptiHook().unavailable_reason() == "no CUDA device (CUPTI needs one)"
+    other = CuptiHook(available=lambda: True)
+    _RUNNING.append(other)
+    try:
+        assert "another checker's CUPTI layer is active" in str(CuptiHook(available=lambda: True).unavailable_reason())
+        assert other.unavailable_reason() is None
+    finally:
+        _RUNNING.remove(other)
