@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import types
 from typing import Any
 
+import faulty_targets
 import pytest
 
 from flashcheck.fuzzing import stateful
@@ -97,4 +100,26 @@ def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() ->
     smallest = shrunk.value.records[0].repro["scenario"]["steps"]
     assert len(smallest) <= len(first)
     path = stopped.value.records[0].path
+    assert path is not None and path.is_file()
+
+
+def test_shrinking_that_runs_out_of_time_ends_with_the_smallest_failure_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit met in the middle of shrinking ends the run at the next failing example, as a FuzzFailure with its
+    reproducer (never as Hypothesis' inconsistent-data error for an example stopped before its first step)."""
+    ticks = itertools.count()  # a clock that advances one second each time the run reads it
+    monkeypatch.setattr(stateful, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(
+            faulty_targets.PlanInfoVaries(**SMALL),
+            budget=30,
+            seed=3,
+            profile="ci",
+            device="cpu",
+            database=None,
+            reset="session",
+            shrink_seconds=3.5,
+        )
+    assert "shrinking stopped after" in str(info.value)
+    assert {f.id for f in info.value.findings} == {"FC304"}
+    path = info.value.records[0].path
     assert path is not None and path.is_file()
