@@ -56,6 +56,7 @@ def test_example_budget_is_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
 TARGET = "faulty_targets:PlanInfoVaries"  # FC304 on replay
 
 
+@pytest.mark.slow
 def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     entry = KnownBehaviour(check="FC304", targets="*", where="", reason="test: documented upstream behaviour")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[entry]))
@@ -71,6 +72,7 @@ def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.Mo
     assert "FC304" in seen  # the finding happened, and the run still passed
 
 
+@pytest.mark.slow
 def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
     other = KnownBehaviour(check="FC201", targets="*", where="", reason="test: another check")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[other]))
@@ -82,6 +84,7 @@ def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest
     assert {f.id for f in info.value.findings} == {"FC304"}
 
 
+@pytest.mark.slow
 def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() -> None:
     """With `shrink_seconds=0` the run ends at the first failing example (as a GPU run does once shrinking a
     faulting step has used its time), still as a FuzzFailure with its reproducer; with no limit it is shrunk."""
