@@ -70,7 +70,7 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
             "--seed",
             "4",
             "--step-timeout",
-            "2s",
+            "5s",  # the worker's watchdog at 3 s: far above a step's cost, with other tests running beside it
             "--out",
             str(out),
         )

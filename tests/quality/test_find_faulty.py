@@ -59,5 +59,7 @@ def test_reset_session_finds_it_too(tmp_path: Path) -> None:
             database=None,
             reset="session",
             log=FindingLog(tmp_path),
+            shrink_seconds=0,  # the first failure is the point here; shrinking is the test above's
         )
     assert {f.id for f in info.value.findings} == {"FC304"}
+    assert info.value.records[0].path is not None and info.value.records[0].path.is_file()
