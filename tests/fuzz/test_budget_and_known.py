@@ -111,17 +111,9 @@ def test_shrinking_that_runs_out_of_time_ends_with_the_smallest_failure_so_far(m
     reproducer (never as Hypothesis' inconsistent-data error for an example stopped before its first step)."""
     ticks = itertools.count()  # a clock that advances one second each time the run reads it
     monkeypatch.setattr(stateful, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    kw: dict[str, Any] = {"budget": 30, "seed": 3, "profile": "ci", "device": "cpu", "reset": "session"}
     with pytest.raises(FuzzFailure) as info:
-        fuzz_target(
-            faulty_targets.PlanInfoVaries(**SMALL),
-            budget=30,
-            seed=3,
-            profile="ci",
-            device="cpu",
-            database=None,
-            reset="session",
-            shrink_seconds=3.5,
-        )
+        fuzz_target(faulty_targets.PlanInfoVaries(**SMALL), database=None, shrink_seconds=3.5, **kw)
     assert "shrinking stopped after" in str(info.value)
     assert {f.id for f in info.value.findings} == {"FC304"}
     path = info.value.records[0].path
