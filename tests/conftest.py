@@ -1,10 +1,11 @@
-"""Shared test configuration: Hypothesis profiles sized for 2-core CI."""
+"""Shared test configuration: Hypothesis profiles sized for 2-core CI, and the slow tests first."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -21,3 +22,9 @@ if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     _MUTMUT_DIR = os.path.dirname(os.path.abspath(mutmut.__file__)) + os.sep
     _is_internal = stacks.is_internal_file
     stacks.is_internal_file = lambda path: path.startswith(_MUTMUT_DIR) or _is_internal(path)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first: in a parallel run (``-n``) the long ones start at once on every worker
+    instead of leaving one worker busy at the end (the order is otherwise kept)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

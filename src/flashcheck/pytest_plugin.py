@@ -1,5 +1,6 @@
 """pytest plugin (entry point ``pytest11``): markers, the ``flashcheck`` option group, fixtures, seed and versions in
-the header, findings as a report section, GPU tests skipped with a reason when CUDA is absent.
+the header, findings as a report section, GPU tests skipped with a reason when CUDA is absent. Under pytest-xdist the
+workers run with the seed the header shows and their findings are listed at the end of the run.
 
 Import-light: nothing here imports torch, numpy or Hypothesis at import time; fixtures and hooks import what they need
 only when a flashcheck test actually runs.
@@ -41,6 +42,8 @@ _SEED_KEY = "flashcheck/seed"
 _PREVIOUS = pytest.StashKey[FuzzOptions]()
 _PREVIOUS_PROFILE = pytest.StashKey[str]()
 _PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
+_WORKER_FINDINGS = pytest.StashKey[list[list[str]]]()
+_XDIST_SEED, _XDIST_FINDINGS = "flashcheck_seed", "flashcheck_findings"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -123,6 +126,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _resolve_seed(config: pytest.Config, raw: str | None) -> int:
+    forwarded = getattr(config, "workerinput", {}).get(_XDIST_SEED)
+    if forwarded is not None:  # a pytest-xdist worker: the controller resolved the seed and saved it
+        return int(forwarded)
     cache = getattr(config, "cache", None)
     if raw == "last":
         last = cache.get(_SEED_KEY, None) if cache is not None else None
@@ -274,18 +280,49 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, controller side: each worker runs with the seed of the header."""
+    node.workerinput[_XDIST_SEED] = active_options().seed
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """pytest-xdist, worker side: hand this worker's findings to the controller (before xdist sends its output)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output[_XDIST_FINDINGS] = _finding_lines()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, controller side: keep a finished worker's findings for the summary."""
+    lines = getattr(node, "workeroutput", {}).get(_XDIST_FINDINGS, [])
+    node.config.stash.setdefault(_WORKER_FINDINGS, []).extend(lines)
+
+
+def _finding_lines() -> list[list[str]]:
+    """This process's findings, each as the summary's lines."""
     rec = sys.modules.get("flashcheck.fuzzing.recorder")
-    entries = list(rec.default_log().entries.values()) if rec is not None else []
+    out: list[list[str]] = []
+    for r in rec.default_log().entries.values() if rec is not None else []:
+        where = f"[{r.test}] " if r.test else ""
+        lines = [f"{where}{r.finding.id} {r.finding.name}: {r.finding.message}"]
+        if r.path is not None:
+            lines.append(f"    replay: flashcheck replay {r.path}")
+        out.append(lines)
+    return out
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    entries = _finding_lines() + config.stash.get(_WORKER_FINDINGS, [])
     if not entries:
         return
     tr = terminalreporter
     tr.section("flashcheck findings", sep="=", red=True, bold=True)
-    for r in entries:
-        where = f"[{r.test}] " if r.test else ""
-        tr.write_line(f"{where}{r.finding.id} {r.finding.name}: {r.finding.message}")
-        if r.path is not None:
-            tr.write_line(f"    replay: flashcheck replay {r.path}")
+    for lines in entries:
+        for line in lines:
+            tr.write_line(line)
     tr.write_line(f"seed {active_options().seed}: rerun with --flashcheck-seed last")
 
 

@@ -56,6 +56,7 @@ def test_every_injected_crash_is_one_finding_with_a_working_reproducer(tmp_path:
         assert f["evidence"]["quarantine"]["step"]["batch_size"] in (3, 5)
 
 
+@pytest.mark.slow
 def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert (
@@ -69,7 +70,7 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
             "--seed",
             "4",
             "--step-timeout",
-            "2s",
+            "5s",  # the worker's watchdog at 3 s: far above a step's cost, with other tests running beside it
             "--out",
             str(out),
         )
@@ -82,6 +83,7 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     assert read_json(out / "run.json")["stats"]["steps"] == 60
 
 
+@pytest.mark.slow
 def test_a_ledger_quarantines_the_crasher_before_launch(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.json"
     ledger.write_text(
@@ -306,6 +308,7 @@ def test_supervisor_side_imports_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), check=True)
 
 
+@pytest.mark.slow
 def test_first_seen_counts_the_steps_run_and_a_normal_stop_is_not_a_dead_worker(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

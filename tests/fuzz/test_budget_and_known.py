@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
+import types
 from typing import Any
 
+import faulty_targets
 import pytest
 
 from flashcheck.fuzzing import stateful
@@ -53,6 +56,7 @@ def test_example_budget_is_one_round(monkeypatch: pytest.MonkeyPatch) -> None:
 TARGET = "faulty_targets:PlanInfoVaries"  # FC304 on replay
 
 
+@pytest.mark.slow
 def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     entry = KnownBehaviour(check="FC304", targets="*", where="", reason="test: documented upstream behaviour")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[entry]))
@@ -68,6 +72,7 @@ def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.Mo
     assert "FC304" in seen  # the finding happened, and the run still passed
 
 
+@pytest.mark.slow
 def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
     other = KnownBehaviour(check="FC201", targets="*", where="", reason="test: another check")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[other]))
@@ -79,6 +84,7 @@ def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest
     assert {f.id for f in info.value.findings} == {"FC304"}
 
 
+@pytest.mark.slow
 def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() -> None:
     """With `shrink_seconds=0` the run ends at the first failing example (as a GPU run does once shrinking a
     faulting step has used its time), still as a FuzzFailure with its reproducer; with no limit it is shrunk."""
@@ -97,4 +103,18 @@ def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() ->
     smallest = shrunk.value.records[0].repro["scenario"]["steps"]
     assert len(smallest) <= len(first)
     path = stopped.value.records[0].path
+    assert path is not None and path.is_file()
+
+
+def test_shrinking_that_runs_out_of_time_ends_with_the_smallest_failure_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit met in the middle of shrinking ends the run at the next failing example, as a FuzzFailure with its
+    reproducer (never as Hypothesis' inconsistent-data error for an example stopped before its first step)."""
+    ticks = itertools.count()  # a clock that advances one second each time the run reads it
+    monkeypatch.setattr(stateful, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    kw: dict[str, Any] = {"budget": 30, "seed": 3, "profile": "ci", "device": "cpu", "reset": "session"}
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(faulty_targets.PlanInfoVaries(**SMALL), database=None, shrink_seconds=3.5, **kw)
+    assert "shrinking stopped after" in str(info.value)
+    assert {f.id for f in info.value.findings} == {"FC304"}
+    path = info.value.records[0].path
     assert path is not None and path.is_file()

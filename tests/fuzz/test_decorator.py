@@ -37,6 +37,7 @@ def test_fuzz_is_the_decorator_after_submodule_imports() -> None:
     assert flashcheck.fuzzing.strategies.batch_specs is not None
 
 
+@pytest.mark.slow
 def test_decorated_test_finds_a_faulty_target_and_calls_the_step_property(tmp_path: Path) -> None:
     calls: list[str] = []
 

@@ -224,3 +224,40 @@ def test_plugin_reports_errors_on_valid_input_hangs_and_late_faults_as_failures(
     assert "FC250 target-raised" in out and "raised on valid input" in out
     assert "FC252 step-hung" in out and "surfaced in flashcheck's own reads" in out
     assert "rejected" not in out.lower().replace("not rejected", "")
+
+
+SEED_PER_WORKER = """
+import os
+from pathlib import Path
+
+
+def _write(seed):
+    Path(f"seed-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}").write_text(str(seed))
+
+
+def test_seed_one(flashcheck_options):
+    _write(flashcheck_options.seed)
+
+
+def test_seed_two(flashcheck_options):
+    _write(flashcheck_options.seed)
+"""
+
+
+@pytest.mark.slow
+def test_xdist_workers_share_the_header_seed_and_report_their_findings(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist", reason="pytest-xdist is in the dev extra: pip install 'flashcheck[dev]'")
+    pytester.makepyfile(test_backend=FAULTY, test_seed=SEED_PER_WORKER)
+    result = pytester.runpytest("-p", "xdist", "-n", "2", "-p", "no:cacheprovider", "--flashcheck-profile", "ci")
+    result.assert_outcomes(passed=3, failed=1)
+    header = next(line for line in result.outlines if line.startswith("flashcheck 0") and "seed=" in line)
+    seed = header.split("seed=", 1)[1].split()[0]
+    seen = {p.read_text() for p in pytester.path.glob("seed-gw*")}
+    assert seen == {seed}, (seed, seen)  # every worker, whichever tests it ran, used the seed the header shows
+    result.stdout.fnmatch_lines(
+        [
+            "*= flashcheck findings =*",  # the controller's summary lists what a worker found
+            "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
+            f"seed {seed}: rerun with --flashcheck-seed last",
+        ]
+    )

@@ -19,6 +19,10 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 
+# one worker builds the module-scoped reproducer for both tests when the suite runs in parallel (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("repro_replay")
+
+
 def _replay(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}  # src only: the repro names its own module dir
     return subprocess.run(
@@ -50,6 +54,7 @@ def repro_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return rec.path
 
 
+@pytest.mark.slow
 def test_repro_reproduces_in_a_fresh_process(repro_path: Path, tmp_path: Path) -> None:
     doc = json.loads(repro_path.read_text())
     assert doc["scenario"]["target"] == "faulty_targets:StaleLastPageLen"
@@ -60,6 +65,7 @@ def test_repro_reproduces_in_a_fresh_process(repro_path: Path, tmp_path: Path) -
     assert "def test_replay_matches_eager_does_not_come_back" in proc.stdout  # the pasteable snippet
 
 
+@pytest.mark.slow
 def test_fixed_target_does_not_reproduce(repro_path: Path, tmp_path: Path) -> None:
     doc = json.loads(repro_path.read_text())
     doc["scenario"]["target"] = "cpu-reference"  # the same scenario against the fixed (clean) target

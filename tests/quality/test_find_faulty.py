@@ -24,6 +24,7 @@ SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
         (ft.PlanInfoVaries, "FC304"),
     ],
 )
+@pytest.mark.slow
 def test_finds_planted_bug_and_shrinks(cls: type[ReferenceTarget], check_id: str, tmp_path: Path) -> None:
     log = FindingLog(tmp_path)
     with pytest.raises(FuzzFailure) as info:
@@ -40,11 +41,13 @@ def test_finds_planted_bug_and_shrinks(cls: type[ReferenceTarget], check_id: str
     assert len(rec.repro["scenario"]["steps"]) == rec.repro["step"] + 1 <= len(program) + bursts + 1
 
 
+@pytest.mark.slow
 def test_clean_reference_target_stays_quiet() -> None:
     report = fuzz_target(ReferenceTarget(**SMALL), budget=25, seed=2, profile="ci", device="cpu", database=None)
     assert report.rounds == 1 and report.target == "cpu-reference"
 
 
+@pytest.mark.slow
 def test_reset_session_finds_it_too(tmp_path: Path) -> None:
     with pytest.raises(FuzzFailure) as info:
         fuzz_target(
@@ -56,5 +59,7 @@ def test_reset_session_finds_it_too(tmp_path: Path) -> None:
             database=None,
             reset="session",
             log=FindingLog(tmp_path),
+            shrink_seconds=0,  # the first failure is the point here; shrinking is the test above's
         )
     assert {f.id for f in info.value.findings} == {"FC304"}
+    assert info.value.records[0].path is not None and info.value.records[0].path.is_file()

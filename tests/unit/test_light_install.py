@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -18,11 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(900)
 def test_the_core_install_has_no_torch_and_runs_static_and_report(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)  # empty: this interpreter's pip installs into it (--python)
     py = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip_cmd = [sys.executable, "-m", "pip", "--python", str(py), "--disable-pip-version-check"]
     pip = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
+        [*pip_cmd, "install", "-q", str(ROOT)],
         capture_output=True,
         text=True,
         env=env,
@@ -32,9 +34,7 @@ def test_the_core_install_has_no_torch_and_runs_static_and_report(tmp_path: Path
     if pip.returncode != 0 and "No matching distribution" in pip.stderr + pip.stdout:
         pytest.skip(f"no package index here: {pip.stderr[-300:]}")
     assert pip.returncode == 0, pip.stderr[-3000:]
-    listed = subprocess.run(
-        [str(py), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, env=env, check=True
-    )
+    listed = subprocess.run([*pip_cmd, "list", "--format", "json"], capture_output=True, text=True, env=env, check=True)
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert "flashcheck" in names and "torch" not in names, sorted(names)
     exe = str(env_dir / "bin" / "flashcheck")

@@ -97,6 +97,7 @@ def test_a_step_that_spins_is_fc252_with_stacks_and_poisons_the_session() -> Non
         assert drv.execute(steps[0], 0).findings == []
 
 
+@pytest.mark.slow
 def test_an_uninterruptible_hang_in_an_isolated_worker_is_fc252_and_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -123,6 +124,7 @@ def test_an_uninterruptible_hang_in_an_isolated_worker_is_fc252_and_the_run_goes
     assert drv.restarts == 1
 
 
+@pytest.mark.slow
 def test_isolated_driver_is_quiet_on_the_clean_target() -> None:
     t = ReferenceTarget(**fv.SMALL)
     with IsolatedDriver("cpu-reference", config=fv.SMALL, device="cpu", layers="cheap") as drv:
@@ -214,6 +216,7 @@ def test_output_contract_quiet_on_exact_rows() -> None:
     )
 
 
+@pytest.mark.slow
 def test_an_isolated_worker_is_replaced_after_a_fault_and_the_steps_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(QUALITY)
     steps = [

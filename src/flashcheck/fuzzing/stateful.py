@@ -213,7 +213,6 @@ class ReplayMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         cfg = type(self).cfg
-        self._stop_shrinking()
         self.driver = _SESSIONS.driver(cfg)
         self.driver.reset_example()  # this example captures every bucket it replays
         self.steps: list[Step] = []
@@ -270,7 +269,10 @@ class ReplayMachine(RuleBasedStateMachine):
         raise FuzzFailure(records)
 
     def _stop_shrinking(self) -> None:
-        """End the run with the smallest failing example so far once shrinking has taken `shrink_seconds`."""
+        """End the run with the smallest failing example so far once shrinking has taken `shrink_seconds`.
+
+        Called when an example fails, never before an example has drawn its steps: Hypothesis takes an example that
+        stops earlier than the same choices did before for inconsistent data generation, not for a failure."""
         cls = type(self)
         limit = cls.cfg.shrink_seconds
         if cls.failed_at is None or limit is None or not cls.last_failure:

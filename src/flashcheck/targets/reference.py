@@ -203,25 +203,30 @@ class ReferenceTarget:
         g = spec.num_qo_heads // k.shape[1]
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
         length, s_len = q.shape[0], k.shape[0]
-        pos = (s_len - length + t.arange(length))[:, None]
         heads, dv = spec.num_qo_heads, spec.head_dim_vo
         chunks = -(-s_len // self.chunk)
         max_chunks = -(-self.capacity.max_kv_len // self.chunk)
-        for c in range(chunks):
-            c0, c1 = c * self.chunk, min(s_len, (c + 1) * self.chunk)
-            logits = t.einsum("lhd,shd->hls", q, k[c0:c1]) * spec.scale
-            if spec.logits_soft_cap > 0:
-                logits = spec.logits_soft_cap * t.tanh(logits / spec.logits_soft_cap)
-            key = t.arange(c0, c1)[None, :]
-            vis = t.ones((length, c1 - c0), dtype=t.bool)
-            if spec.causal:
-                vis &= key <= pos
-            if spec.window_left >= 0:
-                vis &= key >= pos - spec.window_left
-            logits = logits.masked_fill(~vis[None], float("-inf"))
-            lse = t.logsumexp(logits, -1)  # [h, l]
-            o = t.einsum("hls,shd->lhd", t.softmax(logits, -1).nan_to_num(0.0), v[c0:c1])
-            self._write_partial(row0, c, max_chunks, o, lse.transpose(0, 1))
+        # every chunk at once (a few large ops instead of a few per chunk): keys past the end pad the last chunk
+        # and are masked out, so each chunk's partial is that of its own keys alone
+        pad = chunks * self.chunk - s_len
+        if pad:
+            k = t.cat([k, k.new_zeros((pad, *k.shape[1:]))])
+            v = t.cat([v, v.new_zeros((pad, *v.shape[1:]))])
+        logits = t.einsum("lhd,shd->hls", q, k) * spec.scale
+        if spec.logits_soft_cap > 0:
+            logits = spec.logits_soft_cap * t.tanh(logits / spec.logits_soft_cap)
+        key = t.arange(chunks * self.chunk)[None, :]
+        pos = (s_len - length + t.arange(length))[:, None]
+        vis = key < s_len
+        if spec.causal:
+            vis = vis & (key <= pos)
+        if spec.window_left >= 0:
+            vis = vis & (key >= pos - spec.window_left)
+        logits = logits.masked_fill(~vis[None], float("-inf")).reshape(heads, length, chunks, self.chunk)
+        lse = t.logsumexp(logits, -1)  # [h, l, chunks]
+        p = t.softmax(logits, -1).nan_to_num(0.0)
+        o = t.einsum("hlcs,cshd->lchd", p, v.reshape(chunks, self.chunk, heads, dv))
+        self._write_partials(row0, chunks, max_chunks, o, lse.permute(1, 2, 0))
         o_all, lse_all = self._read_partials(row0, length, chunks, max_chunks, heads, dv)
         w = t.softmax(lse_all, dim=0).nan_to_num(0.0)  # [chunks, l, h]
         return (w[..., None] * o_all).sum(0)
@@ -231,18 +236,19 @@ class ReferenceTarget:
         spec = self.capacity.template
         return (row * max_chunks + chunk) * spec.num_qo_heads * (spec.head_dim_vo + 1)
 
-    def _write_partial(self, row0: int, c: int, max_chunks: int, o: Any, lse: Any) -> None:
+    def _write_partials(self, row0: int, chunks: int, max_chunks: int, o: Any, lse: Any) -> None:
+        """Write rows ``row0..`` of chunks ``0..chunks-1``: ``o`` is [rows, chunks, heads, dv], ``lse`` [rows, chunks,
+        heads]."""
         t, spec = self.torch, self.capacity.template
         per_row = spec.num_qo_heads * (spec.head_dim_vo + 1)
-        data = t.cat([o, lse[..., None]], -1).reshape(o.shape[0], per_row)
+        data = t.cat([o, lse[..., None]], -1).reshape(o.shape[0], chunks, per_row)
         # a strided view over the workspace storage, as a kernel addresses it: it can run past the end of the
         # workspace (into the arena's guard zone) when the offsets are wrong
         ws = self.workspace.view(t.uint8)
         base = ws.untyped_storage()
         f32 = t.empty(0, dtype=t.float32, device=ws.device).set_(base)
-        start = ws.storage_offset() // 4 + self.partial_offset(row0, c, max_chunks)
-        stride = max_chunks * per_row
-        view = f32.as_strided((o.shape[0], per_row), (stride, 1), start)
+        start = ws.storage_offset() // 4 + self.partial_offset(row0, 0, max_chunks)
+        view = f32.as_strided((o.shape[0], chunks, per_row), (max_chunks * per_row, per_row, 1), start)
         view.copy_(data)
 
     def _read_partials(self, row0: int, length: int, chunks: int, max_chunks: int, heads: int, dv: int) -> Any:
