@@ -2,7 +2,7 @@
 while its copy is in flight, and against clean built-in targets, under four settings.
 
   baseline        layers=cheap, no pressure: what fuzzing alone sees (the copy usually wins the race)
-  staging         layers=all (the staging layer holds each tracked copy in flight): FC204 on every replay
+  staging         layers=races (the staging layer holds each tracked copy in flight): FC204 on the racing replays
   pressure        layers=cheap, --async-pressure-us: the race shows as FC303
   staging+press.  both
 

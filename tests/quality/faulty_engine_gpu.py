@@ -262,8 +262,8 @@ class PinnedMirrorRewrittenInFlight(_Named, DecodeTarget):
     mirrors and re-planning, the host writes the next batch's ``last_page_len`` into the same pinned mirror. The copy
     reads whatever the mirror holds when the stream reaches it: on an idle GPU usually this step's values, with the
     stream busy the next step's (mini-sglang's overlap-scheduling crash, vLLM's reused pinned metadata buffers).
-    The staging layer reports the write on every replay (FC204); with async pressure the graph also reads the wrong
-    lengths (FC303)."""
+    The staging layer reports the write on every replay whose copy is still in flight (FC204; its stream hold makes
+    that most replays); with async pressure the graph also reads the wrong lengths (FC303)."""
 
     target_name = "pinned-mirror-rewritten-in-flight"
     accepted: ClassVar[tuple[str, ...]] = ("FC204", "FC303")
@@ -278,8 +278,8 @@ class PinnedMirrorRewrittenInFlight(_Named, DecodeTarget):
         self.last_cpu[: layout.batch_size].fill_(full)  # BUG: next batch's mirror written while the copy is in flight
 
 
-# Races: found by the staging layer (layers="all") on every replay, by FC303 only when the stream is busy (async
-# pressure); not in FAULTY_ENGINE_TARGETS, whose test runs the cheap layers without pressure.
+# Races: found by the staging layer (layers="races") on the replays whose copy is in flight, by FC303 only when the
+# stream is busy (async pressure); not in FAULTY_ENGINE_TARGETS, whose test runs the cheap layers without pressure.
 RACE_TARGETS: dict[str, tuple[type, tuple[str, ...]]] = {
     "pinned-mirror-rewritten-in-flight": (PinnedMirrorRewrittenInFlight, PinnedMirrorRewrittenInFlight.accepted),
 }
