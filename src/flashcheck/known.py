@@ -10,6 +10,7 @@ unexpected pass is news: the upstream behaviour changed).
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -21,6 +22,11 @@ from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
 from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
 
 __all__ = ["KNOWN_UPSTREAM", "KnownBehaviour", "imported_flashinfer_version", "split_known", "unmatched_entries"]
+
+
+# flashcheck's own package (its adapters share file names with FlashInfer's modules): a location inside it is never
+# an upstream frame. The directory itself, not a path pattern: a checkout may live under a folder named flashcheck.
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class KnownBehaviour:
         # the innermost frame outside flashcheck, torch and the standard library, never any frame of the stack: an
         # engine's own bug under the same plan() (a .tolist() in its metadata builder) has its own line there
         where = (f.location.file or "").replace("\\", "/")
-        return where.endswith(self.where) and "/flashcheck/" not in where
+        return where.endswith(self.where) and not where.startswith(_OWN_DIR)
 
 
 _SYNC, _ALLOC = HOST_SYNC_IN_REPLAY.id, ALLOCATION_IN_REPLAY.id
