@@ -5,6 +5,8 @@ labelled near miss. A fixture is a file, or a directory checked as one project w
 (hot-path configuration included). Writes ``reports/raw/static_recall.json`` and ``reports/static-recall.md``.
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_recall.py [--label after] [--json PATH] [--md PATH]
+    git archive 4397925 src | tar -x -C /tmp/before && PYTHONPATH=/tmp/before/src .venv/bin/python \
+        benchmarks/static_recall.py --label before --source-commit 4397925     # an older verifier, same fixtures
 
 Configuration keys that the checked-out verifier does not know are dropped and listed (so an older verifier can be
 measured on the same fixtures).
@@ -112,6 +114,12 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--label", default="current", help="name of this measurement in the JSON (before/after)")
+    ap.add_argument(
+        "--source-commit",
+        default=None,
+        help="the commit whose src/ is on PYTHONPATH, when it is not this checkout's HEAD (e.g. an older verifier "
+        "unpacked with `git archive REV src`)",
+    )
     ap.add_argument("--json", default=str(ROOT / "reports" / "raw" / "static_recall.json"))
     ap.add_argument("--md", default=str(ROOT / "reports" / "static-recall.md"))
     args = ap.parse_args(argv)
@@ -123,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = [r for r in rows if r["fixture"].startswith("engine_")]
     heldout = [r for r in rows if r["fixture"].startswith("static_heldout/")]
     rows = [r for r in rows if r not in heldout]
-    git = ["git", "rev-parse", "--short", "HEAD"]
+    git = ["git", "rev-parse", "--short", args.source_commit or "HEAD"]
     rev = subprocess.run(git, check=False, cwd=ROOT, capture_output=True, text=True).stdout
     run = {
         "label": args.label,
