@@ -35,6 +35,8 @@ class Check:
         doc: the page: a one-line summary, then the sections of `REQUIRED_SECTIONS` (``flashcheck rules ID``).
         severity, confidence: of its findings unless a finding says otherwise.
         hint: what to do, for findings that give no hint of their own.
+        layer: for a runtime check that one detection layer alone runs (and only on a CUDA device), that layer's
+            name: a run lists the check as run only when the layer was selected there.
     """
 
     id: str
@@ -44,6 +46,7 @@ class Check:
     severity: Severity = Severity.ERROR
     confidence: Confidence = Confidence.HIGH
     hint: str = field(default="", repr=False)
+    layer: str | None = None
 
     def __post_init__(self) -> None:
         if not _ID_RE.match(self.id):

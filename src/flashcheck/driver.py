@@ -39,8 +39,8 @@ from flashcheck.pressure import AsyncPressure
 from flashcheck.properties.phases import AfterPlan, BeforeReplay, Compare, OnOutput, Phase
 from flashcheck.rundir import Sample
 from flashcheck.runtime.api import CheckerLike, Region
-from flashcheck.runtime.checks.staging import PINNED_STAGING_REUSED_IN_FLIGHT
 from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
+from flashcheck.runtime.hooks import PRESETS
 from flashcheck.scenario import Step, StepResult
 from flashcheck.targets.classify import TARGET_RAISED, classify_exception, finding_from_exception
 from flashcheck.targets.protocol import Target, TargetEnv
@@ -55,14 +55,18 @@ _WARMED: set[str] = set()  # step kinds this process has run once (imports done,
 
 def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
     """The check IDs a run of this driver executes on every step: the properties, the arena's FC302 and FC250
-    always, the runtime detectors unless ``layers="off"`` (the staging layer's FC204 with ``layers="races"`` on a CUDA
-    device, the only place it can run), FC252 with a step watchdog, FC251 in a campaign (its supervisor)."""
+    always, the runtime detectors unless ``layers="off"`` (a check that one layer alone runs, such as FC204 of the
+    staging layer, only where that layer is selected and a CUDA device runs it), FC252 with a step watchdog, FC251 in
+    a campaign (its supervisor)."""
     ids = {p.check.id for p in catalogue.PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
     lifecycle = {TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id}
     if layers != "off":
-        ids |= {c.id for c in catalogue.CHECKS if c.kind == "runtime" and c.id not in lifecycle}
-        if layers != "races" or not cuda:
-            ids.discard(PINNED_STAGING_REUSED_IN_FLIGHT.id)
+        selected = PRESETS.get(layers, ())
+        ids |= {
+            c.id
+            for c in catalogue.CHECKS
+            if c.kind == "runtime" and c.id not in lifecycle and (c.layer is None or (cuda and c.layer in selected))
+        }
     if watchdog:
         ids.add(STEP_HUNG.id)
     if campaign:

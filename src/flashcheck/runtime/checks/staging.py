@@ -69,4 +69,5 @@ PINNED_STAGING_REUSED_IN_FLIGHT = Check(
         "synchronize it (or check event.query()) before the next write, or double-buffer the pinned mirror (one buffer "
         "per step in flight); read a device-to-host result only after its event completed"
     ),
+    layer="staging",
 )
