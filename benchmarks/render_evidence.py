@@ -79,17 +79,24 @@ def _overhead(path: Path, doc: Mapping[str, Any]) -> list[str]:
         f"rounds {cfg.get('rounds')}, median of the rounds)",
         _env_line(doc.get("versions", {}), doc.get("date")),
         "",
-        "| checker layers | µs per replay step | × no checker | profiler drain (ms) | layers |",
-        "|---|---|---|---|---|",
+        "| checker layers | µs per replay step | × no checker | × no checker, paired by round | profiler drain (ms) "
+        "| layers |",
+        "|---|---|---|---|---|---|",
     ]
     for mode, m in doc.get("modes", {}).items():
         lines.append(
-            f"| {mode} | {m['us_per_step_median']:.1f} | {m['ratio_to_off']:.2f} | {m['drain_ms_median']:.1f} | "
+            f"| {mode} | {m['us_per_step_median']:.1f} | {m['ratio_to_off']:.2f} | "
+            f"{_paired(m)} | {m['drain_ms_median']:.1f} | "
             f"{', '.join(m.get('layers', [])) or '-'} |"
         )
     if doc.get("note"):
         lines += ["", f"Note: {doc['note']}."]
     return [*lines, ""]
+
+
+def _paired(mode: Mapping[str, Any]) -> str:
+    paired = mode.get("ratio_to_off_paired")
+    return f"{paired:.2f}" if isinstance(paired, (int, float)) else "not recorded"
 
 
 def _throughput(path: Path, doc: Mapping[str, Any]) -> list[str]:

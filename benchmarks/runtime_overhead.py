@@ -1,10 +1,12 @@
 """Overhead of the runtime checker on a replay loop: checker off vs cheap layers vs all layers, in one run.
 
 Each step does what an engine's decode step does around a CUDA graph: host-side prepare (fill a pinned host buffer,
-one non_blocking H2D copy into the graph's static input) and ``graph.replay()``. The modes run interleaved in
-rounds so that clock drift hits them alike; the table shows the median µs per step and the ratio to "off".
+one non_blocking H2D copy into the graph's static input) and ``graph.replay()``; "off" is that loop with no checker
+and no region. Each checker setting runs its rounds interleaved with rounds of "off", so that clock drift hits them
+alike ("cheap" first, "all" last: torch.profiler leaves a cost in the process once started); the table shows the
+median µs per step and the ratio to the "off" rounds beside it.
 
-    python benchmarks/runtime_overhead.py --out reports/runtime_overhead.json [--steps 2000 --rounds 5]
+    python benchmarks/runtime_overhead.py --out reports/raw/runtime_overhead.json [--steps 2000 --rounds 9]
 
 Needs a CUDA device; on a machine without one it exits with status 3 and says so.
 """
@@ -18,7 +20,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="path of the JSON result")
     ap.add_argument("--steps", type=int, default=2000, help="replay steps per mode and round")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median reported)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median reported)")
     ap.add_argument("--warmup", type=int, default=200, help="untimed steps per mode and round")
     ap.add_argument("--batch", type=int, default=64, help="rows of the graph's input")
     ap.add_argument("--hidden", type=int, default=1024, help="columns of the graph's input")
@@ -103,21 +105,32 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         return (time.perf_counter_ns() - t0) / n / 1e3
 
-    @contextlib.contextmanager
-    def no_region(name: str, step: int | None = None) -> Iterator[None]:
-        yield
+    def bare_loop(n: int) -> float:
+        """The baseline: the same steps with no checker and no region at all (an engine without flashcheck)."""
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for step in range(n):
+            prepare(step)
+            graph.replay()
+        torch.cuda.synchronize()
+        return (time.perf_counter_ns() - t0) / n / 1e3
 
     per_mode: dict[str, list[float]] = {m: [] for m in MODES}
+    base_rounds: dict[str, list[float]] = {m: [] for m in MODES}  # the "off" round beside each round of a mode
     drain_ms: dict[str, list[float]] = {m: [] for m in MODES}
     findings: dict[str, int] = dict.fromkeys(MODES, 0)
     layers: dict[str, list[str]] = {}
-    for _ in range(args.rounds):
-        for mode in MODES:
-            if mode == "off":
-                loop(args.warmup, no_region)
-                per_mode[mode].append(loop(args.steps, no_region))
-                drain_ms[mode].append(0.0)
-                continue
+    # One phase per checker setting, each interleaving its rounds with rounds of "off": "all" runs last because
+    # torch.profiler, once started, leaves a cost in the process that would be charged to "cheap" after it.
+    for mode in MODES[1:]:
+        for _ in range(args.rounds):
+            bare_loop(args.warmup)
+            off = bare_loop(args.steps)
+            base_rounds[mode].append(off)
+            if mode == "cheap":
+                per_mode["off"].append(off)
+                base_rounds["off"].append(off)
+                drain_ms["off"].append(0.0)
             with Checker(layers=mode) as chk:  # type: ignore[arg-type]
                 layers[mode] = list(chk.active_layers)
                 loop(args.warmup, chk.region)
@@ -128,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                 drain_ms[mode].append((time.perf_counter_ns() - t0) / 1e6)
     assert float(static_out.sum()) == float(static_out.sum())  # keep the graph's output alive
 
-    base = statistics.median(per_mode["off"])
+    # each round's ratio to the "off" round beside it: clock and load drift between rounds cancels
+    paired = {m: statistics.median(v / o for v, o in zip(per_mode[m], base_rounds[m], strict=True)) for m in MODES}
+    base_of = {m: statistics.median(base_rounds[m]) for m in MODES}
     result: dict[str, Any] = {
         "benchmark": "runtime_overhead",
         "command": " ".join(sys.argv),
@@ -137,23 +152,29 @@ def main(argv: list[str] | None = None) -> int:
         "config": {k: getattr(args, k) for k in ("steps", "rounds", "warmup", "batch", "hidden")},
         "modes": {},
         "note": (
-            "gpu-trace activation cannot be undone, so 'off' rounds after the first run with the trace active "
-            "and no callbacks registered (the residual cost of having used the checker in this process)"
+            "'off' is the same loop with no checker and no region (an engine without flashcheck), run before each "
+            "round of a checker setting; 'cheap' runs its rounds first and 'all' after it, since torch.profiler "
+            "(CUPTI in 'all') leaves a cost in the process once started; gpu-trace activation cannot be undone, so "
+            "'off' rounds after the first run with the trace active and no callbacks registered; each ratio is "
+            "against the 'off' rounds beside that setting, 'paired' the median of the per-round ratios"
         ),
     }
-    print(f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'drain ms':>9} {'findings':>9}  layers")
+    print(f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'paired':>7} {'drain ms':>9} {'findings':>9}  layers")
     for mode in MODES:
         med = statistics.median(per_mode[mode])
         result["modes"][mode] = {
             "us_per_step_median": med,
             "us_per_step_rounds": per_mode[mode],
-            "ratio_to_off": med / base,
+            "ratio_to_off": med / base_of[mode],
+            "off_us_per_step_rounds": base_rounds[mode],
+            "ratio_to_off_paired": paired[mode],
             "drain_ms_median": statistics.median(drain_ms[mode]),
             "findings": findings[mode],
             "layers": layers.get(mode, []),
         }
         print(
-            f"{mode:<6} {med:>10.2f} {med / base:>7.2f} {statistics.median(drain_ms[mode]):>9.2f} "
+            f"{mode:<6} {med:>10.2f} {med / base_of[mode]:>7.2f} {paired[mode]:>7.2f} "
+            f"{statistics.median(drain_ms[mode]):>9.2f} "
             f"{findings[mode]:>9}  {', '.join(layers.get(mode, [])) or '-'}"
         )
     out = Path(args.out)

@@ -13,6 +13,8 @@ import torch.cuda._gpu_trace as gt
 from flashcheck.errors import InvalidArgument, UsageError
 from flashcheck.runtime import Checker
 from flashcheck.runtime.api import ArenaLike, CheckerLike
+from flashcheck.runtime.hooks.base import EventSink, Hook
+from flashcheck.runtime.monitor import Monitor, RegionRecord
 from flashcheck.runtime.simdevice import as_device
 
 
@@ -123,3 +125,86 @@ def test_import_is_torch_free() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class CountingHook(Hook):
+    """A layer that records the region notifications it gets; `names` narrows them as `region_names` says."""
+
+    layer = "graph_replay"
+
+    def __init__(self, names: frozenset[str] | None) -> None:
+        super().__init__()
+        self.names = names
+        self.calls: list[tuple[str, str, bool]] = []
+        self.refreshed = 0
+
+    def _install(self, sink: EventSink) -> None:
+        return None
+
+    def _uninstall(self) -> None:
+        return None
+
+    def region_names(self) -> frozenset[str] | None:
+        return self.names
+
+    def refresh(self) -> None:
+        self.refreshed += 1
+
+    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
+        self.calls.append(("enter", rec.name, hot))
+
+    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
+        self.calls.append(("exit", rec.name, hot))
+
+
+class OtherCountingHook(CountingHook):
+    layer = "staging"  # a checker takes each layer once
+
+
+class ThirdCountingHook(CountingHook):
+    layer = "dispatch"
+
+
+def test_a_hook_is_called_only_for_the_regions_it_names_and_refreshed_at_each_outermost_region() -> None:
+    every, capture = CountingHook(None), OtherCountingHook(frozenset({"capture"}))
+    with Checker(layers=[every, capture], device="cpu") as chk:
+        with chk.region("capture"), chk.region("plan"):
+            pass
+        with chk.region("replay", step=1):
+            pass
+    assert capture.calls == [("enter", "capture", False), ("exit", "capture", False)]
+    assert every.calls == [
+        ("enter", "capture", False),
+        ("enter", "plan", True),
+        ("exit", "plan", True),
+        ("exit", "capture", False),
+        ("enter", "replay", True),
+        ("exit", "replay", True),
+    ]
+    assert every.refreshed == capture.refreshed == 2  # `capture` and `replay` opened with nothing around them
+
+
+def test_a_hook_failing_on_enter_is_unwound_and_the_region_closed() -> None:
+    class Failing(OtherCountingHook):
+        def region_enter(self, rec: RegionRecord, hot: bool) -> None:
+            raise RuntimeError("enter broke")
+
+    first, broken, last = CountingHook(None), Failing(None), ThirdCountingHook(None)
+    with Checker(layers=[first, broken, last], device="cpu") as chk:
+        with pytest.raises(RuntimeError, match="enter broke"), chk.region("replay"):
+            pass
+        assert not chk.monitor.any_open
+    assert first.calls == [("enter", "replay", True), ("exit", "replay", True)] and last.calls == []
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_closed_regions_are_kept_only_for_layers_that_report_later(deferred: bool) -> None:
+    mon = Monitor(record_region_stacks=deferred)
+    outer = mon.enter("replay", step=1)
+    inner = mon.enter("plan", step=1)
+    assert (inner.hot, inner.graph_hot, inner.enclosing) == ("replay", "replay", ("replay",))
+    mon.exit(inner)
+    mon.exit(outer)
+    assert (mon.region(outer.id) is outer) is deferred
+    mon.drain()
+    assert mon.region(outer.id) is None

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import gpu_trace as gpu_trace_mod
 from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook, _torch_reader
+from flashcheck.runtime.hooks.base import Hook
 from flashcheck.runtime.hooks.cupti import RawEvent, attribute, raw_events
 from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
@@ -23,6 +25,7 @@ class RecordingSink:
         self.events: list[Event] = []
         self.errors: list[tuple[str, BaseException]] = []
         self.read = False
+        self.hot = False
 
     def emit(self, event: Event) -> None:
         self.events.append(event)
@@ -32,6 +35,9 @@ class RecordingSink:
 
     def reading(self) -> bool:
         return self.read
+
+    def hot_now(self) -> bool:
+        return self.hot
 
     @contextlib.contextmanager
     def implicit_region(self, name: str) -> Iterator[None]:
@@ -69,10 +75,9 @@ def fire_all(regs: dict[str, Registry]) -> None:
 
 def test_gpu_trace_reports_each_sync_api_and_a_single_allocation() -> None:
     hook, regs, sink = gpu_trace()
-    (rec,) = records(1)
-    hook.region_enter(rec, True)
+    sink.hot = True
     fire_all(regs)
-    hook.region_exit(rec, True)
+    sink.hot = False
     assert [(e.kind, e.layer, e.detail, e.count, e.thread) for e in sink.events] == [
         ("sync", "gpu_trace", "device synchronize (torch.cuda.synchronize)", 1, threading.get_ident()),
         ("sync", "gpu_trace", "stream synchronize", 1, threading.get_ident()),
@@ -84,28 +89,35 @@ def test_gpu_trace_reports_each_sync_api_and_a_single_allocation() -> None:
     assert all(r.callback_list == [] for r in regs.values())
 
 
-def test_gpu_trace_counts_nested_hot_regions_and_ignores_cold_ones() -> None:
+def test_gpu_trace_reports_only_while_the_checker_says_hot_and_never_in_its_reads() -> None:
     hook, regs, sink = gpu_trace()
-    fire_all(regs)  # installed, no region: nothing
-    outer, inner = records(2)
-    hook.region_exit(outer, False)  # a cold region closing never makes the hook hot
-    hook.region_exit(outer, True)  # nor a hot one closing more often than opened
-    fire_all(regs)
+    fire_all(regs)  # installed, no hot region: nothing
     assert sink.events == []
-    hook.region_enter(outer, True)
-    hook.region_enter(inner, True)
-    hook.region_exit(inner, True)
-    hook.region_exit(inner, False)
-    regs["device_sync"].fire()  # the outer hot region is still open
-    hook.region_exit(outer, True)
-    fire_all(regs)
+    assert type(hook).region_enter is Hook.region_enter  # opening a region costs this layer nothing
+    sink.hot = True
+    regs["device_sync"].fire()
     assert [e.detail for e in sink.events] == ["device synchronize (torch.cuda.synchronize)"]
-    hook.region_enter(outer, False)
-    fire_all(regs)
     sink.read = True
-    hook.region_enter(outer, True)
     fire_all(regs)  # the checker's own reads
+    sink.hot, sink.read = False, False
+    fire_all(regs)
     assert len(sink.events) == 1
+
+
+def test_gpu_trace_asks_the_checker_which_regions_are_hot_on_the_calling_thread() -> None:
+    regs = {k: Registry() for k in ("device_sync", "stream_sync", "event_sync", "alloc")}
+    hook = GpuTraceHook(registries=regs, activate=lambda: None, available=lambda: True)
+    with Checker(layers=[hook], device="cpu") as chk:
+        regs["device_sync"].fire()  # no region
+        with chk.region("capture"):
+            regs["device_sync"].fire()  # a cold region
+            with chk.region("replay", step=3):
+                regs["stream_sync"].fire(7)
+                other = threading.Thread(target=regs["event_sync"].fire, args=(1,))
+                other.start()
+                other.join()  # another thread: not this region's
+        findings = chk.drain_findings()
+    assert [(f.id, f.location.step, f.evidence["details"]) for f in findings] == [("FC201", 3, ["stream synchronize"])]
 
 
 def test_gpu_trace_removes_exactly_its_callbacks_whatever_was_added_after_it() -> None:

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from flashcheck.errors import InvalidArgument
+from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import LAYER_NAMES, build_hooks
+from flashcheck.runtime.hooks.base import Hook
 from flashcheck.runtime.hooks.dispatch import DispatchHook
 from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
@@ -50,26 +52,20 @@ def sync_debug(mode: Mode, sink: RecordingSink | None = None) -> tuple[SyncDebug
     return hook, sink
 
 
-def test_sync_debug_arms_once_per_outermost_hot_region() -> None:
+def test_sync_debug_arms_for_the_whole_installation_and_restores_the_users_mode() -> None:
     mode = Mode()
     with warnings.catch_warnings():
         hook, _ = sync_debug(mode)
-        outer, inner = records(2)
-        hook.region_exit(outer, True)  # closing more often than opened: nothing
-        hook.region_enter(outer, False)
-        assert mode.calls == [1, 0]  # the arm at install that silences torch's prototype warning
-        hook.region_enter(outer, True)
-        hook.region_enter(inner, True)
-        hook.region_exit(inner, True)
-        hook.region_exit(inner, False)
-        assert mode.calls == [1, 0, 1] and mode.mode == 1
-        hook.region_exit(outer, True)
-        assert mode.calls == [1, 0, 1, 0]
-        hook.region_exit(outer, True)
-        hook.region_enter(outer, True)
-        assert mode.calls == [1, 0, 1, 0, 1]
-        hook.uninstall()  # inside a hot region: the mode the user had is restored
-    assert mode.calls == [1, 0, 1, 0, 1, 0] and mode.mode == 0
+        assert mode.calls == [1] and mode.mode == 1  # armed once, at install
+        assert type(hook).region_enter is Hook.region_enter  # opening a region costs this layer nothing
+        hook.uninstall()
+    assert mode.calls == [1, 0] and mode.mode == 0
+    for users in (1, 2):  # the user's own "warn" or "error": left alone
+        theirs = Mode(mode=users)
+        with warnings.catch_warnings():
+            hook, _ = sync_debug(theirs)
+            hook.uninstall()
+        assert theirs.calls == [] and theirs.mode == users
 
 
 def test_sync_debug_only_other_warnings_escape_the_install() -> None:
@@ -144,13 +140,23 @@ def test_sync_debug_rehooks_when_either_half_was_reset(reset: str) -> None:
             warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
         else:
             warnings.filters.remove(hook._filter)  # type: ignore[attr-defined]
-        (rec,) = records(1)
-        hook.region_enter(rec, True)
+        hook.refresh()
         for _ in range(3):
             mode.sync()  # one line, three times: counted three times only with the "always" filter
-        hook.region_exit(rec, True)
         hook.uninstall()
     assert len(sink.events) == 3
+
+
+def test_sync_debug_is_rehooked_when_an_outermost_region_opens() -> None:
+    mode = Mode()
+    hook = SyncDebugHook(get_mode=mode.get, set_mode=mode.set, available=lambda: True)
+    with warnings.catch_warnings(), Checker(layers=[hook], device="cpu") as chk:
+        warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]  # what pytest does
+        with chk.region("replay", step=1):
+            mode.sync()
+        mode.sync()  # outside every region: dropped
+        findings = chk.drain_findings()
+    assert [(f.id, f.location.step, f.evidence["layers"]) for f in findings] == [("FC201", 1, ["sync_debug"])]
 
 
 def test_sync_debug_leaves_a_showwarning_installed_after_it_alone() -> None:

@@ -19,10 +19,12 @@ from flashcheck.findings import Finding
 from flashcheck.runtime.api import REGIONS, Region
 from flashcheck.runtime.arena import GUARD_BYTES, Arena
 from flashcheck.runtime.hooks import Hook, HookError, LayerSpec, build_hooks
-from flashcheck.runtime.monitor import Event, Monitor
+from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
 from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["Checker"]
+
+_NO_REGION: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
 class Checker:
@@ -63,7 +65,8 @@ class Checker:
         self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
         self._pending: list[Finding] = []
         self._installed: list[Hook] = []
-        self._region_hooks: list[Hook] = []
+        self._region_hooks: dict[str, tuple[Hook, ...]] = {}  # per region name: the hooks that act on it
+        self._refresh: tuple[Hook, ...] = ()  # hooks re-checked when an outermost region opens
         self._errors: list[tuple[str, BaseException]] = []
         self._entered = False
         self._owner: int | None = None
@@ -89,8 +92,11 @@ class Checker:
                 h.uninstall()
             raise
         self._installed = installed
-        # hooks that act on regions: the others (the base class's no-ops) are not called twice per region
-        self._region_hooks = [h for h in installed if _acts_on_regions(h)]
+        # hooks that act on regions, per region name: the others (the base class's no-ops) are not called twice
+        # per region, which is what the cheap layers cost on an engine's replay loop
+        acting = [h for h in installed if _acts_on_regions(h)]
+        self._region_hooks = {n: tuple(h for h in acting if _wants(h, n)) for n in REGIONS}
+        self._refresh = tuple(h for h in installed if type(h).refresh is not Hook.refresh)
         self.active_layers = [h.layer for h in installed]
         self._entered = True
         self._owner = threading.get_ident()
@@ -114,7 +120,7 @@ class Checker:
         for h in self._installed:
             for ev in h.collect():  # what a deferred layer flushed while uninstalling
                 self.monitor.observe(ev)
-        self._installed, self._region_hooks = [], []
+        self._installed, self._region_hooks, self._refresh = [], {}, ()
         if exc_type is None:
             self._raise_hook_errors()
 
@@ -135,11 +141,12 @@ class Checker:
         self, name: Region, *, step: int | None = None, step_name: str | None = None
     ) -> contextlib.AbstractContextManager[None]:
         """Attribute everything inside to region `name` of `step` (regions nest; the innermost one wins)."""
-        if name not in REGIONS:
-            raise InvalidArgument(f"region {name!r} is not one of {', '.join(REGIONS)}")
-        if not self._entered:
+        hooks = self._region_hooks.get(name)
+        if hooks is None:
+            if name not in REGIONS:
+                raise InvalidArgument(f"region {name!r} is not one of {', '.join(REGIONS)}")
             raise UsageError("open regions inside `with Checker(...) as checker:`; this checker is not active")
-        return _Region(self, name, step, step_name)
+        return _Region(self, name, step, step_name, hooks)
 
     @contextlib.contextmanager
     def checker_read(self) -> Iterator[None]:
@@ -183,13 +190,13 @@ class Checker:
     def reading(self) -> bool:
         return self.monitor.reading()
 
-    @contextlib.contextmanager
-    def implicit_region(self, name: str) -> Iterator[None]:
+    def hot_now(self) -> bool:
+        return self.monitor.hot_open()
+
+    def implicit_region(self, name: str) -> contextlib.AbstractContextManager[None]:
         if self.monitor.any_open or not self._entered or name not in REGIONS:
-            yield
-            return
-        with self.region(name):
-            yield
+            return _NO_REGION  # called around every graph replay: no generator when a region is open already
+        return self.region(name)
 
     # ------------------------------------------------------------------------------------------- internals
     def _arena_findings(self, findings: list[Finding]) -> None:
@@ -215,41 +222,55 @@ class Checker:
         return f"Checker(layers={self._spec!r}, {state})"
 
 
-class _Region:
-    """One open region (a plain class, not a generator: regions open twice per engine step, so their cost counts)."""
+class _Region(RegionRecord):
+    """One region: its record, and the context manager that opens it (a plain class, not a generator, and one
+    object: regions open twice per engine step, so their cost counts)."""
 
-    __slots__ = ("_chk", "_entered", "_hot", "_name", "_rec", "_step", "_step_name")
+    __slots__ = ("_chk", "_entered", "_hooks")
 
-    def __init__(self, chk: Checker, name: Region, step: int | None, step_name: str | None) -> None:
-        self._chk, self._name, self._step, self._step_name = chk, name, step, step_name
-        self._entered: list[Hook] = []
+    def __init__(
+        self, chk: Checker, name: Region, step: int | None, step_name: str | None, hooks: tuple[Hook, ...]
+    ) -> None:
+        self.name, self.step, self.step_name, self.stack = name, step, step_name, ()
+        self._chk, self._hooks, self._entered = chk, hooks, 0
 
     def __enter__(self) -> None:
         chk = self._chk
         mon = chk.monitor
-        stack = capture_stack(2) if mon.record_region_stacks else ()
-        rec = self._rec = mon.enter(self._name, step=self._step, step_name=self._step_name, stack=stack)
-        hot = self._hot = mon.is_hot(rec.names()) is not None
-        entered = self._entered
-        try:
-            for h in chk._region_hooks:
-                h.region_enter(rec, hot)
-                entered.append(h)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        if chk._refresh and not mon._open:
+            for h in chk._refresh:
+                h.refresh()
+        if mon.record_region_stacks:
+            self.stack = capture_stack(2)
+        mon.open(self)
+        if self._hooks:
+            hot = self.hot is not None
+            try:
+                for h in self._hooks:
+                    h.region_enter(self, hot)
+                    self._entered += 1
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            for h in reversed(self._entered):
-                h.region_exit(self._rec, self._hot)
+            if self._entered:
+                hot = self.hot is not None
+                for h in reversed(self._hooks[: self._entered]):
+                    h.region_exit(self, hot)
         finally:
-            self._entered = []
-            self._chk.monitor.exit(self._rec)
+            self._entered = 0
+            self._chk.monitor.exit(self)
 
 
 def _acts_on_regions(h: Hook) -> bool:
     cls = type(h)
     return cls.region_enter is not Hook.region_enter or cls.region_exit is not Hook.region_exit
+
+
+def _wants(h: Hook, name: str) -> bool:
+    names = h.region_names()
+    return names is None or name in names

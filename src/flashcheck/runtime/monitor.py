@@ -9,6 +9,7 @@ event streams.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ Memory = Literal["pageable", "pinned", "unknown"]
 HOT_REGIONS: frozenset[str] = frozenset({"plan", "run", "prepare_replay", "replay"})
 GRAPH_PATH_REGIONS: frozenset[str] = frozenset({"prepare_replay", "replay"})
 _MAX_DETAILS = 8
+_get_ident = threading.get_ident
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ class RegionRecord:
     enclosing: tuple[Region, ...]  # names of the regions open around it, outermost first (itself excluded)
     stack: tuple[Frame, ...] = ()  # where the region was opened (recorded when a stackless layer is active)
     closed: bool = False
+    hot: str | None = None  # the outermost region name that makes this place hot (see `Monitor.is_hot`)
+    graph_hot: str | None = None  # the same for the rules of the graph path only (allocations)
 
     def names(self) -> tuple[Region, ...]:
         return (*self.enclosing, self.name)
@@ -122,7 +126,8 @@ class Monitor:
         cold_regions: per-step regions a target declares cold (it runs them once, not every step); nothing inside
             them is reported. Default: none.
         record_region_stacks: remember where each region was opened, used as the location of events that carry no
-            Python stack (CUPTI, allocator statistics).
+            Python stack (CUPTI, allocator statistics), and keep closed regions until the next drain for the events
+            those layers report later by region id. Without it a region is forgotten as it closes.
     """
 
     def __init__(self, *, cold_regions: Iterable[str] = (), record_region_stacks: bool = False) -> None:
@@ -131,7 +136,10 @@ class Monitor:
         self._lock = threading.RLock()
         self._open: list[RegionRecord] = []
         self._regions: dict[int, RegionRecord] = {}
-        self._next_id = 1
+        self._ids = itertools.count(1)
+        # per region name: hot by itself (not cold), and hot on the graph path; regions open twice per engine step
+        self._hot_names = HOT_REGIONS - self.cold_regions
+        self._graph_names = GRAPH_PATH_REGIONS - self.cold_regions
         self._reading: dict[int, int] = {}  # thread -> checker_read depth
         self._groups: dict[tuple[Check, int, tuple[str, int] | None], _Group] = {}
         self._order: list[tuple[Check, int, tuple[str, int] | None]] = []
@@ -148,32 +156,52 @@ class Monitor:
         thread: int | None = None,
         stack: tuple[Frame, ...] = (),
     ) -> RegionRecord:
-        with self._lock:
-            rec = RegionRecord(
-                id=self._next_id,
-                name=name,
-                step=step,
-                step_name=step_name,
-                thread=threading.get_ident() if thread is None else thread,
-                enclosing=tuple(r.name for r in self._open),
-                stack=stack if self.record_region_stacks else (),
-            )
-            self._next_id += 1
-            self._open.append(rec)
-            self._regions[rec.id] = rec
-            return rec
+        """Open region `name` inside the regions open now; returns its record."""
+        rec = RegionRecord(0, name, step, step_name, 0, (), stack)
+        self.open(rec, thread)
+        return rec
+
+    def open(self, rec: RegionRecord, thread: int | None = None) -> None:
+        """Open `rec` (its name, step and stack set): give it an id, its thread and enclosing regions, and whether it
+        is hot. Lock-free: list and dict updates are atomic under the GIL, and an engine opens two regions per step,
+        so every instruction here counts."""
+        open_ = self._open
+        name = rec.name
+        if open_:
+            parent = open_[-1]
+            rec.enclosing = (*parent.enclosing, parent.name)
+            rec.hot = parent.hot or (name if name in self._hot_names else None)
+            rec.graph_hot = parent.graph_hot or (name if name in self._graph_names else None)
+        else:
+            rec.enclosing = ()
+            rec.hot = name if name in self._hot_names else None
+            rec.graph_hot = name if name in self._graph_names else None
+        rec.id = rid = next(self._ids)
+        rec.thread = _get_ident() if thread is None else thread
+        rec.closed = False
+        if not self.record_region_stacks:
+            rec.stack = ()
+        open_.append(rec)
+        self._regions[rid] = rec
 
     def exit(self, rec: RegionRecord) -> None:
-        with self._lock:
-            if not self._open or self._open[-1] is not rec:
-                opened = " > ".join(r.name for r in self._open) or "none"
-                raise RuntimeError(f"region {rec.name!r} (id {rec.id}) closed out of order; open regions: {opened}")
-            self._open.pop()
-            rec.closed = True
+        open_ = self._open
+        if not open_ or open_[-1] is not rec:
+            opened = " > ".join(r.name for r in open_) or "none"
+            raise RuntimeError(f"region {rec.name!r} (id {rec.id}) closed out of order; open regions: {opened}")
+        open_.pop()
+        rec.closed = True
+        if not self.record_region_stacks:  # only layers that report later (without a stack) name closed regions
+            self._regions.pop(rec.id, None)
 
     @property
     def any_open(self) -> bool:
         return bool(self._open)
+
+    def hot_open(self, thread: int | None = None) -> bool:
+        """Whether the innermost region open on `thread` (default: the calling one) is hot."""
+        rec = self._innermost(threading.get_ident() if thread is None else thread)
+        return rec is not None and rec.hot is not None
 
     @property
     def open_regions(self) -> tuple[RegionRecord, ...]:
@@ -239,7 +267,7 @@ class Monitor:
 
     def _classify(self, ev: Event, rec: RegionRecord) -> tuple[Check, str, str] | None:
         names = rec.names()
-        hot = self.is_hot(names)
+        hot = rec.hot
         copy = ev.kind in ("d2h_copy", "h2d_copy")
         captured = "capture" in names and ev.capturing is not False
         if copy and ev.memory == "pinned" and (captured or (ev.in_graph and hot is not None)):
@@ -254,7 +282,7 @@ class Monitor:
             return HOST_SYNC_IN_REPLAY, hot, "device-to-host copy"
         if ev.kind == "h2d_copy" and ev.memory == "pageable":
             return HOST_SYNC_IN_REPLAY, hot, "host-to-device copy from pageable memory (a blocking staging copy)"
-        graph_hot = self.is_hot(names, graph_path=True)
+        graph_hot = rec.graph_hot
         if graph_hot is None:
             return None
         if ev.kind == "alloc":
@@ -300,8 +328,9 @@ class Monitor:
             out = [self._finding(self._groups[k]) for k in self._order]
             self._groups.clear()
             self._order.clear()
-            open_ids = {r.id for r in self._open}
-            self._regions = {i: r for i, r in self._regions.items() if i in open_ids}
+            for i, r in list(self._regions.items()):  # a copy: another thread may open a region meanwhile
+                if r.closed:
+                    del self._regions[i]
             return out
 
     def _finding(self, g: _Group) -> Finding:

@@ -38,6 +38,10 @@ class EventSink(Protocol):
         """True inside ``checker_read()`` on the calling thread (hooks may skip work then)."""
         ...
 
+    def hot_now(self) -> bool:
+        """True while a hot region (see `flashcheck.runtime.monitor.HOT_REGIONS`) is open on the calling thread."""
+        ...
+
     def implicit_region(self, name: str) -> contextlib.AbstractContextManager[None]:
         """A region opened by a hook (e.g. around ``CUDAGraph.replay``) when the driver has none open."""
         ...
@@ -83,6 +87,15 @@ class Hook:
         raise NotImplementedError
 
     # Region and read notifications (called by the checker; `hot` says whether replay rules apply).
+    def region_names(self) -> frozenset[str] | None:
+        """The region names whose `region_enter`/`region_exit` this hook acts on (None: every region). The checker
+        calls a hook only for these: an engine opens two regions per step, so a call that does nothing still costs."""
+        return None
+
+    def refresh(self) -> None:
+        """Called when an outermost region opens: re-install what somebody else may have reset meanwhile."""
+        return None
+
     def region_enter(self, rec: RegionRecord, hot: bool) -> None:
         return None
 

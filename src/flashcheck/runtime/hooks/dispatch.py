@@ -101,23 +101,35 @@ def classify(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Ev
     return None
 
 
+_CAPTURE_ONLY = frozenset({"capture"})
 _WATCHED = frozenset(
     {"aten::_local_scalar_dense", "aten::_to_copy", "aten::copy_", "aten::index", "aten::repeat_interleave", *_SYNC_OPS}
 )
 
 
+_MODE_CLASS: list[Any] = []  # the dispatch-mode class, built once (building a class per region costs ~60 µs)
+
+
 def _make_mode(hook: DispatchHook) -> Any:
-    from torch.utils._python_dispatch import TorchDispatchMode
+    if not _MODE_CLASS:
+        from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
-            name = func._schema.name
-            if name in _WATCHED:
-                hook._observe(name, args, kwargs)  # before the call: a capture error must not hide the event
-            return func(*args, **kwargs)
+        class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+            def __init__(self, owner: DispatchHook) -> None:
+                super().__init__()  # type: ignore[no-untyped-call]
+                self.owner = owner
 
-    return _FlashcheckMode()  # type: ignore[no-untyped-call]
+            def __torch_dispatch__(
+                self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+            ) -> Any:
+                kwargs = kwargs or {}
+                name = func._schema.name
+                if name in _WATCHED:
+                    self.owner._observe(name, args, kwargs)  # before the call: a capture error must not hide it
+                return func(*args, **kwargs)
+
+        _MODE_CLASS.append(_FlashcheckMode)
+    return _MODE_CLASS[0](hook)
 
 
 class DispatchHook(Hook):
@@ -137,6 +149,9 @@ class DispatchHook(Hook):
 
     def _uninstall(self) -> None:
         self._pop()
+
+    def region_names(self) -> frozenset[str] | None:
+        return _CAPTURE_ONLY if self.scope == "capture" else None
 
     def _wants(self, rec: RegionRecord, hot: bool) -> bool:
         return "capture" in rec.names() or (hot and self.scope == "hot+capture")

@@ -5,7 +5,8 @@ Catches ``torch.cuda.synchronize()`` (device sync), ``Event.synchronize()``, eve
 its Python stack. Misses (measured on an H100): ``non_blocking`` pageable copies, syncs and ``cudaMalloc``
 inside C++ extensions. Cost: none measurable. ``torch._C._activate_gpu_trace()`` cannot be undone, so it is called
 once per process; our callbacks are added to torch's registries on install, removed on uninstall, and return at once
-outside hot regions.
+unless a hot region is open on the calling thread (the hook asks the checker when a callback fires, so opening a
+region costs it nothing).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flashcheck.runtime.hooks.base import EventSink, Hook
-from flashcheck.runtime.monitor import Event, EventKind, RegionRecord
+from flashcheck.runtime.monitor import Event, EventKind
 from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["GpuTraceHook"]
@@ -65,7 +66,6 @@ class GpuTraceHook(Hook):
         self._activate = activate or _activate
         self._available = available
         self._callbacks: dict[str, Callable[..., None]] = {}
-        self._hot = 0
 
     def unavailable_reason(self) -> str | None:
         if self._available is not None:
@@ -78,7 +78,6 @@ class GpuTraceHook(Hook):
         regs = self._registries if self._registries is not None else _torch_registries()
         self._registries = regs
         self._activate()
-        self._hot = 0
         self._callbacks = {
             "device_sync": self._on_device_sync,
             "stream_sync": self._on_stream_sync,
@@ -98,22 +97,11 @@ class GpuTraceHook(Hook):
                     del lst[i]
                     break
         self._callbacks = {}
-        self._hot = 0
-
-    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
-        if hot:
-            self._hot += 1
-
-    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
-        if hot and self._hot:
-            self._hot -= 1
 
     def _report(self, kind: EventKind, detail: str) -> None:
-        if not self._hot:
-            return
         try:
             sink = self._sink
-            if sink is None or sink.reading():
+            if sink is None or not sink.hot_now() or sink.reading():
                 return
             self._emit(Event(kind, "gpu_trace", capture_stack(3), detail, thread=threading.get_ident()))
         except Exception as exc:  # torch's CallbackRegistry would only log it

@@ -4,8 +4,9 @@ Catches what reaches ``c10::cuda::warn_or_error_on_sync``: ``.item()``, ``.cpu()
 ``nonzero``, boolean-mask indexing, ``torch.tensor(list, device=cuda)``, ``stream.synchronize()`` and blocking
 pageable copies, each with the Python stack of the call. Misses (measured on an H100): ``torch.cuda
 .synchronize()``, ``Event.synchronize()``, every ``non_blocking=True`` copy (pageable ones block silently), and every
-sync inside a C++ extension (FlashInfer's ``plan()``). Cost: none measurable. The mode is process-global; it is
-armed only while a hot region is open, and warnings of other threads are ignored by the monitor.
+sync inside a C++ extension (FlashInfer's ``plan()``). The mode is process-global; it stays armed while the hook is
+installed, so opening a region costs nothing here; a sync outside every hot region (or inside the checker's own
+reads, or on another thread) is dropped by the monitor, at the price of one Python warning per such sync.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flashcheck.runtime.hooks.base import EventSink, Hook
-from flashcheck.runtime.monitor import Event, RegionRecord
+from flashcheck.runtime.monitor import Event
 from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["PROTOTYPE_TEXT", "SYNC_TEXT", "SyncDebugHook"]
@@ -42,7 +43,7 @@ def _torch_set_mode(mode: int) -> None:
 
 
 class SyncDebugHook(Hook):
-    """Arms ``torch.cuda.set_sync_debug_mode("warn")`` in hot regions and routes its warnings to the monitor.
+    """Arms ``torch.cuda.set_sync_debug_mode("warn")`` while installed and routes its warnings to the monitor.
 
     Installs a ``warnings.showwarning`` that chains to the previous one (pytest's, another tool's) for every other
     warning, and an "always" filter for the sync message (the default filter shows a warning once per line, which
@@ -66,7 +67,7 @@ class SyncDebugHook(Hook):
         self._prev_mode = 0
         self._prev_show: ShowWarning | None = None
         self._filter: tuple[Any, ...] | None = None
-        self._hot_depth = 0
+        self._show: ShowWarning = self._showwarning  # one bound method, compared by identity in `refresh`
 
     def unavailable_reason(self) -> str | None:
         if self._available is not None:
@@ -78,22 +79,21 @@ class SyncDebugHook(Hook):
     # ---------------------------------------------------------------------------------------- life cycle
     def _install(self, sink: EventSink) -> None:
         self._prev_mode = self._get_mode()
-        # Arm once now, with the prototype warning silenced, so that later arms in regions are quiet and cheap.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=PROTOTYPE_TEXT)
-            self._set_mode(max(self._prev_mode, 1))
-            self._set_mode(self._prev_mode)
-        self._hot_depth = 0
+        if self._prev_mode == 0:
+            # Armed for the whole installation, with torch's one-time prototype warning silenced.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=PROTOTYPE_TEXT)
+                self._set_mode(1)
         self._install_warning_hook()
 
     def _install_warning_hook(self) -> None:
         self._prev_show = warnings.showwarning
-        warnings.showwarning = self._showwarning
+        warnings.showwarning = self._show
         warnings.filterwarnings("always", message=".*" + SYNC_TEXT)
         self._filter = warnings.filters[0]
 
     def _remove_warning_hook(self) -> None:
-        if warnings.showwarning == self._showwarning and self._prev_show is not None:
+        if warnings.showwarning is self._show and self._prev_show is not None:
             warnings.showwarning = self._prev_show
         if self._filter is not None and self._filter in warnings.filters:
             warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list at run time
@@ -105,29 +105,21 @@ class SyncDebugHook(Hook):
 
     def _uninstall(self) -> None:
         try:
-            if self._hot_depth:
-                self._set_mode(self._prev_mode)
+            if self._prev_mode == 0:
+                self._set_mode(0)
         finally:
-            self._hot_depth = 0
             self._remove_warning_hook()
 
-    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
-        if not hot:
-            return
+    def refresh(self) -> None:
         # pytest's catch_warnings (and others) restore showwarning and the filters behind our back: re-hook.
-        if warnings.showwarning != self._showwarning or self._filter not in warnings.filters:
+        filters = warnings.filters
+        if (
+            warnings.showwarning is not self._show
+            or not filters
+            or (filters[0] is not self._filter and self._filter not in filters)
+        ):
             self._remove_warning_hook()
             self._install_warning_hook()
-        if self._hot_depth == 0 and self._prev_mode == 0:
-            self._set_mode(1)
-        self._hot_depth += 1
-
-    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
-        if not hot or self._hot_depth == 0:
-            return
-        self._hot_depth -= 1
-        if self._hot_depth == 0 and self._prev_mode == 0:
-            self._set_mode(0)
 
     # ------------------------------------------------------------------------------------------- warnings
     def _showwarning(
