@@ -179,10 +179,11 @@ class Monitor:
         rec.id = rid = next(self._ids)
         rec.thread = _get_ident() if thread is None else thread
         rec.closed = False
-        if not self.record_region_stacks:
+        if self.record_region_stacks:  # layers that report later name regions by id, closed ones too
+            self._regions[rid] = rec
+        else:
             rec.stack = ()
         open_.append(rec)
-        self._regions[rid] = rec
 
     def exit(self, rec: RegionRecord) -> None:
         open_ = self._open
@@ -191,8 +192,6 @@ class Monitor:
             raise RuntimeError(f"region {rec.name!r} (id {rec.id}) closed out of order; open regions: {opened}")
         open_.pop()
         rec.closed = True
-        if not self.record_region_stacks:  # only layers that report later (without a stack) name closed regions
-            self._regions.pop(rec.id, None)
 
     @property
     def any_open(self) -> bool:
@@ -209,7 +208,10 @@ class Monitor:
         return tuple(self._open)
 
     def region(self, region_id: int) -> RegionRecord | None:
-        return self._regions.get(region_id)
+        rec = self._regions.get(region_id)
+        if rec is None:  # without a deferred layer only the open regions are known
+            rec = next((r for r in self._open if r.id == region_id), None)
+        return rec
 
     def begin_read(self, thread: int | None = None) -> None:
         t = threading.get_ident() if thread is None else thread
@@ -241,7 +243,7 @@ class Monitor:
         """Attribute one event to a region and fold it into the pending findings (cheap when it is harmless)."""
         with self._lock:
             if ev.region_id is not None:
-                rec = self._regions.get(ev.region_id)
+                rec = self.region(ev.region_id)
             else:
                 if ev.thread is not None and self._reading.get(ev.thread, 0) > 0:
                     self.ignored += 1

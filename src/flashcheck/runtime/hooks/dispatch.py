@@ -119,9 +119,7 @@ def _make_mode(hook: DispatchHook) -> Any:
                 super().__init__()  # type: ignore[no-untyped-call]
                 self.owner = owner
 
-            def __torch_dispatch__(
-                self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-            ) -> Any:
+            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 name = func._schema.name
                 if name in _WATCHED:

@@ -68,6 +68,7 @@ class SyncDebugHook(Hook):
         self._prev_show: ShowWarning | None = None
         self._filter: tuple[Any, ...] | None = None
         self._show: ShowWarning = self._showwarning  # one bound method, compared by identity in `refresh`
+        self._seen: tuple[object, int] = (None, 0)  # the filter list (and its length) `refresh` last found us in
 
     def unavailable_reason(self) -> str | None:
         if self._available is not None:
@@ -91,6 +92,7 @@ class SyncDebugHook(Hook):
         warnings.showwarning = self._show
         warnings.filterwarnings("always", message=".*" + SYNC_TEXT)
         self._filter = warnings.filters[0]
+        self._seen = (warnings.filters, len(warnings.filters))
 
     def _remove_warning_hook(self) -> None:
         if warnings.showwarning is self._show and self._prev_show is not None:
@@ -111,15 +113,16 @@ class SyncDebugHook(Hook):
             self._remove_warning_hook()
 
     def refresh(self) -> None:
-        # pytest's catch_warnings (and others) restore showwarning and the filters behind our back: re-hook.
+        # pytest's catch_warnings (and others) restore showwarning and the filters behind our back: re-hook. Called
+        # at every outermost region, so the usual case is three identity and length checks (comparing filters is
+        # slow: their patterns compare by value).
         filters = warnings.filters
-        if (
-            warnings.showwarning is not self._show
-            or not filters
-            or (filters[0] is not self._filter and self._filter not in filters)
-        ):
+        if warnings.showwarning is self._show and filters is self._seen[0] and len(filters) == self._seen[1]:
+            return
+        if warnings.showwarning is not self._show or self._filter not in filters:
             self._remove_warning_hook()
             self._install_warning_hook()
+        self._seen = (warnings.filters, len(warnings.filters))
 
     # ------------------------------------------------------------------------------------------- warnings
     def _showwarning(
