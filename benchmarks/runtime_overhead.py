@@ -6,7 +6,7 @@ and no region. Each checker setting runs its rounds interleaved with rounds of "
 alike ("cheap" first, "all" last: torch.profiler leaves a cost in the process once started); the table shows the
 median µs per step and the ratio to the "off" rounds beside it.
 
-    python benchmarks/runtime_overhead.py --out reports/raw/runtime_overhead.json [--steps 2000 --rounds 9]
+    python benchmarks/runtime_overhead.py --out reports/raw/runtime_overhead.json [--steps 3000 --rounds 15]
 
 Needs a CUDA device; on a machine without one it exits with status 3 and says so.
 """
@@ -53,8 +53,8 @@ def _versions(torch: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="path of the JSON result")
-    ap.add_argument("--steps", type=int, default=2000, help="replay steps per mode and round")
-    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (median reported)")
+    ap.add_argument("--steps", type=int, default=3000, help="replay steps per mode and round")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported)")
     ap.add_argument("--warmup", type=int, default=200, help="untimed steps per mode and round")
     ap.add_argument("--batch", type=int, default=64, help="rows of the graph's input")
     ap.add_argument("--hidden", type=int, default=1024, help="columns of the graph's input")
