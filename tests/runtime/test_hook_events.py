@@ -26,6 +26,7 @@ class RecordingSink:
         self.errors: list[tuple[str, BaseException]] = []
         self.read = False
         self.hot = False
+        self.open = False
 
     def emit(self, event: Event) -> None:
         self.events.append(event)
@@ -38,6 +39,9 @@ class RecordingSink:
 
     def hot_now(self) -> bool:
         return self.hot
+
+    def region_open(self) -> bool:
+        return self.open
 
     @contextlib.contextmanager
     def implicit_region(self, name: str) -> Iterator[None]:

@@ -202,9 +202,11 @@ def test_graph_replay_on_an_inherited_replay_removes_its_own_attribute_on_uninst
             opened.append(name)
             yield
 
-    hook = GraphReplayHook(owner=Graph)
-    hook.install(Sink())
+    hook, sink = GraphReplayHook(owner=Graph), Sink()
+    hook.install(sink)
     assert "replay" in Graph.__dict__ and Graph.replay.__flashcheck_wrapper__ is True  # type: ignore[attr-defined]
+    assert Graph().replay() == "base" and opened == ["replay"]
+    sink.open = True  # the driver's own region is open: the replay runs inside it, no implicit one
     assert Graph().replay() == "base" and opened == ["replay"]
     hook.uninstall()
     assert "replay" not in Graph.__dict__ and Graph.replay is Base.replay and Graph().replay() == "base"

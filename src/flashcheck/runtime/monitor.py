@@ -157,7 +157,7 @@ class Monitor:
         stack: tuple[Frame, ...] = (),
     ) -> RegionRecord:
         """Open region `name` inside the regions open now; returns its record."""
-        rec = RegionRecord(0, name, step, step_name, 0, (), stack)
+        rec = RegionRecord(0, name, step, step_name, 0, (), stack if self.record_region_stacks else ())
         self.open(rec, thread)
         return rec
 
@@ -181,8 +181,6 @@ class Monitor:
         rec.closed = False
         if self.record_region_stacks:  # layers that report later name regions by id, closed ones too
             self._regions[rid] = rec
-        else:
-            rec.stack = ()
         open_.append(rec)
 
     def exit(self, rec: RegionRecord) -> None:

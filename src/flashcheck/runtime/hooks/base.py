@@ -38,6 +38,10 @@ class EventSink(Protocol):
         """True inside ``checker_read()`` on the calling thread (hooks may skip work then)."""
         ...
 
+    def region_open(self) -> bool:
+        """True while any region is open (on any thread)."""
+        ...
+
     def hot_now(self) -> bool:
         """True while a hot region (see `flashcheck.runtime.monitor.HOT_REGIONS`) is open on the calling thread."""
         ...

@@ -48,7 +48,7 @@ class GraphReplayHook(Hook):
         @functools.wraps(prev)
         def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
             s = hook._sink
-            if not hook._active or s is None:
+            if not hook._active or s is None or s.region_open():  # the driver's region is open: nothing to add
                 return prev(graph, *args, **kwargs)
             with s.implicit_region("replay"):
                 return prev(graph, *args, **kwargs)
