@@ -1,11 +1,12 @@
 """Mutation score of the modules `[tool.mutmut]` in pyproject.toml names: how many single-line mutants of a detector,
-a property or the error classification the tests notice. Runs `mutmut run` (pip install mutmut; CPU only), then
-writes reports/mutation.md with the command, the date, the score of each module group and every surviving mutant's
-diff, so the survivors are a worklist of missing tests.
+a property, the error classification or a static rule the tests notice. Runs `mutmut run` (pip install mutmut; CPU
+only), keeps each group's per-mutant results in reports/raw/mutation.json, then writes reports/mutation.md from that
+file: the command and date of each group's run, the score of each module group and every surviving mutant's diff,
+so the survivors are a worklist of missing tests.
 
     python benchmarks/mutation.py                    # run every group and write reports/mutation.md
-    python benchmarks/mutation.py --group hooks      # run one group's mutants again (the report covers all)
-    python benchmarks/mutation.py --no-run           # write the report from the last run's results
+    python benchmarks/mutation.py --group rules      # run these groups again; the others keep their raw results
+    python benchmarks/mutation.py --no-run           # write the report from reports/raw/mutation.json
 
 One configuration covers every group: mutmut runs, for each mutant, only the tests that reached the mutated
 function, so a group costs what its own tests cost.
@@ -14,13 +15,17 @@ function, so a group costs what its own tests cost.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import os
+import platform
 import re
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 try:
     import tomllib
@@ -29,6 +34,7 @@ except ImportError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "reports" / "mutation.md"
+RAW = ROOT / "reports" / "raw" / "mutation.json"
 _DETECTED = ("killed", "timeout")  # mutmut counts a mutant that makes the tests run past its limit as killed
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
 
@@ -39,6 +45,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "hooks": ("flashcheck.runtime.hooks.",),
     "arena": ("flashcheck.runtime.arena.",),
     "classification": ("flashcheck.targets.classify.", "flashcheck.known."),
+    "rules": ("flashcheck.verifier.rules.",),
 }
 
 # Survivors that cannot change what a test can observe, as (function name part, regex over the diff, why). A rule
@@ -147,6 +154,58 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ("ǁmatches", r"get\(\"count\", (None)?\)", "a finding without a count is within every count of one or more"),
     ("ǁmatches", r"f\.location\.file or \"XXXX\"", "a file-less finding matches only an entry with an empty path"),
     ("x_finding_from_exception", r"fs\.lineno or 1", "a traceback frame always has a line number"),
+    # static rules
+    (
+        "x__resolved_name",
+        r"partition\(\"XX\.XX\"\)|if \(rest\) and False",
+        "the only torch functions of the rule's sets under a submodule are `synchronize`s, which the method-name "
+        "check reports whatever name resolves",
+    ),
+    (
+        "_cpu_positional",
+        r"startswith\(\"(XXtorch\.XX|TORCH\.)\"\)|dotted\(None\)|dotted\(a\) or \"XXXX\"|^\+\s+d = None$|^\+\s+break$",
+        "a `torch.*` argument of `.to()` is a dtype: no dtype is named with a cpu/host word, so it never reads as "
+        "the host either way",
+    ),
+    ("x__is_mask", r"local_assigns\.get\(index\.id, (None)?\)", "a name with no local binding is no mask either way"),
+    ("_check_fn", r"call\.args\[:3\]", "the third argument of torch.equal/allclose is a tolerance, not a tensor"),
+    (
+        "ǁFlashinferPrivateAttributeǁcheck",
+        r"startswith\(\"_\"\) or not|startswith\(\"XX__XX\"\)",
+        "every name of the private sets starts with one underscore: `_check` drops any other name either way",
+    ),
+    ("ǁ_Flowǁ_bound", r"\(\"(XXwrapperXX|WRAPPER)\", b\.wrapper", "a finding shows only the key's buffer name"),
+    ("ǁ_Flowǁ_transitive", r"memo\[key\] = None", "None and False are both no"),
+    ("_check_order", r"getattr\(node, \"lineno\", (None|1)?\)", "every statement and call has a line number"),
+    (
+        "ǁEmptyWorkspaceForZeroingKernelǁcheck",
+        r"kind = \(dotted\((alloc\.func|None)\) (or|and) terminal_name\((alloc\.func|None)\) (or|and) \"(XXXX)?\"\)"
+        r"\.rsplit\(\"\.\", (1|2)?\)\[(-|\+)1\]",
+        "allocations() yields calls of dotted `torch.*`/`x.new_*` names: the fallbacks are never reached and every "
+        "split gives the same last part",
+    ),
+    (
+        "x__size_arg",
+        r"name = \(dotted\(alloc\.func\) or \"(XXXX)?\"\)\.(r?split)\(\"\.\", (1|2)?\)\[(-|\+)1\]",
+        "allocations() yields two-part `torch.<factory>` names: every split gives the same factory name",
+    ),
+    (
+        "",
+        r"(dotted\((value|call|expr)\.func\)|terminal_name\((value\.func|t)\)) or \"XXXX\"",
+        'an unnamed callee or target matches no allocator, getter or workspace name, as "" does not',
+    ),
+    ("x__local_key", r"if \(key in built\) or True", "a key that built lacks is skipped by the caller's lookup"),
+    ("ǁNonGraphWrapperInCaptureǁcheck", r"built\.get\(key, (None)?\)", "a missing key is skipped either way"),
+    (
+        "x__derived",
+        r"if grown < tainted:",
+        "grown equals tainted only when nothing new was derived: another round adds nothing either",
+    ),
+    (
+        "x__fed_by_public_callers",
+        r"^\+\s+params = \[p for p in fn\.params if p not in \(\"(XXselfXX|SELF|self)\", \"(cls|XXclsXX|CLS)\"\)\]",
+        "a call's receiver is no argument that a caller derives from its own inputs",
+    ),
     (
         "x_check_output_contract",
         r"want_device\.(r?split)\(\":\", (maxsplit=\d)?\)\[0\]",
@@ -164,7 +223,10 @@ def _mutmut(*args: str, timeout: int = 7200) -> str:
         timeout=timeout,
         check=False,
     )
-    return proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:  # e.g. the tests fail without any mutant: no result of this run is meaningful
+        raise SystemExit(f"mutmut {args[0]} failed (exit {proc.returncode}):\n{out[-3000:]}")
+    return out
 
 
 def results() -> dict[str, str]:
@@ -236,18 +298,56 @@ def group_of(name: str) -> str:
     return next((g for g, prefixes in GROUPS.items() if name.startswith(prefixes)), "other")
 
 
-def render(statuses: dict[str, str], command: str, date: str) -> str:
+def load_raw() -> dict[str, Any]:
+    """reports/raw/mutation.json: per group the command, date and per-mutant status of its last run, and the
+    diff of every surviving mutant."""
+    if RAW.is_file():
+        raw: dict[str, Any] = json.loads(RAW.read_text(encoding="utf-8"))
+        return raw
+    return {"groups": {}, "diffs": {}}
+
+
+def record(raw: dict[str, Any], groups: list[str], statuses: dict[str, str], command: str) -> None:
+    """Replace the raw results of `groups` with this run's (mutants of other groups keep their last run's)."""
+    for g in groups:
+        mine = {n: s for n, s in sorted(statuses.items()) if group_of(n) == g and s != "not checked"}
+        raw["groups"][g] = {
+            "command": command,
+            "date": time.strftime("%Y-%m-%d"),
+            "mutmut": _version("mutmut"),
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+            "statuses": mine,
+        }
+    alive = {n for g in raw["groups"].values() for n, s in g["statuses"].items() if s not in _DETECTED}
+    fresh = sorted(n for n in alive if group_of(n) in groups)
+    kept = {n: v for n, v in raw["diffs"].items() if n in alive and group_of(n) not in groups}
+    raw["diffs"] = dict(sorted({**kept, **(diffs(fresh) if fresh else {})}.items()))
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def render(raw: dict[str, Any], command: str) -> str:
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    statuses = {n: s for g in raw["groups"].values() for n, s in g["statuses"].items()}
     survivors = sorted(n for n, s in statuses.items() if s not in _DETECTED)
-    d = diffs(survivors) if survivors else {}
+    d: dict[str, list[str]] = raw["diffs"]
     text = {n for n in survivors if text_only(d[n])}
     why = {n: w for n in survivors if n not in text and (w := equivalent(n, d[n])) is not None}
     total, killed = len(statuses), sum(s in _DETECTED for s in statuses.values())
     behaviour = total - len(text) - len(why)
+    runs = sorted({(g["date"], g["command"], g["mutmut"], g["python"], g["machine"]) for g in raw["groups"].values()})
     lines = [
         "# Mutation score",
         "",
-        f"Generated by `{command}` on {date} (mutmut, CPU). Modules: "
+        f"Written by `{command}` from `reports/raw/mutation.json`, which keeps each group's last run: "
+        + "; ".join(f"`{c}` on {dt} (mutmut {mv}, Python {py}, {m})" for dt, c, mv, py, m in runs)
+        + ". Modules: "
         + ", ".join(f"`{p}`" for p in cfg.get("source_paths", []))
         + "; tests: "
         + ", ".join(f"`{t}`" for t in cfg.get("pytest_add_cli_args_test_selection", []))
@@ -257,21 +357,22 @@ def render(statuses: dict[str, str], command: str, date: str) -> str:
         f"behaviour (less {len(text)} that only reword a message and {len(why)} equivalent ones, listed below), "
         f"**{killed} of {behaviour} ({100.0 * killed / max(1, behaviour):.1f}%)**.",
         "",
-        "| group | modules | mutants | killed | timeout | survived | no tests | score | text only | equivalent "
+        "| group | modules | run | mutants | killed | timeout | survived | no tests | score | text only | equivalent "
         "| behaviour score |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g, prefixes in GROUPS.items():
         mine = {n: s for n, s in statuses.items() if group_of(n) == g}
         if not mine:
+            lines.append(f"| {g} | not run | | | | | | | | | | |")
             continue
         c = Counter(mine.values())
         k, t = sum(c.get(s, 0) for s in _DETECTED), len(mine)
         n_text, n_eq = sum(n in text for n in mine), sum(n in why for n in mine)
         mods = ", ".join(p.removeprefix("flashcheck.").rstrip(".") for p in prefixes)
         lines.append(
-            f"| {g} | {mods} | {t} | {c.get('killed', 0)} | {c.get('timeout', 0)} | {c.get('survived', 0)} "
-            f"| {c.get('no tests', 0)} "
+            f"| {g} | {mods} | {raw['groups'][g]['date']} | {t} | {c.get('killed', 0)} | {c.get('timeout', 0)} "
+            f"| {c.get('survived', 0)} | {c.get('no tests', 0)} "
             f"| {100.0 * k / t:.1f}% | {n_text} | {n_eq} | {100.0 * k / max(1, t - n_text - n_eq):.1f}% |"
         )
     lines += [
@@ -299,20 +400,30 @@ def render(statuses: dict[str, str], command: str, date: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--no-run", action="store_true", help="only write the report from the last run's results")
-    p.add_argument("--group", choices=sorted(GROUPS), help="run only this group's mutants (default: all)")
+    p.add_argument("--no-run", action="store_true", help="only write the report from reports/raw/mutation.json")
+    p.add_argument(
+        "--group", action="append", choices=sorted(GROUPS), help="run only this group's mutants (repeatable)"
+    )
     p.add_argument("--max-children", default="2", help="parallel mutant runs (default 2)")
     a = p.parse_args()
+    raw = load_raw()
+    groups = a.group or list(GROUPS)
+    run_command = "python benchmarks/mutation.py" + "".join(f" --group {g}" for g in a.group or [])
     if not a.no_run:
-        names = [f"{prefix}*" for prefix in GROUPS[a.group]] if a.group else []
+        names = [f"{prefix}*" for g in groups for prefix in GROUPS[g]] if a.group else []
         _mutmut("run", "--max-children", a.max_children, *names)
-    statuses = results()
-    if not statuses:
-        print("no mutmut results: run without --no-run first (pip install mutmut)", file=sys.stderr)
+        statuses = results()
+        if not statuses:
+            print("no mutmut results (pip install mutmut)", file=sys.stderr)
+            return 2
+        record(raw, groups, statuses, run_command)
+        RAW.write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")
+    if not raw["groups"]:
+        print("no raw results: run without --no-run first", file=sys.stderr)
         return 2
-    command = "python benchmarks/mutation.py" + (f" --group {a.group}" if a.group else "")
-    REPORT.write_text(render(statuses, command, time.strftime("%Y-%m-%d")), encoding="utf-8")
-    print(f"wrote {REPORT.relative_to(ROOT)}")
+    command = "python benchmarks/mutation.py --no-run" if a.no_run else run_command
+    REPORT.write_text(render(raw, command), encoding="utf-8")
+    print(f"wrote {REPORT.relative_to(ROOT)} and {RAW.relative_to(ROOT)}")
     return 0
 
 
