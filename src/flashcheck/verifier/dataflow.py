@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted, storage_root
+from flashcheck.verifier.astutil import storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
-from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 
 __all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
 
@@ -94,7 +94,7 @@ def allocations(
         return []
     root = storage_root(expr)
     if isinstance(root, ast.Call):
-        name = dotted(root.func) or ""
+        name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:
             return [(root, fn)]
         if isinstance(root.func, ast.Attribute) and root.func.attr.startswith("new_"):

@@ -15,7 +15,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex, owner_of
 from flashcheck.verifier.source import SourceFile
 
-__all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project"]
+__all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "torch_name"]
 
 
 class Project(ProjectIndex):
@@ -302,3 +302,18 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
         names = names[1:]
     i = names.index(param) if param in names else len(call.args)
     return call.args[i] if i < len(call.args) else None
+
+
+def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
+    """The dotted name of `node` with a head imported from torch spelled out: ``torch.empty`` for ``empty`` after
+    ``from torch import empty``, for ``E`` after ``from torch import empty as E`` and for ``T.empty`` after
+    ``import torch as T``; ``torch.cuda.synchronize`` for ``sync`` after ``from torch.cuda import synchronize as
+    sync``. Other names are returned as written (None for anything but a Name/Attribute chain)."""
+    name = dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    target = fn.module.imports.get(head)
+    if target is not None and (target == "torch" or target.startswith("torch.")):
+        return f"{target}.{rest}" if rest else target
+    return name

@@ -17,7 +17,7 @@ import fnmatch
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
-from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.flow import Source, ValueFlow
 
 __all__ = ["Provenance", "Where"]
@@ -360,7 +360,7 @@ class Provenance:
         if isinstance(expr, ast.Subscript):
             return self.tensorish(expr.value, fn, depth + 1)
         if isinstance(expr, ast.Call):
-            name = dotted(expr.func) or ""
+            name = torch_name(expr.func, fn) or ""
             if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
                 return True
             f = expr.func
@@ -375,7 +375,7 @@ class Provenance:
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
         func = call.func
-        name = dotted(func)
+        name = torch_name(func, fn)
         if name is not None:
             if name.startswith(_NUMPY_ROOTS):
                 return HOST

@@ -8,7 +8,7 @@ from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
 
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
@@ -115,7 +115,7 @@ class HostSyncInHotPath(Rule):
 
         pending = _pending_copies(fn, prov)
         for call in fn.calls:
-            name = _resolved_name(call, fn)
+            name = torch_name(call.func, fn)
             func = call.func
             if name in _SYNC_FUNCS or (isinstance(func, ast.Attribute) and func.attr == "synchronize"):
                 if kind == "step":
@@ -182,18 +182,6 @@ class HostSyncInHotPath(Rule):
                     if bound is not None and strict.of(bound, fn) is Where.DEVICE:
                         hit(sub, "uses a device scalar as a slice bound (implicit .item())", Where.DEVICE)
                         break
-
-
-def _resolved_name(call: ast.Call, fn: FunctionInfo) -> str | None:
-    """The dotted name of the callee, through ``from torch.cuda import synchronize as sync``."""
-    name = dotted(call.func)
-    if name is None:
-        return None
-    head, _, rest = name.partition(".")
-    target = fn.module.imports.get(head)
-    if target is not None and target.startswith("torch."):
-        return f"{target}.{rest}" if rest else target
-    return name
 
 
 def _non_blocking(call: ast.Call) -> bool:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.dataflow import allocations, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import needs_zeroed_workspace, workspace_arg
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty"})
@@ -67,7 +67,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                 if ws is None:
                     continue
                 for alloc, where in allocations(ws, fn, project=ctx.project):
-                    kind = (dotted(alloc.func) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
+                    kind = (torch_name(alloc.func, where) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
                     if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(alloc, where):
                         continue
                     seen.add(id(alloc))

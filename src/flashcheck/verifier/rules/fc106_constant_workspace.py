@@ -9,7 +9,7 @@ from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_nam
 from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import is_flashinfer_import, workspace_arg, wrapper_class_of_call
-from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project
+from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -77,7 +77,7 @@ class ConstantWorkspaceSize(Rule):
                 if id(alloc) in seen or _is_test_or_benchmark(where):
                     continue
                 seen.add(id(alloc))
-                size = _size_arg(alloc)
+                size = _size_arg(alloc, where)
                 placeholder = isinstance(size, ast.Constant) and size.value == 0  # resized before first use
                 if size is not None and not placeholder and _is_constant(size, where, project, 0):
                     ctx.report(
@@ -92,8 +92,8 @@ class ConstantWorkspaceSize(Rule):
                     )
 
 
-def _size_arg(alloc: ast.Call) -> ast.expr | None:
-    name = (dotted(alloc.func) or "").rsplit(".", 1)[-1]
+def _size_arg(alloc: ast.Call, fn: FunctionInfo) -> ast.expr | None:
+    name = (torch_name(alloc.func, fn) or "").rsplit(".", 1)[-1]
     if name not in ALLOCATORS or name.endswith("_like") or name in ("tensor", "as_tensor", "arange"):
         return None
     size = kwarg(alloc, "size") or (alloc.args[0] if alloc.args else None)

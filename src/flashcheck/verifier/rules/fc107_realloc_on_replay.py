@@ -8,7 +8,7 @@ from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -60,11 +60,13 @@ class ReallocOnReplayPath(Rule):
                 continue
             guarded = _lazy_init_assigns(fn)
             for a in fn.assigns:
-                if not isinstance(a, ast.Assign) or id(a) in guarded or not _is_fresh_tensor(a.value):
+                if isinstance(a, ast.AugAssign) or a.value is None or id(a) in guarded:
+                    continue
+                if not _is_fresh_tensor(a.value, fn):
                     continue
                 if ctx.prov.of(a.value, fn) is Where.HOST:
                     continue  # a host-only buffer: no captured graph reads it
-                for t in a.targets:
+                for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
                     if _is_self_buffer(t):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
@@ -89,13 +91,14 @@ class ReallocOnReplayPath(Rule):
         )
 
 
-def _is_fresh_tensor(value: ast.expr) -> bool:
+def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
     if not isinstance(value, ast.Call):
         return False
-    name = dotted(value.func) or ""
-    last = terminal_name(value.func) or ""
+    name = torch_name(value.func, fn) or ""
     if name.startswith("torch."):
+        last = name.rsplit(".", 1)[-1]  # `Z` after `from torch import zeros as Z` is `zeros`
         return last in ALLOCATORS or last in _COPIES
+    last = terminal_name(value.func) or ""
     return isinstance(value.func, ast.Attribute) and last in _COPIES
 
 
@@ -115,7 +118,7 @@ def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_lazy_test(node.test):
             for inner in node.body:
-                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign))
+                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign))
     return out
 
 
