@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, imported_name
 
 __all__ = [
     "GENERIC_PRIVATE",
@@ -116,10 +116,14 @@ def is_wrapper_class_name(name: str) -> bool:
 
 
 def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
-    """The FlashInfer wrapper class a call constructs (``BatchDecodeWithPagedKVCacheWrapper``), if any."""
+    """The FlashInfer wrapper class a call constructs (``BatchDecodeWithPagedKVCacheWrapper``), if any, also under
+    another name (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as Decode``)."""
     name = dotted(call.func)
     if name is None:
         return None
+    full = imported_name(call.func, fn, "flashinfer") or name
+    if full.startswith("flashinfer.") and is_wrapper_class_name(full.rsplit(".", 1)[-1]):
+        return full.rsplit(".", 1)[-1]
     last = name.rsplit(".", 1)[-1]
     if is_wrapper_class_name(last) and (
         is_flashinfer_import(fn, name) or name.startswith("flashinfer.") or last not in fn.module.classes

@@ -15,7 +15,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex, owner_of
 from flashcheck.verifier.source import SourceFile
 
-__all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "torch_name"]
+__all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name", "torch_name"]
 
 
 class Project(ProjectIndex):
@@ -304,16 +304,23 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
     return call.args[i] if i < len(call.args) else None
 
 
-def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
-    """The dotted name of `node` with a head imported from torch spelled out: ``torch.empty`` for ``empty`` after
-    ``from torch import empty``, for ``E`` after ``from torch import empty as E`` and for ``T.empty`` after
-    ``import torch as T``; ``torch.cuda.synchronize`` for ``sync`` after ``from torch.cuda import synchronize as
-    sync``. Other names are returned as written (None for anything but a Name/Attribute chain)."""
+def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
+    """The dotted name of `node` with a head imported from `package` spelled out through the module's imports:
+    ``flashinfer.BatchDecodeWithPagedKVCacheWrapper`` for ``Decode`` after ``from flashinfer import
+    BatchDecodeWithPagedKVCacheWrapper as Decode``, ``torch.empty`` for ``T.empty`` after ``import torch as T``.
+    Other names are returned as written (None for anything but a Name/Attribute chain)."""
     name = dotted(node)
     if name is None:
         return None
     head, _, rest = name.partition(".")
     target = fn.module.imports.get(head)
-    if target is not None and (target == "torch" or target.startswith("torch.")):
+    if target is not None and (target == package or target.startswith(package + ".")):
         return f"{target}.{rest}" if rest else target
     return name
+
+
+def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
+    """`imported_name` for torch: ``torch.empty`` for ``empty`` after ``from torch import empty``, for ``E`` after
+    ``from torch import empty as E`` and for ``T.empty`` after ``import torch as T``; ``torch.cuda.synchronize`` for
+    ``sync`` after ``from torch.cuda import synchronize as sync``."""
+    return imported_name(node, fn, "torch")
