@@ -396,7 +396,7 @@ class Provenance:
             if method == "to":
                 return self._to_call(call, func.value, fn)
             if method in _LIKE_FACTORIES or method.startswith("new_"):
-                dev = self.device_arg(call)
+                dev = self.device_arg(call, fn)
                 return dev if dev is not UNKNOWN else self.of(func.value, fn)
             return self.of(func.value, fn)
         return UNKNOWN
@@ -404,19 +404,19 @@ class Provenance:
     def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:
         short = name.rsplit(".", 1)[-1]
         if short in _FACTORIES or short == "from_numpy":
-            dev = self.device_arg(call)
+            dev = self.device_arg(call, fn)
             if dev is not UNKNOWN:
                 return dev
             for start, end, block_dev in fn.device_blocks:  # with torch.device("cuda"): factories default there
                 if start <= call.lineno <= end and kwarg(call, "device") is None:
-                    return self.device_value(block_dev)
+                    return self.device_value(block_dev, fn)
             if isinstance(kwarg(call, "pin_memory"), ast.Constant):
                 return HOST
             if short in ("as_tensor", "asarray") and call.args:
                 return self.of(call.args[0], fn)
             return HOST if kwarg(call, "device") is None else UNKNOWN
         if short in _LIKE_FACTORIES:
-            dev = self.device_arg(call)
+            dev = self.device_arg(call, fn)
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
@@ -428,7 +428,7 @@ class Provenance:
         return merge([self.of(a, fn) for a in tensors[:2]])
 
     def _to_call(self, call: ast.Call, receiver: ast.expr, fn: FunctionInfo) -> Where:
-        dev = self.device_arg(call)
+        dev = self.device_arg(call, fn)
         if dev is not UNKNOWN:
             return dev
         for a in call.args:
@@ -436,25 +436,32 @@ class Provenance:
                 return HOST if a.value.startswith("cpu") else DEVICE
             d = dotted(a)
             if d is not None and not d.startswith("torch."):  # torch.int32 is a dtype
-                return self.device_value(a)
+                return self.device_value(a, fn)
         return self.of(receiver, fn)
 
-    def device_arg(self, call: ast.Call) -> Where:
+    def device_arg(self, call: ast.Call, fn: FunctionInfo | None = None) -> Where:
         """HOST/DEVICE from a ``device=`` (or ``pin_memory=True``) keyword; UNKNOWN when there is none."""
         pin = kwarg(call, "pin_memory")
         if isinstance(pin, ast.Constant) and pin.value is True:
             return HOST
         dev = kwarg(call, "device")
-        return UNKNOWN if dev is None else self.device_value(dev)
+        return UNKNOWN if dev is None else self.device_value(dev, fn)
 
-    def device_value(self, dev: ast.expr) -> Where:
-        """What a device expression names: ``"cpu"``, ``torch.device("cuda", 0)``, ``self.device``, ``q.device``."""
+    def device_value(self, dev: ast.expr, fn: FunctionInfo | None = None, depth: int = 0) -> Where:
+        """What a device expression names: ``"cpu"``, ``torch.device("cuda", 0)``, ``self.device``, ``q.device``,
+        and (given the function) a local bound once to one of those (``here = torch.device("cpu")``)."""
         if isinstance(dev, ast.Constant):
             if isinstance(dev.value, str):
                 return HOST if dev.value.startswith("cpu") else DEVICE
             return DEVICE if isinstance(dev.value, int) else UNKNOWN
         if isinstance(dev, ast.Call) and dotted(dev.func) in ("torch.device", "device") and dev.args:
-            return self.device_value(dev.args[0])
+            return self.device_value(dev.args[0], fn, depth + 1)
+        if isinstance(dev, ast.Name) and fn is not None and depth < 4 and dev.id not in fn.params:
+            values = fn.local_assigns.get(dev.id)
+            if values is not None and len(values) == 1:
+                bound = self.device_value(values[0], fn, depth + 1)
+                if bound is not UNKNOWN:
+                    return bound
         name = terminal_name(dev)
         if name is None:
             return UNKNOWN

@@ -147,7 +147,11 @@ class HostSyncInHotPath(Rule):
                     hit(call, "copies device data into host memory (blocking)", Where.DEVICE)
                 continue
             if method in _D2H_METHODS or method in ("numpy", "to") or method in _NONZERO_METHODS:
-                if method == "to" and prov.device_arg(call) is not Where.HOST and not _to_cpu_positional(call, ctx):
+                if (
+                    method == "to"
+                    and prov.device_arg(call, fn) is not Where.HOST
+                    and not _cpu_positional(call, prov, fn)
+                ):
                     continue
                 if method in ("to", "cpu") and _non_blocking(call):
                     continue  # asynchronous; a host read before an event sync is reported below
@@ -201,7 +205,7 @@ def _pending_copies(fn: FunctionInfo, prov: Provenance) -> list[tuple[int, str]]
             and isinstance(v.func, ast.Attribute)
             and v.func.attr in ("to", "cpu")
             and _non_blocking(v)
-            and (v.func.attr == "cpu" or prov.device_arg(v) is Where.HOST or _cpu_positional(v, prov))
+            and (v.func.attr == "cpu" or prov.device_arg(v, fn) is Where.HOST or _cpu_positional(v, prov, fn))
         ):
             out.extend((a.lineno, ast.unparse(t)) for t in a.targets if isinstance(t, ast.Name | ast.Attribute))
     for call in fn.calls:
@@ -218,8 +222,10 @@ def _pending_copies(fn: FunctionInfo, prov: Provenance) -> list[tuple[int, str]]
     return out
 
 
-def _cpu_positional(call: ast.Call, prov: Provenance) -> bool:
-    return any(prov.device_value(a) is Where.HOST for a in call.args if not (dotted(a) or "").startswith("torch."))
+def _cpu_positional(call: ast.Call, prov: Provenance, fn: FunctionInfo) -> bool:
+    """``.to("cpu")``, ``.to(torch.device("cpu"))``, ``.to(cpu_device)``, ``.to(here)`` with ``here = "cpu"`` (but not
+    ``.to(torch.int32)``)."""
+    return any(prov.device_value(a, fn) is Where.HOST for a in call.args if not (dotted(a) or "").startswith("torch."))
 
 
 def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple[int, str, ast.Call]]:
@@ -249,17 +255,6 @@ def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple
                 out.append((line, text, call))
                 break
     return out
-
-
-def _to_cpu_positional(call: ast.Call, ctx: Context) -> bool:
-    """``.to("cpu")``, ``.to(torch.device("cpu"))``, ``.to(cpu_device)`` (but not ``.to(torch.int32)``)."""
-    for a in call.args:
-        d = dotted(a)
-        if d is not None and d.startswith("torch."):
-            continue
-        if ctx.prov.device_value(a) is Where.HOST:
-            return True
-    return False
 
 
 def _leaves(test: ast.expr) -> list[ast.expr]:
