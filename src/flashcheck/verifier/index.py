@@ -253,6 +253,10 @@ class ProjectIndex:
                 ci.fields.append(stmt.target.id)
                 if stmt.value is not None:
                     ci.attr_assigns.setdefault(stmt.target.id, []).append((stmt.value, owner))
+            elif isinstance(stmt, ast.Assign):  # class attributes (``WORKSPACE_BYTES = 128 << 20``), read as self.X
+                for t in stmt.targets:
+                    if isinstance(t, ast.Name):
+                        ci.attr_assigns.setdefault(t.id, []).append((stmt.value, owner))
 
     def _walk_stmt(self, fn: FunctionInfo, stmt: ast.stmt, cls: ClassInfo | None) -> None:
         # The hot loop of the whole verifier (every node of every file passes here once): dispatch on the exact

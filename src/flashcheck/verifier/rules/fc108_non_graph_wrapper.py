@@ -26,7 +26,8 @@ class NonGraphWrapperInCapture(Rule):
     """A FlashInfer wrapper built without ``use_cuda_graph=True`` is run on a CUDA-graph capture path.
 
     What it checks
-        Wrappers constructed (into ``self.<attr>``, a list or dict of them, or a local) without
+        Wrappers (also imported under another name: ``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as
+        Decode``) constructed (into ``self.<attr>``, a list or dict of them, or a local) without
         ``use_cuda_graph=True`` (absent or ``False``; ``CUDAGraph*`` wrappers are graph-mode), whose ``run()`` /
         ``forward()`` / ``run_return_lse()`` is called in a function reachable from a capture root
         (``capture_one_batch_size``, ``init_forward_metadata_capture_cuda_graph``, ``capture-paths``). A receiver
