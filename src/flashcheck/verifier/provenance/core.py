@@ -352,6 +352,17 @@ class Provenance:
         found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn, by_name=by_name)))
         return found if found is not UNKNOWN else named
 
+    @staticmethod
+    def _callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:
+        """The callee's dotted name; a tensor factory imported from torch under another name (``from torch import
+        zeros as Z``) is spelled out, other names imported from torch are not (``has_torch_function``, ``get_rank``
+        and the like return no tensor, and torch's own sources import from each other)."""
+        name = dotted(func)
+        full = torch_name(func, fn)
+        if full is not None and full != name and full.rsplit(".", 1)[-1] in _FACTORIES | _LIKE_FACTORIES:
+            return full
+        return name
+
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a ``Tensor``
         parameter, a tensor method's result or item; used to report unknown device-ness at lower confidence."""
@@ -360,7 +371,7 @@ class Provenance:
         if isinstance(expr, ast.Subscript):
             return self.tensorish(expr.value, fn, depth + 1)
         if isinstance(expr, ast.Call):
-            name = torch_name(expr.func, fn) or ""
+            name = self._callee_name(expr.func, fn) or ""
             if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
                 return True
             f = expr.func
@@ -375,7 +386,7 @@ class Provenance:
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
         func = call.func
-        name = torch_name(func, fn)
+        name = self._callee_name(func, fn)
         if name is not None:
             if name.startswith(_NUMPY_ROOTS):
                 return HOST

@@ -18,11 +18,12 @@ class ConstantWorkspaceSize(Rule):
     """A FlashInfer workspace is sized by a bare constant instead of the engine's limits.
 
     What it checks
-        Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a name with the word ``workspace`` or passed as the
-        workspace of a FlashInfer wrapper or function, whose size is a literal, arithmetic on literals, or a module
-        constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also imported or read as ``cfg_module.WORKSPACE``),
-        a class attribute bound once and read through the instance (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a constant
-        (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default
+        Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a
+        name with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size
+        is a literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``,
+        also imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the
+        instance (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a
+        constant (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default
         (``int(os.environ.get("WS_BYTES", 128 << 20))``). Allocations behind project factories and caches are
         traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
         configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code
