@@ -65,7 +65,7 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     (
         "__init__",
         r"^\+\s+self\.(_hot(_depth)?|_prev_mode|_prev_show|_filter|_pushed_by|_prof|_pending|_callbacks|installed|_depth"
-        r"|_excluded|_start|_outer|_prev_own|_wrapper|_active)"
+        r"|_excluded|_start|_outer|_prev_own|_wrapper|_active|_seen)"
         r"(: [^=]+)? = ",
         "a field that install() sets again before any use",
     ),
@@ -87,6 +87,18 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         r"_filters_mutated|mutated is None|self\._filter = |self\._prev_show = \"\"",
         "the filter cache version is internal to `warnings`; the fields are set again on install",
     ),
+    (
+        "ǁenter",
+        r"RegionRecord\((None|1), |step_name, (None|1), \(\)|step_name, 0, None,",
+        "open() sets the id, the thread and the enclosing regions before any use",
+    ),
+    (
+        "x__torch_set_mode",
+        r"getattr\(None, |\"(XX_cuda_set_sync_debug_modeXX|_CUDA_SET_SYNC_DEBUG_MODE)\"",
+        "`torch.cuda.set_sync_debug_mode` sets the same mode through the same binding (with argument parsing); a "
+        "CPU build has no binding, so both ways call it",
+    ),
+    ("ǁrefresh", r"filters is self\._seen\[1\]", "the fast path is never taken: the full re-hook check finds the same"),
     ("ǁarm", r"self\._arms (-|\+)= |self\._arms \+ 1\) % 2", "only the parity of the arm count is used"),
     ("ǁarm", r"ws\.backing is not None or ws\.guard", "guard bytes of a buffer without guard zones are never read"),
     ("x__probe", r"ws\.backing is not None or ws\.guard", "an adopted buffer has no guard zone to read"),
@@ -132,6 +144,7 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         "order; the comparison of a uint8 view is the same for a signed or unsigned word of them",
     ),
     ("x__can_pin", r"", "CUDA only"),
+    ("ǁ_CudaStreamOpsǁ", r"", "CUDA only: the CPU tests inject a `StreamOps`"),
     ("unavailable_reason", r"\(torch\.cuda\.is_available\(\)\) and False", "CUDA is absent on the CPU machine"),
     ("ǁregion_exit", r"self\._start is None and self\._outer is None", "the two are set and cleared together"),
     (
@@ -145,6 +158,7 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
         r"^\+\s+None,$|reshape\(bad\.shape\[0\], -2\)",
         "a None location is the default one; numpy reads any negative size as the unknown one",
     ),
+    ("x__host", r"asarray\(x, (dtype=None)?\)", "compare_outputs converts its inputs to float32 itself"),
     ("ǁend_read", r"pop\(t, \)", "the thread's entry exists: its depth was one"),
     ("x_check_csr", r"assert kv_indptr is not None", "a type guard: CsrInput requires the three fields"),
     ("x__default_profiler", r"", "CUDA only: on CPU torch.profiler records the CPU activity by default"),

@@ -147,6 +147,24 @@ def test_sync_debug_rehooks_when_either_half_was_reset(reset: str) -> None:
     assert len(sink.events) == 3
 
 
+def test_sync_debug_rehooks_when_the_filter_list_is_replaced_by_one_of_the_same_length() -> None:
+    mode = Mode()
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        hook, sink = sync_debug(mode)
+        hook.refresh()  # nothing changed: the fast path
+        n = len(warnings.filters)
+        other = ("default", None, Warning, None, 0)
+        warnings.filters = [f for f in warnings.filters if f is not hook._filter] + [other]
+        assert len(warnings.filters) == n  # a new list of the same length, without the "always" filter
+        hook.refresh()
+        hook.refresh()
+        for _ in range(3):
+            mode.sync()
+        hook.uninstall()
+    assert len(sink.events) == 3
+
+
 def test_sync_debug_is_rehooked_when_an_outermost_region_opens() -> None:
     mode = Mode()
     hook = SyncDebugHook(get_mode=mode.get, set_mode=mode.set, available=lambda: True)
