@@ -97,7 +97,7 @@ class RegionRecord:
     enclosing: tuple[Region, ...]  # names of the regions open around it, outermost first (itself excluded)
     stack: tuple[Frame, ...] = ()  # where the region was opened (recorded when a stackless layer is active)
     closed: bool = False
-    hot: str | None = None  # the outermost region name that makes this place hot (see `Monitor.is_hot`)
+    hot: str | None = None  # the outermost enclosing-or-own region name that makes this place hot (not cold)
     graph_hot: str | None = None  # the same for the rules of the graph path only (allocations)
 
     def names(self) -> tuple[Region, ...]:
@@ -229,12 +229,6 @@ class Monitor:
 
     def reading(self, thread: int | None = None) -> bool:
         return self._reading.get(threading.get_ident() if thread is None else thread, 0) > 0
-
-    def is_hot(self, names: Iterable[str], *, graph_path: bool = False) -> str | None:
-        """The outermost region name that makes this place hot (a ``plan`` inside ``prepare_replay`` is on the
-        replay path), or None. ``graph_path``: the rules that apply on the graph path only (allocations)."""
-        regions = GRAPH_PATH_REGIONS if graph_path else HOT_REGIONS
-        return next((n for n in names if n in regions and n not in self.cold_regions), None)
 
     # ------------------------------------------------------------------------------------------------ events
     def observe(self, ev: Event) -> None:
