@@ -174,7 +174,15 @@ def test_sync_debug_is_rehooked_when_an_outermost_region_opens() -> None:
             mode.sync()
         mode.sync()  # outside every region: dropped
         findings = chk.drain_findings()
-    assert [(f.id, f.location.step, f.evidence["layers"]) for f in findings] == [("FC201", 1, ["sync_debug"])]
+        # the next test numbers its steps from where this one did: a reset between them is still noticed
+        warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+        with chk.region("prepare_replay", step=1):
+            mode.sync()
+        findings += chk.drain_findings()
+    assert [(f.id, f.location.step, f.location.region, f.evidence["layers"]) for f in findings] == [
+        ("FC201", 1, "replay", ["sync_debug"]),
+        ("FC201", 1, "prepare_replay", ["sync_debug"]),
+    ]
 
 
 def test_sync_debug_leaves_a_showwarning_installed_after_it_alone() -> None:

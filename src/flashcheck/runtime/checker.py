@@ -66,8 +66,7 @@ class Checker:
         self._pending: list[Finding] = []
         self._installed: list[Hook] = []
         self._region_hooks: dict[str, tuple[Hook, ...]] = {}  # per region name: the hooks that act on it
-        self._refresh: tuple[Hook, ...] = ()  # hooks re-checked when an outermost region of a new step opens
-        self._refreshed_step: int | None = None
+        self._refresh: tuple[Hook, ...] = ()  # hooks re-checked when an outermost region opens
         self._errors: list[tuple[str, BaseException]] = []
         self._entered = False
         self._owner: int | None = None
@@ -98,7 +97,6 @@ class Checker:
         acting = [h for h in installed if _acts_on_regions(h)]
         self._region_hooks = {n: tuple(h for h in acting if _wants(h, n)) for n in REGIONS}
         self._refresh = tuple(h for h in installed if type(h).refresh is not Hook.refresh)
-        self._refreshed_step = None
         self.active_layers = [h.layer for h in installed]
         self._entered = True
         self._owner = threading.get_ident()
@@ -196,7 +194,7 @@ class Checker:
         return self.monitor.hot_open()
 
     def region_open(self) -> bool:
-        return bool(self.monitor._open)
+        return self.monitor.any_open
 
     def implicit_region(self, name: str) -> contextlib.AbstractContextManager[None]:
         if self.monitor.any_open or not self._entered or name not in REGIONS:
@@ -242,8 +240,7 @@ class _Region(RegionRecord):
     def __enter__(self) -> None:
         chk = self._chk
         mon = chk.monitor
-        if chk._refresh and not mon._open and (self.step is None or self.step != chk._refreshed_step):
-            chk._refreshed_step = self.step  # once per step: an engine step opens two outermost regions
+        if chk._refresh and not mon._open:
             for h in chk._refresh:
                 h.refresh()
         if mon.record_region_stacks:
@@ -270,7 +267,7 @@ class _Region(RegionRecord):
         finally:
             self._entered = 0
             open_ = self._chk.monitor._open
-            if open_ and open_[-1] is self:  # `Monitor.exit`, inlined for the usual case
+            if open_ and open_[-1] is self:  # `Monitor.exit` without its call, for the usual case
                 open_.pop()
                 self.closed = True
             else:
