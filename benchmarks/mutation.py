@@ -193,20 +193,29 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ("_check_order", r"getattr\(node, \"lineno\", (None|1)?\)", "every statement and call has a line number"),
     (
         "ǁEmptyWorkspaceForZeroingKernelǁcheck",
-        r"kind = \(dotted\((alloc\.func|None)\) (or|and) terminal_name\((alloc\.func|None)\) (or|and) \"(XXXX)?\"\)"
+        r"kind = \((dotted|torch_name)\((alloc\.func|None)(, where)?\) (or|and) terminal_name\((alloc\.func|None)\) "
+        r"(or|and) \"(XXXX)?\"\)"
         r"\.rsplit\(\"\.\", (1|2)?\)\[(-|\+)1\]",
         "allocations() yields calls of dotted `torch.*`/`x.new_*` names: the fallbacks are never reached and every "
         "split gives the same last part",
     ),
     (
         "x__size_arg",
-        r"name = \(dotted\(alloc\.func\) or \"(XXXX)?\"\)\.(r?split)\(\"\.\", (1|2)?\)\[(-|\+)1\]",
+        r"name = \((dotted\(alloc\.func\)|torch_name\(alloc\.func, fn\)) or \"(XXXX)?\"\)\.(r?split)\(\"\.\", (1|2)?\)"
+        r"\[(-|\+)1\]",
         "allocations() yields two-part `torch.<factory>` names: every split gives the same factory name",
     ),
     (
         "",
-        r"(dotted\((value|call|expr)\.func\)|terminal_name\((value\.func|t)\)) or \"XXXX\"",
+        r"(dotted\((value|call|expr)\.func\)|torch_name\((value|alloc)\.func, fn\)|terminal_name\((value\.func|t)\))"
+        r" or \"XXXX\"",
         'an unnamed callee or target matches no allocator, getter or workspace name, as "" does not',
+    ),
+    (
+        "x__is_fresh_tensor",
+        r"last = name\.(r?split)\(\"\.\", (1|2)?\)\[(-|\+)1\]",
+        "torch_name gives two-part `torch.<factory>` names for the factories and copies it looks for: every split "
+        "gives the same last part",
     ),
     ("x__local_key", r"if \(key in built\) or True", "a key that built lacks is skipped by the caller's lookup"),
     ("ǁNonGraphWrapperInCaptureǁcheck", r"built\.get\(key, (None)?\)", "a missing key is skipped either way"),
