@@ -49,7 +49,7 @@ def test_item_in_replay_fires_at_the_line(layers: str) -> None:
     assert (f.location.file, f.location.line, f.location.step) == (__file__, line, 3)
     assert {"sync_debug", "gpu_trace"} <= set(f.evidence["layers"])  # type: ignore[arg-type]
     if layers == "all":
-        assert {"dispatch", "cupti"} <= set(f.evidence["layers"])  # type: ignore[arg-type]
+        assert "cupti" in f.evidence["layers"]  # type: ignore[operator]
 
 
 def test_tolist_in_prepare_replay_is_one_finding_seen_by_every_layer() -> None:
@@ -60,7 +60,7 @@ def test_tolist_in_prepare_replay_is_one_finding_seen_by_every_layer() -> None:
             x[:4].tolist()
         f = only(chk.drain_findings(), "FC201")
     assert f.location.line == line
-    assert set(f.evidence["layers"]) == {"cupti", "dispatch", "gpu_trace", "sync_debug"}  # type: ignore[arg-type]
+    assert set(f.evidence["layers"]) == {"cupti", "gpu_trace", "sync_debug"}  # type: ignore[arg-type]
 
 
 def test_device_synchronize_in_replay_is_seen_by_gpu_trace() -> None:
@@ -72,13 +72,14 @@ def test_device_synchronize_in_replay_is_seen_by_gpu_trace() -> None:
     assert f.location.line == line and "gpu_trace" in f.evidence["layers"]  # type: ignore[operator]
 
 
-def test_device_synchronize_in_replay_is_seen_by_cupti_alone() -> None:
+def test_device_synchronize_in_replay_is_seen_by_cupti_alone_at_its_line() -> None:
     with Checker(layers=["cupti"]) as chk:
         with chk.region("replay", step=2):
+            line = here() + 1
             torch.cuda.synchronize()
         f = only(chk.drain_findings(), "FC201")
     assert f.evidence["layers"] == ["cupti"] and "cudaDeviceSynchronize" in f.message
-    assert f.location.step == 2 and f.location.file == __file__  # where the region was opened
+    assert (f.location.step, f.location.file, f.location.line) == (2, __file__, line)  # CUPTI's callback: a stack
 
 
 def _loaded_cudart() -> ctypes.CDLL:
@@ -89,13 +90,28 @@ def _loaded_cudart() -> ctypes.CDLL:
     return ctypes.CDLL(paths[0])
 
 
-def test_sync_inside_an_extension_is_seen_by_cupti_only() -> None:
+def test_sync_inside_an_extension_is_seen_by_cupti_only_at_the_line_that_called_it() -> None:
     cudart = _loaded_cudart()
     with Checker(layers="all") as chk:
         with chk.region("replay", step=0):
+            line = here() + 1
             assert cudart.cudaDeviceSynchronize() == 0  # what FlashInfer's C++ plan() does, invisible to torch
         f = only(chk.drain_findings(), "FC201")
     assert f.evidence["layers"] == ["cupti"] and "cudaDeviceSynchronize" in f.message
+    assert f.location.line == line
+
+
+def test_raw_device_allocation_inside_an_extension_in_replay_is_fc202_by_cupti() -> None:
+    """cudaMalloc from C++ bypasses torch's allocator: no trace callback or allocator counter sees it."""
+    cudart = _loaded_cudart()
+    ptr = ctypes.c_void_p()
+    with Checker(layers="all") as chk:
+        with chk.region("replay", step=5):
+            assert cudart.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(3 << 20)) == 0
+        f = only(chk.drain_findings(), "FC202")
+    assert cudart.cudaFree(ptr) == 0
+    assert f.evidence["layers"] == ["cupti"] and f.evidence["nbytes"] == 3 << 20 and f.location.step == 5
+    assert "cudaMalloc of 3,145,728 bytes" in f.message
 
 
 def test_nonblocking_pageable_h2d_in_prepare_replay_is_seen_by_cupti() -> None:
@@ -106,6 +122,17 @@ def test_nonblocking_pageable_h2d_in_prepare_replay_is_seen_by_cupti() -> None:
             dst.copy_(src, non_blocking=True)
         f = only(chk.drain_findings(), "FC201")
     assert "Pageable -> Device" in f.message
+
+
+def test_pageable_h2d_under_all_is_seen_by_cupti_with_dispatch_out_of_hot_regions() -> None:
+    dst = torch.empty(1 << 20, device="cuda")
+    src = torch.ones(1 << 20)
+    with Checker(layers="all") as chk:
+        assert chk.skipped_layers == {}
+        with chk.region("prepare_replay", step=0):
+            dst.copy_(src, non_blocking=True)
+        f = only(chk.drain_findings(), "FC201")
+    assert f.evidence["layers"] == ["cupti"] and "Pageable -> Device" in f.message
 
 
 def test_pinned_nonblocking_h2d_in_prepare_replay_is_quiet() -> None:
@@ -144,9 +171,15 @@ def test_allocation_in_replay_fires_fc202(layers: str) -> None:
             scratch = torch.empty(1 << 16, device="cuda")
         f = only(chk.drain_findings(), "FC202")
     assert f.location.line == line and f.location.step == 4 and scratch.numel() == 1 << 16
-    # cheap: gpu_trace reports the allocation with its stack; all: the allocator counters witness it too
-    want = {"gpu_trace"} if layers == "cheap" else {"gpu_trace", "alloc_stats"}
-    assert want <= set(f.evidence["layers"])  # type: ignore[arg-type]
+    assert "gpu_trace" in f.evidence["layers"]  # type: ignore[operator]  # with its stack
+
+
+def test_allocator_counters_witness_an_allocation_when_named() -> None:
+    with Checker(layers=["gpu_trace", "alloc_stats"]) as chk:
+        with chk.region("replay", step=4):
+            scratch = torch.empty(1 << 16, device="cuda")
+        f = only(chk.drain_findings(), "FC202")
+    assert set(f.evidence["layers"]) >= {"gpu_trace", "alloc_stats"} and scratch.numel() == 1 << 16
 
 
 @pytest.mark.parametrize("layers", ["cheap", "all"])

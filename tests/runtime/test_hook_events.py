@@ -15,7 +15,6 @@ from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import gpu_trace as gpu_trace_mod
 from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook, _torch_reader
 from flashcheck.runtime.hooks.base import Hook
-from flashcheck.runtime.hooks.cupti import RawEvent, attribute, raw_events
 from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
 
@@ -279,145 +278,6 @@ def test_alloc_stats_unavailable_without_a_device() -> None:
         assert AllocStatsHook().unavailable_reason() == "no CUDA device (no caching-allocator statistics)"
 
 
-# ---------------------------------------------------------------------------------------------------------- cupti
-@pytest.mark.parametrize(
-    "api",
-    [
-        "cudaDeviceSynchronize",
-        "cudaStreamSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cudaMemcpyFromSymbol",
-        "cudaMemcpyToSymbol",
-        "cuCtxSynchronize",
-        "cuStreamSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH",
-        "cuMemcpyDtoH_v2",
-        "cuMemcpyHtoD",
-        "cuMemcpyHtoD_v2",
-        "cuMemcpy",
-    ],
-)
-def test_cupti_each_blocking_api_is_a_sync(api: str) -> None:
-    (ev,) = attribute([RawEvent("flashcheck:region:4", 0, 100), RawEvent(api, 10, 20)])
-    assert ev.stack == () and ev.count == 1 and ev.thread is None
-    assert (ev.kind, ev.layer, ev.detail, ev.memory, ev.region_id, ev.capturing, ev.in_graph) == (
-        "sync",
-        "cupti",
-        api,
-        "unknown",
-        4,
-        False,
-        False,
-    )
-
-
-@pytest.mark.parametrize(
-    ("name", "kind", "memory"),
-    [
-        ("Memcpy DtoH (Device -> Pageable)", "d2h_copy", "pageable"),
-        ("Memcpy DtoH (Device -> Pinned)", "d2h_copy", "pinned"),
-        ("Memcpy HtoD (Pageable -> Device)", "h2d_copy", "pageable"),
-        ("Memcpy HtoD (Pinned -> Device)", "h2d_copy", "pinned"),
-        ("Memcpy HtoD", "h2d_copy", "unknown"),
-        ("Memcpy DtoH (Device -> Managed)", "d2h_copy", "unknown"),
-        ("Memcpy DtoD (Device -> Device)", None, None),
-        ("Memset (Device)", None, None),
-        ("cudaLaunchKernel", None, None),
-        ("cudaMemcpyAsync", None, None),  # asynchronous: its copy is the device-side record
-    ],
-)
-def test_cupti_each_copy_kind(name: str, kind: str | None, memory: str | None) -> None:
-    evs = attribute([RawEvent("flashcheck:region:1", 0, 100), RawEvent(name, 10, 20)])
-    assert [(e.kind, e.memory) for e in evs] == ([] if kind is None else [(kind, memory)])
-
-
-def test_cupti_a_device_copy_counts_where_its_launch_ran_and_the_graph_it_came_from() -> None:
-    raws = [
-        RawEvent("flashcheck:region:1", 0, 100),
-        RawEvent("flashcheck:region:2", 200, 300),
-        RawEvent("flashcheck:read", 250, 260),
-        RawEvent("cudaMemcpyAsync", 10, 11, correlation=5),
-        RawEvent("Memcpy DtoH (Device -> Pinned)", 210, 211, correlation=5, on_device=True),  # runs during region 2
-        RawEvent("cudaGraphLaunch", 220, 221, correlation=6),
-        RawEvent("Memcpy HtoD (Pinned -> Device)", 500, 501, correlation=6, on_device=True),
-        RawEvent("Memcpy HtoD (Pinned -> Device)", 50, 51, correlation=6),  # a host record: its own time
-        RawEvent("Memcpy HtoD (Pageable -> Device)", 255, 256, correlation=9, on_device=True),  # launch unknown: read
-        RawEvent("cudaStreamSynchronize", 100, 100),  # the region's end is inside it
-        RawEvent("cudaStreamSynchronize", 0, 0),  # and its start
-        RawEvent("cudaStreamSynchronize", 101, 102),  # between regions
-    ]
-    evs = attribute(raws)
-    assert [(e.kind, e.region_id, e.in_graph) for e in evs] == [
-        ("d2h_copy", 1, False),
-        ("h2d_copy", 2, True),
-        ("h2d_copy", 1, False),
-        ("sync", 1, False),
-        ("sync", 1, False),
-    ]
-
-
-def test_cupti_launches_are_runtime_or_driver_calls_with_a_correlation() -> None:
-    raws = [
-        RawEvent("flashcheck:region:1", 0, 100),
-        RawEvent("aten::copy_", 10, 11, correlation=5),  # not a CUDA call: no launch
-        RawEvent("cudaMemcpyAsync", 20, 21, correlation=0),  # no correlation: no launch
-        RawEvent("cudaMemcpyAsync", 30, 31, correlation=7, on_device=True),  # a device record is never a launch
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 150, 151, correlation=5, on_device=True),
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 160, 161, correlation=0, on_device=True),
-        RawEvent("Memcpy DtoH (Device -> Pinned)", 170, 171, correlation=7, on_device=True),
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 40, 41, correlation=0, on_device=True),
-    ]
-    assert [(e.memory, e.region_id) for e in attribute(raws)] == [("pageable", 1)]
-
-
-def test_cupti_drops_what_falls_in_a_read_or_outside_every_region_and_goes_on() -> None:
-    raws = [
-        RawEvent("flashcheck:region:50", 0, 100),
-        RawEvent("flashcheck:region:2", 10, 90),  # opened later: the innermost, whatever its id
-        RawEvent("flashcheck:read", 20, 30),
-        RawEvent("cudaDeviceSynchronize", 20, 21),  # at the read's start
-        RawEvent("cudaEventSynchronize", 120, 121),  # outside every region
-        RawEvent("cudaDeviceSynchronize", 30, 31),  # at the read's end
-        RawEvent("cuCtxSynchronize", 5, 6),
-        RawEvent("cuStreamSynchronize", 40, 41),
-    ]
-    assert [(e.detail, e.region_id) for e in attribute(raws)] == [("cuCtxSynchronize", 50), ("cuStreamSynchronize", 2)]
-
-
-class Kineto:
-    def __init__(self, name: str, start: int, dur: int, corr: int, device: str, thread: int) -> None:
-        self.v = (name, start, dur, corr, device, thread)
-
-    def name(self) -> str:
-        return self.v[0]
-
-    def start_ns(self) -> float:
-        return float(self.v[1])
-
-    def duration_ns(self) -> float:
-        return float(self.v[2])
-
-    def correlation_id(self) -> int:
-        return self.v[3]
-
-    def device_type(self) -> str:
-        return self.v[4]
-
-    def start_thread_id(self) -> int:
-        return self.v[5]
-
-
-def test_cupti_raw_events_read_each_field_and_the_on_device_flag() -> None:
-    evs = raw_events(
-        [Kineto("cudaMemcpy", 10, 5, 3, "DeviceType.CPU", 77), Kineto("Memcpy DtoH", 20, 2, 3, "DeviceType.CUDA", 0)]
-    )
-    assert evs == [RawEvent("cudaMemcpy", 10, 15, 3, False, 77), RawEvent("Memcpy DtoH", 20, 22, 3, True, 0)]
-    assert all(isinstance(x, int) for e in evs for x in (e.start_ns, e.end_ns))
-
-
 def test_alloc_stats_pool_growth_event_in_full_and_one_byte_of_growth() -> None:
     hook, a, sink = alloc_stats()
     (rec,) = records(1)
@@ -454,19 +314,3 @@ def test_gpu_trace_calls_the_activation_it_was_given() -> None:
     hook.install(RecordingSink())
     hook.uninstall()
     assert calls == [1]
-
-
-def test_cupti_unavailable_without_a_device_or_while_another_checker_profiles() -> None:
-    from flashcheck.runtime.hooks.cupti import _RUNNING, CuptiHook
-
-    assert CuptiHook(available=lambda: False).unavailable_reason() == "no CUDA device"
-    assert CuptiHook(available=lambda: True).unavailable_reason() is None
-    if not torch.cuda.is_available():
-        assert CuptiHook().unavailable_reason() == "no CUDA device (CUPTI needs one)"
-    other = CuptiHook(available=lambda: True)
-    _RUNNING.append(other)
-    try:
-        assert "another checker's CUPTI layer is active" in str(CuptiHook(available=lambda: True).unavailable_reason())
-        assert other.unavailable_reason() is None
-    finally:
-        _RUNNING.remove(other)

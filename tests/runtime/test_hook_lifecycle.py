@@ -21,7 +21,7 @@ from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
 from flashcheck.runtime.hooks.sync_debug import PROTOTYPE_TEXT, SYNC_TEXT, SyncDebugHook
 from flashcheck.runtime.monitor import Event, Monitor
-from tests.runtime.test_hook_events import RecordingSink, gpu_trace, records
+from tests.runtime.test_hook_events import RecordingSink, gpu_trace
 
 
 # ----------------------------------------------------------------------------------------------------- sync_debug
@@ -265,11 +265,22 @@ def test_build_hooks_for_each_selection() -> None:
     assert isinstance(cheap[-1], DispatchHook) and cheap[-1].scope == "capture"
     every = build_hooks("all", device="cuda:1")
     layers = [h.layer for h in every]
-    assert layers == ["sync_debug", "gpu_trace", "graph_replay", "dispatch", "alloc_stats", "cupti"]
-    assert every[3].scope == "hot+capture"  # type: ignore[attr-defined]
-    assert every[4]._device == "cuda:1"  # type: ignore[attr-defined]
+    assert layers == ["sync_debug", "gpu_trace", "graph_replay", "dispatch", "cupti"]
+    assert every[3].scope == "capture"  # type: ignore[attr-defined]  # CUPTI sees what dispatch would in hot regions
     races = [h.layer for h in build_hooks("races")]
-    assert races == ["sync_debug", "gpu_trace", "graph_replay", "dispatch", "alloc_stats", "staging", "cupti"]
+    assert races == ["sync_debug", "gpu_trace", "graph_replay", "dispatch", "staging", "cupti"]
+    dispatch = every[3]
+    dispatch.layers_skipped({"cupti": "no CUDA device"})  # CUPTI cannot run here: dispatch watches hot regions
+    assert dispatch.scope == "hot+capture"  # type: ignore[attr-defined]
+    dispatch.install(RecordingSink())
+    dispatch.uninstall()
+    assert dispatch.scope == "capture"  # type: ignore[attr-defined]  # and leaves them to CUPTI next time
+    dispatch.layers_skipped({"alloc_stats": "no CUDA device"})
+    assert dispatch.scope == "capture"  # type: ignore[attr-defined]
+    cheap[-1].layers_skipped({"cupti": "no CUDA device"})  # cheap never watches hot regions
+    assert cheap[-1].scope == "capture"
+    witness = build_hooks(["alloc_stats"], device="cuda:1")
+    assert witness[0]._device == "cuda:1"  # type: ignore[attr-defined]
     mine = GpuTraceHook(available=lambda: True)
     chosen = build_hooks(["dispatch", mine, "cupti"])
     assert chosen[1] is mine and chosen[0].scope == "hot+capture"  # type: ignore[attr-defined]
@@ -349,37 +360,6 @@ def test_dispatch_mode_stays_pushed_until_the_region_that_pushed_it_closes() -> 
     hook.region_exit(capture, False)
     assert hook._mode is None
     hook.uninstall()
-
-
-def test_cupti_markers_open_with_their_region_or_read_and_close_on_uninstall() -> None:
-    from flashcheck.runtime.hooks.cupti import READ_MARKER, REGION_MARKER, CuptiHook
-
-    profilers: list[Any] = []
-
-    def factory() -> Any:
-        profilers.append(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]))
-        return profilers[-1]
-
-    hook = CuptiHook(profiler_factory=factory, available=lambda: True)
-    outer, inner = records(2)
-    hook.read_begin()  # no profiler running yet: nothing to mark
-    hook.region_enter(outer, True)
-    assert hook._markers == {} and hook._read_markers == []
-    hook.install(RecordingSink())
-    hook.region_enter(outer, True)
-    hook.region_enter(inner, True)
-    hook.region_exit(inner, True)
-    hook.region_exit(inner, True)  # closed twice: nothing left to close
-    hook.read_begin()
-    assert list(hook._markers) == [outer.id] and len(hook._read_markers) == 1
-    hook.read_end()
-    hook.read_end()
-    hook.read_begin()
-    assert hook.collect() == [] and len(profilers) == 1  # a region or read is open: not read now
-    hook.uninstall()  # closes the open region and read markers
-    assert hook._markers == {} and hook._read_markers == [] and hook._prof is None
-    names = {e.name() for e in profilers[0].profiler.kineto_results.events()}
-    assert {f"{REGION_MARKER}{outer.id}", f"{REGION_MARKER}{inner.id}", READ_MARKER} <= names
 
 
 # ----------------------------------------------------------------------------------------------------------- base

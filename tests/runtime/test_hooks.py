@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
@@ -13,13 +13,6 @@ from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import HookError
 from flashcheck.runtime.hooks import gpu_trace as gpu_trace_mod
 from flashcheck.runtime.hooks.alloc_stats import AllocStatsHook
-from flashcheck.runtime.hooks.cupti import (
-    READ_MARKER,
-    REGION_MARKER,
-    CuptiHook,
-    RawEvent,
-    attribute,
-)
 from flashcheck.runtime.hooks.dispatch import DispatchHook
 from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 from flashcheck.runtime.hooks.graph_replay import GraphReplayHook
@@ -308,163 +301,3 @@ def test_graph_replay_restores_torchs_cudagraph_replay_exactly() -> None:
     with Checker(layers=[GraphReplayHook()]):
         assert torch.cuda.CUDAGraph.__dict__.get("replay") is not before
     assert torch.cuda.CUDAGraph.__dict__.get("replay") is before
-
-
-# ------------------------------------------------------------------------------------------------------ cupti
-def test_cupti_attribution_by_time_and_correlation() -> None:
-    raws = [
-        RawEvent(f"{REGION_MARKER}1", 100, 200, thread=1),
-        RawEvent(f"{REGION_MARKER}2", 120, 180, thread=1),  # nested: innermost wins
-        RawEvent("cudaStreamSynchronize", 130, 140, 11, thread=1),
-        RawEvent("cudaMemcpyAsync", 150, 151, 12, thread=1),
-        RawEvent("Memcpy DtoH (Device -> Pageable)", 400, 410, 12, on_device=True),  # GPU time after the region
-        RawEvent("cudaGraphLaunch", 190, 195, 13, thread=1),
-        RawEvent("Memcpy HtoD (Pinned -> Device)", 500, 505, 13, on_device=True),
-        RawEvent(READ_MARKER, 102, 110, thread=1),
-        RawEvent("cudaDeviceSynchronize", 105, 106, 14, thread=1),  # checker read: dropped
-        RawEvent("cudaDeviceSynchronize", 300, 301, 15, thread=1),  # outside every region: dropped
-        RawEvent("aten::add", 101, 102, 3),
-        RawEvent("Memcpy DtoD (Device -> Device)", 160, 161, 12, on_device=True),
-    ]
-    evs = attribute(raws)
-    assert [(e.kind, e.detail, e.region_id, e.memory, e.in_graph) for e in evs] == [
-        ("sync", "cudaStreamSynchronize", 2, "unknown", False),
-        ("d2h_copy", "Memcpy DtoH (Device -> Pageable)", 2, "pageable", False),
-        ("h2d_copy", "Memcpy HtoD (Pinned -> Device)", 1, "pinned", True),
-    ]
-    assert attribute([RawEvent("cudaDeviceSynchronize", 1, 2)]) == []
-
-
-class KinetoEvent:
-    """The accessors of a Kineto event that `raw_events` reads."""
-
-    def __init__(self, name: str, start_ns: int, dur_ns: int, correlation: int, device: str, thread: int = 0) -> None:
-        self._v = (name, start_ns, dur_ns, correlation, device, thread)
-
-    def name(self) -> str:
-        return self._v[0]
-
-    def start_ns(self) -> int:
-        return self._v[1]
-
-    def duration_ns(self) -> int:
-        return self._v[2]
-
-    def correlation_id(self) -> int:
-        return self._v[3]
-
-    def device_type(self) -> str:
-        return self._v[4]
-
-    def start_thread_id(self) -> int:
-        return self._v[5]
-
-
-class ProfilerWithDevice:
-    """torch's real CPU profiler (it records the layer's region and read markers as on any machine), plus the
-    records a GPU adds to the same Kineto trace: `device_records(region_marker)` builds them from the real marker
-    event, the way CUPTI stamps a runtime call inside it and its copy on the device afterwards."""
-
-    instances: ClassVar[list[ProfilerWithDevice]] = []
-
-    def __init__(self, device_records: Any = None) -> None:
-        self.real = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        self.device_records = device_records
-        self.events: list[Any] = []
-        ProfilerWithDevice.instances.append(self)
-
-    def start(self) -> None:
-        self.real.start()
-
-    def stop(self) -> None:
-        self.real.stop()
-        self.events = list(self.real.profiler.kineto_results.events())
-        marker = next((e for e in self.events if e.name().startswith(REGION_MARKER)), None)
-        if marker is not None and self.device_records is not None:
-            self.events += self.device_records(marker)
-
-    @property
-    def profiler(self) -> Any:
-        import types
-
-        return types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=lambda: self.events))
-
-
-def test_cupti_events_become_findings_through_the_checker() -> None:
-    def device_records(region: Any) -> list[KinetoEvent]:
-        t = region.start_ns()
-        return [
-            KinetoEvent("cudaStreamSynchronize", t + 1, 1, 98, "DeviceType.CPU"),
-            KinetoEvent("cudaMemcpyAsync", t + 2, 1, 99, "DeviceType.CPU"),
-            # the copy runs on the device after the region closed: it counts where the host launched it
-            KinetoEvent("Memcpy DtoH (Device -> Pageable)", t + 10**9, 5, 99, "DeviceType.CUDA"),
-        ]
-
-    ProfilerWithDevice.instances.clear()
-    hook = CuptiHook(profiler_factory=lambda: ProfilerWithDevice(device_records), available=lambda: True)
-    with Checker(layers=[hook]) as chk:
-        assert chk.active_layers == ["cupti"]
-        with chk.region("replay", step=6):
-            torch.ones(3).sum()
-        (f,) = chk.drain_findings()
-        assert hook._prof is not None  # restarted for the next steps
-    assert hook._prof is None
-    assert f.id == "FC201" and f.location.step == 6 and f.evidence["layers"] == ["cupti"]
-    assert f.evidence["details"] == ["cudaStreamSynchronize", "Memcpy DtoH (Device -> Pageable)"]
-    assert f.evidence["count"] == 2
-    assert f.location.file == __file__  # where the region was opened: CUPTI has no Python stack
-    first = ProfilerWithDevice.instances[0]
-    assert any(e.name() == "aten::sum" for e in first.events)  # the real profiler ran around the region
-
-
-def test_cupti_on_a_cpu_profiler_is_quiet() -> None:
-    """The real CPU profile of a region holds its marker and its ops, and no CUDA call: nothing to report."""
-    ProfilerWithDevice.instances.clear()
-    with Checker(layers=[CuptiHook(profiler_factory=ProfilerWithDevice, available=lambda: True)]) as chk:
-        assert chk.active_layers == ["cupti"]
-        with chk.region("replay"):
-            torch.ones(3).tolist()
-        assert chk.drain_findings() == []
-    names = {e.name() for e in ProfilerWithDevice.instances[0].events}
-    assert any(n.startswith(REGION_MARKER) for n in names) and "aten::ones" in names  # it read the profile
-
-
-def test_a_second_cupti_layer_in_the_process_is_skipped_with_a_reason() -> None:
-    """Kineto runs one profiler per process: a second checker reports the layer as skipped instead of breaking
-    the first one's profiler."""
-
-    def cpu_profiler() -> Any:
-        return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-
-    first = CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)
-    second = CuptiHook(profiler_factory=cpu_profiler, available=lambda: True)
-    with Checker(layers=[first]) as a:
-        with Checker(layers=[second]) as b:
-            assert b.active_layers == [] and "another checker" in b.skipped_layers["cupti"]
-        assert a.active_layers == ["cupti"]
-        a.drain_findings()
-    with Checker(layers=[second]) as c:  # free again once the first is gone
-        assert c.active_layers == ["cupti"]
-
-
-def test_cupti_hides_the_profiler_clears_events_warning_it_causes() -> None:
-    """torch warns "Warning: Profiler clears events at the end of each cycle" when a profiler restarts; the layer
-    reads every cycle, so the warning is noise in the user's test report and must not escape its start or stop."""
-    import types
-    import warnings
-
-    class WarningProfiler:
-        profiler = types.SimpleNamespace(kineto_results=types.SimpleNamespace(events=list))  # no events
-
-        def start(self) -> None:
-            warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=1)
-
-        def stop(self) -> None:
-            warnings.warn("Warning: Profiler clears events at the end of each cycle.", UserWarning, stacklevel=1)
-
-    hook = CuptiHook(profiler_factory=WarningProfiler, available=lambda: True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        hook._start()
-        assert hook._stop() == []
-    assert [str(w.message) for w in caught] == []

@@ -20,7 +20,7 @@ from flashcheck.runtime.api import REGIONS, Region
 from flashcheck.runtime.arena import GUARD_BYTES, Arena
 from flashcheck.runtime.hooks import Hook, HookError, LayerSpec, build_hooks
 from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
-from flashcheck.runtime.stacks import capture_stack
+from flashcheck.runtime.stacks import capture_raw
 
 __all__ = ["Checker"]
 
@@ -92,6 +92,8 @@ class Checker:
                 h.uninstall()
             raise
         self._installed = installed
+        for h in installed:
+            h.layers_skipped(self.skipped_layers)
         # hooks that act on regions, per region name: the others (the base class's no-ops) are not called twice
         # per region, which is what the cheap layers cost on an engine's replay loop
         acting = [h for h in installed if _acts_on_regions(h)]
@@ -234,7 +236,7 @@ class _Region(RegionRecord):
     def __init__(
         self, chk: Checker, name: Region, step: int | None, step_name: str | None, hooks: tuple[Hook, ...]
     ) -> None:
-        self.name, self.step, self.step_name, self.stack = name, step, step_name, ()
+        self.name, self.step, self.step_name, self.stack, self.opener = name, step, step_name, (), ()
         self._chk, self._hooks, self._entered = chk, hooks, 0
 
     def __enter__(self) -> None:
@@ -244,7 +246,7 @@ class _Region(RegionRecord):
             for h in chk._refresh:
                 h.refresh()
         if mon.record_region_stacks:
-            self.stack = capture_stack(2)
+            self.opener = capture_raw(2)
         mon.open(self)
         if self._hooks:
             hot = self.hot is not None

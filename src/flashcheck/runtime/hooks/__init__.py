@@ -2,21 +2,28 @@
 
 ``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``graph_replay``, and ``dispatch`` scoped to capture regions (a
 capture happens once, so it costs nothing per step): nothing in them runs per kernel or per operator, and a region
-costs a few microseconds. ``layers="all"``: the same plus ``dispatch`` in hot regions too (attribution of every sync
-to an aten op), ``cupti``, ``alloc_stats`` (allocator counters read around each hot region: a second witness of the
-allocations ``gpu_trace`` reports one by one, at two statistics reads per region). ``layers="races"``: ``all`` plus
-``staging`` (pinned copies in flight, FC204; it holds the stream so that each copy stays in flight, which makes
-races show on every run and costs about ``hold_us`` of device time per region). Layers that cannot run here (no
-CUDA device) are skipped and reported by the checker, never silently.
+costs a few microseconds. ``layers="all"``: the same plus ``cupti`` (CUPTI through ``cupti-python``: blocking CUDA
+calls made anywhere, C++ extensions included, with their Python stacks; every copy with its host memory kind, graph
+copies included; device allocations through the CUDA APIs), which adds nothing in Python to a clean step: together
+they see every kind of event the checker knows. ``layers="races"``: ``all`` plus ``staging`` (pinned copies in flight,
+FC204; it holds the stream so that each copy stays in flight, which makes races show on every run and costs about
+``hold_us`` of device time per region). Two layers are second witnesses of what those already see, at a price per
+region, and run only when named in a list: ``alloc_stats`` (allocator counters read around each hot region, about
+25 µs a read) and ``dispatch`` in hot regions too (every aten op of a hot region through a Python dispatch mode,
+tens of µs a region; a named ``dispatch`` has the scope ``hot+capture``). Layers that cannot run here (no CUDA
+device, no ``cupti-python``) are skipped and reported by the checker, never silently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from flashcheck.errors import InvalidArgument
 from flashcheck.runtime.hooks.base import EventSink, Hook, HookError
+
+if TYPE_CHECKING:
+    from flashcheck.runtime.hooks.dispatch import Scope
 
 __all__ = [
     "ALL",
@@ -43,9 +50,9 @@ LAYER_NAMES: tuple[LayerName, ...] = (
     "staging",
 )
 CHEAP: tuple[LayerName, ...] = ("sync_debug", "gpu_trace", "graph_replay", "dispatch")
-ALL: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "cupti")
+ALL: tuple[LayerName, ...] = (*CHEAP, "cupti")
 # staging installs before cupti: it calibrates its device delay (a synchronize) on install, outside every region
-RACES: tuple[LayerName, ...] = (*CHEAP, "alloc_stats", "staging", "cupti")
+RACES: tuple[LayerName, ...] = (*CHEAP, "staging", "cupti")
 PRESETS: dict[str, tuple[LayerName, ...]] = {"cheap": CHEAP, "all": ALL, "races": RACES}
 LayerSpec = Literal["cheap", "all", "races"] | Sequence["LayerName | Hook"]
 
@@ -58,10 +65,12 @@ def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
                 f"layers={layers!r}: use 'cheap', 'all', 'races' or a list of {', '.join(LAYER_NAMES)}"
             )
         names: list[LayerName | Hook] = list(PRESETS[layers])
-        scope = "capture" if layers == "cheap" else "hot+capture"
+        scope: Scope = "capture"  # CUPTI sees what dispatch would see in hot regions without a Python call per op
+        # ... and where CUPTI cannot run (no device, no cupti-python), dispatch watches hot regions instead
+        stand_in = frozenset({"cupti"}) if "cupti" in names else frozenset()
     else:
         names = list(layers)
-        scope = "hot+capture"
+        scope, stand_in = "hot+capture", frozenset()
     out: list[Hook] = []
     for n in names:
         if isinstance(n, Hook):
@@ -73,7 +82,7 @@ def build_hooks(layers: LayerSpec, *, device: Any = None) -> list[Hook]:
         elif n == "dispatch":
             from flashcheck.runtime.hooks.dispatch import DispatchHook
 
-            out.append(DispatchHook(scope))  # type: ignore[arg-type]
+            out.append(DispatchHook(scope, hot_without=stand_in))
         elif n == "gpu_trace":
             from flashcheck.runtime.hooks.gpu_trace import GpuTraceHook
 

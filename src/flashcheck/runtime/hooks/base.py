@@ -8,6 +8,7 @@ or that would break the user's program (a warning hook) is handed to `EventSink.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import ClassVar, Protocol
 
 from flashcheck.errors import FlashcheckError
@@ -94,6 +95,10 @@ class Hook:
     def region_names(self) -> frozenset[str] | None:
         """The region names whose `region_enter`/`region_exit` this hook acts on (None: every region). The checker
         calls a hook only for these: an engine opens two regions per step, so a call that does nothing still costs."""
+        return None
+
+    def layers_skipped(self, skipped: Mapping[str, str]) -> None:
+        """Called once installed, with the layers of the selection that cannot run here (layer -> reason)."""
         return None
 
     def refresh(self) -> None:

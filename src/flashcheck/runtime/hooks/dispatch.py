@@ -7,7 +7,9 @@ pinned or pageable), and the data-dependent-shape ops that sync (``nonzero``, bo
 everything that does not dispatch: ``torch.cuda.synchronize``, event and stream syncs, FlashInfer kernels and the
 syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only inside regions where it
 matters: capture regions always (a capture happens once; this is how a pinned copy captured into a graph, FC203, is
-seen), and hot regions when ``layers="all"``.
+seen), and hot regions when named in a layer list (``layers=[..., "dispatch"]``) or when the ``cupti`` layer of a
+preset cannot run here (no device, no ``cupti-python``): CUPTI sees the same copies and syncs in hot regions without
+a Python call per op.
 
 A tensor whose class has ``_flashcheck_residency = "device"`` or ``"pinned"`` is treated as living there: this is how
 CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken detector fails without a GPU.
@@ -16,6 +18,7 @@ CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken de
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from flashcheck.runtime.hooks.base import EventSink, Hook
@@ -135,9 +138,11 @@ class DispatchHook(Hook):
 
     layer = "dispatch"
 
-    def __init__(self, scope: Scope = "hot+capture") -> None:
+    def __init__(self, scope: Scope = "hot+capture", *, hot_without: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.scope: Scope = scope
+        self._base_scope: Scope = scope
+        self._hot_without = hot_without
         self._mode: Any = None
         self._pushed_by: int | None = None
 
@@ -147,6 +152,14 @@ class DispatchHook(Hook):
 
     def _uninstall(self) -> None:
         self._pop()
+        self.scope = self._base_scope
+
+    def layers_skipped(self, skipped: Mapping[str, str]) -> None:
+        """Watch hot regions too when a layer it stands in for cannot run here (``hot_without``): the presets
+        leave hot regions to CUPTI, and without it (no device, no cupti-python) only this layer sees a per-step
+        copy or sync of a simulated device tensor, or a pageable ``non_blocking`` copy."""
+        if self._hot_without & skipped.keys():
+            self.scope = "hot+capture"
 
     def region_names(self) -> frozenset[str] | None:
         return _CAPTURE_ONLY if self.scope == "capture" else None
