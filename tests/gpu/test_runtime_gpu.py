@@ -107,10 +107,12 @@ def test_raw_device_allocation_inside_an_extension_in_replay_is_fc202_by_cupti()
     ptr = ctypes.c_void_p()
     with Checker(layers="all") as chk:
         with chk.region("replay", step=5):
+            line = here() + 1
             assert cudart.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(3 << 20)) == 0
         f = only(chk.drain_findings(), "FC202")
     assert cudart.cudaFree(ptr) == 0
-    assert f.evidence["layers"] == ["cupti"] and f.evidence["nbytes"] == 3 << 20 and f.location.step == 5
+    assert f.evidence["layers"] == ["cupti"] and f.evidence["nbytes"] == 3 << 20
+    assert (f.location.step, f.location.line) == (5, line)
     assert "cudaMalloc of 3,145,728 bytes" in f.message
 
 
@@ -119,9 +121,10 @@ def test_nonblocking_pageable_h2d_in_prepare_replay_is_seen_by_cupti() -> None:
     src = torch.ones(1 << 20)  # pageable: the runtime stages it synchronously despite non_blocking=True
     with Checker(layers=["cupti"]) as chk:
         with chk.region("prepare_replay", step=0):
+            line = here() + 1
             dst.copy_(src, non_blocking=True)
         f = only(chk.drain_findings(), "FC201")
-    assert "Pageable -> Device" in f.message
+    assert "Pageable -> Device" in f.message and f.location.line == line
 
 
 def test_pageable_h2d_under_all_is_seen_by_cupti_with_dispatch_out_of_hot_regions() -> None:

@@ -1,10 +1,10 @@
-"""The CUPTI layer on CPU: its attribution of activity records to regions, its callbacks on blocking calls through
-the checker (a fake backend plays CUPTI), and the cupti-python binding's conversion of records (a fake module)."""
+"""The CUPTI layer on CPU: its callbacks through the checker (a fake backend plays CUPTI and the driver) and the
+cupti-python binding's decoding of call parameters (a fake ``cupti`` module, parameter structs in ctypes memory)."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
-import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,28 +14,12 @@ import pytest
 from flashcheck.findings import Finding
 from flashcheck.runtime import Checker
 from flashcheck.runtime.hooks import cupti as cupti_mod
-from flashcheck.runtime.hooks.cupti import (
-    AllocRecord,
-    ApiRecord,
-    CopyRecord,
-    CuptiBindings,
-    CuptiHook,
-    Records,
-    Window,
-    api_base_name,
-    attribute,
-    recorded_api,
-)
-
-T = threading.get_ident() & 0xFFFFFFFF
+from flashcheck.runtime.hooks.cupti import CuptiBindings, CuptiHook, api_base_name, call_kind
+from flashcheck.runtime.monitor import Memory
 
 
 def here() -> int:
     return sys._getframe(1).f_lineno
-
-
-def recs(apis: list[ApiRecord] | None = None, copies: list[CopyRecord] | None = None, allocs: Any = None) -> Records:
-    return Records(apis or [], copies or [], allocs or [])
 
 
 # ------------------------------------------------------------------------------------------------------ names
@@ -56,157 +40,71 @@ def test_api_base_names_drop_version_and_stream_suffixes(name: str, base: str) -
 
 
 @pytest.mark.parametrize(
-    ("name", "recorded"),
+    ("name", "kind"),
     [
-        ("cudaMemcpyAsync", True),
-        ("cuMemcpyDtoHAsync", True),
-        ("cudaMemcpy", True),
-        ("cudaGraphLaunch", True),
-        ("cuGraphLaunch", True),
-        ("cudaMalloc", True),
-        ("cuMemCreate", True),
-        ("cudaLaunchKernel", False),
-        ("cudaStreamSynchronize", False),  # reported by its callback, with a stack
-        ("cudaMallocHost", False),  # pinned host memory, not a device allocation
-        ("cudaMemsetAsync", False),
+        ("cudaStreamSynchronize", "sync"),
+        ("cuCtxSynchronize", "sync"),
+        ("cudaMemcpy", "sync"),  # a synchronous copy blocks the host
+        ("cuMemcpyDtoH", "sync"),
+        ("cudaMemcpyAsync", "copy"),
+        ("cuMemcpyHtoDAsync", "copy"),
+        ("cuMemcpyDtoHAsync", "copy"),
+        ("cudaMalloc", "alloc"),
+        ("cuMemAlloc", "alloc"),
+        ("cuMemCreate", "alloc"),
+        ("cudaHostAlloc", "host_memory"),
+        ("cuMemHostUnregister", "host_memory"),
+        ("cudaLaunchKernel", None),  # every other call costs nothing
+        ("cudaGraphLaunch", None),
+        ("cudaMemsetAsync", None),
+        ("cudaStreamQuery", None),
     ],
 )
-def test_only_copy_launch_and_allocation_calls_are_recorded(name: str, recorded: bool) -> None:
-    assert recorded_api(name) is recorded
-
-
-# ------------------------------------------------------------------------------------------------ attribution
-def test_a_copy_counts_in_the_innermost_region_open_where_its_call_ran() -> None:
-    regions = [Window(1, T, 100, 200), Window(2, T, 120, 180), Window(3, T, 300, 400)]
-    apis = [
-        ApiRecord("cudaMemcpyAsync", 130, 131, T, 11),  # inside 2, inside 1: the innermost
-        ApiRecord("cudaMemcpyAsync", 190, 191, T, 12),  # after 2 closed, still in 1
-        ApiRecord("cudaMemcpyAsync", 180, 181, T, 13),  # at 2's last timestamp: still in 2
-        ApiRecord("cudaGraphLaunch", 350, 351, T, 14),
-        ApiRecord("cudaMemcpyAsync", 250, 251, T, 15),  # between regions
-    ]
-    copies = [
-        CopyRecord("HtoD", "pageable", "device", 11, False, 8),
-        CopyRecord("DtoH", "device", "pinned", 12, False, 4),
-        CopyRecord("DtoH", "device", "pageable", 13, False, 4),
-        CopyRecord("HtoD", "pinned", "device", 14, True, 64),  # executed by the graph the launch replayed
-        CopyRecord("DtoH", "device", "pageable", 15, False, 4),
-    ]
-    evs = attribute(regions, [], recs(apis, copies))
-    assert [(e.kind, e.memory, e.region_id, e.in_graph, e.nbytes) for e in evs] == [  # in the order of the calls
-        ("h2d_copy", "pageable", 2, False, 8),
-        ("d2h_copy", "pageable", 2, False, 4),
-        ("d2h_copy", "pinned", 1, False, 4),
-        ("h2d_copy", "pinned", 3, True, 64),
-    ]
-    assert [e.detail for e in evs] == [
-        "Memcpy HtoD (Pageable -> Device) by cudaMemcpyAsync",
-        "Memcpy DtoH (Device -> Pageable) by cudaMemcpyAsync",
-        "Memcpy DtoH (Device -> Pinned) by cudaMemcpyAsync",
-        "Memcpy HtoD (Pinned -> Device) by cudaGraphLaunch",
-    ]
-    assert all(e.layer == "cupti" and e.stack == () and e.capturing is False and e.thread is None for e in evs)
-
-
-def test_a_graph_launch_makes_its_copies_graph_copies_even_without_the_graph_flag() -> None:
-    (ev,) = attribute(
-        [Window(1, T, 0, 10)],
-        [],
-        recs([ApiRecord("cuGraphLaunch", 5, 6, T, 7)], [CopyRecord("HtoD", "pinned", "device", 7, False, 4)]),
-    )
-    assert ev.in_graph is True
-
-
-def test_other_threads_reads_unknown_launches_and_other_copy_kinds_are_dropped() -> None:
-    other = T ^ 1
-    regions = [Window(1, T, 0, 100), Window(9, other, 0, 100)]
-    reads = [Window(None, T, 20, 30)]
-    apis = [
-        ApiRecord("cudaMemcpyAsync", 25, 26, T, 1),  # inside the checker's own read
-        ApiRecord("cudaMemcpyAsync", 30, 31, T, 2),  # at the read's last timestamp: still the read
-        ApiRecord("cudaMemcpyAsync", 50, 51, other ^ 2, 3),  # a thread with no region open
-        ApiRecord("cudaMemcpyAsync", 60, 61, T, 4),
-        ApiRecord("cudaMemcpyAsync", 70, 71, T, 0),  # no correlation: no launch
-        ApiRecord("cudaMemcpyAsync", 65, 66, other, 6),  # the other thread's own region
-    ]
-    copies = [
-        CopyRecord("DtoH", "device", "pageable", 1, False, 4),
-        CopyRecord("DtoH", "device", "pageable", 2, False, 4),
-        CopyRecord("DtoH", "device", "pageable", 3, False, 4),
-        CopyRecord("DtoD", "device", "device", 4, False, 4),
-        CopyRecord("HtoH", "pageable", "pageable", 4, False, 4),
-        CopyRecord("DtoH", "device", "pageable", 0, False, 4),
-        CopyRecord("DtoH", "device", "other", 99, False, 4),  # its call was not recorded
-        CopyRecord("HtoD", "other", "device", 4, False, 4),  # managed or unknown host memory
-        CopyRecord("DtoH", "device", "pinned", 6, False, 4),
-    ]
-    evs = attribute(regions, reads, recs(apis, copies))
-    assert [(e.kind, e.memory, e.region_id) for e in evs] == [("h2d_copy", "unknown", 1), ("d2h_copy", "pinned", 9)]
-
-
-def test_device_allocations_count_where_their_call_ran() -> None:
-    apis = [ApiRecord("cudaMalloc", 5, 6, T, 1), ApiRecord("cuMemAlloc", 50, 51, T, 2)]
-    allocs = [AllocRecord(2 << 20, 1), AllocRecord(4096, 2), AllocRecord(8, 3)]
-    (ev,) = attribute([Window(4, T, 0, 10)], [], recs(apis, allocs=allocs))
-    assert (ev.kind, ev.layer, ev.detail, ev.nbytes, ev.region_id) == (
-        "alloc",
-        "cupti",
-        "cudaMalloc of 2,097,152 bytes",
-        2 << 20,
-        4,
-    )
-
-
-def test_nothing_in_nothing_out() -> None:
-    assert attribute([], [], recs([ApiRecord("cudaMemcpyAsync", 1, 2, T, 1)])) == []
-    assert attribute([Window(1, T, 0, 5)], [], recs()) == []
+def test_the_calls_the_layer_watches(name: str, kind: str | None) -> None:
+    assert call_kind(name) == kind
 
 
 # ----------------------------------------------------------------------------------------- the hook, with fakes
 class FakeBackend:
-    """Plays CUPTI: a clock, the blocking-call callback, and the records each flush returns."""
+    """Plays CUPTI and the driver: `call` is the watched code making a CUDA call."""
 
     def __init__(self, refuse: str | None = None) -> None:
         self.refuse = refuse
-        self.t = 0
-        self.on_sync: Callable[[str, int], None] | None = None
-        self.queued = recs()
+        self.on_call: Callable[[str, Any, int, int], None] | None = None
+        self.params: dict[int, tuple[Any, int, int]] = {}
+        self.pinned: set[int] = set()
+        self.memory_queries: list[int] = []
         self.calls: list[str] = []
 
     def open(self) -> str | None:
         self.calls.append("open")
         return self.refuse
 
-    def start(self, on_sync: Callable[[str, int], None]) -> None:
+    def start(self, on_call: Callable[[str, Any, int, int], None]) -> None:
         self.calls.append("start")
-        self.on_sync = on_sync
+        self.on_call = on_call
 
-    def timestamp(self) -> int:
-        self.t += 10
-        return self.t
+    def copy_args(self, name: str, params: int) -> tuple[Any, int, int]:
+        return self.params[params]
 
-    def flush(self) -> Records:
-        self.calls.append("flush")
-        out, self.queued = self.queued, recs()
-        return out
+    def alloc_bytes(self, name: str, params: int) -> int:
+        return self.params[params][2]
 
-    def close(self) -> Records:
+    def host_memory(self, ptr: int) -> Memory:
+        self.memory_queries.append(ptr)
+        return "pinned" if ptr in self.pinned else "pageable"
+
+    def close(self) -> None:
         self.calls.append("close")
-        self.on_sync = None
-        return self.flush()
+        self.on_call = None
 
-    # what the watched code does
-    def call(self, name: str, corr: int, *, copy: CopyRecord | None = None, alloc: int | None = None) -> None:
-        self.t += 1
-        self.queued.apis.append(ApiRecord(name, self.t, self.t + 1, T, corr))
-        if copy is not None:
-            self.queued.copies.append(copy)
-        if alloc is not None:
-            self.queued.allocs.append(AllocRecord(alloc, corr))
-
-    def sync(self, name: str, corr: int) -> None:
-        assert self.on_sync is not None, "the hook registered no callback"
-        self.on_sync(name, corr)
+    def call(self, name: str, corr: int, *, direction: str = "", host: int = 0, nbytes: int = 0) -> None:
+        assert self.on_call is not None, "the hook registered no callback"
+        what = call_kind(name)
+        assert what is not None
+        params = len(self.params) + 1
+        self.params[params] = (direction, host, nbytes)
+        self.on_call(name, what, corr, params)
 
 
 @pytest.fixture
@@ -226,66 +124,103 @@ def test_a_blocking_call_in_a_hot_region_is_reported_at_the_users_line(fake: tup
         assert chk.active_layers == ["cupti"] and backend.calls == ["open", "start"]
         with chk.region("replay", step=7):
             line = here() + 1
-            backend.sync("cudaStreamSynchronize", 5)
-            backend.sync("cuStreamSynchronize", 5)  # the driver call inside it: the same correlation, once
+            backend.call("cudaStreamSynchronize", 5)
+            backend.call("cuStreamSynchronize", 5)  # the driver call inside it: the same correlation, once
         f = only(chk.drain_findings(), "FC201")
     assert (f.location.file, f.location.line, f.location.step) == (__file__, line, 7)
     assert f.evidence["layers"] == ["cupti"] and f.evidence["details"] == ["cudaStreamSynchronize"]
     assert f.evidence["count"] == 1
-    assert backend.calls[-2:] == ["close", "flush"] and backend.on_sync is None
+    assert backend.calls == ["open", "start", "close"] and backend.on_call is None
 
 
-def test_blocking_calls_outside_hot_regions_or_in_reads_are_quiet(fake: tuple[FakeBackend, CuptiHook]) -> None:
+def test_calls_outside_hot_regions_or_in_reads_are_quiet(fake: tuple[FakeBackend, CuptiHook]) -> None:
     backend, hook = fake
     with Checker(layers=[hook]) as chk:
-        backend.sync("cudaDeviceSynchronize", 1)  # no region
+        backend.call("cudaDeviceSynchronize", 1)  # no region
         with chk.region("capture"):
-            backend.sync("cudaDeviceSynchronize", 2)  # not a per-step region
+            backend.call("cudaDeviceSynchronize", 2)  # not a per-step region
+            backend.call("cudaMalloc", 3, nbytes=64)
         with chk.region("replay", step=0), chk.checker_read():
-            backend.sync("cudaStreamSynchronize", 3)
-        assert chk.drain_findings() == []
+            backend.call("cudaStreamSynchronize", 4)
+            backend.call("cudaMemcpyAsync", 5, direction="DtoH", host=0x10, nbytes=4)
+        assert chk.drain_findings() == [] and backend.memory_queries == []
         with chk.region("replay", step=1):
-            for corr in (4, 6):  # two calls on one line: one finding, counted twice
-                backend.sync("cudaStreamSynchronize", corr)
+            for corr in (6, 7):  # two calls on one line: one finding, counted twice
+                backend.call("cudaStreamSynchronize", corr)
         assert only(chk.drain_findings(), "FC201").evidence["count"] == 2
 
 
-def test_copies_and_allocations_are_attributed_at_the_drain(fake: tuple[FakeBackend, CuptiHook]) -> None:
-    backend, hook = fake
-    with Checker(layers=[hook]) as chk:
-        line = here() + 1
-        with chk.region("prepare_replay", step=3):
-            backend.call("cudaMemcpyAsync", 1, copy=CopyRecord("HtoD", "pageable", "device", 1, False, 8))
-            backend.call("cudaMemcpyAsync", 2, copy=CopyRecord("HtoD", "pinned", "device", 2, False, 8))  # fine
-        with chk.region("replay", step=3):
-            backend.call("cudaMalloc", 3, alloc=1 << 21)
-            backend.call("cudaGraphLaunch", 4, copy=CopyRecord("HtoD", "pinned", "device", 4, True, 8))
-        with chk.checker_read():
-            backend.call("cudaMemcpyAsync", 5, copy=CopyRecord("DtoH", "device", "pageable", 5, False, 4))
-        findings = chk.drain_findings()
-    assert [(f.id, f.location.region, f.location.step) for f in findings] == [
-        ("FC201", "prepare_replay", 3),
-        ("FC202", "replay", 3),
-        ("FC203", "replay", 3),
-    ]
-    fc201 = findings[0]
-    assert "Pageable -> Device" in fc201.message and "no Python stack" in fc201.message
-    assert (fc201.location.file, fc201.location.line) == (__file__, line)  # where the region was opened
-    assert findings[1].evidence["nbytes"] == 1 << 21
-
-
-def test_records_wait_while_a_region_is_open_and_the_rest_comes_at_uninstall(
+def test_copies_count_when_they_leave_the_device_or_come_from_pageable_memory(
     fake: tuple[FakeBackend, CuptiHook],
 ) -> None:
     backend, hook = fake
+    backend.pinned = {0x1000}
     with Checker(layers=[hook]) as chk:
-        with chk.region("replay", step=0):
-            backend.call("cudaMemcpyAsync", 1, copy=CopyRecord("DtoH", "device", "pinned", 1, False, 4))
-            assert hook.collect() == [] and "flush" not in backend.calls  # the region's end is not known yet
-        with chk.region("replay", step=1):
-            backend.call("cudaMemcpyAsync", 2, copy=CopyRecord("DtoH", "device", "pinned", 2, False, 4))
-    assert backend.calls == ["open", "start", "flush", "close", "flush"]  # read as the checker closes, not before
-    assert [f.location.step for f in chk.drain_findings()] == [0, 1]
+        for step in range(3):
+            with chk.region("prepare_replay", step=step):
+                backend.call("cudaMemcpyAsync", 10 + step, direction="HtoD", host=0x1000, nbytes=64)  # fine
+                backend.call("cuMemcpyHtoDAsync", 10 + step, direction="HtoD", host=0x1000, nbytes=64)  # inside it
+        assert chk.drain_findings() == []
+        assert backend.memory_queries == [0x1000]  # asked once, then remembered
+        with chk.region("prepare_replay", step=3):
+            pageable_line = here() + 1
+            backend.call("cudaMemcpyAsync", 20, direction="HtoD", host=0x2000, nbytes=8)
+            backend.call("cudaMemcpyAsync", 21, direction="other", host=0x2000, nbytes=8)  # device to device
+        with chk.region("replay", step=3):
+            d2h_line = here() + 1
+            backend.call("cuMemcpyDtoHAsync", 22, direction="DtoH", host=0x1000, nbytes=4)
+        first, second = chk.drain_findings()
+    assert (first.id, first.location.line, first.location.region) == ("FC201", pageable_line, "prepare_replay")
+    assert first.evidence["details"] == ["Memcpy HtoD (Pageable -> Device) by cudaMemcpyAsync"]
+    assert first.evidence["nbytes"] == 8
+    assert (second.id, second.location.line, second.location.region) == ("FC201", d2h_line, "replay")
+    assert second.evidence["details"] == ["Memcpy DtoH (Device -> Pinned) by cuMemcpyDtoHAsync"]
+
+
+def test_pinned_memory_changes_make_the_layer_ask_again(fake: tuple[FakeBackend, CuptiHook]) -> None:
+    backend, hook = fake
+    with Checker(layers=[hook]) as chk:
+        with chk.region("prepare_replay", step=0):
+            backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x3000, nbytes=8)  # pageable now
+        assert only(chk.drain_findings(), "FC201")
+        backend.pinned.add(0x3000)
+        backend.call("cudaHostRegister", 2)  # outside every region: still heard
+        with chk.region("prepare_replay", step=1):
+            backend.call("cudaMemcpyAsync", 3, direction="HtoD", host=0x3000, nbytes=8)
+        assert chk.drain_findings() == []
+    assert backend.memory_queries == [0x3000, 0x3000]
+
+
+def test_the_remembered_addresses_are_bounded(
+    fake: tuple[FakeBackend, CuptiHook], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, hook = fake
+    monkeypatch.setattr(cupti_mod, "_MEMORY_CACHE_SIZE", 2)
+    backend.pinned = {1, 2, 3}
+    with Checker(layers=[hook]) as chk:
+        with chk.region("prepare_replay", step=0):
+            for corr, host in enumerate((1, 2, 3, 1)):
+                backend.call("cudaMemcpyAsync", corr + 1, direction="HtoD", host=host, nbytes=8)
+        assert chk.drain_findings() == []
+    assert backend.memory_queries == [1, 2, 3, 1]  # full at the third: forgotten, asked again
+
+
+def test_device_allocations_in_graph_regions_are_fc202(fake: tuple[FakeBackend, CuptiHook]) -> None:
+    backend, hook = fake
+    with Checker(layers=[hook]) as chk:
+        with chk.region("run", step=0):  # eager steps allocate by design
+            backend.call("cudaMalloc", 1, nbytes=1 << 20)
+        assert chk.drain_findings() == []
+        with chk.region("replay", step=2):
+            line = here() + 1
+            backend.call("cudaMalloc", 2, nbytes=2 << 20)
+            backend.call("cuMemAlloc", 2, nbytes=2 << 20)  # the driver call inside it
+            backend.call("cuMemCreate", 3, nbytes=0)  # size unknown
+        f, g = chk.drain_findings()
+    assert (f.id, f.location.line, f.location.step, f.evidence["layers"]) == ("FC202", line, 2, ["cupti"])
+    assert f.evidence["details"] == ["cudaMalloc of 2,097,152 bytes"] and f.evidence["nbytes"] == 2 << 20
+    assert (g.id, g.location.line, g.evidence["details"]) == ("FC202", line + 2, ["cuMemCreate"])
+    assert "nbytes" not in g.evidence
 
 
 def test_unavailable_without_a_device_or_when_cupti_refuses() -> None:
@@ -307,9 +242,19 @@ def test_a_hook_installed_without_asking_opens_cupti_itself_or_says_why_not() ->
     hook = CuptiHook(backend=ok, available=lambda: True)
     hook.install(RecordingSink())
     hook.uninstall()
-    assert ok.calls == ["open", "start", "close", "flush"]
+    hook.uninstall()
+    assert ok.calls == ["open", "start", "close"]
     with pytest.raises(RuntimeError, match="CUPTI layer: busy"):
         CuptiHook(backend=FakeBackend(refuse="busy"), available=lambda: True).install(RecordingSink())
+
+    class FailingStart(FakeBackend):
+        def start(self, on_call: Callable[[str, Any, int, int], None]) -> None:
+            raise OSError("no callbacks")
+
+    failing = FailingStart()
+    with pytest.raises(OSError, match="no callbacks"):
+        CuptiHook(backend=failing, available=lambda: True).install(RecordingSink())
+    assert failing.calls == ["open", "close"]  # released
 
 
 def test_an_error_in_the_callback_is_a_hook_error(
@@ -325,34 +270,38 @@ def test_an_error_in_the_callback_is_a_hook_error(
     monkeypatch.setattr(cupti_mod, "capture_stack", broken)
     with pytest.raises(HookError, match="cupti: LookupError: no frames"), Checker(layers=[hook]) as chk:
         with chk.region("replay"):
-            backend.sync("cudaDeviceSynchronize", 1)  # CUPTI would only print the error: the checker raises it
+            backend.call("cudaDeviceSynchronize", 1)  # CUPTI would only print the error: the checker raises it
         chk.drain_findings()
+
+
+def test_a_late_callback_after_uninstall_is_dropped(fake: tuple[FakeBackend, CuptiHook]) -> None:
+    backend, hook = fake
+    with Checker(layers=[hook]):
+        on_call = backend.on_call
+    assert on_call is not None
+    on_call("cudaDeviceSynchronize", "sync", 1, 0)  # CUPTI still delivering on another thread: nothing happens
 
 
 # ------------------------------------------------------------------------------------ the cupti-python binding
 class FakeCupti(types.SimpleNamespace):
     """The parts of ``cupti.cupti`` the binding uses, recording what it was asked."""
 
-    def __init__(self, *, subscribe_error: Exception | None = None) -> None:
-        kinds = types.SimpleNamespace(MEMCPY=1, MEMORY2=2, RUNTIME=3, DRIVER=4)
-        domains = types.SimpleNamespace(RUNTIME_API=2, DRIVER_API=1)
-        super().__init__(ActivityKind=kinds, CallbackDomain=domains)
+    def __init__(self) -> None:
+        super().__init__(CallbackDomain=types.SimpleNamespace(RUNTIME_API=2, DRIVER_API=1))
         self.names = {
             (2, 1): "cudaStreamSynchronize_v3020",
             (2, 2): "cudaMemcpyAsync_v3020",
             (2, 3): "cudaLaunchKernel_v7000",
+            (2, 4): "cudaMalloc_v3020",
             (1, 1): "cuStreamSynchronize",
             (1, 2): "cuMemAlloc_v2",
+            (1, 3): "cuMemcpyHtoDAsync_v2",
+            (1, 4): "cuMemHostRegister_v2",
         }
-        self.subscribe_error = subscribe_error
-        self.enabled_callbacks: list[tuple[int, int]] = []
-        self.api_records: dict[tuple[str, int], int] = {}
-        self.activities: list[int] = []
-        self.flushes = 0
+        self.subscribe_error: Exception | None = None
+        self.enabled: list[tuple[int, int]] = []
         self.unsubscribed: list[int] = []
         self.callback: Any = None
-        self.buffers: Any = None
-        self.pending: list[Any] = []
 
     def subscribe(self, callback: Any, userdata: Any) -> int:
         if self.subscribe_error is not None:
@@ -365,38 +314,14 @@ class FakeCupti(types.SimpleNamespace):
 
     def enable_callback(self, on: int, sub: int, domain: int, cbid: int) -> None:
         assert on == 1 and sub == 42
-        self.enabled_callbacks.append((domain, cbid))
-
-    def activity_register_callbacks(self, requested: Any, completed: Any) -> None:
-        self.buffers = (requested, completed)
-
-    def activity_enable(self, kind: int) -> None:
-        self.activities.append(kind)
-
-    def activity_disable(self, kind: int) -> None:
-        self.activities.remove(kind)
-
-    def activity_enable_runtime_api(self, cbid: int, on: int) -> None:
-        self.api_records[("runtime", cbid)] = on
-
-    def activity_enable_driver_api(self, cbid: int, on: int) -> None:
-        self.api_records[("driver", cbid)] = on
-
-    def get_timestamp(self) -> int:
-        return 123
-
-    def activity_flush_all(self, flag: int) -> None:
-        assert flag == 1
-        self.flushes += 1
-        acts, self.pending = self.pending, []
-        self.buffers[1](acts)
+        self.enabled.append((domain, cbid))
 
     def unsubscribe(self, sub: int) -> None:
         self.unsubscribed.append(sub)
 
 
-def act(**kw: Any) -> types.SimpleNamespace:
-    return types.SimpleNamespace(**kw)
+def cb(site: int, corr: int, params: int = 0) -> types.SimpleNamespace:
+    return types.SimpleNamespace(callback_site=site, correlation_id=corr, function_params=params)
 
 
 @pytest.fixture
@@ -406,57 +331,29 @@ def fake_cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCupti]:
     pkg.cupti = mod  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupti", pkg)
     yield mod
-    assert cupti_mod._CLAIMED == []
+    cupti_mod._CLAIMED.clear()
 
 
-def test_the_binding_subscribes_records_converts_and_gives_everything_back(fake_cupti: FakeCupti) -> None:
+def test_the_binding_enables_the_watched_calls_and_passes_them_on(fake_cupti: FakeCupti) -> None:
     b = CuptiBindings()
     assert b.open() is None
     assert CuptiBindings().open() == (
         "another checker's CUPTI layer is active in this process (CUPTI has one subscriber per process)"
     )
-    seen: list[tuple[str, int]] = []
-    b.start(lambda name, corr: seen.append((name, corr)))
-    assert sorted(fake_cupti.enabled_callbacks) == [(1, 1), (2, 1)]  # the blocking calls only
-    assert fake_cupti.activities == [1, 2, 3, 4]
-    assert fake_cupti.api_records == {("runtime", 1): 0, ("runtime", 2): 1, ("runtime", 3): 0, ("driver", 1): 0,
-                                      ("driver", 2): 1}  # fmt: skip
-    assert b.timestamp() == 123
-    cb = fake_cupti.callback
-    cb(None, 2, 1, act(callback_site=0, correlation_id=9, function_name="cudaStreamSynchronize"))
-    cb(None, 2, 1, act(callback_site=1, correlation_id=9, function_name="cudaStreamSynchronize"))  # exit: ignored
-    cb(None, 1, 77, act(callback_site=0, correlation_id=10, function_name="cuSomethingNew"))
-    assert seen == [("cudaStreamSynchronize", 9), ("cuSomethingNew", 10)]
-    assert fake_cupti.buffers[0]() == (8 << 20, 0)
-    tid = (1 << 40) + 5
-    fake_cupti.pending = [
-        act(kind=3, cbid=2, start=10, end=11, thread_id=tid, correlation_id=9),
-        act(kind=4, cbid=2, start=12, end=13, thread_id=6, correlation_id=10),
-        act(kind=1, copy_kind=2, src_kind=3, dst_kind=1, correlation_id=9, graph_id=0, bytes=4),
-        act(kind=1, copy_kind=1, src_kind=2, dst_kind=3, correlation_id=9, graph_id=5, bytes=8),
-        act(kind=1, copy_kind=7, src_kind=3, dst_kind=4, correlation_id=9, graph_id=0, bytes=8),
-        act(kind=2, memory_operation_type=1, memory_kind=3, bytes=4096, correlation_id=10),
-        act(kind=2, memory_operation_type=2, memory_kind=3, bytes=4096, correlation_id=10),  # a release
-        act(kind=2, memory_operation_type=1, memory_kind=2, bytes=64, correlation_id=10),  # pinned host memory
-        act(kind=99),
-    ]
-    got = b.flush()
-    assert got.apis == [ApiRecord("cudaMemcpyAsync", 10, 11, 5, 9), ApiRecord("cuMemAlloc", 12, 13, 6, 10)]
-    assert got.copies == [
-        CopyRecord("DtoH", "device", "pageable", 9, False, 4),
-        CopyRecord("HtoD", "pinned", "device", 9, True, 8),
-        CopyRecord("other", "device", "other", 9, False, 8),
-    ]
-    assert got.allocs == [AllocRecord(4096, 10)]
-    assert b.flush() == Records([], [], []) and fake_cupti.flushes == 2
-    fake_cupti.pending = [act(kind=3, cbid=3, start=1, end=2, thread_id=1, correlation_id=1)]
-    last = b.close()
-    assert [a.name for a in last.apis] == ["cudaLaunchKernel"]  # what was still buffered
-    assert fake_cupti.activities == [] and fake_cupti.unsubscribed == [42]
-    assert set(fake_cupti.api_records.values()) == {1}  # every call recorded again for the next CUPTI client
-    assert b.close() == Records([], [], [])  # twice: nothing more
+    seen: list[tuple[str, str, int, int]] = []
+    b.start(lambda name, what, corr, params: seen.append((name, what, corr, params)))
+    assert sorted(fake_cupti.enabled) == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2), (2, 4)]  # no launches
+    call = fake_cupti.callback
+    call(None, 2, 1, cb(0, 9))
+    call(None, 2, 1, cb(1, 9))  # the exit site: ignored
+    call(None, 1, 3, cb(0, 10, 0x100))
+    call(None, 2, 3, cb(0, 11))  # not enabled (a launch): ignored
+    assert seen == [("cudaStreamSynchronize", "sync", 9, 0), ("cuMemcpyHtoDAsync", "copy", 10, 0x100)]
+    b.close()
+    call(None, 2, 1, cb(0, 12))  # after close: nothing
+    assert len(seen) == 2 and fake_cupti.unsubscribed == [42]
+    b.close()  # twice: nothing more
     assert CuptiBindings().open() is None  # released
-    cupti_mod._CLAIMED.clear()
 
 
 def test_the_binding_says_why_cupti_is_not_there(fake_cupti: FakeCupti, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -468,3 +365,56 @@ def test_the_binding_says_why_cupti_is_not_there(fake_cupti: FakeCupti, monkeypa
     assert CuptiBindings().open() == (
         "cupti-python is not installed (pip install 'flashcheck[gpu]' or pip install cupti-python)"
     )
+
+
+class MemcpyAsyncParams(ctypes.Structure):
+    _fields_ = (  # ctypes reads the class attribute
+        ("dst", ctypes.c_void_p),
+        ("src", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("kind", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    )
+
+
+class FourWords(ctypes.Structure):
+    _fields_ = (("a", ctypes.c_uint64), ("b", ctypes.c_uint64), ("c", ctypes.c_uint64), ("d", ctypes.c_uint64))
+
+
+@pytest.mark.parametrize(
+    ("kind", "want"),
+    [(1, ("HtoD", 0xB0, 64)), (2, ("DtoH", 0xA0, 64)), (3, ("other", 0xA0, 64)), (4, ("other", 0xA0, 64))],
+)
+def test_the_binding_reads_cudamemcpyasync_arguments(kind: int, want: tuple[str, int, int]) -> None:
+    p = MemcpyAsyncParams(0xA0, 0xB0, 64, kind, 0)
+    assert CuptiBindings().copy_args("cudaMemcpyAsync", ctypes.addressof(p)) == want
+
+
+def test_the_binding_reads_driver_copies_and_allocation_sizes() -> None:
+    p = FourWords(0xD0, 0xE0, 128, 0)
+    b = CuptiBindings()
+    addr = ctypes.addressof(p)
+    assert b.copy_args("cuMemcpyHtoDAsync", addr) == ("HtoD", 0xE0, 128)
+    assert b.copy_args("cuMemcpyDtoHAsync", addr) == ("DtoH", 0xD0, 128)
+    assert b.alloc_bytes("cudaMalloc", addr) == 0xE0
+    assert b.alloc_bytes("cuMemAllocPitch", addr) == 128 * 0
+    q = FourWords(0, 0, 100, 3)
+    assert b.alloc_bytes("cudaMallocPitch", ctypes.addressof(q)) == 300  # width x height
+    assert b.alloc_bytes("cudaMalloc3D", ctypes.addressof(q)) == 0  # an extent by value: not read
+
+
+def test_the_binding_asks_the_driver_whether_memory_is_pinned() -> None:
+    class Driver:
+        def __init__(self, err: int, kind: int) -> None:
+            self.err, self.kind, self.asked = err, kind, []
+
+        def cuPointerGetAttribute(self, out: Any, attr: int, ptr: Any) -> int:  # the driver's name
+            self.asked.append((attr, ptr.value))
+            out._obj.value = self.kind
+            return self.err
+
+    b = CuptiBindings()
+    for err, kind, want in ((0, 1, "pinned"), (1, 0, "pageable"), (0, 2, "unknown")):
+        b._libcuda = Driver(err, kind)
+        assert b.host_memory(0x1234) == want
+        assert b._libcuda.asked == [(2, 0x1234)]  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE

@@ -31,9 +31,9 @@ class Checker:
     """Observe what a target does while it plans, runs, captures and replays; report it as Findings.
 
     Args:
-        layers: ``"cheap"`` (sync debug mode, gpu trace, allocator statistics, replay wrapper, dispatch mode during
-            capture), ``"all"`` (+ dispatch mode in hot regions, CUPTI, allocator statistics), ``"races"`` (``all`` +
-            the staging layer, FC204), or a list of layer names / `Hook` objects.
+        layers: ``"cheap"`` (sync debug mode, gpu trace, replay wrapper, dispatch mode during capture), ``"all"``
+            (+ CUPTI callbacks; dispatch mode in hot regions where CUPTI cannot run), ``"races"`` (``all`` + the
+            staging layer, FC204), or a list of layer names / `Hook` objects.
         cold_regions: per-step regions the target declares cold (see `flashcheck.runtime.monitor.Monitor`).
         device: default device of arena workspaces and of allocator statistics (default: ``cuda`` when available,
             else ``cpu``).
@@ -60,7 +60,7 @@ class Checker:
         self._spec = layers
         self._hooks: list[Hook] = build_hooks(layers, device=device)
         self.device = device
-        stackless = any(h.layer in ("cupti", "alloc_stats") for h in self._hooks)
+        stackless = any(h.layer == "alloc_stats" for h in self._hooks)
         self.monitor = Monitor(cold_regions=cold_regions, record_region_stacks=stackless)
         self._arena = Arena(guard_bytes=guard_bytes, reader=self.checker_read, sink=self._arena_findings)
         self._pending: list[Finding] = []
@@ -171,7 +171,7 @@ class Checker:
         """Findings since the last drain: runtime detectors (FC2xx, FC204 of the staging layer included) and arena
         scans (FC302).
 
-        Deferred layers (CUPTI) are read here when no region is open; raises `HookError` if a hook failed.
+        Deferred layers are read here when no region is open; raises `HookError` if a hook failed.
         """
         if self._entered and not self.monitor.any_open:
             self._collect_deferred()

@@ -56,20 +56,20 @@ class Event:
             allocation), ``free``, ``pool_growth`` (the caching allocator reserved new memory).
         layer: the detection layer that saw it.
         stack: the Python stack where it happened, innermost last; empty for layers that cannot see Python
-            (CUPTI, allocator statistics).
+            (allocator statistics).
         detail: what exactly, e.g. ``aten._local_scalar_dense``, ``cudaStreamSynchronize``,
             ``Memcpy DtoH (Device -> Pageable)``.
         memory: host memory kind of a copy.
-        in_graph: the copy was executed by a CUDA graph replay (CUPTI sees graph memcpy nodes).
+        in_graph: the copy was executed by a CUDA graph replay (a layer that sees graph memcpy nodes run).
         capturing: whether the calling stream was capturing a CUDA graph when the event happened (None: unknown).
             Only a copy issued *during stream capture* becomes a graph node; the plan and warm-up a target runs
             inside its ``capture`` region execute eagerly.
         nbytes: bytes copied or allocated, when known.
         count: how many occurrences this event stands for (allocator statistics report deltas).
-        thread: the thread that made the call (None: unknown, e.g. CUPTI); events from threads other than the one
-            that opened the region are ignored.
-        region_id: for deferred layers (CUPTI), the region the event was attributed to by time; None means "the
-            innermost region open now".
+        thread: the thread that made the call (None: unknown, e.g. allocator statistics); events from threads
+            other than the one that opened the region are ignored.
+        region_id: for layers that report after the region closed (allocator statistics), the region the event
+            belongs to; None means "the innermost region open now".
     """
 
     kind: EventKind
@@ -133,7 +133,7 @@ class Monitor:
         cold_regions: per-step regions a target declares cold (it runs them once, not every step); nothing inside
             them is reported. Default: none.
         record_region_stacks: remember where each region was opened, used as the location of events that carry no
-            Python stack (CUPTI, allocator statistics), and keep closed regions until the next drain for the events
+            Python stack (allocator statistics), and keep closed regions until the next drain for the events
             those layers report later by region id. Without it a region is forgotten as it closes.
     """
 

@@ -118,7 +118,7 @@ class Hook:
         return None
 
     def collect(self) -> list[Event]:
-        """Events of deferred layers (CUPTI), attributed to regions by id; called when no region is open."""
+        """Events of layers that report after the fact, attributed to regions by id; called when no region is open."""
         return []
 
     def findings(self) -> list[Finding]:

@@ -1,56 +1,45 @@
-"""Layer ``cupti``: CUPTI through NVIDIA's ``cupti-python`` bindings, with nothing in Python on a clean step.
+"""Layer ``cupti``: CUPTI callbacks through NVIDIA's ``cupti-python``, on the few CUDA calls that matter.
 
-Two CUPTI mechanisms, each for what it does best:
+CUPTI calls back on the thread that makes a CUDA runtime or driver call, before the call runs, so every event of this
+layer carries the Python stack of the line that called into CUDA, however deep in C++ the call was made. Callbacks
+are enabled for these calls only (every other call, kernel launches included, costs nothing):
 
-- **Callbacks** on the blocking CUDA calls only (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
-  ``cudaEventSynchronize``, synchronous ``cudaMemcpy*`` and their driver twins ``cuStreamSynchronize``,
-  ``cuCtxSynchronize``, ``cuMemcpyDtoH`` ...). CUPTI calls them on the thread that blocks, before it blocks, so the
-  event carries the Python stack: a sync made inside a C++ extension (FlashInfer's ``plan()`` copying a device
-  ``indptr`` to the host) is reported at the user's line that called into it. A clean replay path makes no such
-  call, so no callback runs.
-- **Activity records**, written by CUPTI in C into buffers and read when the checker drains: every memcpy with its
-  direction and host memory kind (``Memcpy HtoD (Pageable -> Device)``, ``Memcpy DtoH (Device -> Pinned)``), the
-  graph it ran in, every device allocation made through the CUDA APIs (``cudaMalloc`` of the caching allocator
-  growing its pool, or of a C++ extension that bypasses it), and the host-side API call that launched each (only
-  the copy, graph-launch and allocation APIs are recorded). Each is attributed to the innermost hot region open on
-  the launching thread at the launch's CUPTI timestamp; regions and ``checker_read`` blocks take two CUPTI
-  timestamps each. These events have no Python stack: they join a finding of the same check and region that
-  another layer saw with one, or else point where the region was opened.
+- **blocking calls**: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous
+  ``cudaMemcpy*`` and their driver twins (``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemcpyDtoH`` ...),
+  including those inside C++ extensions such as FlashInfer's ``plan()`` copying a device ``indptr`` to the host;
+- **asynchronous copies** (``cudaMemcpyAsync``, ``cuMemcpyHtoDAsync``, ``cuMemcpyDtoHAsync``): a device-to-host
+  copy, and a host-to-device copy from pageable memory, which the driver stages synchronously despite
+  ``non_blocking=True`` (whether the host side is pinned is asked of the driver once per address, and forgotten
+  whenever pinned memory is allocated, registered or freed);
+- **device allocations** (``cudaMalloc``, ``cudaMallocAsync``, ``cuMemAlloc``, ``cuMemCreate`` ...): the caching
+  allocator growing its pool, or a C++ extension allocating behind its back.
 
-Misses: copies and syncs of other processes; calls made while another CUPTI client (``torch.profiler``, Nsight) holds
-the one subscriber slot of the process: the layer is then skipped with that reason. Needs a GPU and ``cupti-python``
-(``pip install 'flashcheck[gpu]'``). Cost (H100, a replay loop of 27 µs per step): not measurable beside the loop;
-a drain reads about 250,000 records per second.
+A runtime call and the driver call it makes share a correlation id and are reported once. Misses: copies a CUDA
+graph runs at replay (a pinned copy captured into a graph is seen at capture, by ``dispatch``), 2D/3D and peer async
+copies, copies between two unified addresses (``cuMemcpyAsync``), other processes, and everything while another
+CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then skipped with
+that reason. Needs a GPU and ``cupti-python`` (``pip install 'flashcheck[gpu]'``). Cost: nothing measurable on a
+replay loop that copies pinned memory (H100, 27 µs per step), a Python call per copy issued in a hot region.
 """
 
 from __future__ import annotations
 
-import bisect
+import ctypes
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 from flashcheck.runtime.hooks.base import EventSink, Hook
-from flashcheck.runtime.monitor import Event, Memory, RegionRecord
+from flashcheck.runtime.monitor import Event, Memory
 from flashcheck.runtime.stacks import capture_stack
 
-__all__ = [
-    "ALLOC_APIS",
-    "SYNC_APIS",
-    "AllocRecord",
-    "ApiRecord",
-    "Backend",
-    "CopyRecord",
-    "CuptiHook",
-    "Records",
-    "Window",
-    "api_base_name",
-    "attribute",
-]
+__all__ = ["ALLOC_APIS", "COPY_APIS", "HOST_MEMORY_APIS", "SYNC_APIS", "Backend", "CuptiHook", "api_base_name"]
 
-# Blocking calls, reported at the call with its stack (names without version suffixes such as _v2, _v3020, _ptsz).
+Call = Literal["sync", "copy", "alloc", "host_memory"]
+Direction = Literal["HtoD", "DtoH", "other"]
+
+# Blocking calls (names without version suffixes such as _v2, _v3020, _ptsz).
 SYNC_APIS = frozenset(
     {
         "cudaDeviceSynchronize",
@@ -80,25 +69,45 @@ SYNC_APIS = frozenset(
         "cuMemcpyPeer",
     }
 )
-GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
-ALLOC_APIS = frozenset(
+# Asynchronous copies: (direction or None when the call's `kind` argument says, offset of the host pointer in the
+# call's parameter struct, offset of the byte count). cudaMemcpyAsync(dst, src, count, kind, stream).
+COPY_APIS: dict[str, tuple[Direction | None, int, int]] = {
+    "cudaMemcpyAsync": (None, -1, 16),
+    "cuMemcpyHtoDAsync": ("HtoD", 8, 16),  # (dstDevice, srcHost, ByteCount, hStream)
+    "cuMemcpyDtoHAsync": ("DtoH", 0, 16),  # (dstHost, srcDevice, ByteCount, hStream)
+}
+# Device allocations: offsets of the size (or of width and height) in the call's parameter struct (0: not read).
+ALLOC_APIS: dict[str, tuple[int, ...]] = {
+    "cudaMalloc": (8,),
+    "cudaMallocAsync": (8,),
+    "cudaMallocFromPoolAsync": (8,),
+    "cudaMallocManaged": (8,),
+    "cudaMallocPitch": (16, 24),
+    "cudaMalloc3D": (),
+    "cuMemAlloc": (8,),
+    "cuMemAllocAsync": (8,),
+    "cuMemAllocFromPoolAsync": (8,),
+    "cuMemAllocManaged": (8,),
+    "cuMemAllocPitch": (16, 24),
+    "cuMemCreate": (8,),
+}
+# Calls after which an address may have changed between pinned and pageable.
+HOST_MEMORY_APIS = frozenset(
     {
-        "cudaMalloc",
-        "cudaMallocPitch",
-        "cudaMalloc3D",
-        "cudaMallocAsync",
-        "cudaMallocFromPoolAsync",
-        "cudaMallocManaged",
-        "cuMemAlloc",
-        "cuMemAllocPitch",
-        "cuMemAllocAsync",
-        "cuMemAllocFromPoolAsync",
-        "cuMemAllocManaged",
-        "cuMemCreate",
+        "cudaHostAlloc",
+        "cudaMallocHost",
+        "cudaFreeHost",
+        "cudaHostRegister",
+        "cudaHostUnregister",
+        "cuMemHostAlloc",
+        "cuMemAllocHost",
+        "cuMemFreeHost",
+        "cuMemHostRegister",
+        "cuMemHostUnregister",
     }
 )
 _SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds)+$")
-_THREAD_MASK = 0xFFFFFFFF  # CUPTI's activity records carry the low 32 bits of pthread_self (threading.get_ident)
+_MEMORY_CACHE_SIZE = 4096
 
 
 def api_base_name(name: str) -> str:
@@ -106,141 +115,17 @@ def api_base_name(name: str) -> str:
     return _SUFFIX.sub("", name)
 
 
-def recorded_api(name: str) -> bool:
-    """Whether the activity records of API `name` (a base name) are kept: copies, graph launches, allocations."""
-    return name.startswith(("cudaMemcpy", "cuMemcpy")) or name in GRAPH_LAUNCH_APIS or name in ALLOC_APIS
-
-
-@dataclass(frozen=True, slots=True)
-class ApiRecord:
-    """A host-side CUDA call: its base name, CUPTI timestamps, thread (low 32 bits) and correlation id."""
-
-    name: str
-    start: int
-    end: int
-    thread: int
-    correlation: int
-
-
-@dataclass(frozen=True, slots=True)
-class CopyRecord:
-    """A memcpy CUPTI saw execute: ``kind`` is ``HtoD``, ``DtoH`` or another CUPTI copy kind; ``src``/``dst`` are
-    ``pageable``, ``pinned``, ``device`` or ``other``; ``graph`` says a CUDA graph ran it."""
-
-    kind: str
-    src: str
-    dst: str
-    correlation: int
-    graph: bool
-    nbytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class AllocRecord:
-    """A device memory allocation made through the CUDA APIs."""
-
-    nbytes: int
-    correlation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """A region (``region_id``) or a ``checker_read`` block (``region_id`` None) on a thread, in CUPTI time."""
-
-    region_id: int | None
-    thread: int
-    start: int
-    end: int
-
-
-@dataclass
-class Records:
-    """What one flush of the activity buffers brought."""
-
-    apis: list[ApiRecord]
-    copies: list[CopyRecord]
-    allocs: list[AllocRecord]
-
-
-class _Index:
-    """Windows of one thread, sorted by start: the innermost window containing a time (windows nest or are apart)."""
-
-    def __init__(self, windows: Iterable[Window]) -> None:
-        self._w = sorted(windows, key=lambda w: (w.start, -w.end))
-        self._starts = [w.start for w in self._w]
-
-    def innermost(self, t: int) -> Window | None:
-        i = bisect.bisect_right(self._starts, t) - 1
-        while i >= 0:
-            w = self._w[i]
-            if w.end >= t:
-                return w
-            i -= 1
-        return None
-
-
-def attribute(regions: Sequence[Window], reads: Sequence[Window], records: Records) -> list[Event]:
-    """Copies and allocations attributed to the innermost region open on the launching thread at the launch; those
-    launched inside a ``checker_read`` block, outside every region, or by a call CUPTI did not record are dropped."""
-    by_thread: dict[int, list[Window]] = {}
-    for w in regions:
-        by_thread.setdefault(w.thread, []).append(w)
-    region_index = {t: _Index(ws) for t, ws in by_thread.items()}
-    read_by_thread: dict[int, list[Window]] = {}
-    for w in reads:
-        read_by_thread.setdefault(w.thread, []).append(w)
-    read_index = {t: _Index(ws) for t, ws in read_by_thread.items()}
-    launches = {a.correlation: a for a in records.apis if a.correlation}
-
-    def region_of(corr: int) -> tuple[ApiRecord, int] | None:
-        api = launches.get(corr)
-        if api is None:
-            return None
-        reads_here = read_index.get(api.thread)
-        if reads_here is not None and reads_here.innermost(api.start) is not None:
-            return None
-        index = region_index.get(api.thread)
-        w = index.innermost(api.start) if index is not None else None
-        if w is None or w.region_id is None:
-            return None
-        return api, w.region_id
-
-    out: list[tuple[int, Event]] = []  # by the time of the call that made each: the order they happened in
-    for c in records.copies:
-        if c.kind not in ("HtoD", "DtoH"):
-            continue
-        hit = region_of(c.correlation)
-        if hit is None:
-            continue
-        api, rid = hit
-        host = c.dst if c.kind == "DtoH" else c.src
-        memory: Memory = "pinned" if host == "pinned" else "pageable" if host == "pageable" else "unknown"
-        src, dst = ("Device", host.capitalize()) if c.kind == "DtoH" else (host.capitalize(), "Device")
-        out.append(
-            (
-                api.start,
-                Event(
-                    "d2h_copy" if c.kind == "DtoH" else "h2d_copy",
-                    "cupti",
-                    (),
-                    f"Memcpy {c.kind} ({src} -> {dst}) by {api.name}",
-                    memory=memory,
-                    in_graph=c.graph or api.name in GRAPH_LAUNCH_APIS,
-                    capturing=False,  # a copy CUPTI saw execute was not being captured (captured copies run at replay)
-                    nbytes=c.nbytes,
-                    region_id=rid,
-                ),
-            )
-        )
-    for a in records.allocs:
-        hit = region_of(a.correlation)
-        if hit is None:
-            continue
-        api, rid = hit
-        detail = f"{api.name} of {a.nbytes:,} bytes"
-        out.append((api.start, Event("alloc", "cupti", (), detail, nbytes=a.nbytes, region_id=rid)))
-    out.sort(key=lambda x: x[0])
-    return [ev for _, ev in out]
+def call_kind(name: str) -> Call | None:
+    """What a CUDA call (its base name) is to this layer, or None for the calls it leaves alone."""
+    if name in SYNC_APIS:
+        return "sync"
+    if name in COPY_APIS:
+        return "copy"
+    if name in ALLOC_APIS:
+        return "alloc"
+    if name in HOST_MEMORY_APIS:
+        return "host_memory"
+    return None
 
 
 class Backend(Protocol):
@@ -249,20 +134,26 @@ class Backend(Protocol):
     def open(self) -> str | None:
         """Claim CUPTI for this process; the reason it cannot, or None."""
 
-    def start(self, on_sync: Callable[[str, int], None]) -> None:
-        """Call ``on_sync(api base name, correlation id)`` on every blocking call, and record activities."""
+    def start(self, on_call: Callable[[str, Call, int, int], None]) -> None:
+        """Call ``on_call(base name, what it is, correlation id, parameter struct address)`` on the thread of every
+        call `call_kind` knows, before it runs."""
 
-    def timestamp(self) -> int: ...
+    def copy_args(self, name: str, params: int) -> tuple[Direction, int, int]:
+        """Direction, host pointer and byte count of an asynchronous copy call."""
 
-    def flush(self) -> Records:
-        """The activity records written since the last flush."""
+    def alloc_bytes(self, name: str, params: int) -> int:
+        """Bytes an allocation call asks for (0 when unknown)."""
 
-    def close(self) -> Records:
-        """Stop recording, release CUPTI, and return the records still buffered."""
+    def host_memory(self, ptr: int) -> Memory:
+        """Whether host address `ptr` is pinned (page-locked, known to the driver) or pageable."""
+
+    def close(self) -> None:
+        """Stop the callbacks and release CUPTI."""
 
 
 class CuptiHook(Hook):
-    """Reports blocking CUDA calls as they happen (with stacks) and copies and allocations at each drain.
+    """Reports blocking CUDA calls, device-to-host and pageable host-to-device copies, and device allocations made
+    in hot regions, each with the Python stack that made it.
 
     Args:
         backend: the CUPTI binding (default: `CuptiBindings` over ``cupti-python``); tests pass fakes.
@@ -276,13 +167,8 @@ class CuptiHook(Hook):
         self._backend = backend
         self._available = available
         self._opened: Backend | None = None
-        self._ts: Callable[[], int] = int
-        self._open: dict[int, tuple[int, int]] = {}  # region id -> (thread, start)
-        self._read_open: dict[int, list[int]] = {}  # thread -> starts of the open reads
-        self._regions: list[Window] = []
-        self._reads: list[Window] = []
-        self._last_sync: dict[int, int] = {}  # thread -> correlation id of the last blocking call reported
-        self._pending: list[Event] = []
+        self._last: dict[int, int] = {}  # thread -> correlation id of the last call handled
+        self._memory: dict[int, Memory] = {}  # host address -> pinned or pageable, until pinned memory changes
 
     def unavailable_reason(self) -> str | None:
         if self._available is not None:
@@ -307,11 +193,9 @@ class CuptiHook(Hook):
             if reason is not None:
                 raise RuntimeError(f"CUPTI layer: {reason}")
             self._opened = backend
-        self._pending, self._regions, self._reads, self._open, self._read_open = [], [], [], {}, {}
-        self._last_sync = {}
-        self._ts = backend.timestamp
+        self._last, self._memory = {}, {}
         try:
-            backend.start(self._on_sync)
+            backend.start(self._on_call)
         except BaseException:
             self._opened = None
             backend.close()
@@ -319,78 +203,81 @@ class CuptiHook(Hook):
 
     def _uninstall(self) -> None:
         backend, self._opened = self._opened, None
-        if backend is None:
-            return
-        self._pending.extend(self._attribute(backend.close()))
-        self._open, self._read_open = {}, {}
+        if backend is not None:
+            backend.close()
 
-    def _on_sync(self, name: str, correlation: int) -> None:
-        """A blocking CUDA call on the calling thread (a runtime call and the driver call inside it share one
-        correlation id: reported once)."""
+    def _on_call(self, name: str, what: Call, correlation: int, params: int) -> None:
+        """One CUDA call, on the thread that makes it, before it runs."""
         try:
-            sink = self._sink
-            if sink is None or not sink.hot_now() or sink.reading():
+            sink, backend = self._sink, self._opened
+            if sink is None or backend is None:
+                return
+            if what == "host_memory":
+                self._memory.clear()
+                return
+            if not sink.hot_now() or sink.reading():
                 return
             thread = threading.get_ident()
-            if correlation and self._last_sync.get(thread) == correlation:
-                return
-            self._last_sync[thread] = correlation
-            self._emit(Event("sync", "cupti", capture_stack(3), name, thread=thread))
+            if correlation and self._last.get(thread) == correlation:
+                return  # the driver call inside a runtime call already handled
+            self._last[thread] = correlation
+            ev = self._event(backend, name, what, params, thread)
+            if ev is not None:
+                self._emit(ev)
         except Exception as exc:  # CUPTI would only print it
             self._error(exc)
 
-    def region_enter(self, rec: RegionRecord, hot: bool) -> None:
-        if hot:
-            self._open[rec.id] = (rec.thread & _THREAD_MASK, self._ts())
-
-    def region_exit(self, rec: RegionRecord, hot: bool) -> None:
-        opened = self._open.pop(rec.id, None)
-        if opened is not None:
-            self._regions.append(Window(rec.id, opened[0], opened[1], self._ts()))
-
-    def read_begin(self) -> None:
-        if self._opened is not None:
-            self._read_open.setdefault(threading.get_ident(), []).append(self._ts())
-
-    def read_end(self) -> None:
-        thread = threading.get_ident()
-        starts = self._read_open.get(thread)
-        if starts:
-            self._reads.append(Window(None, thread & _THREAD_MASK, starts.pop(), self._ts()))
-
-    def collect(self) -> list[Event]:
-        """The copies and allocations recorded since the last collect (only call with no region or read open)."""
-        out, self._pending = self._pending, []
-        if self._opened is not None and not self._open and not any(self._read_open.values()):
-            out.extend(self._attribute(self._opened.flush()))
-        return out
-
-    def _attribute(self, records: Records) -> list[Event]:
-        regions, reads = self._regions, self._reads
-        self._regions, self._reads = [], []
-        return attribute(regions, reads, records)
+    def _event(self, backend: Backend, name: str, what: Call, params: int, thread: int) -> Event | None:
+        if what == "sync":
+            return Event("sync", "cupti", capture_stack(4), name, thread=thread)
+        if what == "alloc":
+            nbytes = backend.alloc_bytes(name, params)
+            detail = f"{name} of {nbytes:,} bytes" if nbytes else name
+            return Event("alloc", "cupti", capture_stack(4), detail, nbytes=nbytes or None, thread=thread)
+        direction, host, nbytes = backend.copy_args(name, params)
+        if direction == "other":
+            return None
+        memory = self._memory.get(host)
+        if memory is None:
+            if len(self._memory) >= _MEMORY_CACHE_SIZE:
+                self._memory.clear()
+            memory = self._memory[host] = backend.host_memory(host)
+        if direction == "HtoD" and memory != "pageable":
+            return None  # a copy from pinned memory runs asynchronously: what a replay path should do
+        side = memory.capitalize() if memory != "unknown" else "Host"
+        detail = f"Memcpy HtoD ({side} -> Device)" if direction == "HtoD" else f"Memcpy DtoH (Device -> {side})"
+        return Event(
+            "h2d_copy" if direction == "HtoD" else "d2h_copy",
+            "cupti",
+            capture_stack(4),
+            f"{detail} by {name}",
+            memory=memory,
+            nbytes=nbytes,
+            thread=thread,
+        )
 
 
 # ------------------------------------------------------------------------------------------- cupti-python binding
-_MEMORY_KINDS = {1: "pageable", 2: "pinned", 3: "device"}  # CUpti_ActivityMemoryKind
-_COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}  # CUpti_ActivityMemcpyKind
 _CLAIMED: list[CuptiBindings] = []  # the binding that holds this process's CUPTI subscriber
+_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+_CU_MEMORYTYPE_HOST = 1
+_CUDA_MEMCPY_KINDS: dict[int, Direction] = {1: "HtoD", 2: "DtoH"}  # cudaMemcpyKind
+
+
+def _u64(addr: int) -> int:
+    return int(ctypes.c_uint64.from_address(addr).value)
 
 
 class CuptiBindings:
-    """`Backend` over NVIDIA's ``cupti-python`` (``from cupti import cupti``): one subscriber with callbacks on the
-    blocking APIs, activity records of memcpys, device allocations and the API calls that launch them."""
-
-    _BUFFER_BYTES = 8 << 20
+    """`Backend` over NVIDIA's ``cupti-python`` (``from cupti import cupti``): one subscriber, with callbacks
+    enabled on the calls `call_kind` knows, and the driver (``libcuda``) asked which host addresses are pinned."""
 
     def __init__(self) -> None:
         self._cupti: Any = None
         self._subscriber: int | None = None
-        self._names: dict[tuple[int, int], str] = {}
-        self._kinds: tuple[int, ...] = ()
-        self._buf: list[Records] = []
-        self._lock = threading.Lock()
-        self._on_sync: Callable[[str, int], None] | None = None
+        self._calls: dict[tuple[int, int], tuple[str, Call]] = {}
+        self._on_call: Callable[[str, Call, int, int], None] | None = None
+        self._libcuda: Any = None
 
     def open(self) -> str | None:
         if _CLAIMED and _CLAIMED[0] is not self:
@@ -407,118 +294,62 @@ class CuptiBindings:
         _CLAIMED.append(self)
         return None
 
-    def _api_names(self) -> dict[tuple[int, int], str]:
+    def start(self, on_call: Callable[[str, Call, int, int], None]) -> None:
         cupti = self._cupti
-        names: dict[tuple[int, int], str] = {}
+        self._calls = {}
         for domain in (cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API):
             for cbid in range(1, 2048):
                 try:
-                    names[(int(domain), cbid)] = api_base_name(str(cupti.get_callback_name(domain, cbid)))
+                    name = api_base_name(str(cupti.get_callback_name(domain, cbid)))
                 except Exception:  # not an API id in this CUDA version
                     continue
-        return names
-
-    def start(self, on_sync: Callable[[str, int], None]) -> None:
-        cupti = self._cupti
-        self._on_sync = on_sync
-        self._names = self._api_names()
-        runtime, driver = int(cupti.CallbackDomain.RUNTIME_API), int(cupti.CallbackDomain.DRIVER_API)
-        for (domain, cbid), name in self._names.items():
-            if name in SYNC_APIS:
-                cupti.enable_callback(1, self._subscriber, domain, cbid)
-        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
-        kinds = cupti.ActivityKind
-        self._kinds = (int(kinds.MEMCPY), int(kinds.MEMORY2), int(kinds.RUNTIME), int(kinds.DRIVER))
-        for k in self._kinds:
-            cupti.activity_enable(k)
-        self._select_api_records(runtime, driver, all_of_them=False)
-
-    def _select_api_records(self, runtime: int, driver: int, *, all_of_them: bool) -> None:
-        """Record only the copy, graph-launch and allocation calls (or, when done, every call again for the next
-        CUPTI client)."""
-        cupti = self._cupti
-        for (domain, cbid), name in self._names.items():
-            on = 1 if all_of_them or recorded_api(name) else 0
-            try:
-                if domain == runtime:
-                    cupti.activity_enable_runtime_api(cbid, on)
-                elif domain == driver:
-                    cupti.activity_enable_driver_api(cbid, on)
-            except Exception:  # an id this CUPTI cannot select: it keeps its default
-                continue
-
-    def timestamp(self) -> int:
-        return int(self._cupti.get_timestamp())
+                what = call_kind(name)
+                if what is not None:
+                    self._calls[(int(domain), cbid)] = (name, what)
+                    cupti.enable_callback(1, self._subscriber, domain, cbid)
+        self._on_call = on_call
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
-        on_sync = self._on_sync
-        if on_sync is None or cbdata.callback_site != 0:  # 0: API_ENTER
+        on_call = self._on_call
+        if on_call is None or cbdata.callback_site != 0:  # 0: API_ENTER
             return
-        on_sync(self._names.get((int(domain), int(cbid)), str(cbdata.function_name)), int(cbdata.correlation_id))
+        hit = self._calls.get((int(domain), int(cbid)))
+        if hit is not None:
+            on_call(hit[0], hit[1], int(cbdata.correlation_id), int(cbdata.function_params))
 
-    def _buffer_requested(self) -> tuple[int, int]:
-        return self._BUFFER_BYTES, 0
+    def copy_args(self, name: str, params: int) -> tuple[Direction, int, int]:
+        direction, host_at, size_at = COPY_APIS[name]
+        if direction is None:  # cudaMemcpyAsync(dst, src, count, kind, stream)
+            direction = _CUDA_MEMCPY_KINDS.get(int(ctypes.c_int.from_address(params + 24).value), "other")
+            host_at = 8 if direction == "HtoD" else 0
+        return direction, _u64(params + host_at), _u64(params + size_at)
 
-    def _buffer_completed(self, activities: Iterable[Any]) -> None:
-        """Runs on CUPTI's thread or in `flush`: the records, converted at once (the buffer is reused)."""
-        kinds = self._cupti.ActivityKind
-        memcpy, memory, runtime, driver = int(kinds.MEMCPY), int(kinds.MEMORY2), int(kinds.RUNTIME), int(kinds.DRIVER)
-        rt_domain, drv_domain = int(self._cupti.CallbackDomain.RUNTIME_API), int(self._cupti.CallbackDomain.DRIVER_API)
-        names = self._names
-        recs = Records([], [], [])
-        for a in activities:
-            k = int(a.kind)
-            if k == memcpy:
-                recs.copies.append(
-                    CopyRecord(
-                        _COPY_KINDS.get(int(a.copy_kind), "other"),
-                        _MEMORY_KINDS.get(int(a.src_kind), "other"),
-                        _MEMORY_KINDS.get(int(a.dst_kind), "other"),
-                        int(a.correlation_id),
-                        bool(a.graph_id),
-                        int(a.bytes),
-                    )
-                )
-            elif k == memory:
-                if int(a.memory_operation_type) == 1 and int(a.memory_kind) == 3:  # an allocation of device memory
-                    recs.allocs.append(AllocRecord(int(a.bytes), int(a.correlation_id)))
-            elif k in (runtime, driver):
-                domain = rt_domain if k == runtime else drv_domain
-                name = names.get((domain, int(a.cbid)), "")
-                recs.apis.append(
-                    ApiRecord(name, int(a.start), int(a.end), int(a.thread_id) & _THREAD_MASK, int(a.correlation_id))
-                )
-        with self._lock:
-            self._buf.append(recs)
+    def alloc_bytes(self, name: str, params: int) -> int:
+        n = 1
+        offsets = ALLOC_APIS[name]
+        for off in offsets:
+            n *= _u64(params + off)
+        return n if offsets else 0
 
-    def flush(self) -> Records:
-        self._cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete buffers too
-        with self._lock:
-            bufs, self._buf = self._buf, []
-        out = Records([], [], [])
-        for b in bufs:
-            out.apis += b.apis
-            out.copies += b.copies
-            out.allocs += b.allocs
-        return out
+    def host_memory(self, ptr: int) -> Memory:
+        lib = self._libcuda
+        if lib is None:
+            lib = self._libcuda = ctypes.CDLL("libcuda.so.1")
+        kind = ctypes.c_uint(0)
+        err = lib.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_void_p(ptr))
+        if err != 0:
+            return "pageable"  # CUDA_ERROR_INVALID_VALUE: memory the driver does not know
+        return "pinned" if kind.value == _CU_MEMORYTYPE_HOST else "unknown"
 
-    def close(self) -> Records:
+    def close(self) -> None:
         cupti = self._cupti
+        self._on_call = None
         if cupti is None:
-            return Records([], [], [])
-        self._on_sync = None
+            return
         try:
-            for k in self._kinds:
-                cupti.activity_disable(k)
-            if self._names:
-                self._select_api_records(
-                    int(cupti.CallbackDomain.RUNTIME_API), int(cupti.CallbackDomain.DRIVER_API), all_of_them=True
-                )
-            return self.flush()
-        finally:
-            self._buf = []
             if self._subscriber is not None:
                 cupti.unsubscribe(self._subscriber)
-            self._subscriber, self._cupti, self._kinds = None, None, ()
+        finally:
+            self._subscriber, self._cupti, self._calls = None, None, {}
             if self in _CLAIMED:
                 _CLAIMED.remove(self)
