@@ -207,20 +207,20 @@ class CuptiHook(Hook):
             backend.close()
 
     def _on_call(self, name: str, what: Call, correlation: int, params: int) -> None:
-        """One CUDA call, on the thread that makes it, before it runs."""
+        """One CUDA call, on the thread that makes it, before it runs (an engine's replay path makes a few per step:
+        the common case, a copy from pinned memory, costs two dictionary lookups and three reads of its arguments)."""
         try:
-            sink, backend = self._sink, self._opened
-            if sink is None or backend is None:
-                return
             if what == "host_memory":
                 self._memory.clear()
                 return
-            if not sink.hot_now() or sink.reading():
-                return
             thread = threading.get_ident()
-            if correlation and self._last.get(thread) == correlation:
-                return  # the driver call inside a runtime call already handled
-            self._last[thread] = correlation
+            last = self._last
+            if correlation and last.get(thread) == correlation:
+                return  # the driver call inside a runtime call already seen
+            last[thread] = correlation
+            sink, backend = self._sink, self._opened
+            if sink is None or backend is None or not sink.hot_now() or sink.reading():
+                return
             ev = self._event(backend, name, what, params, thread)
             if ev is not None:
                 self._emit(ev)
@@ -264,8 +264,15 @@ _CU_MEMORYTYPE_HOST = 1
 _CUDA_MEMCPY_KINDS: dict[int, Direction] = {1: "HtoD", 2: "DtoH"}  # cudaMemcpyKind
 
 
-def _u64(addr: int) -> int:
-    return int(ctypes.c_uint64.from_address(addr).value)
+class _Words(ctypes.Structure):
+    """The first four 8-byte words of a call's parameter struct (pointers, sizes, and an enum in the low half)."""
+
+    _fields_ = (("w0", ctypes.c_uint64), ("w1", ctypes.c_uint64), ("w2", ctypes.c_uint64), ("w3", ctypes.c_uint64))
+
+
+def _words(addr: int) -> tuple[int, int, int, int]:
+    w = _Words.from_address(addr)
+    return w.w0, w.w1, w.w2, w.w3
 
 
 class CuptiBindings:
@@ -311,25 +318,29 @@ class CuptiBindings:
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         on_call = self._on_call
-        if on_call is None or cbdata.callback_site != 0:  # 0: API_ENTER
+        if on_call is None or cbdata.callback_site:  # 0: API_ENTER; 1: API_EXIT
             return
-        hit = self._calls.get((int(domain), int(cbid)))
+        hit = self._calls.get((domain, cbid))  # an IntEnum domain hashes and compares as its int
         if hit is not None:
-            on_call(hit[0], hit[1], int(cbdata.correlation_id), int(cbdata.function_params))
+            on_call(hit[0], hit[1], cbdata.correlation_id, cbdata.function_params)
 
     def copy_args(self, name: str, params: int) -> tuple[Direction, int, int]:
         direction, host_at, size_at = COPY_APIS[name]
-        if direction is None:  # cudaMemcpyAsync(dst, src, count, kind, stream)
-            direction = _CUDA_MEMCPY_KINDS.get(int(ctypes.c_int.from_address(params + 24).value), "other")
+        words = _words(params)
+        if direction is None:  # cudaMemcpyAsync(dst, src, count, kind, stream): kind is a 4-byte enum
+            direction = _CUDA_MEMCPY_KINDS.get(words[3] & 0xFFFFFFFF, "other")
             host_at = 8 if direction == "HtoD" else 0
-        return direction, _u64(params + host_at), _u64(params + size_at)
+        return direction, words[host_at // 8], words[size_at // 8]
 
     def alloc_bytes(self, name: str, params: int) -> int:
-        n = 1
         offsets = ALLOC_APIS[name]
+        if not offsets:
+            return 0
+        words = _words(params)
+        n = 1
         for off in offsets:
-            n *= _u64(params + off)
-        return n if offsets else 0
+            n *= words[off // 8]
+        return n
 
     def host_memory(self, ptr: int) -> Memory:
         lib = self._libcuda
