@@ -3,8 +3,8 @@
 Each step does what an engine's decode step does around a CUDA graph: host-side prepare (fill a pinned host buffer,
 one non_blocking H2D copy into the graph's static input) and ``graph.replay()``; "off" is that loop with no checker
 and no region. Each checker setting runs its rounds interleaved with rounds of "off", so that clock drift hits them
-alike ("cheap" first, "all" last: torch.profiler leaves a cost in the process once started); the table shows the
-median µs per step and the ratio to the "off" rounds beside it.
+alike ("cheap" first, "all" last: a CUPTI client can leave a cost in the process once it has run); the table shows
+the median µs per step and the ratio to the "off" rounds beside it.
 
     python benchmarks/runtime_overhead.py --out reports/raw/runtime_overhead.json [--steps 3000 --rounds 15]
 
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_ms: dict[str, list[float]] = {m: [] for m in MODES}
     findings: dict[str, int] = dict.fromkeys(MODES, 0)
     layers: dict[str, list[str]] = {}
-    # One phase per checker setting, each interleaving its rounds with rounds of "off": "all" runs last because
-    # torch.profiler, once started, leaves a cost in the process that would be charged to "cheap" after it.
+    # One phase per checker setting, each interleaving its rounds with rounds of "off": "all" runs last because a
+    # CUPTI client, once it has run, can leave a cost in the process that would be charged to "cheap" after it.
     for mode in MODES[1:]:
         for _ in range(args.rounds):
             bare_loop(args.warmup)
@@ -153,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         "modes": {},
         "note": (
             "'off' is the same loop with no checker and no region (an engine without flashcheck), run before each "
-            "round of a checker setting; 'cheap' runs its rounds first and 'all' after it, since torch.profiler "
-            "(CUPTI in 'all') leaves a cost in the process once started; gpu-trace activation cannot be undone, so "
+            "round of a checker setting; 'cheap' runs its rounds first and 'all' after it, since a CUPTI client "
+            "(the cupti layer in 'all') can leave a cost in the process once it has run; gpu-trace activation "
+            "cannot be undone, so "
             "'off' rounds after the first run with the trace active and no callbacks registered; each ratio is "
             "against the 'off' rounds beside that setting, 'paired' the median of the per-round ratios"
         ),
