@@ -100,8 +100,8 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         reason="BatchAttention.plan() copies qo_indptr, kv_indptr and kv_len_arr to the host and then calls "
         "torch.cuda.synchronize() unconditionally (attention/_core.py:208-211 in 0.6.13): every plan of the "
         "holistic kernel stalls the host, whatever the engine passes, which is why engines do not capture it. "
-        "Four events per plan (three device-to-host copies and the synchronize); CUPTI's, which carry no stack, "
-        "merge into one of its findings, which then counts 4 (K5).",
+        "Four events per plan (three device-to-host copies and the synchronize), so one of its findings counts at "
+        "most 4 (K5).",
     ),
     KnownBehaviour(
         check=_ALLOC,
@@ -113,8 +113,9 @@ KNOWN_UPSTREAM: tuple[KnownBehaviour, ...] = (
         reason="FlashInfer 0.7.2's rewritten MLA wrapper allocates device memory in plan() on every re-plan of a "
         "CUDA-graph-mode wrapper, at two lines of `_fa_common.py` in 0.7.2.post1: line 549 (`_stage_metadata`, "
         "4 caching-allocator allocations per replay preparation) and line 932 (`plan_from_wrapper`). The allocator "
-        "statistics count 9 allocations across the replay preparation, and that stackless count merges into the "
-        "finding at line 932, which therefore counts 9 (mla-fa2 and mla-fa3 in reports/raw/target_matrix-0.7.2.json; "
+        "statistics (a layer named in a list) count 9 allocations across the replay preparation, and that stackless "
+        "count merges into the finding at line 932, which then counts 9 (mla-fa2 and mla-fa3 in "
+        "reports/raw/target_matrix-0.7.2.json; "
         "reproducers of both lines in reports/h100-campaign/repros/). 0.6.13 does not allocate there (K2).",
     ),
 )

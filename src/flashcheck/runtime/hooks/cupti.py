@@ -7,7 +7,7 @@ are enabled for these calls only (every other call, kernel launches included, co
 - **blocking calls**: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous
   ``cudaMemcpy*`` and their driver twins (``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemcpyDtoH`` ...),
   including those inside C++ extensions such as FlashInfer's ``plan()`` copying a device ``indptr`` to the host;
-- **asynchronous copies** (``cudaMemcpyAsync``, ``cuMemcpyHtoDAsync``, ``cuMemcpyDtoHAsync``): a device-to-host
+- **asynchronous copies** (``cudaMemcpyAsync``, which torch and FlashInfer use for every copy): a device-to-host
   copy, and a host-to-device copy from pageable memory, which the driver stages synchronously despite
   ``non_blocking=True`` (whether the host side is pinned is asked of the driver once per address, and forgotten
   whenever pinned memory is allocated, registered or freed);
@@ -16,10 +16,12 @@ are enabled for these calls only (every other call, kernel launches included, co
 
 A runtime call and the driver call it makes share a correlation id and are reported once. Misses: copies a CUDA
 graph runs at replay (a pinned copy captured into a graph is seen at capture, by ``dispatch``), 2D/3D and peer async
-copies, copies between two unified addresses (``cuMemcpyAsync``), other processes, and everything while another
-CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then skipped with
-that reason. Needs a GPU and ``cupti-python`` (``pip install 'flashcheck[gpu]'``). Cost: nothing measurable on a
-replay loop that copies pinned memory (H100, 27 µs per step), a Python call per copy issued in a hot region.
+copies, asynchronous copies made through the driver API directly (``cuMemcpyHtoDAsync``: the runtime makes every
+``cudaMemcpyAsync`` through it, so watching it would double the cost of every copy), other processes, and everything
+while another CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then
+skipped with that reason. Needs a GPU and ``cupti-python`` (``pip install 'flashcheck[gpu]'``). Cost: two Python
+calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds; nothing
+for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
 """
 
 from __future__ import annotations
@@ -69,13 +71,11 @@ SYNC_APIS = frozenset(
         "cuMemcpyPeer",
     }
 )
-# Asynchronous copies: (direction or None when the call's `kind` argument says, offset of the host pointer in the
-# call's parameter struct, offset of the byte count). cudaMemcpyAsync(dst, src, count, kind, stream).
-COPY_APIS: dict[str, tuple[Direction | None, int, int]] = {
-    "cudaMemcpyAsync": (None, -1, 16),
-    "cuMemcpyHtoDAsync": ("HtoD", 8, 16),  # (dstDevice, srcHost, ByteCount, hStream)
-    "cuMemcpyDtoHAsync": ("DtoH", 0, 16),  # (dstHost, srcDevice, ByteCount, hStream)
-}
+# Asynchronous copies: (direction, or None when the call's `kind` argument says; offset of the host pointer in the
+# call's parameter struct; offset of the byte count). cudaMemcpyAsync(dst, src, count, kind, stream). The runtime
+# makes each copy through the driver's cuMemcpyHtoDAsync/cuMemcpyDtoHAsync: watching those as well would double the
+# callbacks of every copy an engine makes, for the rare extension that calls the driver's copies directly.
+COPY_APIS: dict[str, tuple[Direction | None, int, int]] = {"cudaMemcpyAsync": (None, -1, 16)}
 # Device allocations: offsets of the size (or of width and height) in the call's parameter struct (0: not read).
 ALLOC_APIS: dict[str, tuple[int, ...]] = {
     "cudaMalloc": (8,),
