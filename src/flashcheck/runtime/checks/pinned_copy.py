@@ -14,9 +14,10 @@ PINNED_COPY_CAPTURED = Check(
     No copy from or to pinned host memory is captured into a CUDA graph.
 
     What it checks
-        Host-to-device and device-to-host copies whose host side is pinned, made inside a ``capture`` region (seen
-        by the dispatch layer, which is always active during capture, because a capture happens once), and
-        graph-executed pinned copies seen by CUPTI during ``replay``.
+        Host-to-device and device-to-host copies whose host side is pinned, made inside a ``capture`` region while
+        the stream captures (seen by the dispatch layer, which is always active during capture, because a capture
+        happens once). A graph captured outside every ``capture`` region is not watched: no layer sees the copies a
+        graph runs at replay.
 
     Why it breaks serving
         CUDA capture accepts a ``non_blocking=True`` copy from pinned memory silently (a pageable copy is refused).
