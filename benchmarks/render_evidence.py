@@ -79,8 +79,7 @@ def _overhead(path: Path, doc: Mapping[str, Any]) -> list[str]:
         f"rounds {cfg.get('rounds')}, median of the rounds)",
         _env_line(doc.get("versions", {}), doc.get("date")),
         "",
-        "| checker layers | µs per replay step | × no checker | × no checker, paired by round | drain (ms) "
-        "| layers |",
+        "| checker layers | µs per replay step | × no checker | × no checker, paired by round | drain (ms) | layers |",
         "|---|---|---|---|---|---|",
     ]
     for mode, m in doc.get("modes", {}).items():
