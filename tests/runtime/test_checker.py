@@ -208,3 +208,32 @@ def test_closed_regions_are_kept_only_for_layers_that_report_later(deferred: boo
     assert (mon.region(outer.id) is outer) is deferred
     mon.drain()
     assert mon.region(outer.id) is None
+
+
+class _Unavailable(Hook):
+    layer = "cupti"
+
+    def unavailable_reason(self) -> str | None:
+        return "cupti-python is not installed"
+
+
+def test_a_layer_skipped_on_a_cuda_machine_is_warned_about_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime import checker as checker_mod
+
+    monkeypatch.setattr(checker_mod, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        with Checker(layers=[_Unavailable()]) as chk:  # no device: every CUDA layer is skipped by design
+            assert chk.skipped_layers == {"cupti": "cupti-python is not installed"}
+        assert caught == []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        for _ in range(2):
+            with Checker(layers=[_Unavailable()]):
+                pass
+    (w,) = caught  # once per layer and reason in a process
+    assert w.category is RuntimeWarning and w.filename == __file__
+    assert str(w.message) == (
+        "flashcheck: detection layer 'cupti' is skipped on this CUDA machine: cupti-python is not installed; what "
+        "only it sees is not watched in this run (Checker.skipped_layers lists it)"
+    )

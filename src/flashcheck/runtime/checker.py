@@ -9,7 +9,9 @@ every hook is removed and what it replaced restored. A checker that is not enter
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
@@ -25,6 +27,25 @@ from flashcheck.runtime.stacks import capture_raw
 __all__ = ["Checker"]
 
 _NO_REGION: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+_WARNED: set[tuple[str, str]] = set()  # (layer, reason) already warned about in this process
+
+
+def _warn_skipped_on_a_gpu(skipped: dict[str, str]) -> None:
+    """A layer that cannot run on a machine that has a CUDA device (no ``cupti-python``, CUPTI held by
+    ``torch.profiler``) is news the run must not keep to itself: one RuntimeWarning per layer and reason. Without a
+    device every CUDA layer is skipped by design (CPU CI), and nothing is said."""
+    torch = sys.modules.get("torch")
+    if not skipped or torch is None or not torch.cuda.is_available():
+        return
+    for layer, reason in skipped.items():
+        if (layer, reason) not in _WARNED:
+            _WARNED.add((layer, reason))
+            warnings.warn(
+                f"flashcheck: detection layer {layer!r} is skipped on this CUDA machine: {reason}; what only it "
+                "sees is not watched in this run (Checker.skipped_layers lists it)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 class Checker:
@@ -94,6 +115,7 @@ class Checker:
         self._installed = installed
         for h in installed:
             h.layers_skipped(self.skipped_layers)
+        _warn_skipped_on_a_gpu(self.skipped_layers)
         # hooks that act on regions, per region name: the others (the base class's no-ops) are not called twice
         # per region, which is what the cheap layers cost on an engine's replay loop
         acting = [h for h in installed if _acts_on_regions(h)]
