@@ -98,6 +98,10 @@ class FakeBackend:
         self.calls.append("close")
         self.on_call = None
 
+    @property
+    def callback_code(self) -> Any:
+        return FakeBackend.call.__code__
+
     def call(self, name: str, corr: int, *, direction: str = "", host: int = 0, nbytes: int = 0) -> None:
         assert self.on_call is not None, "the hook registered no callback"
         what = call_kind(name)
@@ -264,10 +268,10 @@ def test_an_error_in_the_callback_is_a_hook_error(
 
     backend, hook = fake
 
-    def broken(skip: int) -> tuple[()]:
+    def broken(frame: Any) -> tuple[()]:
         raise LookupError("no frames")
 
-    monkeypatch.setattr(cupti_mod, "capture_stack", broken)
+    monkeypatch.setattr(cupti_mod, "stack_from", broken)
     with pytest.raises(HookError, match="cupti: LookupError: no frames"), Checker(layers=[hook]) as chk:
         with chk.region("replay"):
             backend.call("cudaDeviceSynchronize", 1)  # CUPTI would only print the error: the checker raises it
@@ -416,3 +420,24 @@ def test_the_binding_asks_the_driver_whether_memory_is_pinned() -> None:
         b._libcuda = Driver(err, kind)
         assert b.host_memory(0x1234) == want
         assert b._libcuda.asked == [(2, 0x1234)]  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+
+
+def test_the_stack_starts_above_the_backends_callback_or_holds_everything() -> None:
+    class Elsewhere(FakeBackend):
+        @property
+        def callback_code(self) -> Any:
+            return (lambda: None).__code__  # never on the stack: the whole stack is kept
+
+    for backend in (FakeBackend(), Elsewhere()):
+        with Checker(layers=[CuptiHook(backend=backend, available=lambda: True)]) as chk:
+            with chk.region("replay", step=0):
+                line = here() + 1
+                backend.call("cudaDeviceSynchronize", 1)
+            (f,) = chk.drain_findings()
+        names = [fr.function for fr in f.stack]
+        assert "test_the_stack_starts_above_the_backends_callback_or_holds_everything" in names
+        if isinstance(backend, Elsewhere):  # the fake's own frame is the innermost one outside flashcheck
+            assert names[-2:] == ["call", "_on_call"] and f.location.function == "call"
+        else:
+            assert "call" not in names and f.location.line == line
+    assert CuptiBindings().callback_code is CuptiBindings._callback.__code__

@@ -16,7 +16,16 @@ from types import CodeType, FrameType
 
 from flashcheck.findings import Frame
 
-__all__ = ["RawStack", "capture_raw", "capture_stack", "frames_of", "is_internal_file", "user_frame", "with_source"]
+__all__ = [
+    "RawStack",
+    "capture_raw",
+    "capture_stack",
+    "frames_of",
+    "is_internal_file",
+    "stack_from",
+    "user_frame",
+    "with_source",
+]
 
 _FLASHCHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIRS = tuple(
@@ -51,11 +60,16 @@ def capture_stack(skip: int = 1, limit: int = _MAX_DEPTH) -> tuple[Frame, ...]:
 
     Source lines are not read here (hot: every observed event captures a stack); `with_source` adds them to the
     few stacks that become findings."""
-    f: FrameType | None
     try:
         f = sys._getframe(skip)
     except ValueError:
         return ()
+    return stack_from(f, limit)
+
+
+def stack_from(frame: FrameType | None, limit: int = _MAX_DEPTH) -> tuple[Frame, ...]:
+    """The stack from `frame` outwards, outermost first (`frame` innermost)."""
+    f = frame
     frames: list[Frame] = []
     while f is not None and len(frames) < limit:
         code = f.f_code

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import ctypes
 import re
+import sys
 import threading
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any, Literal, Protocol
 
+from flashcheck.findings import Frame
 from flashcheck.runtime.hooks.base import EventSink, Hook
 from flashcheck.runtime.monitor import Event, Memory
-from flashcheck.runtime.stacks import capture_stack
+from flashcheck.runtime.stacks import capture_stack, stack_from
 
 __all__ = ["ALLOC_APIS", "COPY_APIS", "HOST_MEMORY_APIS", "SYNC_APIS", "Backend", "CuptiHook", "api_base_name"]
 
@@ -130,6 +133,10 @@ def call_kind(name: str) -> Call | None:
 
 class Backend(Protocol):
     """What the hook needs of CUPTI; `CuptiBindings` is the real one, tests pass fakes."""
+
+    @property
+    def callback_code(self) -> CodeType:
+        """The code of the function that calls `on_call`: the stack of an event starts at its caller."""
 
     def open(self) -> str | None:
         """Claim CUPTI for this process; the reason it cannot, or None."""
@@ -227,13 +234,23 @@ class CuptiHook(Hook):
         except Exception as exc:  # CUPTI would only print it
             self._error(exc)
 
+    @staticmethod
+    def _stack(backend: Backend) -> tuple[Frame, ...]:
+        """The stack of the code that made the CUDA call: above the backend's callback, however many frames lie
+        between it and here."""
+        entry = backend.callback_code
+        f: FrameType | None = sys._getframe(2)
+        while f is not None and f.f_code is not entry:
+            f = f.f_back
+        return stack_from(f.f_back) if f is not None else capture_stack(3)
+
     def _event(self, backend: Backend, name: str, what: Call, params: int, thread: int) -> Event | None:
         if what == "sync":
-            return Event("sync", "cupti", capture_stack(4), name, thread=thread)
+            return Event("sync", "cupti", self._stack(backend), name, thread=thread)
         if what == "alloc":
             nbytes = backend.alloc_bytes(name, params)
             detail = f"{name} of {nbytes:,} bytes" if nbytes else name
-            return Event("alloc", "cupti", capture_stack(4), detail, nbytes=nbytes or None, thread=thread)
+            return Event("alloc", "cupti", self._stack(backend), detail, nbytes=nbytes or None, thread=thread)
         direction, host, nbytes = backend.copy_args(name, params)
         if direction == "other":
             return None
@@ -249,7 +266,7 @@ class CuptiHook(Hook):
         return Event(
             "h2d_copy" if direction == "HtoD" else "d2h_copy",
             "cupti",
-            capture_stack(4),
+            self._stack(backend),
             f"{detail} by {name}",
             memory=memory,
             nbytes=nbytes,
@@ -315,6 +332,10 @@ class CuptiBindings:
                     self._calls[(int(domain), cbid)] = (name, what)
                     cupti.enable_callback(1, self._subscriber, domain, cbid)
         self._on_call = on_call
+
+    @property
+    def callback_code(self) -> CodeType:
+        return CuptiBindings._callback.__code__
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         on_call = self._on_call
