@@ -436,8 +436,10 @@ def test_the_stack_starts_above_the_backends_callback_or_holds_everything() -> N
             (f,) = chk.drain_findings()
         names = [fr.function for fr in f.stack]
         assert "test_the_stack_starts_above_the_backends_callback_or_holds_everything" in names
-        if isinstance(backend, Elsewhere):  # the fake's own frame is the innermost one outside flashcheck
-            assert names[-2:] == ["call", "_on_call"] and f.location.function == "call"
+        if isinstance(backend, Elsewhere):  # the fake's own frame and everything inside it are kept
+            assert names.index("call") > names.index(
+                "test_the_stack_starts_above_the_backends_callback_or_holds_everything"
+            )
         else:
             assert "call" not in names and f.location.line == line
     assert CuptiBindings().callback_code is CuptiBindings._callback.__code__
