@@ -365,6 +365,18 @@ def test_the_binding_says_why_cupti_is_not_there(fake_cupti: FakeCupti, monkeypa
     reason = CuptiBindings().open()
     assert reason is not None and reason.startswith("CUPTI is held by another client in this process")
     assert "MULTIPLE_SUBSCRIBERS" in reason
+    old = types.ModuleType("cupti")  # an older cupti-python: activity records only
+    old.cupti = types.SimpleNamespace(  # type: ignore[attr-defined]
+        subscribe=fake_cupti.subscribe, unsubscribe=fake_cupti.unsubscribe, get_callback_name=None, CallbackDomain=None
+    )
+    monkeypatch.setitem(sys.modules, "cupti", old)
+    assert CuptiBindings().open() == (
+        "this cupti-python has no callback API (enable_callback missing): install cupti-python>=13.2"
+    )
+    broken = types.ModuleType("cupti")
+    broken.__getattr__ = lambda name: (_ for _ in ()).throw(OSError("libcupti.so.13: cannot open"))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupti", broken)
+    assert CuptiBindings().open() == "cupti-python does not load here: OSError: libcupti.so.13: cannot open"
     monkeypatch.setitem(sys.modules, "cupti", None)  # not installed
     assert CuptiBindings().open() == (
         "cupti-python is not installed (pip install 'flashcheck[gpu]' or pip install cupti-python)"

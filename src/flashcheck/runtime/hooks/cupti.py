@@ -19,7 +19,8 @@ graph runs at replay (a pinned copy captured into a graph is seen at capture, by
 copies, asynchronous copies made through the driver API directly (``cuMemcpyHtoDAsync``: the runtime makes every
 ``cudaMemcpyAsync`` through it, so watching it would double the cost of every copy), other processes, and everything
 while another CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then
-skipped with that reason. Needs a GPU and ``cupti-python`` (``pip install 'flashcheck[gpu]'``). Cost: two Python
+skipped with that reason. Needs a GPU and ``cupti-python`` >= 13.2, whose libcupti needs a CUDA 13 driver
+(``pip install 'flashcheck[gpu]'``); without them the layer is skipped with the reason. Cost: two Python
 calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds; nothing
 for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
 """
@@ -276,6 +277,7 @@ class CuptiHook(Hook):
 
 # ------------------------------------------------------------------------------------------- cupti-python binding
 _CLAIMED: list[CuptiBindings] = []  # the binding that holds this process's CUPTI subscriber
+_CALLBACK_API = ("subscribe", "unsubscribe", "enable_callback", "get_callback_name", "CallbackDomain")
 _CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 _CU_MEMORYTYPE_HOST = 1
 _CUDA_MEMCPY_KINDS: dict[int, Direction] = {1: "HtoD", 2: "DtoH"}  # cudaMemcpyKind
@@ -310,6 +312,11 @@ class CuptiBindings:
             from cupti import cupti
         except ImportError:
             return "cupti-python is not installed (pip install 'flashcheck[gpu]' or pip install cupti-python)"
+        except Exception as exc:  # its libcupti does not load (a CUDA 12 driver under a CUDA 13 CUPTI, say)
+            return f"cupti-python does not load here: {exc.__class__.__name__}: {exc}"
+        missing = [n for n in _CALLBACK_API if not hasattr(cupti, n)]
+        if missing:
+            return f"this cupti-python has no callback API ({', '.join(missing)} missing): install cupti-python>=13.2"
         try:
             self._subscriber = int(cupti.subscribe(self._callback, None))
         except Exception as exc:  # MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: torch.profiler or Nsight holds CUPTI
