@@ -19,8 +19,9 @@ graph runs at replay (a pinned copy captured into a graph is seen at capture, by
 copies, asynchronous copies made through the driver API directly (``cuMemcpyHtoDAsync``: the runtime makes every
 ``cudaMemcpyAsync`` through it, so watching it would double the cost of every copy), other processes, and everything
 while another CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then
-skipped with that reason. Needs a GPU and ``cupti-python`` >= 13.2, whose libcupti needs a CUDA 13 driver
-(``pip install 'flashcheck[gpu]'``); without them the layer is skipped with the reason. Cost: two Python
+skipped with that reason. Needs a GPU and ``cupti-python`` >= 13.2, a CUDA 13 package (``pip install
+'flashcheck[gpu]'``; seen working on an H100 with driver 580 and CUDA 13.0's libcupti); where it is missing or does
+not load, the layer is skipped with the reason. Cost: two Python
 calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds; nothing
 for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
 """
