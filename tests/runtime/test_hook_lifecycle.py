@@ -47,7 +47,11 @@ class Mode:
 
 
 def sync_debug(mode: Mode, sink: RecordingSink | None = None) -> tuple[SyncDebugHook, RecordingSink]:
-    hook, sink = SyncDebugHook(get_mode=mode.get, set_mode=mode.set, available=lambda: True), sink or RecordingSink()
+    """The hook installed on a sink that says a hot region is open (the hook reports only there)."""
+    if sink is None:
+        sink = RecordingSink()
+        sink.hot = True
+    hook = SyncDebugHook(get_mode=mode.get, set_mode=mode.set, available=lambda: True)
     hook.install(sink)
     return hook, sink
 
@@ -123,8 +127,10 @@ def test_sync_debug_hands_its_own_failure_to_the_checker() -> None:
         def emit(self, event: Event) -> None:
             raise ValueError("sink broke")
 
+    broken = Broken()
+    broken.hot = True
     with warnings.catch_warnings():
-        hook, sink = sync_debug(Mode(), Broken())
+        hook, sink = sync_debug(Mode(), broken)
         hook._showwarning(UserWarning(SYNC_TEXT), UserWarning, "engine.py", 12, None, None)
         hook.uninstall()
     assert [(layer, str(e)) for layer, e in sink.errors] == [("sync_debug", "sink broke")]

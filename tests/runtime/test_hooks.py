@@ -69,6 +69,30 @@ def test_sync_debug_fires_in_replay_with_the_user_line() -> None:
     assert fake.mode == 0
 
 
+def test_sync_debug_captures_no_stack_where_nothing_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime.hooks import sync_debug as sync_debug_mod
+
+    captured: list[int] = []
+    real = sync_debug_mod.capture_stack
+
+    def counting(skip: int = 1) -> Any:
+        captured.append(skip)
+        return real(skip + 1)
+
+    monkeypatch.setattr(sync_debug_mod, "capture_stack", counting)
+    fake = FakeSyncMode()
+    with Checker(layers=[sync_hook(fake)]) as chk:
+        fake.sync_op()  # no region
+        with chk.region("capture"):
+            fake.sync_op()
+        with chk.region("replay"), chk.checker_read():
+            fake.sync_op()
+        assert captured == [] and chk.drain_findings() == []
+        with chk.region("replay"):
+            fake.sync_op()
+        assert captured == [2] and [f.id for f in chk.drain_findings()] == ["FC201"]
+
+
 def test_sync_debug_quiet_outside_hot_regions_and_in_checker_read() -> None:
     fake = FakeSyncMode()
     with Checker(layers=[sync_hook(fake)]) as chk:

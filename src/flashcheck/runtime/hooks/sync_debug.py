@@ -137,15 +137,19 @@ class SyncDebugHook(Hook):
         text = str(message)
         if SYNC_TEXT in text:
             try:
-                self._emit(
-                    Event(
-                        "sync",
-                        "sync_debug",
-                        capture_stack(2),
-                        "synchronizing CUDA operation (sync debug mode)",
-                        thread=threading.get_ident(),
+                # the checker's own reads and everything outside hot regions sync too (a driver step does it a
+                # few times): asking first spares them the stack, which the monitor would drop
+                sink = self._sink
+                if sink is not None and sink.hot_now() and not sink.reading():
+                    self._emit(
+                        Event(
+                            "sync",
+                            "sync_debug",
+                            capture_stack(2),
+                            "synchronizing CUDA operation (sync debug mode)",
+                            thread=threading.get_ident(),
+                        )
                     )
-                )
             except Exception as exc:  # never break the user's program; never lose the failure either
                 self._error(exc)
             if self._prev_mode == 0:
