@@ -85,9 +85,11 @@ class FakeBackend:
         self.on_call = on_call
 
     def copy_args(self, name: str, params: int) -> tuple[Any, int, int]:
+        assert call_kind(name) == "copy", name
         return self.params[params]
 
     def alloc_bytes(self, name: str, params: int) -> int:
+        assert call_kind(name) == "alloc", name
         return self.params[params][2]
 
     def host_memory(self, ptr: int) -> Memory:
@@ -256,9 +258,11 @@ def test_a_hook_installed_without_asking_opens_cupti_itself_or_says_why_not() ->
             raise OSError("no callbacks")
 
     failing = FailingStart()
+    hook = CuptiHook(backend=failing, available=lambda: True)
     with pytest.raises(OSError, match="no callbacks"):
-        CuptiHook(backend=failing, available=lambda: True).install(RecordingSink())
+        hook.install(RecordingSink())
     assert failing.calls == ["open", "close"]  # released
+    assert hook._opened is None
 
 
 def test_an_error_in_the_callback_is_a_hook_error(
@@ -297,6 +301,7 @@ class FakeCupti(types.SimpleNamespace):
             (2, 2): "cudaMemcpyAsync_v3020",
             (2, 3): "cudaLaunchKernel_v7000",
             (2, 4): "cudaMalloc_v3020",
+            (2, 9): "cudaDeviceSynchronize_v3020",  # after a gap of ids this CUDA does not have
             (1, 1): "cuStreamSynchronize",
             (1, 2): "cuMemAlloc_v2",
             (1, 3): "cuMemcpyHtoDAsync_v2",  # not watched
@@ -346,7 +351,7 @@ def test_the_binding_enables_the_watched_calls_and_passes_them_on(fake_cupti: Fa
     )
     seen: list[tuple[str, str, int, int]] = []
     b.start(lambda name, what, corr, params: seen.append((name, what, corr, params)))
-    assert sorted(fake_cupti.enabled) == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]  # no launches
+    assert sorted(fake_cupti.enabled) == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (2, 9)]  # no launches
     call = fake_cupti.callback
     call(None, 2, 1, cb(0, 9))
     call(None, 2, 1, cb(1, 9))  # the exit site: ignored
@@ -455,3 +460,70 @@ def test_the_stack_starts_above_the_backends_callback_or_holds_everything() -> N
         else:
             assert "call" not in names and f.location.line == line
     assert CuptiBindings().callback_code is CuptiBindings._callback.__code__
+
+
+def test_the_hooks_events_in_full() -> None:
+    """What the hook hands the checker for each kind of call: kind, layer, detail, memory, bytes and the thread."""
+    import threading
+
+    from tests.runtime.test_hook_events import RecordingSink
+
+    backend = FakeBackend()
+    backend.pinned = {0x10}
+    hook = CuptiHook(backend=backend, available=lambda: True)
+    sink = RecordingSink()
+    sink.hot = True
+    hook.install(sink)
+    backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x10, nbytes=8)  # pinned: nothing to say
+    backend.call("cudaMemcpyAsync", 2, direction="HtoD", host=0x20, nbytes=8)
+    backend.call("cudaMemcpyAsync", 3, direction="DtoH", host=0x10, nbytes=4)
+    backend.call("cudaMalloc", 4, nbytes=64)
+    backend.call("cudaStreamSynchronize", 5)
+    backend.host_memory = lambda ptr: "unknown"  # type: ignore[method-assign]  # managed memory, say
+    backend.call("cudaMemcpyAsync", 6, direction="DtoH", host=0x30, nbytes=2)
+    hook.uninstall()
+    me = threading.get_ident()
+    assert [(e.kind, e.layer, e.detail, e.memory, e.nbytes, e.thread) for e in sink.events] == [
+        ("h2d_copy", "cupti", "Memcpy HtoD (Pageable -> Device) by cudaMemcpyAsync", "pageable", 8, me),
+        ("d2h_copy", "cupti", "Memcpy DtoH (Device -> Pinned) by cudaMemcpyAsync", "pinned", 4, me),
+        ("alloc", "cupti", "cudaMalloc of 64 bytes", "unknown", 64, me),
+        ("sync", "cupti", "cudaStreamSynchronize", "unknown", None, me),
+        ("d2h_copy", "cupti", "Memcpy DtoH (Device -> Host) by cudaMemcpyAsync", "unknown", 2, me),
+    ]
+    assert all(e.stack and e.stack[-1].function == "test_the_hooks_events_in_full" for e in sink.events)
+
+
+def test_a_pageable_copy_is_a_host_to_device_finding() -> None:
+    backend = FakeBackend()
+    with Checker(layers=[CuptiHook(backend=backend, available=lambda: True)]) as chk:
+        with chk.region("prepare_replay", step=0):
+            backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x20, nbytes=8)
+        (f,) = chk.drain_findings()
+    assert f.message.startswith("host-to-device copy from pageable memory") and f.evidence["layers"] == ["cupti"]
+
+
+def test_the_default_backend_is_the_cupti_python_binding(
+    fake_cupti: FakeCupti, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = CuptiHook(available=lambda: True)
+    assert hook.unavailable_reason() is None and isinstance(hook._opened, CuptiBindings)
+    cupti_mod._CLAIMED.clear()
+    hook = CuptiHook(available=lambda: True)
+    from tests.runtime.test_hook_events import RecordingSink
+
+    hook.install(RecordingSink())  # without asking first: it opens the binding itself
+    assert isinstance(hook._opened, CuptiBindings)
+    hook.uninstall()
+    loaded: list[str] = []
+
+    class Driver:
+        def __init__(self, name: str) -> None:
+            loaded.append(name)
+
+        def cuPointerGetAttribute(self, out: Any, attr: int, ptr: Any) -> int:  # the driver's name
+            return 1
+
+    monkeypatch.setattr(cupti_mod.ctypes, "CDLL", Driver)
+    b = CuptiBindings()
+    assert b.host_memory(0x40) == b.host_memory(0x50) == "pageable"
+    assert loaded == ["libcuda.so.1"]  # loaded once, on first use
