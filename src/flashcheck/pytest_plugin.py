@@ -343,7 +343,8 @@ def flashcheck_target() -> Target:
 
 @pytest.fixture
 def flashcheck_checker() -> Iterator[CheckerLike]:
-    """The runtime checker with every layer on, on CUDA when available (else CPU)."""
+    """The runtime checker with the ``all`` layers (every kind of per-step event), on CUDA when available (else
+    CPU)."""
     from flashcheck.session import default_device, make_checker
 
     with make_checker("all", default_device()) as chk:

@@ -47,6 +47,7 @@ def test_item_in_replay_fires_at_the_line(layers: str) -> None:
             x[5].item()
         f = only(chk.drain_findings(), "FC201")
     assert (f.location.file, f.location.line, f.location.step) == (__file__, line, 3)
+    assert f.evidence["count"] == 1  # one .item(): its copy and its synchronize are one occurrence in every layer
     assert {"sync_debug", "gpu_trace"} <= set(f.evidence["layers"])  # type: ignore[arg-type]
     if layers == "all":
         assert "cupti" in f.evidence["layers"]  # type: ignore[operator]
@@ -80,6 +81,7 @@ def test_device_synchronize_in_replay_is_seen_by_cupti_alone_at_its_line() -> No
         f = only(chk.drain_findings(), "FC201")
     assert f.evidence["layers"] == ["cupti"] and "cudaDeviceSynchronize" in f.message
     assert (f.location.step, f.location.file, f.location.line) == (2, __file__, line)  # CUPTI's callback: a stack
+    assert f.evidence["count"] == 1  # the runtime call and the driver call inside it: one occurrence
 
 
 def _loaded_cudart() -> ctypes.CDLL:
@@ -99,21 +101,6 @@ def test_sync_inside_an_extension_is_seen_by_cupti_only_at_the_line_that_called_
         f = only(chk.drain_findings(), "FC201")
     assert f.evidence["layers"] == ["cupti"] and "cudaDeviceSynchronize" in f.message
     assert f.location.line == line
-
-
-def test_raw_device_allocation_inside_an_extension_in_replay_is_fc202_by_cupti() -> None:
-    """cudaMalloc from C++ bypasses torch's allocator: no trace callback or allocator counter sees it."""
-    cudart = _loaded_cudart()
-    ptr = ctypes.c_void_p()
-    with Checker(layers="all") as chk:
-        with chk.region("replay", step=5):
-            line = here() + 1
-            assert cudart.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(3 << 20)) == 0
-        f = only(chk.drain_findings(), "FC202")
-    assert cudart.cudaFree(ptr) == 0
-    assert f.evidence["layers"] == ["cupti"] and f.evidence["nbytes"] == 3 << 20
-    assert (f.location.step, f.location.line) == (5, line)
-    assert "cudaMalloc of 3,145,728 bytes" in f.message
 
 
 def test_nonblocking_pageable_h2d_in_prepare_replay_is_seen_by_cupti() -> None:

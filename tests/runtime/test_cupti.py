@@ -49,11 +49,12 @@ def test_api_base_names_drop_version_and_stream_suffixes(name: str, base: str) -
         ("cudaMemcpyAsync", "copy"),
         ("cuMemcpyHtoDAsync", None),  # inside every cudaMemcpyAsync: watching it would double the cost
         ("cuMemcpyDtoHAsync", None),
-        ("cudaMalloc", "alloc"),
-        ("cuMemAlloc", "alloc"),
-        ("cuMemCreate", "alloc"),
-        ("cudaHostAlloc", "host_memory"),
-        ("cuMemHostUnregister", "host_memory"),
+        # made by torch under its allocator's lock: a callback waiting for the GIL there could deadlock
+        ("cudaMalloc", None),
+        ("cuMemAlloc", None),
+        ("cudaFree", None),
+        ("cudaEventSynchronize", None),
+        ("cudaHostAlloc", None),
         ("cudaLaunchKernel", None),  # every other call costs nothing
         ("cudaGraphLaunch", None),
         ("cudaMemsetAsync", None),
@@ -66,13 +67,15 @@ def test_the_calls_the_layer_watches(name: str, kind: str | None) -> None:
 
 # ----------------------------------------------------------------------------------------- the hook, with fakes
 class FakeBackend:
-    """Plays CUPTI and the driver: `call` is the watched code making a CUDA call."""
+    """Plays CUPTI and the driver: `call` is the watched code making a CUDA call (and, with `then`, a second call
+    made by the same Python call, as torch's blocking copy makes a copy and a synchronize)."""
 
     def __init__(self, refuse: str | None = None) -> None:
         self.refuse = refuse
         self.on_call: Callable[[str, Any, int, int], None] | None = None
         self.params: dict[int, tuple[Any, int, int]] = {}
         self.pinned: set[int] = set()
+        self.unknown: set[int] = set()
         self.memory_queries: list[int] = []
         self.calls: list[str] = []
 
@@ -88,13 +91,9 @@ class FakeBackend:
         assert call_kind(name) == "copy", name
         return self.params[params]
 
-    def alloc_bytes(self, name: str, params: int) -> int:
-        assert call_kind(name) == "alloc", name
-        return self.params[params][2]
-
     def host_memory(self, ptr: int) -> Memory:
         self.memory_queries.append(ptr)
-        return "pinned" if ptr in self.pinned else "pageable"
+        return "unknown" if ptr in self.unknown else "pinned" if ptr in self.pinned else "pageable"
 
     def close(self) -> None:
         self.calls.append("close")
@@ -104,13 +103,23 @@ class FakeBackend:
     def callback_code(self) -> Any:
         return FakeBackend.call.__code__
 
-    def call(self, name: str, corr: int, *, direction: str = "", host: int = 0, nbytes: int = 0) -> None:
+    def call(
+        self,
+        name: str,
+        corr: int,
+        *,
+        direction: str = "",
+        host: int = 0,
+        nbytes: int = 0,
+        then: tuple[str, int] | None = None,
+    ) -> None:
         assert self.on_call is not None, "the hook registered no callback"
-        what = call_kind(name)
-        assert what is not None
-        params = len(self.params) + 1
-        self.params[params] = (direction, host, nbytes)
-        self.on_call(name, what, corr, params)
+        for call_name, call_corr in ((name, corr), *((then,) if then else ())):
+            what = call_kind(call_name)
+            assert what is not None
+            params = len(self.params) + 1
+            self.params[params] = (direction, host, nbytes)
+            self.on_call(call_name, what, call_corr, params)
 
 
 @pytest.fixture
@@ -145,7 +154,7 @@ def test_calls_outside_hot_regions_or_in_reads_are_quiet(fake: tuple[FakeBackend
         backend.call("cudaDeviceSynchronize", 1)  # no region
         with chk.region("capture"):
             backend.call("cudaDeviceSynchronize", 2)  # not a per-step region
-            backend.call("cudaMalloc", 3, nbytes=64)
+            backend.call("cudaMemcpyAsync", 3, direction="DtoH", host=0x10, nbytes=4)
         with chk.region("replay", step=0), chk.checker_read():
             backend.call("cudaStreamSynchronize", 4)
             backend.call("cudaMemcpyAsync", 5, direction="DtoH", host=0x10, nbytes=4)
@@ -164,10 +173,10 @@ def test_copies_count_when_they_leave_the_device_or_come_from_pageable_memory(
     with Checker(layers=[hook]) as chk:
         for step in range(3):
             with chk.region("prepare_replay", step=step):
-                for _ in range(2):  # one address, asked once
-                    backend.call("cudaMemcpyAsync", 10 + step, direction="HtoD", host=0x1000, nbytes=64)  # fine
+                for corr in (1, 2):  # one pinned address: asked once, then remembered
+                    backend.call("cudaMemcpyAsync", 10 * step + corr, direction="HtoD", host=0x1000, nbytes=64)
         assert chk.drain_findings() == []
-        assert backend.memory_queries == [0x1000]  # asked once, then remembered
+        assert backend.memory_queries == [0x1000]
         with chk.region("prepare_replay", step=3):
             pageable_line = here() + 1
             backend.call("cudaMemcpyAsync", 20, direction="HtoD", host=0x2000, nbytes=8)
@@ -181,52 +190,55 @@ def test_copies_count_when_they_leave_the_device_or_come_from_pageable_memory(
     assert first.evidence["nbytes"] == 8
     assert (second.id, second.location.line, second.location.region) == ("FC201", d2h_line, "replay")
     assert second.evidence["details"] == ["Memcpy DtoH (Device -> Pinned) by cudaMemcpyAsync"]
+    assert backend.memory_queries == [0x1000, 0x2000]  # a pageable address is not remembered
 
 
-def test_pinned_memory_changes_make_the_layer_ask_again(fake: tuple[FakeBackend, CuptiHook]) -> None:
+def test_a_pageable_address_registered_later_is_pinned_from_then_on(fake: tuple[FakeBackend, CuptiHook]) -> None:
     backend, hook = fake
     with Checker(layers=[hook]) as chk:
         with chk.region("prepare_replay", step=0):
-            backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x3000, nbytes=8)  # pageable now
+            backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x3000, nbytes=8)
         assert only(chk.drain_findings(), "FC201")
-        backend.pinned.add(0x3000)
-        backend.call("cudaHostRegister", 2)  # outside every region: still heard
+        backend.pinned.add(0x3000)  # cudaHostRegister, or the address reused by pinned memory
         with chk.region("prepare_replay", step=1):
-            backend.call("cudaMemcpyAsync", 3, direction="HtoD", host=0x3000, nbytes=8)
+            backend.call("cudaMemcpyAsync", 2, direction="HtoD", host=0x3000, nbytes=8)
         assert chk.drain_findings() == []
     assert backend.memory_queries == [0x3000, 0x3000]
 
 
-def test_the_remembered_addresses_are_bounded(
+def test_the_remembered_pinned_addresses_are_bounded(
     fake: tuple[FakeBackend, CuptiHook], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend, hook = fake
-    monkeypatch.setattr(cupti_mod, "_MEMORY_CACHE_SIZE", 2)
+    monkeypatch.setattr(cupti_mod, "_PINNED_CACHE_SIZE", 2)
     backend.pinned = {1, 2, 3}
     with Checker(layers=[hook]) as chk:
         with chk.region("prepare_replay", step=0):
-            for corr, host in enumerate((1, 2, 3, 1)):
+            for corr, host in enumerate((1, 2, 3, 1, 3)):
                 backend.call("cudaMemcpyAsync", corr + 1, direction="HtoD", host=host, nbytes=8)
         assert chk.drain_findings() == []
     assert backend.memory_queries == [1, 2, 3, 1]  # full at the third: forgotten, asked again
 
 
-def test_device_allocations_in_graph_regions_are_fc202(fake: tuple[FakeBackend, CuptiHook]) -> None:
+def test_a_blocking_copy_is_one_occurrence(fake: tuple[FakeBackend, CuptiHook]) -> None:
+    """torch's blocking copy (``.item()``, ``.cpu()``) makes a cudaMemcpyAsync and a cudaStreamSynchronize from one
+    Python call, with two correlation ids: one occurrence, as every other layer counts it."""
     backend, hook = fake
     with Checker(layers=[hook]) as chk:
-        with chk.region("run", step=0):  # eager steps allocate by design
-            backend.call("cudaMalloc", 1, nbytes=1 << 20)
-        assert chk.drain_findings() == []
-        with chk.region("replay", step=2):
-            line = here() + 1
-            backend.call("cudaMalloc", 2, nbytes=2 << 20)
-            backend.call("cuMemAlloc", 2, nbytes=2 << 20)  # the driver call inside it
-            backend.call("cuMemCreate", 3, nbytes=0)  # size unknown
+        with chk.region("replay", step=0):
+            for corr in (10, 20, 30):  # three blocking copies on one line: three occurrences
+                backend.call(
+                    "cudaMemcpyAsync",
+                    corr,
+                    direction="DtoH",
+                    host=0x10,
+                    nbytes=4,
+                    then=("cudaStreamSynchronize", corr + 1),
+                )
+            backend.call("cudaStreamSynchronize", 40)  # a synchronize of its own: an occurrence of its own
         f, g = chk.drain_findings()
-    assert (f.id, f.location.line, f.location.step, f.evidence["layers"]) == ("FC202", line, 2, ["cupti"])
-    assert f.evidence["details"] == ["cudaMalloc of 2,097,152 bytes"] and f.evidence["nbytes"] == 2 << 20
-    assert (g.id, g.location.line, g.evidence["details"]) == ("FC202", line + 2, ["cuMemCreate"])
-    assert "nbytes" not in g.evidence
+    assert f.evidence["count"] == 3 and f.evidence["details"] == ["Memcpy DtoH (Device -> Pageable) by cudaMemcpyAsync"]
+    assert g.evidence["count"] == 1 and g.evidence["details"] == ["cudaStreamSynchronize"]
 
 
 def test_unavailable_without_a_device_or_when_cupti_refuses() -> None:
@@ -300,14 +312,15 @@ class FakeCupti(types.SimpleNamespace):
             (2, 1): "cudaStreamSynchronize_v3020",
             (2, 2): "cudaMemcpyAsync_v3020",
             (2, 3): "cudaLaunchKernel_v7000",
-            (2, 4): "cudaMalloc_v3020",
+            (2, 4): "cudaMalloc_v3020",  # not watched
             (2, 9): "cudaDeviceSynchronize_v3020",  # after a gap of ids this CUDA does not have
             (1, 1): "cuStreamSynchronize",
-            (1, 2): "cuMemAlloc_v2",
+            (1, 2): "cuCtxSynchronize_v2",
             (1, 3): "cuMemcpyHtoDAsync_v2",  # not watched
-            (1, 4): "cuMemHostRegister_v2",
+            (1, 4): "cuMemcpyDtoH_v2",
         }
         self.subscribe_error: Exception | None = None
+        self.subscribed = 0
         self.enabled: list[tuple[int, int]] = []
         self.unsubscribed: list[int] = []
         self.callback: Any = None
@@ -315,6 +328,7 @@ class FakeCupti(types.SimpleNamespace):
     def subscribe(self, callback: Any, userdata: Any) -> int:
         if self.subscribe_error is not None:
             raise self.subscribe_error
+        self.subscribed += 1
         self.callback = callback
         return 42
 
@@ -351,7 +365,7 @@ def test_the_binding_enables_the_watched_calls_and_passes_them_on(fake_cupti: Fa
     )
     seen: list[tuple[str, str, int, int]] = []
     b.start(lambda name, what, corr, params: seen.append((name, what, corr, params)))
-    assert sorted(fake_cupti.enabled) == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (2, 9)]  # no launches
+    assert sorted(fake_cupti.enabled) == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 9)]  # no launch, no malloc
     call = fake_cupti.callback
     call(None, 2, 1, cb(0, 9))
     call(None, 2, 1, cb(1, 9))  # the exit site: ignored
@@ -398,45 +412,54 @@ class MemcpyAsyncParams(ctypes.Structure):
     )
 
 
-class FourWords(ctypes.Structure):
-    _fields_ = (("a", ctypes.c_uint64), ("b", ctypes.c_uint64), ("c", ctypes.c_uint64), ("d", ctypes.c_uint64))
+class Driver:
+    """libcuda's cuPointerGetAttribute(MEMORY_TYPE) over a table: address -> (error, memory type)."""
+
+    def __init__(self, table: dict[int, tuple[int, int]]) -> None:
+        self.table, self.asked = table, []
+
+    def cuPointerGetAttribute(self, out: Any, attr: int, ptr: Any) -> int:  # the driver's name
+        self.asked.append((attr, ptr.value))
+        err, kind = self.table[ptr.value]
+        out._obj.value = kind
+        return err
+
+
+DEVICE, PINNED, PAGEABLE = (0, 2), (0, 1), (1, 0)
 
 
 @pytest.mark.parametrize(
-    ("kind", "want"),
-    [(1, ("HtoD", 0xB0, 64)), (2, ("DtoH", 0xA0, 64)), (3, ("other", 0xA0, 64)), (4, ("other", 0xA0, 64))],
+    ("kind", "memory", "want"),
+    [
+        (1, {}, ("HtoD", 0xB0, 64)),  # cudaMemcpyHostToDevice: the host side is src
+        (2, {}, ("DtoH", 0xA0, 64)),  # cudaMemcpyDeviceToHost: the host side is dst
+        (3, {}, ("other", 0xA0, 64)),  # device to device
+        (0, {}, ("other", 0xA0, 64)),  # host to host
+        # cudaMemcpyDefault: unified addressing, the driver says where each side lives
+        (4, {0xA0: DEVICE, 0xB0: PAGEABLE}, ("HtoD", 0xB0, 64)),
+        (4, {0xA0: PINNED, 0xB0: DEVICE}, ("DtoH", 0xA0, 64)),
+        (4, {0xA0: DEVICE, 0xB0: DEVICE}, ("other", 0, 64)),
+        (4, {0xA0: PAGEABLE, 0xB0: PINNED}, ("other", 0, 64)),
+    ],
 )
-def test_the_binding_reads_cudamemcpyasync_arguments(kind: int, want: tuple[str, int, int]) -> None:
+def test_the_binding_reads_cudamemcpyasync_arguments(
+    kind: int, memory: dict[int, tuple[int, int]], want: tuple[str, int, int]
+) -> None:
     p = MemcpyAsyncParams(0xA0, 0xB0, 64, kind, 0)
-    assert CuptiBindings().copy_args("cudaMemcpyAsync", ctypes.addressof(p)) == want
-
-
-def test_the_binding_reads_allocation_sizes() -> None:
-    p = FourWords(0xD0, 0xE0, 128, 0)
     b = CuptiBindings()
-    addr = ctypes.addressof(p)
-    assert b.alloc_bytes("cudaMalloc", addr) == 0xE0
-    assert b.alloc_bytes("cuMemAllocPitch", addr) == 128 * 0
-    q = FourWords(0, 0, 100, 3)
-    assert b.alloc_bytes("cudaMallocPitch", ctypes.addressof(q)) == 300  # width x height
-    assert b.alloc_bytes("cudaMalloc3D", ctypes.addressof(q)) == 0  # an extent by value: not read
+    b._libcuda = Driver(memory)
+    assert b.copy_args("cudaMemcpyAsync", ctypes.addressof(p)) == want
+    assert len(b._libcuda.asked) == (2 if kind == 4 else 0)
 
 
 def test_the_binding_asks_the_driver_whether_memory_is_pinned() -> None:
-    class Driver:
-        def __init__(self, err: int, kind: int) -> None:
-            self.err, self.kind, self.asked = err, kind, []
-
-        def cuPointerGetAttribute(self, out: Any, attr: int, ptr: Any) -> int:  # the driver's name
-            self.asked.append((attr, ptr.value))
-            out._obj.value = self.kind
-            return self.err
-
     b = CuptiBindings()
-    for err, kind, want in ((0, 1, "pinned"), (1, 0, "pageable"), (0, 2, "unknown")):
-        b._libcuda = Driver(err, kind)
-        assert b.host_memory(0x1234) == want
-        assert b._libcuda.asked == [(2, 0x1234)]  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    # pinned; pageable (CUDA_ERROR_INVALID_VALUE: an address the driver does not know); device memory; and an
+    # error that says nothing of the address (CUDA_ERROR_DEINITIALIZED): unknown, never a pageable finding
+    table = {0x1: PINNED, 0x2: PAGEABLE, 0x3: DEVICE, 0x4: (4, 0)}
+    b._libcuda = Driver(table)
+    assert [b.host_memory(ptr) for ptr in table] == ["pinned", "pageable", "unknown", "unknown"]
+    assert b._libcuda.asked == [(2, ptr) for ptr in table]  # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 
 
 def test_the_stack_starts_above_the_backends_callback_or_holds_everything() -> None:
@@ -477,16 +500,14 @@ def test_the_hooks_events_in_full() -> None:
     backend.call("cudaMemcpyAsync", 1, direction="HtoD", host=0x10, nbytes=8)  # pinned: nothing to say
     backend.call("cudaMemcpyAsync", 2, direction="HtoD", host=0x20, nbytes=8)
     backend.call("cudaMemcpyAsync", 3, direction="DtoH", host=0x10, nbytes=4)
-    backend.call("cudaMalloc", 4, nbytes=64)
     backend.call("cudaStreamSynchronize", 5)
-    backend.host_memory = lambda ptr: "unknown"  # type: ignore[method-assign]  # managed memory, say
+    backend.unknown.add(0x30)  # managed memory, say
     backend.call("cudaMemcpyAsync", 6, direction="DtoH", host=0x30, nbytes=2)
     hook.uninstall()
     me = threading.get_ident()
     assert [(e.kind, e.layer, e.detail, e.memory, e.nbytes, e.thread) for e in sink.events] == [
         ("h2d_copy", "cupti", "Memcpy HtoD (Pageable -> Device) by cudaMemcpyAsync", "pageable", 8, me),
         ("d2h_copy", "cupti", "Memcpy DtoH (Device -> Pinned) by cudaMemcpyAsync", "pinned", 4, me),
-        ("alloc", "cupti", "cudaMalloc of 64 bytes", "unknown", 64, me),
         ("sync", "cupti", "cudaStreamSynchronize", "unknown", None, me),
         ("d2h_copy", "cupti", "Memcpy DtoH (Device -> Host) by cudaMemcpyAsync", "unknown", 2, me),
     ]
@@ -507,6 +528,7 @@ def test_the_default_backend_is_the_cupti_python_binding(
 ) -> None:
     hook = CuptiHook(available=lambda: True)
     assert hook.unavailable_reason() is None and isinstance(hook._opened, CuptiBindings)
+    assert hook.unavailable_reason() is None and fake_cupti.subscribed == 1  # asked twice: claimed once
     cupti_mod._CLAIMED.clear()
     hook = CuptiHook(available=lambda: True)
     from tests.runtime.test_hook_events import RecordingSink

@@ -16,11 +16,9 @@ ALLOCATION_IN_REPLAY = Check(
     What it checks
         Device allocations made through torch's caching allocator inside ``prepare_replay`` / ``replay`` regions
         (the graph path; eager steps allocate their outputs by design): each one seen by the ``gpu_trace``
-        allocation callback (with its Python stack); every ``cudaMalloc``/``cuMemAlloc``/``cuMemCreate`` there,
-        the caching allocator growing its pool or a C++ extension allocating behind it (``cupti``, with the stack of
-        the line that called into it); and, when the ``alloc_stats`` layer is named, the allocation count and
-        reserved bytes read from the allocator statistics when a graph-path region is entered and left (a growth of
-        reserved memory is reported as pool growth).
+        allocation callback (with its Python stack); and, when the ``alloc_stats`` layer is named, the allocation
+        count and reserved bytes read from the allocator statistics when a graph-path region is entered and left (a
+        growth of reserved memory is reported as pool growth).
 
     Why it breaks serving
         A graph replays fixed addresses. A buffer allocated on the replay path is either not the one the graph
@@ -41,7 +39,8 @@ ALLOCATION_IN_REPLAY = Check(
     Known false positives
         Allocations in the first replay after a capture that a target makes lazily once (a cache warm-up) are
         reported; warm the target up outside the checked steps. Memory allocated directly with CUDA APIs in C++
-        (not through torch's allocator) is seen by the ``cupti`` layer only (``layers="all"``), not by ``cheap``.
+        (not through torch's allocator) is invisible to this check: torch's allocator calls ``cudaMalloc`` under its
+        lock, where a CUPTI callback waiting for the GIL could deadlock, so no layer watches that call.
     """,
     hint=(
         "allocate every buffer the replay path writes once, before capture, and write into it in place "

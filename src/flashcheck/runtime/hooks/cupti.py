@@ -4,26 +4,28 @@ CUPTI calls back on the thread that makes a CUDA runtime or driver call, before 
 layer carries the Python stack of the line that called into CUDA, however deep in C++ the call was made. Callbacks
 are enabled for these calls only (every other call, kernel launches included, costs nothing):
 
-- **blocking calls**: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, synchronous
-  ``cudaMemcpy*`` and their driver twins (``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemcpyDtoH`` ...),
-  including those inside C++ extensions such as FlashInfer's ``plan()`` copying a device ``indptr`` to the host;
+- **blocking calls**: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, synchronous ``cudaMemcpy*`` and their
+  driver twins (``cuStreamSynchronize``, ``cuCtxSynchronize``, ``cuMemcpyDtoH`` ...), including those inside C++
+  extensions such as FlashInfer's ``plan()`` copying a device ``indptr`` to the host;
 - **asynchronous copies** (``cudaMemcpyAsync``, which torch and FlashInfer use for every copy): a device-to-host
   copy, and a host-to-device copy from pageable memory, which the driver stages synchronously despite
-  ``non_blocking=True`` (whether the host side is pinned is asked of the driver once per address, and forgotten
-  whenever pinned memory is allocated, registered or freed);
-- **device allocations** (``cudaMalloc``, ``cudaMallocAsync``, ``cuMemAlloc``, ``cuMemCreate`` ...): the caching
-  allocator growing its pool, or a C++ extension allocating behind its back.
+  ``non_blocking=True``. Whether the host side is pinned is asked of the driver (``cuPointerGetAttribute``); a pinned
+  address is remembered, a pageable one asked again (it becomes pinned when registered).
 
-A runtime call and the driver call it makes share a correlation id and are reported once. Misses: copies a CUDA
-graph runs at replay (a pinned copy captured into a graph is seen at capture, by ``dispatch``), 2D/3D and peer async
-copies, asynchronous copies made through the driver API directly (``cuMemcpyHtoDAsync``: the runtime makes every
-``cudaMemcpyAsync`` through it, so watching it would double the cost of every copy), other processes, and everything
-while another CUPTI client (``torch.profiler``, Nsight) holds the process's one subscriber slot: the layer is then
-skipped with that reason. Needs a GPU and ``cupti-python`` >= 13.2, a CUDA 13 package (``pip install
-'flashcheck[gpu]'``; seen working on an H100 with driver 580 and CUDA 13.0's libcupti); where it is missing or does
-not load, the layer is skipped with the reason. Cost: two Python
-calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds; nothing
-for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
+A runtime call and the driver call it makes share a correlation id and are reported once; so is a blocking copy,
+whose copy and stream synchronize come from one Python call. Calls the layer leaves alone, because torch makes them
+while holding its allocator's lock and a callback that waits for the GIL there can deadlock against a thread that
+holds the GIL and frees memory: device allocations (``cudaMalloc``: ``gpu_trace`` sees each caching-allocator
+allocation with its stack), ``cudaFree``, event synchronizes (``gpu_trace`` sees ``Event.synchronize()``) and pinned
+host allocations. Misses besides: copies a CUDA graph runs at replay (a pinned copy captured into a graph is seen at
+capture, by ``dispatch``), 2D/3D and peer async copies, asynchronous copies made through the driver API directly
+(``cuMemcpyHtoDAsync``: the runtime makes every ``cudaMemcpyAsync`` through it, so watching it would double the
+cost of every copy), other processes, and everything while another CUPTI client (``torch.profiler``, Nsight) holds
+the process's one subscriber slot (and the slot stays this layer's while a checker runs). Needs a GPU and
+``cupti-python`` >= 13.2, a CUDA 13 package (``pip install 'flashcheck[gpu]'``; seen working on an H100 with driver
+580 and CUDA 13.0's libcupti); where it is missing or does not load, the layer is skipped with the reason. Cost: two
+Python calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds;
+nothing for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ from flashcheck.runtime.hooks.base import EventSink, Hook
 from flashcheck.runtime.monitor import Event, Memory
 from flashcheck.runtime.stacks import capture_stack, stack_from
 
-__all__ = ["ALLOC_APIS", "COPY_APIS", "HOST_MEMORY_APIS", "SYNC_APIS", "Backend", "CuptiHook", "api_base_name"]
+__all__ = ["COPY_APIS", "SYNC_APIS", "Backend", "CuptiBindings", "CuptiHook", "api_base_name", "call_kind"]
 
-Call = Literal["sync", "copy", "alloc", "host_memory"]
+Call = Literal["sync", "copy"]
 Direction = Literal["HtoD", "DtoH", "other"]
 
 # Blocking calls (names without version suffixes such as _v2, _v3020, _ptsz).
@@ -51,7 +53,6 @@ SYNC_APIS = frozenset(
     {
         "cudaDeviceSynchronize",
         "cudaStreamSynchronize",
-        "cudaEventSynchronize",
         "cudaMemcpy",
         "cudaMemcpy2D",
         "cudaMemcpy3D",
@@ -64,7 +65,6 @@ SYNC_APIS = frozenset(
         "cudaMemcpy2DToArray",
         "cuCtxSynchronize",
         "cuStreamSynchronize",
-        "cuEventSynchronize",
         "cuMemcpy",
         "cuMemcpyDtoH",
         "cuMemcpyHtoD",
@@ -76,43 +76,12 @@ SYNC_APIS = frozenset(
         "cuMemcpyPeer",
     }
 )
-# Asynchronous copies: (direction, or None when the call's `kind` argument says; offset of the host pointer in the
-# call's parameter struct; offset of the byte count). cudaMemcpyAsync(dst, src, count, kind, stream). The runtime
-# makes each copy through the driver's cuMemcpyHtoDAsync/cuMemcpyDtoHAsync: watching those as well would double the
-# callbacks of every copy an engine makes, for the rare extension that calls the driver's copies directly.
-COPY_APIS: dict[str, tuple[Direction | None, int, int]] = {"cudaMemcpyAsync": (None, -1, 16)}
-# Device allocations: offsets of the size (or of width and height) in the call's parameter struct (0: not read).
-ALLOC_APIS: dict[str, tuple[int, ...]] = {
-    "cudaMalloc": (8,),
-    "cudaMallocAsync": (8,),
-    "cudaMallocFromPoolAsync": (8,),
-    "cudaMallocManaged": (8,),
-    "cudaMallocPitch": (16, 24),
-    "cudaMalloc3D": (),
-    "cuMemAlloc": (8,),
-    "cuMemAllocAsync": (8,),
-    "cuMemAllocFromPoolAsync": (8,),
-    "cuMemAllocManaged": (8,),
-    "cuMemAllocPitch": (16, 24),
-    "cuMemCreate": (8,),
-}
-# Calls after which an address may have changed between pinned and pageable.
-HOST_MEMORY_APIS = frozenset(
-    {
-        "cudaHostAlloc",
-        "cudaMallocHost",
-        "cudaFreeHost",
-        "cudaHostRegister",
-        "cudaHostUnregister",
-        "cuMemHostAlloc",
-        "cuMemAllocHost",
-        "cuMemFreeHost",
-        "cuMemHostRegister",
-        "cuMemHostUnregister",
-    }
-)
+# Asynchronous copies: cudaMemcpyAsync(dst, src, count, kind, stream). The runtime makes each copy through the
+# driver's cuMemcpyHtoDAsync/cuMemcpyDtoHAsync: watching those as well would double the callbacks of every copy an
+# engine makes, for the rare extension that calls the driver's copies directly.
+COPY_APIS = frozenset({"cudaMemcpyAsync"})
 _SUFFIX = re.compile(r"(?:_v\d+|_ptsz|_ptds)+$")
-_MEMORY_CACHE_SIZE = 4096
+_PINNED_CACHE_SIZE = 4096
 
 
 def api_base_name(name: str) -> str:
@@ -126,10 +95,6 @@ def call_kind(name: str) -> Call | None:
         return "sync"
     if name in COPY_APIS:
         return "copy"
-    if name in ALLOC_APIS:
-        return "alloc"
-    if name in HOST_MEMORY_APIS:
-        return "host_memory"
     return None
 
 
@@ -150,19 +115,16 @@ class Backend(Protocol):
     def copy_args(self, name: str, params: int) -> tuple[Direction, int, int]:
         """Direction, host pointer and byte count of an asynchronous copy call."""
 
-    def alloc_bytes(self, name: str, params: int) -> int:
-        """Bytes an allocation call asks for (0 when unknown)."""
-
     def host_memory(self, ptr: int) -> Memory:
-        """Whether host address `ptr` is pinned (page-locked, known to the driver) or pageable."""
+        """Whether host address `ptr` is pinned (page-locked, known to the driver), pageable, or unknown."""
 
     def close(self) -> None:
         """Stop the callbacks and release CUPTI."""
 
 
 class CuptiHook(Hook):
-    """Reports blocking CUDA calls, device-to-host and pageable host-to-device copies, and device allocations made
-    in hot regions, each with the Python stack that made it.
+    """Reports blocking CUDA calls, device-to-host copies and host-to-device copies from pageable memory made in hot
+    regions, each with the Python stack that made it.
 
     Args:
         backend: the CUPTI binding (default: `CuptiBindings` over ``cupti-python``); tests pass fakes.
@@ -177,9 +139,12 @@ class CuptiHook(Hook):
         self._available = available
         self._opened: Backend | None = None
         self._last: dict[int, int] = {}  # thread -> correlation id of the last call handled
-        self._memory: dict[int, Memory] = {}  # host address -> pinned or pageable, until pinned memory changes
+        self._last_copy: dict[int, tuple[CodeType, int]] = {}  # thread -> where its last reported copy was made
+        self._pinned: set[int] = set()  # host addresses the driver said are pinned
 
     def unavailable_reason(self) -> str | None:
+        if self._opened is not None:  # asked twice: CUPTI is already this layer's
+            return None
         if self._available is not None:
             if not self._available():
                 return "no CUDA device"
@@ -202,7 +167,7 @@ class CuptiHook(Hook):
             if reason is not None:
                 raise RuntimeError(f"CUPTI layer: {reason}")
             self._opened = backend
-        self._last, self._memory = {}, {}
+        self._last, self._last_copy, self._pinned = {}, {}, set()
         try:
             backend.start(self._on_call)
         except BaseException:
@@ -217,11 +182,8 @@ class CuptiHook(Hook):
 
     def _on_call(self, name: str, what: Call, correlation: int, params: int) -> None:
         """One CUDA call, on the thread that makes it, before it runs (an engine's replay path makes a few per step:
-        the common case, a copy from pinned memory, costs two dictionary lookups and three reads of its arguments)."""
+        the common case, a copy from pinned memory, costs a few dictionary lookups and a read of its arguments)."""
         try:
-            if what == "host_memory":
-                self._memory.clear()
-                return
             thread = threading.get_ident()
             last = self._last
             if correlation and last.get(thread) == correlation:
@@ -237,62 +199,71 @@ class CuptiHook(Hook):
             self._error(exc)
 
     @staticmethod
-    def _stack(backend: Backend) -> tuple[Frame, ...]:
-        """The stack of the code that made the CUDA call: above the backend's callback, however many frames lie
-        between it and here."""
+    def _caller(backend: Backend) -> FrameType | None:
+        """The frame that made the CUDA call: the one above the backend's callback, however many frames lie between
+        it and here (None when the callback is not on the stack)."""
         entry = backend.callback_code
         f: FrameType | None = sys._getframe(2)
         while f is not None and f.f_code is not entry:
             f = f.f_back
-        return stack_from(f.f_back) if f is not None else capture_stack(3)
+        return f.f_back if f is not None else None
 
     def _event(self, backend: Backend, name: str, what: Call, params: int, thread: int) -> Event | None:
+        caller = self._caller(backend)
+        where = (caller.f_code, caller.f_lasti) if caller is not None else None
         if what == "sync":
-            return Event("sync", "cupti", self._stack(backend), name, thread=thread)
-        if what == "alloc":
-            nbytes = backend.alloc_bytes(name, params)
-            detail = f"{name} of {nbytes:,} bytes" if nbytes else name
-            return Event("alloc", "cupti", self._stack(backend), detail, nbytes=nbytes or None, thread=thread)
+            if where is not None and self._last_copy.pop(thread, None) == where:
+                return None  # the synchronize of a blocking copy reported a moment ago, from the same Python call
+            return Event("sync", "cupti", self._stack(caller), name, thread=thread)
         direction, host, nbytes = backend.copy_args(name, params)
         if direction == "other":
             return None
-        memory = self._memory.get(host)
-        if memory is None:
-            if len(self._memory) >= _MEMORY_CACHE_SIZE:
-                self._memory.clear()
-            memory = self._memory[host] = backend.host_memory(host)
+        memory: Memory = "pinned" if host in self._pinned else backend.host_memory(host)
+        if memory == "pinned" and host not in self._pinned:
+            if len(self._pinned) >= _PINNED_CACHE_SIZE:
+                self._pinned.clear()
+            self._pinned.add(host)
         if direction == "HtoD" and memory != "pageable":
             return None  # a copy from pinned memory runs asynchronously: what a replay path should do
+        if where is not None:
+            self._last_copy[thread] = where
         side = memory.capitalize() if memory != "unknown" else "Host"
         detail = f"Memcpy HtoD ({side} -> Device)" if direction == "HtoD" else f"Memcpy DtoH (Device -> {side})"
         return Event(
             "h2d_copy" if direction == "HtoD" else "d2h_copy",
             "cupti",
-            self._stack(backend),
+            self._stack(caller),
             f"{detail} by {name}",
             memory=memory,
             nbytes=nbytes,
             thread=thread,
         )
 
+    @staticmethod
+    def _stack(caller: FrameType | None) -> tuple[Frame, ...]:
+        return stack_from(caller) if caller is not None else capture_stack(4)
+
 
 # ------------------------------------------------------------------------------------------- cupti-python binding
 _CLAIMED: list[CuptiBindings] = []  # the binding that holds this process's CUPTI subscriber
 _CALLBACK_API = ("subscribe", "unsubscribe", "enable_callback", "get_callback_name", "CallbackDomain")
 _CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-_CU_MEMORYTYPE_HOST = 1
+_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE = 1, 2
+_CUDA_ERROR_INVALID_VALUE = 1  # what cuPointerGetAttribute answers for memory the driver does not know: pageable
 _CUDA_MEMCPY_KINDS: dict[int, Direction] = {1: "HtoD", 2: "DtoH"}  # cudaMemcpyKind
+_CUDA_MEMCPY_DEFAULT = 4  # the direction follows from the pointers (unified addressing)
 
 
-class _Words(ctypes.Structure):
-    """The first four 8-byte words of a call's parameter struct (pointers, sizes, and an enum in the low half)."""
+class _MemcpyAsyncParams(ctypes.Structure):
+    """cudaMemcpyAsync's parameter struct as CUPTI passes it."""
 
-    _fields_ = (("w0", ctypes.c_uint64), ("w1", ctypes.c_uint64), ("w2", ctypes.c_uint64), ("w3", ctypes.c_uint64))
-
-
-def _words(addr: int) -> tuple[int, int, int, int]:
-    w = _Words.from_address(addr)
-    return w.w0, w.w1, w.w2, w.w3
+    _fields_ = (
+        ("dst", ctypes.c_void_p),
+        ("src", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("kind", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    )
 
 
 class CuptiBindings:
@@ -306,6 +277,10 @@ class CuptiBindings:
         self._on_call: Callable[[str, Call, int, int], None] | None = None
         self._libcuda: Any = None
 
+    @property
+    def callback_code(self) -> CodeType:
+        return CuptiBindings._callback.__code__
+
     def open(self) -> str | None:
         if _CLAIMED and _CLAIMED[0] is not self:
             return "another checker's CUPTI layer is active in this process (CUPTI has one subscriber per process)"
@@ -313,7 +288,7 @@ class CuptiBindings:
             from cupti import cupti
         except ImportError:
             return "cupti-python is not installed (pip install 'flashcheck[gpu]' or pip install cupti-python)"
-        except Exception as exc:  # its libcupti does not load (a CUDA 12 driver under a CUDA 13 CUPTI, say)
+        except Exception as exc:  # its libcupti does not load here
             return f"cupti-python does not load here: {exc.__class__.__name__}: {exc}"
         missing = [n for n in _CALLBACK_API if not hasattr(cupti, n)]
         if missing:
@@ -341,10 +316,6 @@ class CuptiBindings:
                     cupti.enable_callback(1, self._subscriber, domain, cbid)
         self._on_call = on_call
 
-    @property
-    def callback_code(self) -> CodeType:
-        return CuptiBindings._callback.__code__
-
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         on_call = self._on_call
         if on_call is None or cbdata.callback_site:  # 0: API_ENTER; 1: API_EXIT
@@ -354,32 +325,33 @@ class CuptiBindings:
             on_call(hit[0], hit[1], cbdata.correlation_id, cbdata.function_params)
 
     def copy_args(self, name: str, params: int) -> tuple[Direction, int, int]:
-        direction, host_at, size_at = COPY_APIS[name]
-        words = _words(params)
-        if direction is None:  # cudaMemcpyAsync(dst, src, count, kind, stream): kind is a 4-byte enum
-            direction = _CUDA_MEMCPY_KINDS.get(words[3] & 0xFFFFFFFF, "other")
-            host_at = 8 if direction == "HtoD" else 0
-        return direction, words[host_at // 8], words[size_at // 8]
+        p = _MemcpyAsyncParams.from_address(params)
+        dst, src, count = p.dst or 0, p.src or 0, int(p.count)
+        if p.kind == _CUDA_MEMCPY_DEFAULT:  # unified addressing: ask where each side lives
+            dst_kind, src_kind = self._memory_type(dst), self._memory_type(src)
+            if dst_kind == _CU_MEMORYTYPE_DEVICE and src_kind != _CU_MEMORYTYPE_DEVICE:
+                return "HtoD", src, count
+            if src_kind == _CU_MEMORYTYPE_DEVICE and dst_kind != _CU_MEMORYTYPE_DEVICE:
+                return "DtoH", dst, count
+            return "other", 0, count
+        direction = _CUDA_MEMCPY_KINDS.get(p.kind, "other")
+        return direction, (src if direction == "HtoD" else dst), count
 
-    def alloc_bytes(self, name: str, params: int) -> int:
-        offsets = ALLOC_APIS[name]
-        if not offsets:
-            return 0
-        words = _words(params)
-        n = 1
-        for off in offsets:
-            n *= words[off // 8]
-        return n
-
-    def host_memory(self, ptr: int) -> Memory:
+    def _memory_type(self, ptr: int) -> int | None:
+        """CU_MEMORYTYPE_* of an address; 0 for memory the driver does not know (pageable); None when it cannot
+        say (an error other than not knowing the address)."""
         lib = self._libcuda
         if lib is None:
             lib = self._libcuda = ctypes.CDLL("libcuda.so.1")
         kind = ctypes.c_uint(0)
         err = lib.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_void_p(ptr))
-        if err != 0:
-            return "pageable"  # CUDA_ERROR_INVALID_VALUE: memory the driver does not know
-        return "pinned" if kind.value == _CU_MEMORYTYPE_HOST else "unknown"
+        if err == _CUDA_ERROR_INVALID_VALUE:
+            return 0
+        return int(kind.value) if err == 0 else None
+
+    def host_memory(self, ptr: int) -> Memory:
+        kind = self._memory_type(ptr)
+        return "pageable" if kind == 0 else "pinned" if kind == _CU_MEMORYTYPE_HOST else "unknown"
 
     def close(self) -> None:
         cupti = self._cupti
