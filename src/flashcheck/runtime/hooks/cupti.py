@@ -209,24 +209,28 @@ class CuptiHook(Hook):
         return f.f_back if f is not None else None
 
     def _event(self, backend: Backend, name: str, what: Call, params: int, thread: int) -> Event | None:
-        caller = self._caller(backend)
-        where = (caller.f_code, caller.f_lasti) if caller is not None else None
         if what == "sync":
-            if where is not None and self._last_copy.pop(thread, None) == where:
+            caller = self._caller(backend)
+            if caller is not None and self._last_copy.pop(thread, None) == (caller.f_code, caller.f_lasti):
                 return None  # the synchronize of a blocking copy reported a moment ago, from the same Python call
             return Event("sync", "cupti", self._stack(caller), name, thread=thread)
         direction, host, nbytes = backend.copy_args(name, params)
         if direction == "other":
             return None
-        memory: Memory = "pinned" if host in self._pinned else backend.host_memory(host)
-        if memory == "pinned" and host not in self._pinned:
-            if len(self._pinned) >= _PINNED_CACHE_SIZE:
-                self._pinned.clear()
-            self._pinned.add(host)
+        pinned = self._pinned
+        if host in pinned:
+            memory: Memory = "pinned"
+        else:
+            memory = backend.host_memory(host)
+            if memory == "pinned":  # remembered; a pageable address is asked again (it may be registered later)
+                if len(pinned) >= _PINNED_CACHE_SIZE:
+                    pinned.clear()
+                pinned.add(host)
         if direction == "HtoD" and memory != "pageable":
             return None  # a copy from pinned memory runs asynchronously: what a replay path should do
-        if where is not None:
-            self._last_copy[thread] = where
+        caller = self._caller(backend)  # only now: the common case above never walks the stack
+        if caller is not None:
+            self._last_copy[thread] = (caller.f_code, caller.f_lasti)
         side = memory.capitalize() if memory != "unknown" else "Host"
         detail = f"Memcpy HtoD ({side} -> Device)" if direction == "HtoD" else f"Memcpy DtoH (Device -> {side})"
         return Event(
