@@ -63,9 +63,32 @@ EQUIVALENT: tuple[tuple[str, str, str], ...] = (
     ),
     ("_finding", r"^-\s+severity=severity,$", "ERROR is the default severity of a Finding"),
     (
+        "_caller",
+        r"sys\._getframe\(\d\)",
+        "the walk up to the backend's callback starts a frame higher: it finds the same frame",
+    ),
+    (
+        "start",
+        r"range\((2048|1, 2049)\)",
+        "callback id 0 is CUPTI's INVALID and no API has id 2048: the same ids are enabled",
+    ),
+    ("copy_args", r"p\.(dst|src) or 1", "only a NULL pointer differs, which cudaMemcpyAsync rejects before copying"),
+    ("_memory_type", r"ctypes\.c_uint\(1\)", "the driver writes the value when it answers; on an error it is not read"),
+    (
+        "close",
+        r'self\._on_call = ""',
+        "close() also empties the call table, so a late callback finds nothing to pass on",
+    ),
+    (
+        "_on_call",
+        r"sink is None and backend is None",
+        "the backend is set before CUPTI can call back and the sink is gone once it is not: both or neither are None",
+    ),
+    (
         "__init__",
         r"^\+\s+self\.(_hot(_depth)?|_prev_mode|_prev_show|_filter|_pushed_by|_prof|_pending|_callbacks|installed|_depth"
-        r"|_excluded|_start|_outer|_prev_own|_wrapper|_active|_seen)"
+        r"|_excluded|_start|_outer|_prev_own|_wrapper|_active|_seen|_last|_last_copy|_pinned|_cupti|_subscriber|_calls"
+        r"|_on_call)"
         r"(: [^=]+)? = ",
         "a field that install() sets again before any use",
     ),
