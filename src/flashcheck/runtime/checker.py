@@ -22,7 +22,7 @@ from flashcheck.runtime.api import REGIONS, Region
 from flashcheck.runtime.arena import GUARD_BYTES, Arena
 from flashcheck.runtime.hooks import Hook, HookError, LayerSpec, build_hooks
 from flashcheck.runtime.monitor import Event, Monitor, RegionRecord
-from flashcheck.runtime.stacks import capture_raw
+from flashcheck.runtime.stacks import capture_stack
 
 __all__ = ["Checker"]
 
@@ -258,7 +258,7 @@ class _Region(RegionRecord):
     def __init__(
         self, chk: Checker, name: Region, step: int | None, step_name: str | None, hooks: tuple[Hook, ...]
     ) -> None:
-        self.name, self.step, self.step_name, self.stack, self.opener = name, step, step_name, (), ()
+        self.name, self.step, self.step_name, self.stack = name, step, step_name, ()
         self._chk, self._hooks, self._entered = chk, hooks, 0
 
     def __enter__(self) -> None:
@@ -268,7 +268,7 @@ class _Region(RegionRecord):
             for h in chk._refresh:
                 h.refresh()
         if mon.record_region_stacks:
-            self.opener = capture_raw(2)
+            self.stack = capture_stack(2)
         mon.open(self)
         if self._hooks:
             hot = self.hot is not None

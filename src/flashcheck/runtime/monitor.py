@@ -21,7 +21,7 @@ from flashcheck.runtime.api import Region
 from flashcheck.runtime.checks.allocation import ALLOCATION_IN_REPLAY
 from flashcheck.runtime.checks.host_sync import HOST_SYNC_IN_REPLAY
 from flashcheck.runtime.checks.pinned_copy import PINNED_COPY_CAPTURED
-from flashcheck.runtime.stacks import RawStack, frames_of, user_frame, with_source
+from flashcheck.runtime.stacks import user_frame, with_source
 
 __all__ = [
     "HOT_REGIONS",
@@ -95,20 +95,13 @@ class RegionRecord:
     step_name: str | None
     thread: int
     enclosing: tuple[Region, ...]  # names of the regions open around it, outermost first (itself excluded)
-    stack: tuple[Frame, ...] = ()  # where the region was opened (given, or built from `opener` when needed)
-    opener: RawStack = ()  # the innermost frames where it was opened (recorded when a stackless layer is active)
+    stack: tuple[Frame, ...] = ()  # where the region was opened (recorded when a stackless layer is active)
     closed: bool = False
     hot: str | None = None  # the outermost enclosing-or-own region name that makes this place hot (not cold)
     graph_hot: str | None = None  # the same for the rules of the graph path only (allocations)
 
     def names(self) -> tuple[Region, ...]:
         return (*self.enclosing, self.name)
-
-    def frames(self) -> tuple[Frame, ...]:
-        """Where the region was opened, as a stack (empty when nobody recorded it)."""
-        if not self.stack and self.opener:
-            self.stack = frames_of(self.opener)
-        return self.stack
 
 
 @dataclass
@@ -297,7 +290,7 @@ class Monitor:
         key = (check, rec.id, (top.file, top.line) if top is not None else None)
         g = self._groups.get(key)
         if g is None:
-            g = _Group(check, rec, hot, top, ev.stack or rec.frames(), what)
+            g = _Group(check, rec, hot, top, ev.stack or rec.stack, what)
             self._groups[key] = g
             self._order.append(key)
         self._fold(g, ev)
@@ -347,7 +340,7 @@ class Monitor:
         msg = f"{g.what}{times} inside {where}{step}: {detail} (seen by {seen})"
         if top is None:
             msg += "; no Python stack: only layers without one saw it, the location is where the region was opened"
-            top = user_frame(with_source(rec.frames())) if rec.frames() else None
+            top = user_frame(with_source(rec.stack)) if rec.stack else None
         loc = Location(
             file=top.file if top else None,
             line=top.line if top else None,

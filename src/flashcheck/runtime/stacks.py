@@ -12,20 +12,11 @@ import os
 import sys
 import sysconfig
 from collections.abc import Sequence
-from types import CodeType, FrameType
+from types import FrameType
 
 from flashcheck.findings import Frame
 
-__all__ = [
-    "RawStack",
-    "capture_raw",
-    "capture_stack",
-    "frames_of",
-    "is_internal_file",
-    "stack_from",
-    "user_frame",
-    "with_source",
-]
+__all__ = ["capture_stack", "is_internal_file", "stack_from", "user_frame", "with_source"]
 
 _FLASHCHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIRS = tuple(
@@ -78,29 +69,6 @@ def stack_from(frame: FrameType | None, limit: int = _MAX_DEPTH) -> tuple[Frame,
         f = f.f_back
     frames.reverse()
     return tuple(frames)
-
-
-RawStack = tuple[tuple[CodeType, int], ...]  # (code, line) pairs, innermost first
-
-
-def capture_raw(skip: int = 1, limit: int = 6) -> RawStack:
-    """The `limit` innermost frames above the `skip` innermost, as (code, line) pairs: a fifth of the cost of
-    `capture_stack` for the few frames that locate a place (where a region was opened); `frames_of` makes them a
-    stack when a finding needs it."""
-    try:
-        f: FrameType | None = sys._getframe(skip)
-    except ValueError:
-        return ()
-    out: list[tuple[CodeType, int]] = []
-    while f is not None and len(out) < limit:
-        out.append((f.f_code, f.f_lineno or 0))
-        f = f.f_back
-    return tuple(out)
-
-
-def frames_of(raw: RawStack) -> tuple[Frame, ...]:
-    """A `capture_raw` result as a stack, outermost first."""
-    return tuple(Frame(code.co_filename, line, code.co_name) for code, line in reversed(raw))
 
 
 def with_source(stack: Sequence[Frame]) -> tuple[Frame, ...]:

@@ -24,8 +24,9 @@ cost of every copy), other processes, and everything while another CUPTI client 
 the process's one subscriber slot (and the slot stays this layer's while a checker runs). Needs a GPU and
 ``cupti-python`` >= 13.2, a CUDA 13 package (``pip install 'flashcheck[gpu]'``; seen working on an H100 with driver
 580 and CUDA 13.0's libcupti); where it is missing or does not load, the layer is skipped with the reason. Cost: two
-Python calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), a few microseconds;
-nothing for any other call (``benchmarks/runtime_overhead.py`` measures it on a replay loop).
+Python calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), nothing for any
+other call: on an H100 replay loop with one pinned copy per 27 µs step, from nothing measurable to about 15 µs a
+step depending on the machine start (``benchmarks/runtime_overhead.py``, reports/gpu-evidence.md).
 """
 
 from __future__ import annotations
