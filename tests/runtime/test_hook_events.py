@@ -39,6 +39,9 @@ class RecordingSink:
     def hot_now(self) -> bool:
         return self.hot
 
+    def watching(self, thread: int) -> bool:
+        return self.hot and not self.read
+
     def region_open(self) -> bool:
         return self.open
 

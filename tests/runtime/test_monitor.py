@@ -348,3 +348,19 @@ def test_hot_open_asks_about_the_calling_thread_unless_another_is_named() -> Non
     assert not mon.hot_open()
     mon.enter("plan")
     assert mon.hot_open()
+
+
+def test_watching_is_hot_and_not_reading_on_the_named_thread() -> None:
+    mon = Monitor()
+    me, other = threading.get_ident(), threading.get_ident() + 1
+    assert not mon.watching(me)  # no region open
+    mon.enter("capture")  # cold
+    assert not mon.watching(me)
+    mon.enter("replay", thread=other)  # hot, on another thread only
+    assert mon.watching(other) and not mon.watching(me)
+    mon.enter("plan")  # hot on this thread
+    assert mon.watching(me)
+    mon.begin_read()  # the checker's own read on this thread: events do not count here ...
+    assert not mon.watching(me) and mon.watching(other)  # ... nor is another thread's region affected
+    mon.end_read()
+    assert mon.watching(me)

@@ -217,6 +217,9 @@ class Checker:
     def hot_now(self) -> bool:
         return self.monitor.hot_open()
 
+    def watching(self, thread: int) -> bool:
+        return self.monitor.watching(thread)
+
     def region_open(self) -> bool:
         return self.monitor.any_open
 

@@ -200,6 +200,14 @@ class Monitor:
         rec = self._innermost(threading.get_ident() if thread is None else thread)
         return rec is not None and rec.hot is not None
 
+    def watching(self, thread: int) -> bool:
+        """Whether an event of `thread` now can count: its innermost open region is hot and the checker is not
+        reading on it (`hot_open` and not `reading`, in one call)."""
+        if self._reading.get(thread, 0) > 0:
+            return False
+        rec = self._innermost(thread)
+        return rec is not None and rec.hot is not None
+
     @property
     def open_regions(self) -> tuple[RegionRecord, ...]:
         """The regions open now, outermost first."""

@@ -47,6 +47,11 @@ class EventSink(Protocol):
         """True while a hot region (see `flashcheck.runtime.monitor.HOT_REGIONS`) is open on the calling thread."""
         ...
 
+    def watching(self, thread: int) -> bool:
+        """``hot_now() and not reading()`` for `thread` (the calling one) in one call: what a hook asks on its
+        per-call path before it does any work."""
+        ...
+
     def implicit_region(self, name: str) -> contextlib.AbstractContextManager[None]:
         """A region opened by a hook (e.g. around ``CUDAGraph.replay``) when the driver has none open."""
         ...

@@ -191,7 +191,7 @@ class CuptiHook(Hook):
                 return  # the driver call inside a runtime call already seen
             last[thread] = correlation
             sink, backend = self._sink, self._opened
-            if sink is None or backend is None or not sink.hot_now() or sink.reading():
+            if sink is None or backend is None or not sink.watching(thread):
                 return
             ev = self._event(backend, name, what, params, thread)
             if ev is not None:

@@ -101,9 +101,10 @@ class GpuTraceHook(Hook):
     def _report(self, kind: EventKind, detail: str) -> None:
         try:
             sink = self._sink
-            if sink is None or not sink.hot_now() or sink.reading():
+            thread = threading.get_ident()
+            if sink is None or not sink.watching(thread):
                 return
-            self._emit(Event(kind, "gpu_trace", capture_stack(3), detail, thread=threading.get_ident()))
+            self._emit(Event(kind, "gpu_trace", capture_stack(3), detail, thread=thread))
         except Exception as exc:  # torch's CallbackRegistry would only log it
             self._error(exc)
 

@@ -140,7 +140,7 @@ class SyncDebugHook(Hook):
                 # the checker's own reads and everything outside hot regions sync too (a driver step does it a
                 # few times): asking first spares them the stack, which the monitor would drop
                 sink = self._sink
-                if sink is not None and sink.hot_now() and not sink.reading():
+                if sink is not None and sink.watching(threading.get_ident()):
                     self._emit(
                         Event(
                             "sync",
