@@ -79,18 +79,25 @@ def _overhead(path: Path, doc: Mapping[str, Any]) -> list[str]:
         f"rounds {cfg.get('rounds')}, median of the rounds)",
         _env_line(doc.get("versions", {}), doc.get("date")),
         "",
-        "| checker layers | µs per replay step | × no checker | × no checker, paired by round | drain (ms) | layers |",
-        "|---|---|---|---|---|---|",
+        "| checker layers | µs per replay step | × no checker | × no checker, paired by round | host µs per step "
+        "| host µs added, paired | × no checker, host, paired | drain (ms) | layers |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for mode, m in doc.get("modes", {}).items():
         lines.append(
             f"| {mode} | {m['us_per_step_median']:.1f} | {m['ratio_to_off']:.2f} | "
-            f"{_paired(m)} | {m['drain_ms_median']:.1f} | "
+            f"{_paired(m)} | {_num(m, 'host_us_per_step_median', '.1f')} | {_num(m, 'host_added_us_paired', '.1f')} | "
+            f"{_num(m, 'host_ratio_paired', '.2f')} | {m['drain_ms_median']:.1f} | "
             f"{', '.join(m.get('layers', [])) or '-'} |"
         )
     if doc.get("note"):
         lines += ["", f"Note: {doc['note']}."]
     return [*lines, ""]
+
+
+def _num(mode: Mapping[str, Any], key: str, fmt: str) -> str:
+    value = mode.get(key)
+    return format(value, fmt) if isinstance(value, (int, float)) else "not recorded"
 
 
 def _paired(mode: Mapping[str, Any]) -> str:

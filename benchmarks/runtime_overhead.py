@@ -6,6 +6,13 @@ and no region. Each checker setting runs its rounds interleaved with rounds of "
 alike ("cheap" first, "all" last: a CUPTI client can leave a cost in the process once it has run); the table shows
 the median µs per step and the ratio to the "off" rounds beside it.
 
+That wall-clock loop is bounded by the host or by the device, whichever is slower per step, and this one sits near
+the crossing (a 256 KB copy and a small graph): host work the checker adds is hidden while the device is the
+bound, so the wall ratio moves with the device's clocks from one machine start to the next. Each round therefore
+also times the host alone: the same steps with a synchronize every 32 steps outside the timed spans (the launch
+queue never fills, so no launch waits for the device), which gives the checker's added host µs per step and the host
+ratio, figures that do not depend on the device.
+
     python benchmarks/runtime_overhead.py --out reports/raw/runtime_overhead.json [--steps 3000 --rounds 15]
 
 Needs a CUDA device; on a machine without one it exits with status 3 and says so.
@@ -115,6 +122,27 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         return (time.perf_counter_ns() - t0) / n / 1e3
 
+    def host_loop(n: int, region: Callable[..., contextlib.AbstractContextManager[None]] | None) -> float:
+        """Host µs per step: only the spans between synchronizes are timed, 32 steps each."""
+        total = 0
+        for start in range(0, n, 32):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            for step in range(start, min(n, start + 32)):
+                if region is None:
+                    prepare(step)
+                    graph.replay()
+                    continue
+                with region("prepare_replay", step=step):
+                    prepare(step)
+                with region("replay", step=step):
+                    graph.replay()
+            total += time.perf_counter_ns() - t0
+        torch.cuda.synchronize()
+        return total / n / 1e3
+
+    host: dict[str, list[float]] = {m: [] for m in MODES}
+    host_base: dict[str, list[float]] = {m: [] for m in MODES}
     per_mode: dict[str, list[float]] = {m: [] for m in MODES}
     base_rounds: dict[str, list[float]] = {m: [] for m in MODES}  # the "off" round beside each round of a mode
     drain_ms: dict[str, list[float]] = {m: [] for m in MODES}
@@ -127,15 +155,20 @@ def main(argv: list[str] | None = None) -> int:
             bare_loop(args.warmup)
             off = bare_loop(args.steps)
             base_rounds[mode].append(off)
+            off_host = host_loop(args.steps, None)
+            host_base[mode].append(off_host)
             if mode == "cheap":
                 per_mode["off"].append(off)
                 base_rounds["off"].append(off)
                 drain_ms["off"].append(0.0)
+                host["off"].append(off_host)
+                host_base["off"].append(off_host)
             with Checker(layers=mode) as chk:  # type: ignore[arg-type]
                 layers[mode] = list(chk.active_layers)
                 loop(args.warmup, chk.region)
                 findings[mode] += len(chk.drain_findings())
                 per_mode[mode].append(loop(args.steps, chk.region))
+                host[mode].append(host_loop(args.steps, chk.region))
                 t0 = time.perf_counter_ns()
                 findings[mode] += len(chk.drain_findings())
                 drain_ms[mode].append((time.perf_counter_ns() - t0) / 1e6)
@@ -144,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     # each round's ratio to the "off" round beside it: clock and load drift between rounds cancels
     paired = {m: statistics.median(v / o for v, o in zip(per_mode[m], base_rounds[m], strict=True)) for m in MODES}
     base_of = {m: statistics.median(base_rounds[m]) for m in MODES}
+    host_added = {m: statistics.median(v - o for v, o in zip(host[m], host_base[m], strict=True)) for m in MODES}
     result: dict[str, Any] = {
         "benchmark": "runtime_overhead",
         "command": " ".join(sys.argv),
@@ -157,10 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             "(the cupti layer in 'all') can leave a cost in the process once it has run; gpu-trace activation "
             "cannot be undone, so "
             "'off' rounds after the first run with the trace active and no callbacks registered; each ratio is "
-            "against the 'off' rounds beside that setting, 'paired' the median of the per-round ratios"
+            "against the 'off' rounds beside that setting, 'paired' the median of the per-round ratios; 'host' "
+            "figures time only the host (a synchronize every 32 steps, outside the timed spans), 'host_added_us' "
+            "the median per-round difference to the 'off' host round beside it"
         ),
     }
-    print(f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'paired':>7} {'drain ms':>9} {'findings':>9}  layers")
+    print(
+        f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'paired':>7} {'host us':>8} {'+host':>6} {'drain ms':>9} "
+        f"{'findings':>9}  layers"
+    )
     for mode in MODES:
         med = statistics.median(per_mode[mode])
         result["modes"][mode] = {
@@ -172,9 +211,15 @@ def main(argv: list[str] | None = None) -> int:
             "drain_ms_median": statistics.median(drain_ms[mode]),
             "findings": findings[mode],
             "layers": layers.get(mode, []),
+            "host_us_per_step_median": statistics.median(host[mode]),
+            "host_us_per_step_rounds": host[mode],
+            "off_host_us_per_step_rounds": host_base[mode],
+            "host_added_us_paired": host_added[mode],
+            "host_ratio_paired": statistics.median(v / o for v, o in zip(host[mode], host_base[mode], strict=True)),
         }
         print(
             f"{mode:<6} {med:>10.2f} {med / base_of[mode]:>7.2f} {paired[mode]:>7.2f} "
+            f"{statistics.median(host[mode]):>8.2f} {host_added[mode]:>6.2f} "
             f"{statistics.median(drain_ms[mode]):>9.2f} "
             f"{findings[mode]:>9}  {', '.join(layers.get(mode, [])) or '-'}"
         )
