@@ -171,6 +171,12 @@ class Driver:
         with self.checker.checker_read():
             self.checker.drain_findings()
 
+    def close(self) -> None:
+        """The end of the session: stop the step watchdog and remove its hang file (none is left in a run's
+        directory)."""
+        if self._watchdog is not None:
+            self._watchdog.close()
+
     # ---- one step --------------------------------------------------------------------------------------------
     def spec_for(self, step: Step) -> BatchSpec:
         return self.cap.template.with_lengths(step.qo_lens, step.kv_lens)

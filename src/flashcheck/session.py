@@ -106,6 +106,7 @@ def open_session(
         try:
             yield drv
         finally:
+            drv.close()
             try:
                 tgt.teardown()
             except Exception:

@@ -16,6 +16,7 @@ import faulthandler
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,7 @@ from flashcheck.findings import Finding, Frame, Location
 __all__ = ["STEP_HUNG", "StepHung", "Watchdog", "default_step_timeout", "hang_finding", "read_hang_file"]
 
 _HANG_HEADER = "flashcheck: step hung: "
+_HEADER_BYTES = 1024  # the hang file's first line, padded: rewritten in place for every step
 
 
 STEP_HUNG = Check(
@@ -88,6 +90,46 @@ def _thread_stacks(skip_thread: int | None = None) -> dict[str, list[Frame]]:
     return out
 
 
+class _Timers:
+    """One daemon thread for every watchdog of the process: arming a step costs a lock and a notify, not a new
+    thread (a `threading.Timer` per step cost about 0.2 ms, a few percent of a step)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[Watchdog, tuple[float, int]] = {}  # armed watchdogs: (monotonic deadline, arm generation)
+        self._thread: threading.Thread | None = None
+
+    def set(self, wd: Watchdog, deadline: float, gen: int) -> None:
+        with self._cond:
+            self._due[wd] = (deadline, gen)
+            if self._thread is None or not self._thread.is_alive():  # first use, or a forked child
+                self._thread = threading.Thread(target=self._loop, name="flashcheck-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def clear(self, wd: Watchdog) -> None:
+        with self._cond:  # no notify: the thread wakes at the old deadline, finds nothing due, and waits on
+            self._due.pop(wd, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    expired = [(wd, gen) for wd, (deadline, gen) in self._due.items() if deadline <= now]
+                    if expired:
+                        for wd, _ in expired:
+                            del self._due[wd]
+                        break
+                    nearest = min((deadline for deadline, _ in self._due.values()), default=None)
+                    self._cond.wait(None if nearest is None else nearest - now)
+            for wd, gen in expired:  # outside the condition: a watchdog takes its own lock
+                wd._expire(gen)
+
+
+_TIMERS = _Timers()
+
+
 class Watchdog:
     """Arms a timer around one step at a time (`arm` / `disarm`); thread-safe against its own timer thread.
 
@@ -111,9 +153,10 @@ class Watchdog:
         self.stacks: dict[str, list[Frame]] = {}
         self.label = ""
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._armed = False
+        self._gen = 0  # arm generation: an expiry of an earlier arm does nothing
         self._thread = 0
-        self._fh: IO[str] | None = None
+        self._fd: int | None = None  # the hang file, open for the session
         self._limit = self.timeout
 
     def arm(self, label: str, *, scale: float = 1.0) -> None:
@@ -122,10 +165,10 @@ class Watchdog:
             self.fired, self.stacks, self.label = False, {}, label
             self._thread = threading.get_ident()
             self._limit = self.timeout * scale
-            self._timer = threading.Timer(self._limit, self._fire)
-            self._timer.daemon = True
-            self._timer.name = "flashcheck-watchdog"
-            self._timer.start()
+            self._armed = True
+            self._gen += 1
+            gen = self._gen
+        _TIMERS.set(self, time.monotonic() + self._limit, gen)
         self._arm_hard(label)
 
     @property
@@ -139,29 +182,40 @@ class Watchdog:
         ``PyThreadState_SetAsyncExc(id, NULL)``: CPython 3.11 then leaves its eval breaker set for good, and the
         whole process runs many times slower."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._armed = False
+        _TIMERS.clear(self)
         faulthandler.cancel_dump_traceback_later()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        # the hang file stays open for the next step, holding only its header: `read_hang_file` reads no dump
+
+    def close(self) -> None:
+        """Disarm and remove the hang file (the end of the session that owns this watchdog)."""
+        self.disarm()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
             if self.hang_file is not None:
                 self.hang_file.unlink(missing_ok=True)
 
     def _arm_hard(self, label: str) -> None:
+        out: IO[str] | int = sys.stderr
         if self.hang_file is not None:
-            self._fh = self.hang_file.open("w", encoding="utf-8")
-            self._fh.write(f"{_HANG_HEADER}{label} (timeout {self._limit:g}s)\n")
-            self._fh.flush()
-        out = self._fh if self._fh is not None else sys.stderr
+            # A fixed-size header rewritten in place: one pwrite per step (an open, a write and an unlink per step
+            # cost ~70 us). The file offset stays behind the header, where the C-level watchdog writes its dump.
+            head = f"{_HANG_HEADER}{label} (timeout {self._limit:g}s)".encode("utf-8", errors="replace")
+            head = head[: _HEADER_BYTES - 1].ljust(_HEADER_BYTES - 1) + b"\n"
+            if self._fd is None:
+                self._fd = os.open(self.hang_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(self._fd, head)
+            else:
+                os.pwrite(self._fd, head, 0)
+            out = self._fd
         # no usable file descriptor (a captured stderr): the first tier alone
         with contextlib.suppress(ValueError, OSError, AttributeError):
             faulthandler.dump_traceback_later(self._limit + self.grace, repeat=False, file=out, exit=self.hard_exit)
 
-    def _fire(self) -> None:
+    def _expire(self, gen: int) -> None:
         with self._lock:
-            if self._timer is None:
+            if not self._armed or gen != self._gen:  # disarmed, or armed again for a later step, meanwhile
                 return
             self.stacks = _thread_stacks(skip_thread=threading.get_ident())
             self.fired = True
@@ -206,7 +260,7 @@ def read_hang_file(path: Path) -> tuple[str, str] | None:
     head, _, rest = text.partition("\n")
     if not head.startswith(_HANG_HEADER) or not rest.strip():
         return None
-    return head[len(_HANG_HEADER) :], rest
+    return head[len(_HANG_HEADER) :].rstrip(), rest
 
 
 def default_step_timeout(device: str) -> float | None:

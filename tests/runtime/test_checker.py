@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -237,3 +238,46 @@ def test_a_layer_skipped_on_a_cuda_machine_is_warned_about_once(monkeypatch: pyt
         "flashcheck: detection layer 'cupti' is skipped on this CUDA machine: cupti-python is not installed; what "
         "only it sees is not watched in this run (Checker.skipped_layers lists it)"
     )
+
+
+class _ReadHook(Hook):
+    """Records the checker's reads; `fail` makes read_begin raise."""
+
+    layer = "alloc_stats"
+
+    def __init__(self, log: list[str], fail: bool = False) -> None:
+        super().__init__()
+        self.log, self.fail = log, fail
+
+    def _install(self, sink: Any) -> None:
+        pass
+
+    def _uninstall(self) -> None:
+        pass
+
+    def read_begin(self) -> None:
+        self.log.append("begin")
+        if self.fail:
+            raise RuntimeError("read_begin failed")
+
+    def read_end(self) -> None:
+        self.log.append("end")
+
+
+def test_checker_reads_nest_reach_the_hooks_that_watch_reads_and_unwind_after_a_failure() -> None:
+    log: list[str] = []
+    with Checker(layers=[_ReadHook(log)]) as chk:
+        with chk.checker_read():
+            assert chk.reading()
+            with chk.checker_read():
+                assert chk.reading()
+            assert chk.reading() and log == ["begin", "begin", "end"]
+        assert not chk.reading() and log == ["begin", "begin", "end", "end"]
+    log.clear()
+    with Checker(layers=[_ReadHook(log, fail=True)]) as chk:
+        with pytest.raises(RuntimeError, match="read_begin failed"), chk.checker_read():
+            pass
+        assert not chk.reading() and log == ["begin"]  # nothing begun to end; the read itself is over
+    plain = Checker(layers=["graph_replay"])  # a hook that ignores reads is never called for them
+    with plain as chk, chk.checker_read():
+        assert chk.reading() and chk._readers == ()

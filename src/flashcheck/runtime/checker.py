@@ -12,7 +12,7 @@ import contextlib
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -88,6 +88,7 @@ class Checker:
         self._installed: list[Hook] = []
         self._region_hooks: dict[str, tuple[Hook, ...]] = {}  # per region name: the hooks that act on it
         self._refresh: tuple[Hook, ...] = ()  # hooks re-checked when an outermost region opens
+        self._readers: tuple[Hook, ...] = ()  # hooks told about the checker's own reads (the others are not called)
         self._errors: list[tuple[str, BaseException]] = []
         self._entered = False
         self._owner: int | None = None
@@ -121,6 +122,7 @@ class Checker:
         acting = [h for h in installed if _acts_on_regions(h)]
         self._region_hooks = {n: tuple(h for h in acting if _wants(h, n)) for n in REGIONS}
         self._refresh = tuple(h for h in installed if type(h).refresh is not Hook.refresh)
+        self._readers = tuple(h for h in installed if _acts_on_reads(h))
         self.active_layers = [h.layer for h in installed]
         self._entered = True
         self._owner = threading.get_ident()
@@ -144,7 +146,7 @@ class Checker:
         for h in self._installed:
             for ev in h.collect():  # what a deferred layer flushed while uninstalling
                 self.monitor.observe(ev)
-        self._installed, self._region_hooks, self._refresh = [], {}, ()
+        self._installed, self._region_hooks, self._refresh, self._readers = [], {}, (), ()
         if exc_type is None:
             self._raise_hook_errors()
 
@@ -172,22 +174,9 @@ class Checker:
             raise UsageError("open regions inside `with Checker(...) as checker:`; this checker is not active")
         return _Region(self, name, step, step_name, hooks)
 
-    @contextlib.contextmanager
-    def checker_read(self) -> Iterator[None]:
+    def checker_read(self) -> contextlib.AbstractContextManager[None]:
         """The checker's own reads (CSR checks, scans, comparisons): nothing inside ever counts."""
-        self.monitor.begin_read()
-        begun: list[Hook] = []
-        try:
-            for h in self._installed if self._entered else ():
-                h.read_begin()
-                begun.append(h)
-            yield
-        finally:
-            try:
-                for h in reversed(begun):
-                    h.read_end()
-            finally:
-                self.monitor.end_read()
+        return _Read(self)
 
     def drain_findings(self) -> list[Finding]:
         """Findings since the last drain: runtime detectors (FC2xx, FC204 of the staging layer included) and arena
@@ -299,6 +288,45 @@ class _Region(RegionRecord):
                 self.closed = True
             else:
                 self._chk.monitor.exit(self)  # raises: closed out of order
+
+
+class _Read:
+    """One `Checker.checker_read` (a plain class: the driver opens about twenty per step)."""
+
+    __slots__ = ("_begun", "_chk")
+
+    def __init__(self, chk: Checker) -> None:
+        self._chk = chk
+        self._begun: list[Hook] = []
+
+    def __enter__(self) -> None:
+        chk = self._chk
+        chk.monitor.begin_read()
+        readers = chk._readers if chk._entered else ()
+        if not readers:
+            return
+        try:
+            for h in readers:
+                h.read_begin()
+                self._begun.append(h)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        begun, self._begun = self._begun, []
+        try:
+            for h in reversed(begun):
+                h.read_end()
+        finally:
+            self._chk.monitor.end_read()
+
+
+def _acts_on_reads(h: Hook) -> bool:
+    cls = type(h)
+    return cls.read_begin is not Hook.read_begin or cls.read_end is not Hook.read_end
 
 
 def _acts_on_regions(h: Hook) -> bool:

@@ -1,0 +1,81 @@
+"""The step watchdog on its own: one shared timer thread, arm generations, and the hang file rewritten in place."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flashcheck.watchdog import StepHung, Watchdog, read_hang_file
+
+
+def _spin(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+
+
+def test_a_step_that_outlives_its_timeout_is_interrupted_with_the_stacks() -> None:
+    wd = Watchdog(0.2, grace=10.0)
+    with pytest.raises(StepHung):
+        wd.arm("step 3 (replay bs=4)")
+        try:
+            _spin(5.0)
+        finally:
+            wd.disarm()
+    assert wd.fired and any("_spin" in f.function for frames in wd.stacks.values() for f in frames)
+    wd.close()
+
+
+def test_a_step_that_finishes_in_time_is_never_interrupted() -> None:
+    wd = Watchdog(0.2, grace=10.0)
+    for i in range(50):
+        wd.arm(f"step {i}")
+        wd.disarm()
+    _spin(0.5)  # well past every deadline armed above
+    assert not wd.fired
+    wd.close()
+
+
+def test_an_expiry_of_an_earlier_arm_does_not_interrupt_a_later_step() -> None:
+    wd = Watchdog(0.2, grace=10.0)
+    wd.arm("step 1")
+    wd.disarm()
+    wd.arm("step 2", scale=50.0)  # 10 s for this one
+    try:
+        _spin(0.5)  # past step 1's deadline
+    finally:
+        wd.disarm()
+    assert not wd.fired
+    wd.close()
+
+
+def test_every_watchdog_of_the_process_shares_one_timer_thread() -> None:
+    a, b = Watchdog(30.0), Watchdog(30.0)
+    a.arm("a")
+    b.arm("b")
+    try:
+        assert [t.name for t in threading.enumerate()].count("flashcheck-watchdog") == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_hang_file_holds_the_current_step_and_no_dump_until_one_is_written(tmp_path: Path) -> None:
+    hang = tmp_path / "hang.txt"
+    wd = Watchdog(30.0, hang_file=hang)
+    wd.arm("step 1 (capture bs=8) of decode-tc")
+    wd.disarm()
+    wd.arm("step 2 (replay)")  # rewritten in place: nothing of the longer label before it is left
+    wd.disarm()
+    text = hang.read_text()
+    assert text.splitlines()[0].rstrip() == "flashcheck: step hung: step 2 (replay) (timeout 30s)"
+    assert read_hang_file(hang) is None  # a header alone is no hang
+    with hang.open("a") as f:  # what the C-level watchdog appends at the file offset behind the header
+        f.write('Thread 0x1 (most recent call first):\n  File "engine.py", line 7 in replay\n')
+    label, stacks = read_hang_file(hang) or ("", "")
+    assert label == "step 2 (replay) (timeout 30s)" and "engine.py" in stacks
+    wd.close()
+    assert not hang.exists()
