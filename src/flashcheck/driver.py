@@ -171,6 +171,16 @@ class Driver:
         with self.checker.checker_read():
             self.checker.drain_findings()
 
+    def layer_facts(self) -> dict[str, str]:
+        """The detection layers this session's checker runs, and the ones it could not run with why (run facts:
+        ``"detection layers"``, and ``"layers skipped"`` when any was), for a run's environment."""
+        active = list(getattr(self.checker, "active_layers", ()))
+        skipped = dict(getattr(self.checker, "skipped_layers", {}))
+        facts = {"detection layers": ", ".join(active) or "none (layers off)"}
+        if skipped:
+            facts["layers skipped"] = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items()))
+        return facts
+
     def close(self) -> None:
         """The end of the session: stop the step watchdog and remove its hang file (none is left in a run's
         directory)."""

@@ -79,6 +79,7 @@ class IsolatedDriver:
         self._events: queue.Queue[str | None] = queue.Queue()
         self._dir = Path(tempfile.mkdtemp(prefix="flashcheck-iso-"))
         self._hang_file = self._dir / "hang.txt"
+        self._layer_facts: dict[str, str] = {}
 
     # ---- the driver's interface --------------------------------------------------------------------------------
     @property
@@ -164,7 +165,12 @@ class IsolatedDriver:
         if ev.get("ev") != "ready":
             self._stop_worker()
             self._raise(ev)
+        self._layer_facts = {str(k): str(v) for k, v in dict(ev.get("layers") or {}).items()}
         return None
+
+    def layer_facts(self) -> dict[str, str]:
+        """What `Driver.layer_facts` said in the last worker started (empty before the first step)."""
+        return dict(self._layer_facts)
 
     @staticmethod
     def _read(proc: subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
@@ -265,7 +271,7 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
             warm_up_scale=float(spec.get("warm_up_scale", WARM_UP_SCALE)),
             async_pressure_us=spec.get("async_pressure_us"),
         ) as drv:
-            emit(ev="ready", pid=os.getpid())
+            emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts())
             for line in sys.stdin:
                 cmd = json.loads(line)
                 if cmd.get("cmd") == "reset":

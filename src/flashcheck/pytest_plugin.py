@@ -43,7 +43,8 @@ _PREVIOUS = pytest.StashKey[FuzzOptions]()
 _PREVIOUS_PROFILE = pytest.StashKey[str]()
 _PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
 _WORKER_FINDINGS = pytest.StashKey[list[list[str]]]()
-_XDIST_SEED, _XDIST_FINDINGS = "flashcheck_seed", "flashcheck_findings"
+_WORKER_LAYERS = pytest.StashKey[list[dict[str, str]]]()
+_XDIST_SEED, _XDIST_FINDINGS, _XDIST_LAYERS = "flashcheck_seed", "flashcheck_findings", "flashcheck_layers"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -292,6 +293,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output[_XDIST_FINDINGS] = _finding_lines()
+        output[_XDIST_LAYERS] = _layer_facts()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -299,6 +301,26 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     """pytest-xdist, controller side: keep a finished worker's findings for the summary."""
     lines = getattr(node, "workeroutput", {}).get(_XDIST_FINDINGS, [])
     node.config.stash.setdefault(_WORKER_FINDINGS, []).extend(lines)
+    facts = getattr(node, "workeroutput", {}).get(_XDIST_LAYERS, {})
+    if facts:
+        node.config.stash.setdefault(_WORKER_LAYERS, []).append(facts)
+
+
+def _layer_facts() -> dict[str, str]:
+    """The detection layers this process's fuzz sessions ran and skipped (empty when none ran)."""
+    stateful = sys.modules.get("flashcheck.fuzzing.stateful")
+    return stateful.session_layer_facts() if stateful is not None else {}
+
+
+def _layer_lines(config: pytest.Config) -> list[str]:
+    """One line per distinct layer fact of this process and the xdist workers: which layers watched the fuzz tests,
+    and which could not run here with why (a clean run says what it was clean under)."""
+    merged: dict[str, list[str]] = {}
+    for facts in [_layer_facts(), *config.stash.get(_WORKER_LAYERS, [])]:
+        for key, value in facts.items():
+            if value not in merged.setdefault(key, []):
+                merged[key].append(value)
+    return [f"{key}: {' | '.join(values)}" for key, values in merged.items()]
 
 
 def _finding_lines() -> list[list[str]]:
@@ -315,10 +337,15 @@ def _finding_lines() -> list[list[str]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    tr = terminalreporter
+    layers = _layer_lines(config)
+    if layers:
+        tr.section("flashcheck detection layers", sep="-", yellow=any(ln.startswith("layers skipped") for ln in layers))
+        for line in layers:
+            tr.write_line(line)
     entries = _finding_lines() + config.stash.get(_WORKER_FINDINGS, [])
     if not entries:
         return
-    tr = terminalreporter
     tr.section("flashcheck findings", sep="=", red=True, bold=True)
     for lines in entries:
         for line in lines:

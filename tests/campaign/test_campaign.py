@@ -71,6 +71,8 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
             "4",
             "--step-timeout",
             "5s",  # the worker's watchdog at 3 s: far above a step's cost, with other tests running beside it
+            "--layers",
+            "cheap",  # (not "off"): the run names the layers its workers ran and skipped
             "--out",
             str(out),
         )
@@ -80,7 +82,11 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
     (f,) = findings_of(out)
     assert "crashy.py" in f["evidence"]["threads"] and "time.sleep" not in f["message"]
     assert f["location"]["target"] == "crashy-hang"  # the target's name, as its other findings use
-    assert read_json(out / "run.json")["stats"]["steps"] == 60
+    meta = read_json(out / "run.json")
+    assert meta["stats"]["steps"] == 60
+    # the workers' detection layers reach the run's environment (CPU: the CUDA layers skipped, with why)
+    assert "graph_replay" in meta["environment"]["detection layers"]
+    assert "sync_debug: no CUDA device" in meta["environment"]["layers skipped"]
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ def test_header_has_seed_versions_and_seed_last_repeats_it(pytester: pytest.Pyte
     )
     again = pytester.runpytest("--flashcheck-seed", "last")
     again.stdout.fnmatch_lines(["flashcheck 0.*seed=12345*"])
+    assert "detection layers" not in again.stdout.str()  # no fuzz session ran: nothing to say of layers
     assert again.ret == 0
 
 
@@ -148,6 +149,9 @@ def test_fuzz_tests_are_marked_and_findings_are_a_report_section(pytester: pytes
             "*- flashcheck findings -*",  # the failing test's own section
             "*FC304 plan-info-stable*",
             "*replay:     flashcheck replay*",
+            "*- flashcheck detection layers -*",  # what watched the fuzz tests, and what could not run here
+            "detection layers: *graph_replay, dispatch*",
+            "layers skipped: *cupti: no CUDA device*",
             "*= flashcheck findings =*",  # the terminal summary
             "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
             "seed *: rerun with --flashcheck-seed last",
@@ -256,6 +260,8 @@ def test_xdist_workers_share_the_header_seed_and_report_their_findings(pytester:
     assert seen == {seed}, (seed, seen)  # every worker, whichever tests it ran, used the seed the header shows
     result.stdout.fnmatch_lines(
         [
+            "*- flashcheck detection layers -*",  # the workers' layers reach the controller's summary
+            "detection layers: *graph_replay, dispatch*",
             "*= flashcheck findings =*",  # the controller's summary lists what a worker found
             "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
             f"seed {seed}: rerun with --flashcheck-seed last",

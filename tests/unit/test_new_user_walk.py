@@ -335,3 +335,22 @@ def test_a_target_is_named_as_its_findings_name_it() -> None:
     view = build_view(RunResult(meta=meta, findings=[], samples=[]))
     assert view.verdict() == "incomplete"
     assert "target crashy-mixed (crashy:Mixed) did not run: no GPU" in view.incomplete_reasons()
+
+
+def test_a_fuzz_run_records_its_detection_layers_and_every_report_shows_the_skipped_ones(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    env = json.loads((run_dir / "run.json").read_text())["environment"]
+    assert env["detection layers"] == "graph_replay, dispatch"  # the default layers, on CPU
+    assert "cupti: no CUDA device" in env["layers skipped"]
+    for fmt, needle in (("terminal", "layers skipped: "), ("md", "Layers skipped: "), ("html", "layers skipped")):
+        out = tmp_path / f"report.{fmt}"
+        assert main(["report", str(run_dir), "--format", fmt, "-o", str(out)]) == 0
+        text = out.read_text()
+        assert needle in text and "cupti: no CUDA device" in text, fmt
+    meta = json.loads((run_dir / "run.json").read_text())
+    del meta["environment"]["layers skipped"]  # a run where every selected layer ran says nothing of skips
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    quiet = tmp_path / "quiet.md"
+    assert main(["report", str(run_dir), "--format", "md", "-o", str(quiet)]) == 0
+    assert "Layers skipped" not in quiet.read_text() and "Detection layers: graph_replay" in quiet.read_text()

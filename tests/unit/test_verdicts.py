@@ -75,6 +75,17 @@ def test_clean_reference_stays_quiet_with_every_layer_and_the_watchdog() -> None
     assert _first(ReferenceTarget(**fv.SMALL), layers="all", step_timeout=30.0) == (-1, [])
 
 
+def test_a_session_names_the_layers_it_runs_and_those_it_skipped_with_why() -> None:
+    t = ReferenceTarget(**fv.SMALL)
+    with open_session(t, device="cpu", layers="cheap") as drv:
+        facts = drv.layer_facts()
+    assert facts["detection layers"] == "graph_replay, dispatch"
+    skipped = facts["layers skipped"].split("; ")
+    assert [s.split(":")[0] for s in skipped] == ["gpu_trace", "sync_debug"] and all("CUDA" in s for s in skipped)
+    with open_session(t, device="cpu", layers="off") as drv:
+        assert drv.layer_facts() == {"detection layers": "none (layers off)"}  # nothing selected: nothing skipped
+
+
 def test_a_step_that_spins_is_fc252_with_stacks_and_poisons_the_session() -> None:
     t = fv.SpinsInPrepareReplay(**fv.SMALL)
     steps = random_steps(t.capacity, 16, seed=5)
@@ -128,8 +139,12 @@ def test_an_uninterruptible_hang_in_an_isolated_worker_is_fc252_and_the_run_goes
 def test_isolated_driver_is_quiet_on_the_clean_target() -> None:
     t = ReferenceTarget(**fv.SMALL)
     with IsolatedDriver("cpu-reference", config=fv.SMALL, device="cpu", layers="cheap") as drv:
+        assert drv.layer_facts() == {}  # no worker yet
         results = [drv.execute(s, i) for i, s in enumerate(random_steps(t.capacity, 12, seed=3))]
     assert all(r.findings == [] and r.sample is not None for r in results) and drv.restarts == 0
+    facts = drv.layer_facts()  # what the worker's checker ran, and skipped with why
+    assert facts["detection layers"] == "graph_replay, dispatch"
+    assert "sync_debug: no CUDA device" in facts["layers skipped"]
 
 
 class _SetupRaises(ReferenceTarget):

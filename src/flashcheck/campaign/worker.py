@@ -125,7 +125,7 @@ class Worker:
                 warm_up_scale=1.0,
                 async_pressure_us=self.cfg.async_pressure_us,
             ) as drv:
-                self.emit("target", job=job, name=drv.target.name, environment=environment())
+                self.emit("target", job=job, name=drv.target.name, environment={**environment(), **drv.layer_facts()})
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break

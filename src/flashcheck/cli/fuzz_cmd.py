@@ -145,7 +145,7 @@ def _fuzz(
     log: FindingLog,
 ) -> int:
     from flashcheck.fuzzing.recorder import describe
-    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target, session_layer_facts
     from flashcheck.scenario import Step, StepResult
 
     progress = Progress("flashcheck fuzz", sys.stderr)
@@ -171,6 +171,7 @@ def _fuzz(
         )
     except FuzzFailure as exc:
         progress.done()
+        writer.meta.setdefault("environment", {}).update(session_layer_facts())
         writer.add_findings(exc.findings)
         writer.close(findings=len(exc.findings), steps=steps[0])
         print(describe(exc.records))
@@ -179,6 +180,7 @@ def _fuzz(
         print(f"seed {seed}: rerun with --seed {seed}")
         return EXIT_FINDINGS
     progress.done()
+    writer.meta.setdefault("environment", {}).update(session_layer_facts())
     writer.close(rounds=report.rounds, elapsed=report.elapsed, steps=steps[0])
     print(
         f"clean: {report.rounds} round(s) of {report.budget}, {steps[0]} steps in {report.elapsed:.1f}s (seed {seed})"

@@ -59,6 +59,7 @@ __all__ = [
     "close_sessions",
     "fuzz_target",
     "replay_machine",
+    "session_layer_facts",
 ]
 
 Reset = Literal["capture", "session"]
@@ -135,6 +136,18 @@ class _Sessions:
 
     def __init__(self) -> None:
         self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver | IsolatedDriver]] = {}
+        self._facts: list[dict[str, str]] = []  # layer facts of the sessions closed so far
+
+    def layer_facts(self) -> dict[str, str]:
+        """The detection layers of every session of this process so far (`Driver.layer_facts`), merged: a fact
+        that differed between sessions lists each value once, joined with `` | ``."""
+        merged: dict[str, list[str]] = {}
+        for facts in [*self._facts, *(drv.layer_facts() for _, drv in self._open.values())]:
+            for key, value in facts.items():
+                values = merged.setdefault(key, [])
+                if value not in values:
+                    values.append(value)
+        return {key: " | ".join(values) for key, values in merged.items()}
 
     def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
         key = cfg.key()
@@ -178,9 +191,15 @@ class _Sessions:
         self._open[key] = (stack, drv)
         return drv
 
+    def forget_layer_facts(self) -> None:
+        self._facts = []
+
     def drop(self, key: tuple[Any, ...]) -> None:
         hit = self._open.pop(key, None)
         if hit is not None:
+            facts = hit[1].layer_facts()
+            if facts and facts not in self._facts:
+                self._facts.append(facts)
             hit[0].close()
 
     def close(self) -> None:
@@ -195,8 +214,16 @@ atexit.register(_SESSIONS.close)
 
 
 def close_sessions() -> None:
-    """Tear down every cached fuzz session (the pytest plugin calls this at the end of the run)."""
+    """Tear down every cached fuzz session and forget their layer facts (the pytest plugin calls this at the end
+    of the run: the next run in this process starts with none)."""
     _SESSIONS.close()
+    _SESSIONS.forget_layer_facts()
+
+
+def session_layer_facts() -> dict[str, str]:
+    """The detection layers the fuzz sessions of this process ran, and the ones they skipped with why (facts for
+    a run's environment: ``"detection layers"``, ``"layers skipped"``)."""
+    return _SESSIONS.layer_facts()
 
 
 class ReplayMachine(RuleBasedStateMachine):

@@ -106,6 +106,10 @@ def render(view: ReportView) -> str:
         + " |",
         "",
     ]
+    if "detection layers" in env:
+        out += [f"Detection layers: {_cell(env['detection layers'])}", ""]
+    if "layers skipped" in env:  # what only those layers see was not watched in this run
+        out += [f"⚠️ Layers skipped: {_cell(env['layers skipped'])}", ""]
     groups = view.groups()
     if groups:
         out += ["| check | kind | findings | first seen |", "|---|---|---|---|"]

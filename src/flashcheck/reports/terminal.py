@@ -58,6 +58,11 @@ def _header(view: ReportView, p: _Painter) -> list[str]:
     env = [f"{k}={v}" for k, v in view.environment() if k in ("device", "torch", "flashinfer", "cuda", "python")]
     if env:
         lines.append(p("environment: " + "  ".join(env), "dim"))
+    facts = dict(view.environment())
+    if "detection layers" in facts:
+        lines.append(p(f"detection layers: {facts['detection layers']}", "dim"))
+    if "layers skipped" in facts:  # what only those layers see was not watched in this run
+        lines.append(p(f"layers skipped: {facts['layers skipped']}", "yellow"))
     if view.samples:
         ts = [s.t for s in view.samples]
         lines.append(p(f"steps: {len(view.samples)} sampled, t={min(ts):.1f}..{max(ts):.1f} s", "dim"))
