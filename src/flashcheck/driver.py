@@ -182,8 +182,7 @@ class Driver:
         return facts
 
     def close(self) -> None:
-        """The end of the session: stop the step watchdog and remove its hang file (none is left in a run's
-        directory)."""
+        """The end of the session: stop the step watchdog and remove its hang file."""
         if self._watchdog is not None:
             self._watchdog.close()
 

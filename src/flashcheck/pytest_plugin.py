@@ -315,12 +315,10 @@ def _layer_facts() -> dict[str, str]:
 def _layer_lines(config: pytest.Config) -> list[str]:
     """One line per distinct layer fact of this process and the xdist workers: which layers watched the fuzz tests,
     and which could not run here with why (a clean run says what it was clean under)."""
-    merged: dict[str, list[str]] = {}
-    for facts in [_layer_facts(), *config.stash.get(_WORKER_LAYERS, [])]:
-        for key, value in facts.items():
-            if value not in merged.setdefault(key, []):
-                merged[key].append(value)
-    return [f"{key}: {' | '.join(values)}" for key, values in merged.items()]
+    from flashcheck.rundir import merge_facts
+
+    merged = merge_facts(_layer_facts(), *config.stash.get(_WORKER_LAYERS, []))
+    return [f"{key}: {value}" for key, value in merged.items()]
 
 
 def _finding_lines() -> list[list[str]]:

@@ -27,7 +27,7 @@ from flashcheck._files import RunDirLock
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, atomic_write_text, load_findings, save_findings
 
-__all__ = ["RUN_SCHEMA", "RunResult", "RunWriter", "Sample", "environment", "load_run"]
+__all__ = ["LAYER_FACTS", "RUN_SCHEMA", "RunResult", "RunWriter", "Sample", "environment", "load_run", "merge_facts"]
 
 RUN_SCHEMA = 1
 
@@ -89,6 +89,22 @@ class RunResult:
     @property
     def stats(self) -> dict[str, Any]:
         return dict(self.meta.get("stats", {}))
+
+
+LAYER_FACTS = ("detection layers", "layers skipped")  # environment facts that sessions of one run may differ in
+
+
+def merge_facts(*facts: Mapping[str, str]) -> dict[str, str]:
+    """Facts of several sessions (`LAYER_FACTS`) as one: each distinct value once, in first-seen order, joined with
+    `` | `` (a value that is such a join already counts as its parts)."""
+    merged: dict[str, list[str]] = {}
+    for one in facts:
+        for key, joined in one.items():
+            values = merged.setdefault(key, [])
+            for value in str(joined).split(" | "):
+                if value not in values:
+                    values.append(value)
+    return {key: " | ".join(values) for key, values in merged.items()}
 
 
 def environment() -> dict[str, Any]:

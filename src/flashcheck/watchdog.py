@@ -165,11 +165,12 @@ class Watchdog:
             self.fired, self.stacks, self.label = False, {}, label
             self._thread = threading.get_ident()
             self._limit = self.timeout * scale
-            self._armed = True
             self._gen += 1
             gen = self._gen
+        self._arm_hard(label)  # first: if the hang file cannot be written, no timer is left armed behind the error
+        with self._lock:
+            self._armed = True
         _TIMERS.set(self, time.monotonic() + self._limit, gen)
-        self._arm_hard(label)
 
     @property
     def limit(self) -> float:
@@ -188,7 +189,8 @@ class Watchdog:
         # the hang file stays open for the next step, holding only its header: `read_hang_file` reads no dump
 
     def close(self) -> None:
-        """Disarm and remove the hang file (the end of the session that owns this watchdog)."""
+        """Disarm and remove the hang file (the end of a session that ends normally; a worker that exits at once
+        after a fault leaves it holding only its header, which `read_hang_file` reads as no dump)."""
         self.disarm()
         if self._fd is not None:
             os.close(self._fd)
@@ -204,9 +206,17 @@ class Watchdog:
             head = f"{_HANG_HEADER}{label} (timeout {self._limit:g}s)".encode("utf-8", errors="replace")
             head = head[: _HEADER_BYTES - 1].ljust(_HEADER_BYTES - 1) + b"\n"
             if self._fd is None:
-                self._fd = os.open(self.hang_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.write(self._fd, head)
+                fd = os.open(self.hang_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, head)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._fd = fd
             else:
+                if os.lseek(self._fd, 0, os.SEEK_CUR) != _HEADER_BYTES:  # a dump of an earlier step (no hard exit)
+                    os.ftruncate(self._fd, _HEADER_BYTES)
+                    os.lseek(self._fd, _HEADER_BYTES, os.SEEK_SET)
                 os.pwrite(self._fd, head, 0)
             out = self._fd
         # no usable file descriptor (a captured stderr): the first tier alone

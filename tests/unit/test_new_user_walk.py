@@ -354,3 +354,20 @@ def test_a_fuzz_run_records_its_detection_layers_and_every_report_shows_the_skip
     quiet = tmp_path / "quiet.md"
     assert main(["report", str(run_dir), "--format", "md", "-o", str(quiet)]) == 0
     assert "Layers skipped" not in quiet.read_text() and "Detection layers: graph_replay" in quiet.read_text()
+
+
+def test_a_second_fuzz_run_in_one_process_records_only_its_own_layers(run_dir: Path, tmp_path: Path) -> None:
+    second = tmp_path / "second"
+    assert fuzz(second, "--layers", "off") == 0  # run_dir ran the default layers in this process just before
+    env = json.loads((second / "run.json").read_text())["environment"]
+    assert env["detection layers"] == "none (layers off)" and "layers skipped" not in env
+
+
+def test_facts_of_several_sessions_keep_each_value_once() -> None:
+    from flashcheck.rundir import merge_facts
+
+    a = {"detection layers": "x, y", "layers skipped": "cupti: no cupti-python"}
+    b = {"detection layers": "x"}
+    merged = merge_facts(a, b, merge_facts(b, a))  # a merged value counts as its parts
+    assert merged == {"detection layers": "x, y | x", "layers skipped": "cupti: no cupti-python"}
+    assert merge_facts() == {} and merge_facts(b, b) == b

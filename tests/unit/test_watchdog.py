@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -42,14 +43,24 @@ def test_a_step_that_finishes_in_time_is_never_interrupted() -> None:
 def test_an_expiry_of_an_earlier_arm_does_not_interrupt_a_later_step() -> None:
     wd = Watchdog(0.2, grace=10.0)
     wd.arm("step 1")
+    first = wd._gen
     wd.disarm()
     wd.arm("step 2", scale=50.0)  # 10 s for this one
     try:
-        _spin(0.5)  # past step 1's deadline
+        wd._expire(first)  # step 1's expiry, taken off the timer just before its disarm: it comes late
+        _spin(0.5)
     finally:
         wd.disarm()
     assert not wd.fired
     wd.close()
+
+
+def test_a_hang_file_that_cannot_be_written_leaves_no_timer_armed(tmp_path: Path) -> None:
+    wd = Watchdog(0.2, grace=10.0, hang_file=tmp_path / "missing" / "hang.txt")
+    with pytest.raises(OSError):
+        wd.arm("step 1")
+    _spin(0.5)  # past the deadline the failed arm would have set
+    assert not wd.fired
 
 
 def test_every_watchdog_of_the_process_shares_one_timer_thread() -> None:
@@ -73,9 +84,25 @@ def test_the_hang_file_holds_the_current_step_and_no_dump_until_one_is_written(t
     text = hang.read_text()
     assert text.splitlines()[0].rstrip() == "flashcheck: step hung: step 2 (replay) (timeout 30s)"
     assert read_hang_file(hang) is None  # a header alone is no hang
-    with hang.open("a") as f:  # what the C-level watchdog appends at the file offset behind the header
-        f.write('Thread 0x1 (most recent call first):\n  File "engine.py", line 7 in replay\n')
+    assert wd._fd is not None  # the C-level watchdog writes its dump at this descriptor's offset
+    os.write(wd._fd, b'Thread 0x1 (most recent call first):\n  File "engine.py", line 7 in replay\n')
     label, stacks = read_hang_file(hang) or ("", "")
     assert label == "step 2 (replay) (timeout 30s)" and "engine.py" in stacks
+    wd.arm("step 3")  # a dump of an earlier step (no hard exit) is dropped, not relabelled as this step's
+    wd.disarm()
+    assert read_hang_file(hang) is None
     wd.close()
+    assert not hang.exists()
+
+
+def test_a_session_removes_its_hang_file_when_it_ends(tmp_path: Path) -> None:
+    from flashcheck.fuzzing.scenarios import random_steps
+    from flashcheck.session import open_session
+    from flashcheck.targets.reference import ReferenceTarget
+
+    hang = tmp_path / "hang.txt"
+    t = ReferenceTarget(max_kv_len=256, chunk=32, max_pages=256)
+    with open_session(t, device="cpu", layers="off", step_timeout=30.0, hang_file=hang) as drv:
+        assert drv.execute(random_steps(t.capacity, 1, seed=1)[0], 0).findings == []
+        assert read_hang_file(hang) is None and hang.exists()  # open for the session, holding a header
     assert not hang.exists()

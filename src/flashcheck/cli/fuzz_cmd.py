@@ -145,9 +145,10 @@ def _fuzz(
     log: FindingLog,
 ) -> int:
     from flashcheck.fuzzing.recorder import describe
-    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target, session_layer_facts
+    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target, session_layer_facts
     from flashcheck.scenario import Step, StepResult
 
+    close_sessions()  # sessions (and their layer facts) of an earlier run in this process are not this run's
     progress = Progress("flashcheck fuzz", sys.stderr)
     steps = [0]
 

@@ -45,6 +45,7 @@ from flashcheck.fuzzing.strategies import (
 )
 from flashcheck.isolation import IsolatedDriver
 from flashcheck.known import split_known
+from flashcheck.rundir import merge_facts
 from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.session import Layers, open_session
 from flashcheck.targets.protocol import Capacity, Target, check_target
@@ -141,13 +142,7 @@ class _Sessions:
     def layer_facts(self) -> dict[str, str]:
         """The detection layers of every session of this process so far (`Driver.layer_facts`), merged: a fact
         that differed between sessions lists each value once, joined with `` | ``."""
-        merged: dict[str, list[str]] = {}
-        for facts in [*self._facts, *(drv.layer_facts() for _, drv in self._open.values())]:
-            for key, value in facts.items():
-                values = merged.setdefault(key, [])
-                if value not in values:
-                    values.append(value)
-        return {key: " | ".join(values) for key, values in merged.items()}
+        return merge_facts(*self._facts, *(drv.layer_facts() for _, drv in self._open.values()))
 
     def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
         key = cfg.key()
