@@ -303,15 +303,15 @@ class _Read:
         chk = self._chk
         chk.monitor.begin_read()
         readers = chk._readers if chk._entered else ()
-        if not readers:
-            return
+        done = not readers
         try:
             for h in readers:
                 h.read_begin()
                 self._begun.append(h)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+            done = True
+        finally:
+            if not done:  # a hook failed to begin: end the ones that did, and the read
+                self.__exit__(None, None, None)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
