@@ -27,7 +27,17 @@ from flashcheck._files import RunDirLock
 from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Finding, atomic_write_text, load_findings, save_findings
 
-__all__ = ["LAYER_FACTS", "RUN_SCHEMA", "RunResult", "RunWriter", "Sample", "environment", "load_run", "merge_facts"]
+__all__ = [
+    "LAYER_FACTS",
+    "RUN_SCHEMA",
+    "RunResult",
+    "RunWriter",
+    "Sample",
+    "add_environment",
+    "environment",
+    "load_run",
+    "merge_facts",
+]
 
 RUN_SCHEMA = 1
 
@@ -105,6 +115,16 @@ def merge_facts(*facts: Mapping[str, str]) -> dict[str, str]:
                 if value not in values:
                     values.append(value)
     return {key: " | ".join(values) for key, values in merged.items()}
+
+
+def add_environment(env: dict[str, Any], new: Mapping[str, Any]) -> None:
+    """Add one session's environment facts to a run's `env`: the `LAYER_FACTS` of sessions that differ (a worker
+    restarted elsewhere) are merged (`merge_facts`), every other fact is the newest."""
+    layers = merge_facts(
+        {k: str(env[k]) for k in LAYER_FACTS if k in env}, {k: str(new[k]) for k in LAYER_FACTS if k in new}
+    )
+    env.update({str(k): v for k, v in new.items()})
+    env.update(layers)
 
 
 def environment() -> dict[str, Any]:

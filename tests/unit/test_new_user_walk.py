@@ -371,3 +371,16 @@ def test_facts_of_several_sessions_keep_each_value_once() -> None:
     merged = merge_facts(a, b, merge_facts(b, a))  # a merged value counts as its parts
     assert merged == {"detection layers": "x, y | x", "layers skipped": "cupti: no cupti-python"}
     assert merge_facts() == {} and merge_facts(b, b) == b
+
+
+def test_a_campaigns_environment_keeps_every_workers_layers_and_the_newest_other_facts() -> None:
+    from flashcheck.rundir import add_environment
+
+    env: dict[str, Any] = {}
+    add_environment(env, {"device": "cpu", "detection layers": "x, y", "layers skipped": "cupti: none here"})
+    add_environment(env, {"device": "cuda:0", "detection layers": "x, y, z"})  # a worker restarted elsewhere
+    assert env == {
+        "device": "cuda:0",
+        "detection layers": "x, y | x, y, z",
+        "layers skipped": "cupti: none here",  # not overwritten by a worker that skipped nothing
+    }

@@ -31,7 +31,7 @@ from flashcheck.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INT
 from flashcheck.findings import Finding
 from flashcheck.known import unmatched_entries
 from flashcheck.repro import make_repro
-from flashcheck.rundir import LAYER_FACTS, Sample, merge_facts
+from flashcheck.rundir import Sample, add_environment
 from flashcheck.scenario import Scenario
 from flashcheck.watchdog import hang_finding, read_hang_file
 
@@ -272,14 +272,7 @@ class Supervisor:
             h.target_name = str(ev.get("name") or "")
             self.ran_targets.add(h.target_name)
             if isinstance(ev.get("environment"), dict):
-                env = self.store.meta.setdefault("environment", {})
-                new = {str(k): v for k, v in ev["environment"].items()}
-                # the workers' detection layers may differ (a worker restarted elsewhere): every value is kept
-                layers = merge_facts(
-                    {k: env[k] for k in LAYER_FACTS if k in env}, {k: new.pop(k) for k in LAYER_FACTS if k in new}
-                )
-                env.update(new)
-                env.update(layers)
+                add_environment(self.store.meta.setdefault("environment", {}), ev["environment"])
         elif kind == "poisoned":
             h.poisoned = True
             h.setup_failed = bool(ev.get("setup"))
