@@ -36,9 +36,6 @@ class RecordingSink:
     def reading(self) -> bool:
         return self.read
 
-    def hot_now(self) -> bool:
-        return self.hot
-
     def watching(self, thread: int) -> bool:
         return self.hot and not self.read
 

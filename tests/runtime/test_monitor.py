@@ -339,17 +339,6 @@ def test_reads_nest_per_thread() -> None:
     assert mon.reading() and mon.reading(threading.get_ident()) and not mon.reading(5)
 
 
-def test_hot_open_asks_about_the_calling_thread_unless_another_is_named() -> None:
-    mon = Monitor()
-    other = threading.get_ident() + 1
-    mon.enter("capture")  # cold, on the calling thread
-    mon.enter("run", thread=other)  # hot, on another thread, opened after it
-    assert mon.hot_open(other) and mon.hot_open(thread=other)
-    assert not mon.hot_open()
-    mon.enter("plan")
-    assert mon.hot_open()
-
-
 def test_watching_is_hot_and_not_reading_on_the_named_thread() -> None:
     mon = Monitor()
     me, other = threading.get_ident(), threading.get_ident() + 1

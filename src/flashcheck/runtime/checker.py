@@ -203,9 +203,6 @@ class Checker:
     def reading(self) -> bool:
         return self.monitor.reading()
 
-    def hot_now(self) -> bool:
-        return self.monitor.hot_open()
-
     def watching(self, thread: int) -> bool:
         return self.monitor.watching(thread)
 

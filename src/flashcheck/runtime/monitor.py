@@ -195,14 +195,9 @@ class Monitor:
     def any_open(self) -> bool:
         return bool(self._open)
 
-    def hot_open(self, thread: int | None = None) -> bool:
-        """Whether the innermost region open on `thread` (default: the calling one) is hot."""
-        rec = self._innermost(threading.get_ident() if thread is None else thread)
-        return rec is not None and rec.hot is not None
-
     def watching(self, thread: int) -> bool:
         """Whether an event of `thread` now can count: its innermost open region is hot and the checker is not
-        reading on it (`hot_open` and not `reading`, in one call)."""
+        reading on it."""
         if self._reading.get(thread, 0) > 0:
             return False
         rec = self._innermost(thread)

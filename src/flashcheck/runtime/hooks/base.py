@@ -43,12 +43,9 @@ class EventSink(Protocol):
         """True while any region is open (on any thread)."""
         ...
 
-    def hot_now(self) -> bool:
-        """True while a hot region (see `flashcheck.runtime.monitor.HOT_REGIONS`) is open on the calling thread."""
-        ...
-
     def watching(self, thread: int) -> bool:
-        """``hot_now() and not reading()`` for `thread` (the calling one) in one call: what a hook asks on its
+        """True while the innermost region open on `thread` (the calling one) is hot (see
+        `flashcheck.runtime.monitor.HOT_REGIONS`) and the checker is not reading on it: what a hook asks on its
         per-call path before it does any work."""
         ...
 
