@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import statistics
 import sys
@@ -31,7 +32,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MODES = ("off", "cheap", "all")
+MODES = ("off", "cheap", "all", "all-python")
+# "all-python": the layers of "all" with the cupti layer on cupti-python's Python callbacks instead of its C filter
+_CUPTI_FILTER_OFF = {"all-python": "0"}
+
+
+@contextlib.contextmanager
+def _checker(mode: str) -> Any:
+    """A checker of `mode`, entered (the cupti layer picks its callbacks as it opens)."""
+    from flashcheck.runtime import Checker
+
+    old = os.environ.get("FLASHCHECK_CUPTI_FILTER")
+    if mode in _CUPTI_FILTER_OFF:
+        os.environ["FLASHCHECK_CUPTI_FILTER"] = _CUPTI_FILTER_OFF[mode]
+    try:
+        with Checker(layers="all" if mode == "all-python" else mode) as chk:  # type: ignore[arg-type]
+            yield chk
+    finally:
+        if old is None:
+            os.environ.pop("FLASHCHECK_CUPTI_FILTER", None)
+        else:
+            os.environ["FLASHCHECK_CUPTI_FILTER"] = old
+
+
+def _layers(chk: Any) -> list[str]:
+    """The checker's active layers, the cupti layer with how it calls back."""
+    note = getattr(chk.hook("cupti"), "backend_note", None)
+    return [f"{n} ({note})" if n == "cupti" and note else n for n in chk.active_layers]
 
 
 def _versions(torch: Any) -> dict[str, Any]:
@@ -79,8 +106,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
-
-    from flashcheck.runtime import Checker
 
     dev = torch.device("cuda")
     static_in = torch.zeros(args.batch, args.hidden, device=dev)
@@ -148,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_ms: dict[str, list[float]] = {m: [] for m in MODES}
     findings: dict[str, int] = dict.fromkeys(MODES, 0)
     layers: dict[str, list[str]] = {}
-    # One phase per checker setting, each interleaving its rounds with rounds of "off": "all" runs last because a
-    # CUPTI client, once it has run, can leave a cost in the process that would be charged to "cheap" after it.
+    # One phase per checker setting, each interleaving its rounds with rounds of "off": the "all" settings run last
+    # because a CUPTI client, once it has run, can leave a cost in the process that would be charged to "cheap".
     for mode in MODES[1:]:
         for _ in range(args.rounds):
             bare_loop(args.warmup)
@@ -163,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 drain_ms["off"].append(0.0)
                 host["off"].append(off_host)
                 host_base["off"].append(off_host)
-            with Checker(layers=mode) as chk:  # type: ignore[arg-type]
-                layers[mode] = list(chk.active_layers)
+            with _checker(mode) as chk:
+                layers[mode] = _layers(chk)
                 loop(args.warmup, chk.region)
                 findings[mode] += len(chk.drain_findings())
                 per_mode[mode].append(loop(args.steps, chk.region))
@@ -187,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         "modes": {},
         "note": (
             "'off' is the same loop with no checker and no region (an engine without flashcheck), run before each "
-            "round of a checker setting; 'cheap' runs its rounds first and 'all' after it, since a CUPTI client "
+            "round of a checker setting; 'all-python' is 'all' with the cupti layer on cupti-python's Python "
+            "callbacks instead of its C filter (FLASHCHECK_CUPTI_FILTER=0); 'cheap' runs its rounds first and the "
+            "'all' settings after it, since a CUPTI client "
             "(the cupti layer in 'all') can leave a cost in the process once it has run; gpu-trace activation "
             "cannot be undone, so "
             "'off' rounds after the first run with the trace active and no callbacks registered; each ratio is "
@@ -197,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     print(
-        f"{'mode':<6} {'us/step':>10} {'ratio':>7} {'paired':>7} {'host us':>8} {'+host':>6} {'drain ms':>9} "
+        f"{'mode':<10} {'us/step':>10} {'ratio':>7} {'paired':>7} {'host us':>8} {'+host':>6} {'drain ms':>9} "
         f"{'findings':>9}  layers"
     )
     for mode in MODES:
@@ -218,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             "host_ratio_paired": statistics.median(v / o for v, o in zip(host[mode], host_base[mode], strict=True)),
         }
         print(
-            f"{mode:<6} {med:>10.2f} {med / base_of[mode]:>7.2f} {paired[mode]:>7.2f} "
+            f"{mode:<10} {med:>10.2f} {med / base_of[mode]:>7.2f} {paired[mode]:>7.2f} "
             f"{statistics.median(host[mode]):>8.2f} {host_added[mode]:>6.2f} "
             f"{statistics.median(drain_ms[mode]):>9.2f} "
             f"{findings[mode]:>9}  {', '.join(layers.get(mode, [])) or '-'}"

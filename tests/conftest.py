@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -11,6 +12,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# The cupti layer compiles its C filter on first use: into the test run's own directory, never the user's cache.
+os.environ.setdefault("FLASHCHECK_CACHE_DIR", tempfile.mkdtemp(prefix="flashcheck-test-cache-"))
 
 if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     # mutmut wraps every mutated function in a trampoline that lives in its own package: a frame of flashcheck's,

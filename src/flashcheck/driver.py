@@ -176,7 +176,10 @@ class Driver:
         ``"detection layers"``, and ``"layers skipped"`` when any was), for a run's environment."""
         active = list(getattr(self.checker, "active_layers", ()))
         skipped = dict(getattr(self.checker, "skipped_layers", {}))
-        facts = {"detection layers": ", ".join(active) or "none (layers off)"}
+        hook = getattr(self.checker, "hook", None)
+        note = getattr(hook("cupti"), "backend_note", None) if callable(hook) else None
+        named = [f"{n} ({note})" if n == "cupti" and note else n for n in active]
+        facts = {"detection layers": ", ".join(named) or "none (layers off)"}
         if skipped:
             facts["layers skipped"] = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items()))
         return facts

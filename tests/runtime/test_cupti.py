@@ -530,18 +530,19 @@ def test_a_pageable_copy_is_a_host_to_device_finding() -> None:
     assert f.message.startswith("host-to-device copy from pageable memory") and f.evidence["layers"] == ["cupti"]
 
 
-def test_the_default_backend_is_the_cupti_python_binding(
+def test_with_the_c_filter_off_the_default_backend_is_the_cupti_python_binding(
     fake_cupti: FakeCupti, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("FLASHCHECK_CUPTI_FILTER", "0")  # the filter's own tests: tests/runtime/test_cupti_filter.py
     hook = CuptiHook(available=lambda: True)
-    assert hook.unavailable_reason() is None and isinstance(hook._opened, CuptiBindings)
+    assert hook.unavailable_reason() is None and type(hook._opened) is CuptiBindings
     assert hook.unavailable_reason() is None and fake_cupti.subscribed == 1  # asked twice: claimed once
     cupti_mod._CLAIMED.clear()
     hook = CuptiHook(available=lambda: True)
     from tests.runtime.test_hook_events import RecordingSink
 
     hook.install(RecordingSink())  # without asking first: it opens the binding itself
-    assert isinstance(hook._opened, CuptiBindings)
+    assert type(hook._opened) is CuptiBindings
     hook.uninstall()
     loaded: list[str] = []
 

@@ -2,12 +2,12 @@
 
 ``layers="cheap"``: ``sync_debug``, ``gpu_trace``, ``graph_replay``, and ``dispatch`` scoped to capture regions (a
 capture happens once, so it costs nothing per step): nothing in them runs per kernel or per operator, and a region
-costs a few microseconds. ``layers="all"``: the same plus ``cupti`` (CUPTI callbacks through ``cupti-python``:
-blocking CUDA calls made anywhere, C++ extensions included, and device-to-host or pageable host-to-device
-``cudaMemcpyAsync`` copies, each with its Python stack), which costs two Python calls per ``cudaMemcpyAsync`` and
-nothing per other call: together they see every kind of per-step event the checker knows. ``layers="races"``: ``all``
-plus ``staging`` (pinned copies in flight, FC204; it holds the stream so that each copy stays in flight, which makes
-races show on every run and costs about ``hold_us`` of device time per region). Two layers are second witnesses of
+costs a few microseconds. ``layers="all"``: the same plus ``cupti`` (CUPTI callbacks, filtered in C: blocking CUDA
+calls made anywhere, C++ extensions included, and device-to-host or pageable host-to-device ``cudaMemcpyAsync``
+copies, each with its Python stack), which enters Python only for those and costs a C call per pinned copy:
+together they see every kind of per-step event the checker knows. ``layers="races"``: ``all`` plus ``staging``
+(pinned copies in flight, FC204; it holds the stream so that each copy stays in flight, which makes races show on
+every run and costs about ``hold_us`` of device time per region). Two layers are second witnesses of
 what those already see, at a price per region, and run only when named in a list: ``alloc_stats`` (allocator counters
 read around each hot region, about 25 µs a read; ``gpu_trace`` reports each allocation with its stack) and
 ``dispatch`` in hot regions too (every aten op of a hot region through a Python dispatch mode, tens of µs a region; a

@@ -1,4 +1,4 @@
-"""Layer ``cupti``: CUPTI callbacks through NVIDIA's ``cupti-python``, on the few CUDA calls that matter.
+"""Layer ``cupti``: CUPTI callbacks on the few CUDA calls that matter, filtered in C, decided in Python.
 
 CUPTI calls back on the thread that makes a CUDA runtime or driver call, before the call runs, so every event of this
 layer carries the Python stack of the line that called into CUDA, however deep in C++ the call was made. Callbacks
@@ -23,15 +23,21 @@ capture, by ``dispatch``), 2D/3D and peer async copies, asynchronous copies made
 cost of every copy), other processes, and everything while another CUPTI client (``torch.profiler``, Nsight) holds
 the process's one subscriber slot (and the slot stays this layer's while a checker runs). Needs a GPU and
 ``cupti-python`` >= 13.2, a CUDA 13 package (``pip install 'flashcheck[gpu]'``; seen working on an H100 with driver
-580 and CUDA 13.0's libcupti); where it is missing or does not load, the layer is skipped with the reason. Cost: two
-Python calls per ``cudaMemcpyAsync`` (CUPTI calls back as the call enters and as it returns), nothing for any
-other call: on an H100 replay loop with one pinned copy per 27 µs step, from nothing measurable to about 15 µs a
-step depending on the machine start (``benchmarks/runtime_overhead.py``, reports/gpu-evidence.md).
+580 and CUDA 13.0's libcupti); where it is missing or does not load, the layer is skipped with the reason.
+
+Cost: nothing for a call it does not watch. CUPTI calls a small C function (`flashcheck.runtime.hooks.cupti_native`,
+compiled on first use) that answers the exit of every call, the driver call inside a runtime call already seen, a
+host-to-device copy from pinned memory (the one copy an engine's replay path makes every step) and a copy with no
+host side, without entering Python; the other watched calls come here, to `CuptiHook`, with the stack intact. Where
+the filter cannot be built (no C compiler) or with ``FLASHCHECK_CUPTI_FILTER=0``, ``cupti-python`` calls Python as
+every watched call enters and returns (`CuptiHook.backend_note` says which runs, and the run's "detection layers"
+fact). Figures: ``benchmarks/runtime_overhead.py`` (the ``all`` and ``all-python`` rows of reports/gpu-evidence.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
 import threading
@@ -142,6 +148,7 @@ class CuptiHook(Hook):
         self._last: dict[int, int] = {}  # thread -> correlation id of the last call handled
         self._last_copy: dict[int, tuple[CodeType, int]] = {}  # thread -> where its last reported copy was made
         self._pinned: set[int] = set()  # host addresses the driver said are pinned
+        self.backend_note: str | None = None  # how the default backend calls back: "C filter" or why not
 
     def unavailable_reason(self) -> str | None:
         if self._opened is not None:  # asked twice: CUPTI is already this layer's
@@ -154,8 +161,10 @@ class CuptiHook(Hook):
 
             if not torch.cuda.is_available():
                 return "no CUDA device (CUPTI needs one)"
-        backend = self._backend if self._backend is not None else CuptiBindings()
-        reason = backend.open()
+        if self._backend is not None:
+            backend, reason = self._backend, self._backend.open()
+        else:
+            backend, reason, self.backend_note = _open_default()
         if reason is None:
             self._opened = backend
         return reason
@@ -163,8 +172,10 @@ class CuptiHook(Hook):
     def _install(self, sink: EventSink) -> None:
         backend = self._opened
         if backend is None:  # installed without asking first (tests, or a caller that knows)
-            backend = self._backend if self._backend is not None else CuptiBindings()
-            reason = backend.open()
+            if self._backend is not None:
+                backend, reason = self._backend, self._backend.open()
+            else:
+                backend, reason, self.backend_note = _open_default()
             if reason is not None:
                 raise RuntimeError(f"CUPTI layer: {reason}")
             self._opened = backend
@@ -249,6 +260,29 @@ class CuptiHook(Hook):
         return stack_from(caller) if caller is not None else capture_stack(4)
 
 
+class FilterUnavailable(Exception):
+    """The C filter cannot be loaded here (its reason is the message); the Python callbacks still can."""
+
+
+def _open_default() -> tuple[Backend, str | None, str]:
+    """The C filter (`flashcheck.runtime.hooks.cupti_native`) where it builds and opens, else ``cupti-python``'s
+    Python callbacks: (the backend, why it cannot run or None, how it calls back)."""
+    why = "FLASHCHECK_CUPTI_FILTER=0"
+    if os.environ.get("FLASHCHECK_CUPTI_FILTER", "1") != "0":
+        from flashcheck.runtime.hooks.cupti_native import CuptiNative, build_filter
+
+        built = build_filter()
+        if not isinstance(built, str):
+            native = CuptiNative(built)
+            reason = native.open()
+            if reason is None:
+                return native, None, "C filter"
+            built = reason
+        why = built
+    backend = CuptiBindings()
+    return backend, backend.open(), f"Python callbacks: {why}"
+
+
 # ------------------------------------------------------------------------------------------- cupti-python binding
 _CLAIMED: list[CuptiBindings] = []  # the binding that holds this process's CUPTI subscriber
 _CALLBACK_API = ("subscribe", "unsubscribe", "enable_callback", "get_callback_name", "CallbackDomain")
@@ -299,7 +333,9 @@ class CuptiBindings:
         if missing:
             return f"this cupti-python has no callback API ({', '.join(missing)} missing): install cupti-python>=13.2"
         try:
-            self._subscriber = int(cupti.subscribe(self._callback, None))
+            self._subscriber = self._subscribe(cupti)
+        except FilterUnavailable as exc:
+            return str(exc)
         except Exception as exc:  # MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: torch.profiler or Nsight holds CUPTI
             return f"CUPTI is held by another client in this process (torch.profiler, Nsight): {exc}"
         self._cupti = cupti
@@ -309,6 +345,7 @@ class CuptiBindings:
     def start(self, on_call: Callable[[str, Call, int, int], None]) -> None:
         cupti = self._cupti
         self._calls = {}
+        self._begin()
         for domain in (cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API):
             for cbid in range(1, 2048):
                 try:
@@ -318,8 +355,21 @@ class CuptiBindings:
                 what = call_kind(name)
                 if what is not None:
                     self._calls[(int(domain), cbid)] = (name, what)
-                    cupti.enable_callback(1, self._subscriber, domain, cbid)
+                    self._enable(cupti, domain, cbid, what)
         self._on_call = on_call
+
+    # What `CuptiNative` does differently: who CUPTI calls, and how a call is enabled.
+    def _subscribe(self, cupti: Any) -> int:
+        return int(cupti.subscribe(self._callback, None))
+
+    def _begin(self) -> None:
+        return None
+
+    def _enable(self, cupti: Any, domain: Any, cbid: int, what: Call) -> None:
+        cupti.enable_callback(1, self._subscriber, domain, cbid)
+
+    def _unsubscribe(self, cupti: Any) -> None:
+        cupti.unsubscribe(self._subscriber)
 
     def _callback(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         on_call = self._on_call
@@ -342,12 +392,16 @@ class CuptiBindings:
         direction = _CUDA_MEMCPY_KINDS.get(p.kind, "other")
         return direction, (src if direction == "HtoD" else dst), count
 
-    def _memory_type(self, ptr: int) -> int | None:
-        """CU_MEMORYTYPE_* of an address; 0 for memory the driver does not know (pageable); None when it cannot
-        say (an error other than not knowing the address)."""
+    def _cuda(self) -> Any:
         lib = self._libcuda
         if lib is None:
             lib = self._libcuda = ctypes.CDLL("libcuda.so.1")
+        return lib
+
+    def _memory_type(self, ptr: int) -> int | None:
+        """CU_MEMORYTYPE_* of an address; 0 for memory the driver does not know (pageable); None when it cannot
+        say (an error other than not knowing the address)."""
+        lib = self._cuda()
         kind = ctypes.c_uint(0)
         err = lib.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_void_p(ptr))
         if err == _CUDA_ERROR_INVALID_VALUE:
@@ -365,7 +419,7 @@ class CuptiBindings:
             return
         try:
             if self._subscriber is not None:
-                cupti.unsubscribe(self._subscriber)
+                self._unsubscribe(cupti)
         finally:
             self._subscriber, self._cupti, self._calls = None, None, {}
             if self in _CLAIMED:
