@@ -16,11 +16,14 @@ kernels has one) into ``$FLASHCHECK_CACHE_DIR`` (default ``$XDG_CACHE_HOME/flash
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import CodeType
@@ -48,6 +51,14 @@ def _forward(domain: int, cbid: int, correlation: int, params: int | None) -> No
 _FORWARD = _FORWARD_TYPE(_forward)
 
 
+@atexit.register
+def _stop_all() -> None:
+    """At exit, a filter still subscribed (a checker never closed) stops calling into an interpreter going away."""
+    for backend in list(_STARTED):
+        if backend._lib is not None:
+            backend._lib.fc_stop()
+
+
 def cache_dir() -> Path:
     """Where compiled filters are kept."""
     env = os.environ.get("FLASHCHECK_CACHE_DIR")
@@ -62,10 +73,11 @@ def build_filter(directory: Path | None = None, *, compiler: str | None = None) 
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         return "no C compiler (set $CC or install cc) to build the cupti layer's C filter"
+    # a cache shared between machines (a home directory on NFS) keeps one build per compiler and platform
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + b"\0" + cc.encode()).hexdigest()[:16]
+    key = hashlib.sha256(b"\0".join((source, cc.encode(), platform.machine().encode(), sys.platform.encode())))
     directory = directory or cache_dir()
-    target = directory / f"cupti_filter-{key}.so"
+    target = directory / f"cupti_filter-{key.hexdigest()[:16]}.so"
     try:
         if check_output_path(target) is not None:
             return target
