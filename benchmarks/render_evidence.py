@@ -1,6 +1,7 @@
 """reports/gpu-evidence.md from the raw GPU results in reports/raw: the built-in targets under every property
-(`target_matrix.py`), the seed bugs (`seed_bugs.py`), the runtime checker's overhead (`runtime_overhead.py`) and fuzz
-throughput (`fuzz_throughput.py`). Every figure in the page comes from a file there; re-run the benchmark that
+(`target_matrix.py`), the seed bugs (`seed_bugs.py`), the runtime checker's overhead (`runtime_overhead.py`), fuzz
+throughput (`fuzz_throughput.py`) and where a driver step spends its time (`driver_phases.py`). Every figure in the
+page comes from a file there; re-run the benchmark that
 produced a file when the code it covers changes, then regenerate:
 
     python benchmarks/render_evidence.py            # writes reports/gpu-evidence.md
@@ -124,11 +125,36 @@ def _throughput(path: Path, doc: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _phases(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    cfg, by_layers = doc.get("config", {}), doc.get("layers", {})
+    names = list(by_layers)
+    lines = [
+        f"### `{path.name}`",
+        "",
+        f"- command: `{doc.get('command', 'benchmarks/driver_phases.py')}` (target {cfg.get('target')}, "
+        f"{cfg.get('steps')} timed steps per layer setting, the same steps for each)",
+        _env_line(doc.get("versions", {}), doc.get("date")),
+        "- steps/s: " + ", ".join(f"{n} {by_layers[n]['steps_per_s']:.1f}" for n in names),
+        "",
+        "| phase (ms per step) | " + " | ".join(f"layers {n}" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    order: list[str] = []
+    for n in names:
+        order += [label for label in by_layers[n]["phases"] if label not in order]
+    for label in order:
+        cells = [by_layers[n]["phases"].get(label, {}).get("ms_per_step") for n in names]
+        lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+    lines.append("| **whole step** | " + " | ".join(f"**{by_layers[n]['ms_per_step']:.3f}**" for n in names) + " |")
+    return [*lines, ""]
+
+
 SECTIONS = (
     ("Built-in targets under every property", "target_matrix-*.json", _matrix),
     ("Seed bugs, each found by its intended property", "seed_bugs-*.json", _seeds),
     ("Runtime checker overhead on a graph replay loop", "runtime_overhead-*.json", _overhead),
     ("Fuzz throughput beside a plain Hypothesis loop", "fuzz_throughput-*.json", _throughput),
+    ("Where a driver step spends its wall time", "driver_phases-*.json", _phases),
 )
 
 
