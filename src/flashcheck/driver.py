@@ -23,9 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from flashcheck import catalogue
 from flashcheck.batch import BatchSpec
 from flashcheck.campaign.checks import WORKER_CRASHED
+
+# the catalogue by its own name, never ``from flashcheck import catalogue``: that takes the package's attribute, which
+# can be a module sys.modules no longer holds (an in-process pytest run, pytester's, removes from sys.modules what it
+# imported but leaves the package's attribute); its properties then declare the phases of a `Phase` class that is no
+# longer this module's, and no property would ever run
+from flashcheck.catalogue import CHECKS, PROPERTIES, properties
 from flashcheck.errors import (
     ContextPoisoned,
     EnvironmentUnavailable,
@@ -58,13 +63,13 @@ def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: boo
     always, the runtime detectors unless ``layers="off"`` (a check that one layer alone runs, such as FC204 of the
     staging layer, only where that layer is selected and a CUDA device runs it), FC252 with a step watchdog, FC251 in
     a campaign (its supervisor)."""
-    ids = {p.check.id for p in catalogue.PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
+    ids = {p.check.id for p in PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
     lifecycle = {TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id}
     if layers != "off":
         selected = PRESETS.get(layers, ())
         ids |= {
             c.id
-            for c in catalogue.CHECKS
+            for c in CHECKS
             if c.kind == "runtime" and c.id not in lifecycle and (c.layer is None or (cuda and c.layer in selected))
         }
     if watchdog:
@@ -521,7 +526,7 @@ class Driver:
         found: list[Finding] = []
         blocked = False
         with self.checker.checker_read():
-            for prop in catalogue.properties(phase):
+            for prop in properties(phase):
                 got = prop.run(observation)
                 found += got
                 blocked = blocked or (prop.blocks and bool(got))

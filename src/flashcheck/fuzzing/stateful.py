@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
+from flashcheck.fuzzing.determinism import no_source_constants
 from flashcheck.fuzzing.distributions import DISTRIBUTIONS
 from flashcheck.fuzzing.options import PROFILES, Budget, active_options, parse_budget, resolve_profile
 from flashcheck.fuzzing.recorder import FindingLog, Recorded, default_log, describe
@@ -526,9 +527,10 @@ def fuzz_target(
             examples = max(1, min(cap, examples))
         hypothesis_seed(seed + rounds)(machine)
         try:
-            run_state_machine_as_test(
-                machine, settings=machine_settings(prof, examples, step_count=step_count, database=database)
-            )
+            with no_source_constants():  # the examples of a seed do not depend on what this process imported
+                run_state_machine_as_test(
+                    machine, settings=machine_settings(prof, examples, step_count=step_count, database=database)
+                )
         except _NotShrinkable as exc:
             failure = FuzzFailure(exc.records)
             failure.args = (f"{failure.args[0]}\n({exc.why})",)
