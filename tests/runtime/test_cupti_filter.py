@@ -5,6 +5,8 @@ fake libcupti. What it answers in C never reaches Python; everything the layer m
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 import shutil
 import sys
 import types
@@ -187,6 +189,34 @@ def test_the_remembered_pinned_addresses_are_bounded_and_stay_right(flt: Filter)
     assert flt.asked[-1] == 0x1000 and len(flt.asked) == 5001 and flt.forwarded == []
 
 
+def test_a_null_source_is_asked_of_the_driver_like_any_address(flt: Filter) -> None:
+    flt.copy(1, H2D, 0xA0, 0)  # 0 marks an empty slot of the pinned set: it must never read as remembered
+    assert len(flt.forwarded) == 1 and flt.asked == [0]
+
+
+def test_an_unknown_copy_kind_has_no_host_side_to_report(flt: Filter) -> None:
+    flt.copy(1, 5, 0xA0, 0xB0)
+    assert flt.forwarded == [] and flt.asked == []
+
+
+def test_a_reset_forgets_the_pinned_addresses(flt: Filter, built: Path) -> None:
+    flt.memory = {0xB0: PINNED}
+    flt.copy(1, H2D, 0xA0, 0xB0)
+    again = Filter(built)  # the next checker: the address was unregistered meanwhile
+    again.copy(2, H2D, 0xA0, 0xB0)
+    assert len(again.forwarded) == 1 and again.asked == [0xB0]
+
+
+def test_the_correlation_of_one_thread_never_hides_another_threads_call(flt: Filter) -> None:
+    import threading
+
+    flt.call(RUNTIME, SYNC_ID, 7)
+    other = threading.Thread(target=flt.call, args=(RUNTIME, SYNC_ID, 7))
+    other.start()
+    other.join()
+    assert [f[2] for f in flt.forwarded] == [7, 7]
+
+
 def test_a_stopped_filter_forwards_nothing(flt: Filter) -> None:
     flt.lib.fc_stop()
     flt.call(RUNTIME, SYNC_ID, 1)
@@ -219,6 +249,42 @@ def test_a_build_never_replaces_what_is_not_a_regular_file(tmp_path: Path, built
     (tmp_path / built.name).mkdir()  # the cached name is taken by a directory
     reason = build_filter(tmp_path)
     assert isinstance(reason, str) and "is a directory" in reason and (tmp_path / built.name).is_dir()
+
+
+def test_a_build_where_nothing_can_be_kept_is_a_reason_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        reason = build_filter(locked)
+    finally:
+        locked.chmod(0o700)
+    if os.getuid() != 0:  # root writes anywhere
+        assert isinstance(reason, str) and "could not build" in reason and "Permission denied" in reason
+    for name in ("FLASHCHECK_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    reason = build_filter()
+    assert isinstance(reason, str) and reason.startswith("cannot keep the cupti layer's C filter")
+
+
+def test_a_cached_build_others_may_write_is_not_loaded(tmp_path: Path) -> None:
+    path = build_filter(tmp_path)
+    assert isinstance(path, Path)
+    path.chmod(0o666)
+    reason = build_filter(tmp_path)
+    assert isinstance(reason, str) and reason.endswith("is not this user's alone (owner or write permission)")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a cache directory anyone may write: built, never loaded
+    reason = build_filter(shared)
+    assert reason == f"{shared} may be written by others: the filter is not loaded"
 
 
 def test_the_cache_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -306,8 +372,9 @@ def test_the_hook_over_the_filter_reports_at_the_users_line(native: tuple[FakeLi
     assert f.id == "FC201" and f.location.function == "cuda_call" and f.location.step == 3
     assert (f.stack[-1].function, f.stack[-2].line) == ("cuda_call", line)
     assert "cudaDeviceSynchronize" in f.message and f.evidence["layers"] == ["cupti"]
-    assert lib.unsubscribed == 1
-    cuda_call(SYNC_ID, 3)  # after the checker closed: the filter is stopped
+    assert lib.unsubscribed == 1 and hook._opened is None
+    cuda_call(SYNC_ID, 3)  # after the checker closed: the filter is stopped, nothing is counted or forwarded
+    assert driver.counts() == (1, 1)  # the same loaded filter, seen through the test's handle
 
 
 def test_without_the_filter_the_hook_runs_on_python_callbacks_and_says_why(
@@ -344,3 +411,23 @@ def test_without_the_filter_the_hook_runs_on_python_callbacks_and_says_why(
     )
     hook._opened.close()  # type: ignore[union-attr]
     assert lib.callback is None
+    monkeypatch.delenv("PATH")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("unexpected")
+
+    monkeypatch.setattr(cupti_native, "build_filter", broken)
+    hook = CuptiHook(available=lambda: True)
+    assert hook.unavailable_reason() is None and type(hook._opened) is CuptiBindings
+    assert hook.backend_note == "Python callbacks: the C filter failed: ValueError: unexpected"
+    hook._opened.close()  # type: ignore[union-attr]
+
+
+def test_with_two_libcupti_loaded_the_filter_steps_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    maps = "7f00-7f01 r-xp 0 0:0 1 /usr/lib/libcupti.so.12\n7f02-7f03 r-xp 0 0:0 1 /opt/cupti/libcupti.so.13\n"
+    monkeypatch.setattr(cupti_native, "open", lambda *a, **k: io.StringIO(maps), raising=False)
+    listed = "2 libcupti libraries are loaded in this process: /opt/cupti/libcupti.so.13, /usr/lib/libcupti.so.12"
+    with pytest.raises(OSError, match=re.escape(listed)):
+        cupti_native._loaded_libcupti()

@@ -267,20 +267,27 @@ class FilterUnavailable(Exception):
 def _open_default() -> tuple[Backend, str | None, str]:
     """The C filter (`flashcheck.runtime.hooks.cupti_native`) where it builds and opens, else ``cupti-python``'s
     Python callbacks: (the backend, why it cannot run or None, how it calls back)."""
-    why = "FLASHCHECK_CUPTI_FILTER=0"
-    if os.environ.get("FLASHCHECK_CUPTI_FILTER", "1") != "0":
+    backend = CuptiBindings()
+    setting = os.environ.get("FLASHCHECK_CUPTI_FILTER", "1").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return backend, backend.open(), f"Python callbacks: FLASHCHECK_CUPTI_FILTER={setting}"
+    loadable = backend.loadable()  # cupti-python there and the layer free, before anything is compiled
+    if isinstance(loadable, str):
+        return backend, loadable, "Python callbacks"
+    try:
         from flashcheck.runtime.hooks.cupti_native import CuptiNative, build_filter
 
         built = build_filter()
         if not isinstance(built, str):
             native = CuptiNative(built)
-            reason = native.open()
-            if reason is None:
+            why = native.open()
+            if why is None:
                 return native, None, "C filter"
-            built = reason
-        why = built
+            built = why
+    except Exception as exc:  # the filter is an optimisation: any failure of it leaves the Python callbacks
+        built = f"the C filter failed: {type(exc).__name__}: {exc}"
     backend = CuptiBindings()
-    return backend, backend.open(), f"Python callbacks: {why}"
+    return backend, backend.open(), f"Python callbacks: {built}"
 
 
 # ------------------------------------------------------------------------------------------- cupti-python binding
@@ -321,6 +328,21 @@ class CuptiBindings:
         return CuptiBindings._callback.__code__
 
     def open(self) -> str | None:
+        cupti = self.loadable()
+        if isinstance(cupti, str):
+            return cupti
+        try:
+            self._subscriber = self._subscribe(cupti)
+        except FilterUnavailable as exc:
+            return str(exc)
+        except Exception as exc:  # MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: torch.profiler or Nsight holds CUPTI
+            return f"CUPTI is held by another client in this process (torch.profiler, Nsight): {exc}"
+        self._cupti = cupti
+        _CLAIMED.append(self)
+        return None
+
+    def loadable(self) -> Any:
+        """``cupti-python``'s module, or why this binding cannot subscribe (without subscribing)."""
         if _CLAIMED and _CLAIMED[0] is not self:
             return "another checker's CUPTI layer is active in this process (CUPTI has one subscriber per process)"
         try:
@@ -332,15 +354,7 @@ class CuptiBindings:
         missing = [n for n in _CALLBACK_API if not hasattr(cupti, n)]
         if missing:
             return f"this cupti-python has no callback API ({', '.join(missing)} missing): install cupti-python>=13.2"
-        try:
-            self._subscriber = self._subscribe(cupti)
-        except FilterUnavailable as exc:
-            return str(exc)
-        except Exception as exc:  # MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: torch.profiler or Nsight holds CUPTI
-            return f"CUPTI is held by another client in this process (torch.profiler, Nsight): {exc}"
-        self._cupti = cupti
-        _CLAIMED.append(self)
-        return None
+        return cupti
 
     def start(self, on_call: Callable[[str, Call, int, int], None]) -> None:
         cupti = self._cupti

@@ -9,9 +9,10 @@ copies to `CuptiBindings`'s logic in Python, on the calling thread, with the Pyt
 
 It is compiled on first use with the machine's C compiler (``$CC``, else ``cc``; a GPU node that builds FlashInfer's
 kernels has one) into ``$FLASHCHECK_CACHE_DIR`` (default ``$XDG_CACHE_HOME/flashcheck``, else
-``~/.cache/flashcheck``), once per source and compiler. Where it cannot be built or loaded, or with
-``FLASHCHECK_CUPTI_FILTER=0``, the layer runs on ``cupti-python``'s Python callbacks (same findings, higher cost) and
-`CuptiHook.backend_note` says why.
+``~/.cache/flashcheck``, created 0700), once per source, compiler command and platform; a build that another user
+owns or may write is never loaded. Where it cannot be built or loaded (two libcupti libraries in the process
+included), or with ``FLASHCHECK_CUPTI_FILTER=0``, the layer runs on ``cupti-python``'s Python callbacks (same
+findings, higher cost) and `CuptiHook.backend_note` says why.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,7 @@ __all__ = ["SOURCE", "CuptiNative", "build_filter", "cache_dir", "load_filter"]
 
 SOURCE = Path(__file__).with_name("cupti_filter.c")
 _WHAT: dict[Call, int] = {"sync": 1, "copy": 2}
+_FLAGS = ("-std=gnu11", "-O2", "-shared", "-fPIC")
 # The one forwarding function the C filter calls: it lives as long as the process (a CUPTI callback in flight on
 # another thread may still call it after a checker closed), and dispatches to the backend started last.
 _FORWARD_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p)
@@ -44,8 +48,8 @@ _STARTED: list[CuptiNative] = []
 
 
 def _forward(domain: int, cbid: int, correlation: int, params: int | None) -> None:
-    if _STARTED:
-        _STARTED[-1]._forwarded(domain, cbid, correlation, params or 0)
+    for backend in _STARTED[-1:]:  # a slice: another thread may close the backend meanwhile
+        backend._forwarded(domain, cbid, correlation, params or 0)
 
 
 _FORWARD = _FORWARD_TYPE(_forward)
@@ -69,42 +73,57 @@ def cache_dir() -> Path:
 
 
 def build_filter(directory: Path | None = None, *, compiler: str | None = None) -> Path | str:
-    """The path of the compiled filter (built now unless an identical build is cached), or why it cannot be."""
+    """The path of the compiled filter (built now unless an identical build is cached), or why it cannot be: every
+    failure is a reason, never an exception (the layer then runs on Python callbacks)."""
     cc = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         return "no C compiler (set $CC or install cc) to build the cupti layer's C filter"
-    # a cache shared between machines (a home directory on NFS) keeps one build per compiler and platform
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join((source, cc.encode(), platform.machine().encode(), sys.platform.encode())))
-    directory = directory or cache_dir()
-    target = directory / f"cupti_filter-{key.hexdigest()[:16]}.so"
     try:
+        directory = directory or cache_dir()
+        command = [*shlex.split(cc), *_FLAGS]
+        # one build per compiler command and platform: a cache shared between machines (a home directory on NFS)
+        parts = (SOURCE.read_bytes(), " ".join(command).encode(), platform.machine().encode(), sys.platform.encode())
+        key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+        target = directory / f"cupti_filter-{key}.so"
         if check_output_path(target) is not None:
-            return target
-        directory.mkdir(parents=True, exist_ok=True)
-    except (OSError, InvalidArgument) as exc:
-        return f"cannot keep the cupti layer's C filter in {directory}: {exc}"
-    fd, tmp = tempfile.mkstemp(prefix=".cupti_filter-", suffix=".so", dir=directory)
-    os.close(fd)
+            return target if _trusted(target) else f"{target} is not this user's alone (owner or write permission)"
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (OSError, RuntimeError, ValueError, InvalidArgument) as exc:  # RuntimeError: no home directory
+        return f"cannot keep the cupti layer's C filter in {directory or 'a cache directory'}: {exc}"
+    tmp: str | None = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".cupti_filter-", suffix=".so", dir=directory)
+        os.close(fd)
         proc = subprocess.run(
-            [*cc.split(), "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+            [*command, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120, check=False
         )
         if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["no message"])[0]
-            return f"{cc} could not build the cupti layer's C filter: {first}"
+            lines = proc.stderr.strip().splitlines()
+            why = next((ln for ln in lines if "error" in ln), lines[0] if lines else f"exit status {proc.returncode}")
+            return f"{cc} could not build the cupti layer's C filter: {why.strip()}"
+        with open(tmp, "rb") as fh:  # on disk before it is renamed: a crash never leaves a truncated build
+            os.fsync(fh.fileno())
         check_output_path(target)  # something other than a regular file appeared meanwhile: never replaced
         os.replace(tmp, target)
-        return target
-    except (OSError, subprocess.SubprocessError, InvalidArgument) as exc:
-        return f"{cc} could not build the cupti layer's C filter: {exc}"
+        return target if _trusted(target) else f"{directory} may be written by others: the filter is not loaded"
+    except InvalidArgument as exc:
+        return f"the cupti layer's C filter is not kept: {exc}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{cc} could not build the cupti layer's C filter in {directory}: {exc}"
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _trusted(path: Path) -> bool:
+    """A cached build is loaded only when this user owns it and its directory and nobody else may write to them
+    (a shared cache directory must not run another user's code in this process)."""
+    uid = os.getuid()
+    for p in (path, path.parent):
+        st = p.stat()
+        if st.st_uid != uid or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+    return True
 
 
 def load_filter(path: Path) -> Any:
@@ -125,13 +144,15 @@ def load_filter(path: Path) -> Any:
 
 
 def _loaded_libcupti() -> Any:
-    """The libcupti that ``cupti-python`` loaded (one library, one subscriber slot), found in the process's maps."""
+    """The libcupti that ``cupti-python`` loaded, found in the process's maps: the only one, since the filter must
+    subscribe to the library whose callback ids the layer enabled (with two loaded, say a CUDA 12 torch's and
+    cupti-python's, the layer runs on Python callbacks)."""
     with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split(maxsplit=5)[-1].strip()
-            if "/libcupti.so" in path:
-                return ctypes.CDLL(path)
-    raise OSError("libcupti is not loaded in this process")
+        paths = sorted({ln.split(maxsplit=5)[-1].strip() for ln in maps if "/libcupti.so" in ln})
+    if len(paths) != 1:
+        listed = f": {', '.join(paths)}" if paths else ""
+        raise OSError(f"{len(paths)} libcupti libraries are loaded in this process{listed}")
+    return ctypes.CDLL(paths[0])
 
 
 class CuptiNative(CuptiBindings):
