@@ -65,8 +65,15 @@ PROPERTIES: tuple[Property[Any], ...] = tuple({id(p): p for m in CHECK_MODULES f
 
 
 def properties(phase: Phase) -> tuple[Property[Any], ...]:
-    """The properties that run in `phase`, in catalogue order."""
-    return tuple(p for p in PROPERTIES if p.phase is phase)
+    """The properties that run in `phase`, in catalogue order. Every phase has some: none means the caller's `Phase`
+    is not this catalogue's (a module imported twice), and a step checked by nothing must fail, never pass clean."""
+    found = tuple(p for p in PROPERTIES if p.phase is phase)
+    if not found:
+        raise RuntimeError(
+            f"flashcheck internal error: no property runs in phase {phase!r}; the catalogue's phases are "
+            f"{sorted({p.phase.value for p in PROPERTIES})} (a flashcheck module imported twice?)"
+        )
+    return found
 
 
 def all_checks() -> list[Check]:

@@ -4,6 +4,7 @@ instead of silently never running; every check it lists is complete and looked u
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,17 @@ def test_properties_are_catalogued_checks_and_every_phase_runs_one() -> None:
     assert {p.check for p in catalogue.PROPERTIES} <= set(catalogue.CHECKS)
     assert all(p.check.kind == "property" for p in catalogue.PROPERTIES)
     assert all(catalogue.properties(phase) for phase in Phase)
+
+
+def test_a_phase_no_property_answers_is_an_error_not_a_clean_step() -> None:
+    import enum
+
+    class Stale(enum.Enum):  # the Phase of a catalogue imported a second time: equal values, another class
+        BEFORE_REPLAY = Phase.BEFORE_REPLAY.value
+
+    message = "no property runs in phase <Stale.BEFORE_REPLAY: 'before-replay'>"
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        catalogue.properties(Stale.BEFORE_REPLAY)  # type: ignore[arg-type]
 
 
 def test_the_checks_a_run_lists_are_catalogued() -> None:
