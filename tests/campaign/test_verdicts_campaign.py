@@ -48,7 +48,7 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
             "--seed",
             "7",
             "--step-timeout",
-            "8s",
+            "3s",
             "--log-every",
             "3600",
             "--out",
