@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -12,8 +14,12 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-# The cupti layer compiles its C filter on first use: into the test run's own directory, never the user's cache.
-os.environ.setdefault("FLASHCHECK_CACHE_DIR", tempfile.mkdtemp(prefix="flashcheck-test-cache-"))
+# The cupti layer compiles its C filter on first use: into the test run's own directory, never the user's cache, and
+# removed at the end of the process.
+if "FLASHCHECK_CACHE_DIR" not in os.environ:
+    _CACHE = tempfile.mkdtemp(prefix="flashcheck-test-cache-")
+    os.environ["FLASHCHECK_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     # mutmut wraps every mutated function in a trampoline that lives in its own package: a frame of flashcheck's,
