@@ -31,13 +31,16 @@ def _env_line(env: Mapping[str, Any], date: str | None) -> str:
     )
 
 
-def _head(path: Path, doc: Mapping[str, Any], columns: str) -> list[str]:
-    """A result file's heading: its name, command, environment and date, then the table's header row."""
+def _head(path: Path, doc: Mapping[str, Any], columns: str, *, how: str = "", more: tuple[str, ...] = ()) -> list[str]:
+    """A result file's heading: its name, command (with `how` it ran), environment and date, `more` lines, then the
+    table's header row."""
+    env = doc.get("environment") or doc.get("versions") or {}
     return [
         f"### `{path.name}`",
         "",
-        f"- command: `{doc.get('command', '')}`",
-        _env_line(doc.get("environment", {}), doc.get("date")),
+        f"- command: `{doc.get('command', '')}`" + (f" ({how})" if how else ""),
+        _env_line(env, doc.get("date")),
+        *more,
         "",
         columns,
         "|---" * columns.count(" | ") + "|---|",
@@ -73,17 +76,13 @@ def _seeds(path: Path, doc: Mapping[str, Any]) -> list[str]:
 
 def _overhead(path: Path, doc: Mapping[str, Any]) -> list[str]:
     cfg = doc.get("config", {})
-    lines = [
-        f"### `{path.name}`",
-        "",
-        f"- command: `{doc.get('command', 'python benchmarks/runtime_overhead.py')}` (steps {cfg.get('steps')}, "
-        f"rounds {cfg.get('rounds')}, median of the rounds)",
-        _env_line(doc.get("versions", {}), doc.get("date")),
-        "",
+    lines = _head(
+        path,
+        doc,
         "| checker layers | µs per replay step | × no checker | × no checker, paired by round | host µs per step "
         "| host µs added, paired | × no checker, host, paired | drain (ms) | layers |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        how=f"steps {cfg.get('steps')}, rounds {cfg.get('rounds')}, median of the rounds",
+    )
     for mode, m in doc.get("modes", {}).items():
         lines.append(
             f"| {mode} | {m['us_per_step_median']:.1f} | {m['ratio_to_off']:.2f} | "
@@ -128,17 +127,13 @@ def _throughput(path: Path, doc: Mapping[str, Any]) -> list[str]:
 def _phases(path: Path, doc: Mapping[str, Any]) -> list[str]:
     cfg, by_layers = doc.get("config", {}), doc.get("layers", {})
     names = list(by_layers)
-    lines = [
-        f"### `{path.name}`",
-        "",
-        f"- command: `{doc.get('command', 'benchmarks/driver_phases.py')}` (target {cfg.get('target')}, "
-        f"{cfg.get('steps')} timed steps per layer setting, the same steps for each)",
-        _env_line(doc.get("versions", {}), doc.get("date")),
-        "- steps/s: " + ", ".join(f"{n} {by_layers[n]['steps_per_s']:.1f}" for n in names),
-        "",
+    lines = _head(
+        path,
+        doc,
         "| phase (ms per step) | " + " | ".join(f"layers {n}" for n in names) + " |",
-        "|---|" + "---|" * len(names),
-    ]
+        how=f"target {cfg.get('target')}, {cfg.get('steps')} timed steps per layer setting, the same steps for each",
+        more=("- steps/s: " + ", ".join(f"{n} {by_layers[n]['steps_per_s']:.1f}" for n in names),),
+    )
     order: list[str] = []
     for n in names:
         order += [label for label in by_layers[n]["phases"] if label not in order]

@@ -5,7 +5,6 @@ fake libcupti. What it answers in C never reaches Python; everything the layer m
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import shutil
 import sys
@@ -254,15 +253,17 @@ def test_a_build_never_replaces_what_is_not_a_regular_file(tmp_path: Path, built
 def test_a_build_where_nothing_can_be_kept_is_a_reason_not_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
-    try:
-        reason = build_filter(locked)
-    finally:
-        locked.chmod(0o700)
-    if os.getuid() != 0:  # root writes anywhere
-        assert isinstance(reason, str) and "could not build" in reason and "Permission denied" in reason
+    def read_only(*args: Any, **kwargs: Any) -> Any:  # an existing cache directory this user may not write
+        raise PermissionError(13, "Permission denied")
+
+    with monkeypatch.context() as mp:  # patched, not chmod: root writes anywhere
+        mp.setattr(cupti_native.tempfile, "mkstemp", read_only)
+        reason = build_filter(tmp_path)
+    assert isinstance(reason, str) and "could not build" in reason and "Permission denied" in reason
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the cache directory's path is a file
+    reason = build_filter(blocked / "cache")
+    assert isinstance(reason, str) and reason.startswith(f"cannot keep the cupti layer's C filter in {blocked}")
     for name in ("FLASHCHECK_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
 

@@ -161,10 +161,7 @@ class CuptiHook(Hook):
 
             if not torch.cuda.is_available():
                 return "no CUDA device (CUPTI needs one)"
-        if self._backend is not None:
-            backend, reason = self._backend, self._backend.open()
-        else:
-            backend, reason, self.backend_note = _open_default()
+        backend, reason = self._open_backend()
         if reason is None:
             self._opened = backend
         return reason
@@ -172,10 +169,7 @@ class CuptiHook(Hook):
     def _install(self, sink: EventSink) -> None:
         backend = self._opened
         if backend is None:  # installed without asking first (tests, or a caller that knows)
-            if self._backend is not None:
-                backend, reason = self._backend, self._backend.open()
-            else:
-                backend, reason, self.backend_note = _open_default()
+            backend, reason = self._open_backend()
             if reason is not None:
                 raise RuntimeError(f"CUPTI layer: {reason}")
             self._opened = backend
@@ -186,6 +180,13 @@ class CuptiHook(Hook):
             self._opened = None
             backend.close()
             raise
+
+    def _open_backend(self) -> tuple[Backend, str | None]:
+        """The given backend, or the default one (`_open_default`), opened: (it, why it cannot run or None)."""
+        if self._backend is not None:
+            return self._backend, self._backend.open()
+        backend, reason, self.backend_note = _open_default()
+        return backend, reason
 
     def _uninstall(self) -> None:
         backend, self._opened = self._opened, None
@@ -286,7 +287,6 @@ def _open_default() -> tuple[Backend, str | None, str]:
             built = why
     except Exception as exc:  # the filter is an optimisation: any failure of it leaves the Python callbacks
         built = f"the C filter failed: {type(exc).__name__}: {exc}"
-    backend = CuptiBindings()
     return backend, backend.open(), f"Python callbacks: {built}"
 
 
