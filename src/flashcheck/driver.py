@@ -297,6 +297,7 @@ class Driver:
     def _eager(self, step: Step, spec: BatchSpec, index: int, name: str, loc: Location) -> list[Finding]:
         layout = self.layout_for(step, spec=spec)
         q = self.queries(spec, step.seed)
+        ref = self._reference(q, layout) if self.check_reference else None  # queued first: see `_reference`
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("plan", index, name):
@@ -308,8 +309,8 @@ class Driver:
         found += contract
         if blocked:
             return found
-        if self.check_reference:
-            found += self._compare(out, self._reference(q, layout), "eager vs reference", layout, loc)
+        if ref is not None:
+            found += self._compare(out, ref, "eager vs reference", layout, loc)
         return found
 
     def _capture(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
@@ -328,6 +329,9 @@ class Driver:
             found += self._capture(step, spec, bucket, index, f"capture bs={bucket} (implicit)", loc)
         layout = self.layout_for(step, pad_to=bucket, spec=spec)
         q = self.queries(spec, step.seed)
+        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
+        # replay and the eager check; queued first (see `_reference`)
+        ref = self._reference(q, layout) if self.check_reference else None
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("prepare_replay", index, name):
@@ -347,8 +351,6 @@ class Driver:
         found += contract
         if blocked:
             return found
-        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves both
-        ref = self._reference(q, layout) if self.check_reference else None
         if ref is not None and not self._compare(out, ref, "replay vs reference", layout, replay_loc):
             return found  # the replay agrees with the fp32 reference
         # no reference, or the replay disagrees with it: a fresh eager run of the same batch tells a replay bug
@@ -503,7 +505,9 @@ class Driver:
     def _reference(self, q: Any, layout: PagedLayout) -> Any:
         """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
         CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
-        then a graph's static output, valid until the next call."""
+        then a graph's static output, valid until the next call. A step queues it before the target's first call:
+        it depends only on the queries and the KV cache, so the device computes it while the host runs the
+        target's plan, and the output screen then waits only for the target's own kernels."""
         from flashcheck.reference.torch_ref import paged_attention_torch
 
         with self.checker.checker_read():
