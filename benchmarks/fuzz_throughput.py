@@ -10,6 +10,7 @@ The baseline runs first and last; ratios are against the faster of its two runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import sys
@@ -85,8 +86,11 @@ def _means(bs: list[int], kv: list[int]) -> dict[str, float]:
     return {"mean_batch": float(np.mean(bs)) if bs else 0.0, "mean_kv_tokens": float(np.mean(kv)) if kv else 0.0}
 
 
-def bench_state_machine(target: str, device: str, layers: str, seconds: float, seed: int) -> dict[str, Any]:
-    """The Hypothesis replay state machine (shrinking-capable), counting executed steps."""
+def bench_state_machine(
+    target: str, device: str, layers: str, seconds: float, seed: int, *, pipeline: bool = True
+) -> dict[str, Any]:
+    """The Hypothesis replay state machine (shrinking-capable), counting executed steps. `pipeline`: the isolated
+    worker runs a step while the parent draws the next (`fuzz_target`'s default), or one step at a time."""
     from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
 
     count = [0]
@@ -107,6 +111,7 @@ def bench_state_machine(target: str, device: str, layers: str, seconds: float, s
         layers=layers,
         database=None,
         check=on_step,
+        pipeline=pipeline,
     )  # warm-up (session + JIT), not timed
     count[0] = 0
     bs.clear()
@@ -123,13 +128,14 @@ def bench_state_machine(target: str, device: str, layers: str, seconds: float, s
             layers=layers,
             database=None,
             check=on_step,
+            pipeline=pipeline,
         )
     except FuzzFailure as exc:
         findings = len(exc.findings)
     dt = time.perf_counter() - t0
     close_sessions()
     return {
-        "mode": "Hypothesis state machine",
+        "mode": "Hypothesis state machine" + ("" if pipeline else " (one step at a time)"),
         "steps": count[0],
         "seconds": dt,
         "per_second": count[0] / dt,
@@ -242,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated detection layers to run the flashcheck modes "
         "under (off, cheap, all); every property is checked under each",
     )
+    p.add_argument(
+        "--state-machine",
+        default="pipelined,serial",
+        help="comma-separated state machine modes: pipelined (the default of fuzz runs: the isolated worker runs a "
+        "step while Hypothesis draws the next), serial (one step at a time)",
+    )
     p.add_argument("--seconds", type=float, default=20.0, help="timed seconds per mode (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
@@ -265,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     for layers in args.layers.split(","):
         if layers not in ("off", "cheap", "all"):
             p.error(f"--layers: {layers!r} is not one of off, cheap, all")
-        for bench in (bench_driver, bench_state_machine):
+        benches: list[Any] = [bench_driver]
+        for m in args.state_machine.split(","):
+            if m not in ("pipelined", "serial"):
+                p.error(f"--state-machine: {m!r} is not one of pipelined, serial")
+            benches.append(functools.partial(bench_state_machine, pipeline=m == "pipelined"))
+        for bench in benches:
             row = bench(args.target, device, layers, args.seconds, args.seed)
             row["mode"] = f"{row['mode']}, layers {layers}"
             row["layers"] = layers
@@ -274,14 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(_baseline_row(args, device, "last"))
     base = max(float(r["per_second"]) for r in rows if r["mode"].startswith("plain @given"))
     print(
-        f"\n{'mode':44} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
+        f"\n{'mode':64} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
         f"{'mean bs':>8} {'mean kv':>9}"
     )
     for r in rows:
         r["vs_given"] = r["per_second"] / base if base > 0 else None
         ratio = f"{r['vs_given']:.2f}x" if r["vs_given"] is not None else "n/a"
         print(
-            f"{r['mode']:44} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
+            f"{r['mode']:64} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
             f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}"
         )
     doc = {

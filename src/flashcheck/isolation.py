@@ -10,6 +10,7 @@ capture it first, as an engine does at start-up. The pytest plugin and ``flashch
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -20,6 +21,7 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,6 +36,16 @@ from flashcheck.watchdog import hang_finding, read_hang_file
 __all__ = ["IsolatedDriver"]
 
 _GRACE = 30.0  # seconds past the worker's own watchdog (timeout + its grace) before the parent kills it
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A step sent to a worker (`pid`), or answered at once (`result`: the target's setup raised)."""
+
+    step: Step
+    index: int
+    pid: int | None
+    result: StepResult | None
 
 
 class IsolatedDriver:
@@ -80,6 +92,8 @@ class IsolatedDriver:
         self._dir = Path(tempfile.mkdtemp(prefix="flashcheck-iso-"))
         self._hang_file = self._dir / "hang.txt"
         self._layer_facts: dict[str, str] = {}
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._retired: set[int] = set()  # workers stopped or killed by this driver
 
     # ---- the driver's interface --------------------------------------------------------------------------------
     @property
@@ -87,10 +101,47 @@ class IsolatedDriver:
         return self.target.capacity
 
     def execute(self, step: Step, index: int) -> StepResult:
+        self.submit(step, index)
+        return self.collect()
+
+    def submit(self, step: Step, index: int) -> None:
+        """Send a step to the worker without waiting for it; `collect` returns the results in the order submitted.
+
+        The worker runs the steps one after another, so the caller can prepare the next step meanwhile. A step sent
+        to a worker that an earlier step's fault or hang took down runs again in a fresh worker when collected."""
         setup = self._ensure_started()
         if setup is not None:  # the target's setup raised: this step's finding; the next step tries again
-            return StepResult(setup, None)
+            self._pending.append(_Pending(step, index, None, StepResult(setup, None)))
+            return
+        assert self._proc is not None
         self._send({"cmd": "step", "step": step.to_dict(), "i": index})
+        self._pending.append(_Pending(step, index, self._proc.pid, None))
+
+    def collect(self) -> StepResult:
+        """The result of the oldest step submitted and not yet collected."""
+        if not self._pending:
+            raise InvalidArgument("collect() without a submitted step")
+        p = self._pending.popleft()
+        if p.result is not None:
+            return p.result
+        if p.pid in self._retired:  # its worker was replaced before it ran the step: send it (and those behind it)
+            rest = list(self._pending)
+            self._pending.clear()
+            self.submit(p.step, p.index)
+            for q in rest:
+                if q.pid in self._retired:
+                    self.submit(q.step, q.index)
+                else:
+                    self._pending.append(q)
+            return self.collect()
+        return self._await(p.step, p.index)
+
+    @property
+    def in_flight(self) -> int:
+        """Steps submitted and not yet collected."""
+        return len(self._pending)
+
+    def _await(self, step: Step, index: int) -> StepResult:
         # a backstop only: the worker's own watchdog (with its warm-up leash and grace) answers first
         limit = (self.step_timeout * self.warm_up_scale + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
         ev = self._receive(limit)
@@ -107,6 +158,10 @@ class IsolatedDriver:
         raise AssertionError("unreachable")
 
     def reset_example(self) -> None:
+        while self._pending:  # steps after an example's end: their results belong to no example
+            p = self._pending.popleft()
+            if p.result is None and p.pid not in self._retired:
+                self._await(p.step, p.index)
         if self._proc is not None and self._proc.poll() is None:
             self._send({"cmd": "reset"})
             ev = self._receive(60.0)
@@ -114,6 +169,7 @@ class IsolatedDriver:
                 self._stop_worker()
 
     def close(self) -> None:
+        self._pending.clear()
         self._stop_worker()
         with contextlib.suppress(OSError):
             self._hang_file.unlink(missing_ok=True)
@@ -201,6 +257,7 @@ class IsolatedDriver:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        self._retired.add(proc.pid)
         with contextlib.suppress(OSError, ValueError):
             if proc.stdin is not None:
                 proc.stdin.close()
@@ -215,6 +272,8 @@ class IsolatedDriver:
         from flashcheck.campaign.checks import crash_cause, crash_finding
 
         proc = self._proc
+        if proc is not None:
+            self._retired.add(proc.pid)
         if hung and proc is not None:
             proc.kill()
         rc = proc.wait() if proc is not None else None

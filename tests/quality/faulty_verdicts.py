@@ -11,9 +11,17 @@ import time
 from typing import Any, ClassVar
 
 from flashcheck.layout import PagedLayout
+from flashcheck.scenario import Step
 from flashcheck.targets.reference import ReferenceTarget
 
 SMALL: dict[str, Any] = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+# a bucket captured, a replay of it that faults (`FaultSurfacesLater`, bs >= 2), then steps that need a fresh worker
+FAULT_THEN_GO_ON = (
+    Step("capture", (1, 1), (9, 17), bucket=2),
+    Step("replay", (1, 1), (9, 17), bucket=2),
+    Step("replay", (1,), (40,), bucket=1),
+    Step("eager", (2,), (30,)),
+)
 
 
 class SpinsInPrepareReplay(ReferenceTarget):

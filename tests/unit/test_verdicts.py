@@ -234,12 +234,7 @@ def test_output_contract_quiet_on_exact_rows() -> None:
 @pytest.mark.slow
 def test_an_isolated_worker_is_replaced_after_a_fault_and_the_steps_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(QUALITY)
-    steps = [
-        Step("capture", (1, 1), (9, 17), bucket=2),
-        Step("replay", (1, 1), (9, 17), bucket=2),
-        Step("replay", (1,), (40,), bucket=1),
-        Step("eager", (2,), (30,)),
-    ]
+    steps = fv.FAULT_THEN_GO_ON
     with IsolatedDriver("faulty_verdicts:FaultSurfacesLater", config=fv.SMALL, device="cpu", layers="off") as drv:
         results = [drv.execute(s, i) for i, s in enumerate(steps)]
     (fault,) = results[1].findings

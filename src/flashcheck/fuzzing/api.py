@@ -27,7 +27,8 @@ from flashcheck.errors import InvalidDefinition
 from flashcheck.fuzzing.distributions import DISTRIBUTIONS
 from flashcheck.fuzzing.options import Budget, active_options, parse_budget
 from flashcheck.fuzzing.recorder import default_log
-from flashcheck.fuzzing.stateful import FuzzFailure, ReplayMachine, Reset, StepCheck, fuzz_target, replay_machine
+from flashcheck.fuzzing.sessions import Reset, StepCheck
+from flashcheck.fuzzing.stateful import FuzzFailure, ReplayMachine, fuzz_target, replay_machine
 from flashcheck.fuzzing.strategies import EDGE_CASES
 from flashcheck.session import Layers
 from flashcheck.targets.protocol import Target

@@ -14,12 +14,9 @@ and the reproducer of the final (smallest) example is left in the finding log's 
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from hypothesis import HealthCheck, Phase, event, settings
@@ -28,13 +25,13 @@ from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from flashcheck.driver import Driver
 from flashcheck.errors import InvalidArgument, ViolationFound
 from flashcheck.findings import Finding
 from flashcheck.fuzzing.determinism import no_source_constants
 from flashcheck.fuzzing.distributions import DISTRIBUTIONS
 from flashcheck.fuzzing.options import PROFILES, Budget, active_options, parse_budget, resolve_profile
 from flashcheck.fuzzing.recorder import FindingLog, Recorded, default_log, describe
+from flashcheck.fuzzing.sessions import SESSIONS, SHRINK_SECONDS, MachineConfig, Reset, StepCheck
 from flashcheck.fuzzing.strategies import (
     ALLOCATORS,
     EDGE_CASES,
@@ -46,12 +43,11 @@ from flashcheck.fuzzing.strategies import (
 )
 from flashcheck.isolation import IsolatedDriver
 from flashcheck.known import split_known
-from flashcheck.rundir import merge_facts
 from flashcheck.scenario import Scenario, Step, StepResult
-from flashcheck.session import Layers, open_session
+from flashcheck.session import Layers
 from flashcheck.targets.protocol import Capacity, Target, check_target
 from flashcheck.targets.registry import make_target, target_spec
-from flashcheck.watchdog import STEP_HUNG, default_step_timeout
+from flashcheck.watchdog import STEP_HUNG
 
 __all__ = [
     "FuzzFailure",
@@ -63,10 +59,6 @@ __all__ = [
     "replay_machine",
     "session_layer_facts",
 ]
-
-Reset = Literal["capture", "session"]
-SHRINK_SECONDS = 60.0  # default shrink time of one failure (`MachineConfig.shrink_seconds`)
-StepCheck = Callable[[Step, StepResult], None]
 
 
 class _NotShrinkable(BaseException):  # Hypothesis lets a BaseException through unshrunk
@@ -89,137 +81,21 @@ class FuzzFailure(ViolationFound):
         self.args = (f"{len(records)} finding(s)\n{describe(records, snippet=False)}",)
 
 
-@dataclass(frozen=True)
-class MachineConfig:
-    """What a replay machine runs against and how (see `replay_machine`)."""
-
-    target: str | Target
-    config: Mapping[str, Any] = field(default_factory=dict)
-    device: str | None = None
-    layers: Layers = "all"
-    seed: int = 0
-    reset: Reset = "capture"
-    check: StepCheck | None = None
-    log: FindingLog | None = None
-    distributions: tuple[str, ...] = DISTRIBUTIONS
-    edge_cases: tuple[str, ...] = EDGE_CASES
-    isolate: bool | None = None
-    step_timeout: float | Literal["auto"] | None = "auto"
-    shrink_seconds: float | None = SHRINK_SECONDS
-    async_pressure_us: float | None = None
-
-    def key(self) -> tuple[Any, ...]:
-        tgt = self.target if isinstance(self.target, str) else f"{target_spec(self.target)}@{id(self.target)}"
-        return (
-            tgt,
-            json.dumps(dict(self.config), sort_keys=True, default=str),
-            self.device,
-            self.layers,
-            self.seed,
-            self.isolated(),
-            self.step_timeout,
-            self.async_pressure_us,
-        )
-
-    def isolated(self) -> bool:
-        """Run the session in a worker process (restarted after a fault or hang): by default on CUDA, where a fault
-        poisons the process; never for a target instance (it cannot cross the process boundary)."""
-        if not isinstance(self.target, str):
-            return False
-        if self.isolate is not None:
-            return self.isolate
-        from flashcheck.session import default_device
-
-        return str(self.device or default_device()).startswith("cuda")
-
-
-class _Sessions:
-    """Open sessions, one per `MachineConfig.key()`; closed at exit or by `close_sessions()`."""
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver | IsolatedDriver]] = {}
-        self._facts: list[dict[str, str]] = []  # layer facts of the sessions closed so far
-
-    def layer_facts(self) -> dict[str, str]:
-        """The detection layers of every session of this process so far (`Driver.layer_facts`), merged: a fact
-        that differed between sessions lists each value once, joined with `` | ``."""
-        return merge_facts(*self._facts, *(drv.layer_facts() for _, drv in self._open.values()))
-
-    def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
-        key = cfg.key()
-        hit = self._open.get(key)
-        if hit is not None and not hit[1].poisoned:
-            return hit[1]
-        if hit is not None:
-            self.drop(key)
-        stack = contextlib.ExitStack()
-        try:
-            drv: Driver | IsolatedDriver
-            if cfg.isolated():
-                assert isinstance(cfg.target, str)
-                timeout = cfg.step_timeout if cfg.step_timeout != "auto" else default_step_timeout("cuda")
-                drv = stack.enter_context(
-                    IsolatedDriver(
-                        cfg.target,
-                        config=cfg.config or None,
-                        device=cfg.device,
-                        layers=cfg.layers,
-                        seed=cfg.seed,
-                        step_timeout=timeout,
-                        async_pressure_us=cfg.async_pressure_us,
-                    )
-                )
-            else:
-                drv = stack.enter_context(
-                    open_session(
-                        cfg.target,
-                        config=cfg.config or None,
-                        device=cfg.device,
-                        layers=cfg.layers,
-                        seed=cfg.seed,
-                        step_timeout=cfg.step_timeout,
-                        async_pressure_us=cfg.async_pressure_us,
-                    )
-                )
-        except BaseException:
-            stack.close()
-            raise
-        self._open[key] = (stack, drv)
-        return drv
-
-    def forget_layer_facts(self) -> None:
-        self._facts = []
-
-    def drop(self, key: tuple[Any, ...]) -> None:
-        hit = self._open.pop(key, None)
-        if hit is not None:
-            facts = hit[1].layer_facts()
-            if facts and facts not in self._facts:
-                self._facts.append(facts)
-            hit[0].close()
-
-    def close(self) -> None:
-        for key in list(self._open):
-            self.drop(key)
-
-
-_SESSIONS = _Sessions()
 _BURST = 8  # at most this many replays per replay rule: serving runs many steps between two captures
 _FIRST_ROUND = 3  # examples in the first round of a time budget (then sized from the measured time per example)
-atexit.register(_SESSIONS.close)
 
 
 def close_sessions() -> None:
     """Tear down every cached fuzz session and forget their layer facts (the pytest plugin calls this at the end
     of the run: the next run in this process starts with none)."""
-    _SESSIONS.close()
-    _SESSIONS.forget_layer_facts()
+    SESSIONS.close()
+    SESSIONS.forget_layer_facts()
 
 
 def session_layer_facts() -> dict[str, str]:
     """The detection layers the fuzz sessions of this process ran, and the ones they skipped with why (facts for
     a run's environment: ``"detection layers"``, ``"layers skipped"``)."""
-    return _SESSIONS.layer_facts()
+    return SESSIONS.layer_facts()
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -232,13 +108,17 @@ class ReplayMachine(RuleBasedStateMachine):
     # the first failure of this run (monotonic time) and the latest failing example's reproducers: the smallest so far
     failed_at: ClassVar[float | None] = None
     last_failure: ClassVar[tuple[Recorded, ...]] = ()
+    # a pipelined step's findings judged after its example ended on an overrun (raised by `fuzz_target`)
+    unraised: ClassVar[tuple[Recorded, ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
         cfg = type(self).cfg
-        self.driver = _SESSIONS.driver(cfg)
+        self.driver = SESSIONS.driver(cfg)
         self.driver.reset_example()  # this example captures every bucket it replays
         self.steps: list[Step] = []
+        self.pipelined = cfg.pipeline and isinstance(self.driver, IsolatedDriver)
+        self._in_flight: tuple[int, Step] | None = None
         self.captured: set[int] = set()
         self.ws_fraction = 0.0
         self.ws_bytes = 0
@@ -248,15 +128,34 @@ class ReplayMachine(RuleBasedStateMachine):
     def scenario(self) -> Scenario:
         return Scenario(self.spec, tuple(self.steps), seed=self.cfg.seed, target_config=self.target_config)
 
-    def run_step(self, step: Step) -> StepResult:
+    def run_step(self, step: Step) -> None:
+        """Run `step` and judge its result (`fail` on findings). Pipelined (`MachineConfig.pipeline`), the step is
+        sent to the worker and judged when the next step is sent or the example ends, so the worker runs it while
+        Hypothesis draws the next; the example and the step a finding names are the same either way."""
         index = len(self.steps)
         self.steps.append(step)
-        result = self.driver.execute(step, index)
+        if not self.pipelined:
+            self._judge(step, index, self.driver.execute(step, index))
+            return
+        assert isinstance(self.driver, IsolatedDriver)
+        self.settle()
+        self.driver.submit(step, index)
+        self._in_flight = (index, step)
+
+    def settle(self) -> None:
+        """Judge the step in flight, if any (pipelined runs)."""
+        if self._in_flight is None:
+            return
+        (index, step), self._in_flight = self._in_flight, None
+        assert isinstance(self.driver, IsolatedDriver)
+        self._judge(step, index, self.driver.collect())
+
+    def _judge(self, step: Step, index: int, result: StepResult) -> None:
         if step.op == "capture" and step.bucket is not None and result.rejected is None:
             self.captured.add(step.bucket)
         if result.rejected is not None:
             event(f"rejected {step.op}: {result.rejected.split(':')[0]}")
-            return result
+            return
         if result.sample is not None:
             for used, allocated in result.sample.workspaces.values():
                 self.ws_bytes = max(self.ws_bytes, int(used))
@@ -270,7 +169,6 @@ class ReplayMachine(RuleBasedStateMachine):
             self.fail(index, unexpected)
         if self.cfg.check is not None:
             self.cfg.check(step, result)
-        return result
 
     def fail(self, index: int, findings: Sequence[Finding]) -> None:
         log = self.cfg.log or default_log()
@@ -314,18 +212,38 @@ class ReplayMachine(RuleBasedStateMachine):
         bucket = self.cap.bucket_for(p.batch_size)
         if bucket is None:
             return
+        if self._in_flight is not None and self._in_flight[1].op == "capture" and self._in_flight[1].bucket == bucket:
+            self.settle()  # whether the bucket is captured depends on the capture in flight
         if bucket not in self.captured:  # grow to a new bucket: the engine captures it on first use
             self.run_step(self.make_step("capture", p, alloc, bucket))
         self.run_step(self.make_step("replay", p, alloc, bucket))
 
     def teardown(self) -> None:
+        try:
+            self.settle()
+        except (FuzzFailure, _NotShrinkable) as exc:
+            if not _frozen():
+                raise
+            # the example ended on an overrun: Hypothesis can no longer take a failure, so the run raises it
+            type(self).unraised = exc.records
+            return
         # steer campaigns toward large workspace use and long sequences (one observation per label per example)
         hypothesis_target(float(self.ws_fraction), label="workspace fraction used")
         hypothesis_target(float(self.ws_bytes), label="workspace bytes used")
         hypothesis_target(float(len(self.steps)), label="steps in sequence")
         hypothesis_target(float(self.max_tokens), label="kv tokens in a batch")
         if self.cfg.reset == "session":
-            _SESSIONS.drop(self.cfg.key())
+            SESSIONS.drop(self.cfg.key())
+
+
+def _frozen() -> bool:
+    """Whether the running example's data is frozen (it ended on an overrun and takes no more outcomes)."""
+    from hypothesis.control import current_build_context
+
+    try:
+        return bool(current_build_context().data.frozen)
+    except Exception:  # no example running (the machine driven by hand)
+        return False
 
 
 def replay_machine(
@@ -344,6 +262,7 @@ def replay_machine(
     step_timeout: float | Literal["auto"] | None = "auto",
     shrink_seconds: float | None = SHRINK_SECONDS,
     async_pressure_us: float | None = None,
+    pipeline: bool = False,
 ) -> type[ReplayMachine]:
     """A `RuleBasedStateMachine` class that fuzzes replay sequences against `target`.
 
@@ -364,6 +283,10 @@ def replay_machine(
             example so far (on a GPU each attempt at a faulting step restarts a worker); None: no limit.
         async_pressure_us: device-side delay before each host-side preparation (see `flashcheck.pressure`);
             None: the run's ``--async-pressure-us`` (off unless given).
+        pipeline: with an isolated session, send each step to the worker and judge it when the next is sent, so
+            the worker runs a step while Hypothesis draws the next (`fuzz_target` turns it on; a machine run by
+            ``run_state_machine_as_test`` directly may end an example on an overrun whose last step's findings it
+            cannot report, so it stays off there).
 
     Use it as any Hypothesis state machine: ``TestReplay = replay_machine("decode-tc").TestCase``.
     """
@@ -385,6 +308,7 @@ def replay_machine(
         step_timeout=step_timeout,
         shrink_seconds=shrink_seconds,
         async_pressure_us=async_pressure_us if async_pressure_us is not None else active_options().async_pressure_us,
+        pipeline=pipeline,
     )
     cap = tgt_obj.capacity
     lp: dict[str, Any] = {"distributions": cfg.distributions, "edge_cases": cfg.edge_cases}
@@ -507,12 +431,13 @@ def fuzz_target(
     stop): the first round runs `_FIRST_ROUND` examples, each later one as many as the time left allows at the
     measured time per example (at most the profile's count), so a run overshoots its budget by about one example.
     Every round first replays failures saved in the example database. Other keyword arguments go to
-    `replay_machine`.
+    `replay_machine` (``pipeline`` defaults to True here).
     """
     prof = resolve_profile(profile)
     bud = parse_budget(budget) if budget is not None else Budget(examples=PROFILES[prof].examples)
+    machine_kw.setdefault("pipeline", True)
     machine = replay_machine(target, config=config, seed=seed, **machine_kw)
-    machine.failed_at, machine.last_failure = None, ()
+    machine.failed_at, machine.last_failure, machine.unraised = None, (), ()
     t0 = time.monotonic()
     rounds = 0
     asked = 0
@@ -535,6 +460,8 @@ def fuzz_target(
             failure = FuzzFailure(exc.records)
             failure.args = (f"{failure.args[0]}\n({exc.why})",)
             raise failure from None
+        if machine.unraised:
+            raise FuzzFailure(machine.unraised)
         rounds += 1
         asked += examples
         if bud.seconds is None or time.monotonic() - t0 >= bud.seconds:
