@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from flashcheck.driver import WARM_UP_SCALE
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument, ViolationFound
+from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding
 from flashcheck.rundir import Sample
 from flashcheck.scenario import Step, StepResult
@@ -80,6 +81,7 @@ class IsolatedDriver:
         self._dir = Path(tempfile.mkdtemp(prefix="flashcheck-iso-"))
         self._hang_file = self._dir / "hang.txt"
         self._layer_facts: dict[str, str] = {}
+        self._exercised = Exercised()  # what every worker exercised so far (`Driver.exercised`), merged
 
     # ---- the driver's interface --------------------------------------------------------------------------------
     @property
@@ -98,6 +100,7 @@ class IsolatedDriver:
             return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)
         kind = ev.get("ev")
         if kind == "result":
+            self._exercised = self._exercised.merged(Exercised.from_dict(ev.get("exercised")))
             findings = [Finding.from_dict(d) for d in ev.get("findings", [])]
             sample = Sample.from_dict(ev["sample"]) if ev.get("sample") else None
             if ev.get("poisoned"):
@@ -166,11 +169,16 @@ class IsolatedDriver:
             self._stop_worker()
             self._raise(ev)
         self._layer_facts = {str(k): str(v) for k, v in dict(ev.get("layers") or {}).items()}
+        self._exercised = self._exercised.merged(Exercised.from_dict(ev.get("exercised")))
         return None
 
     def layer_facts(self) -> dict[str, str]:
         """What `Driver.layer_facts` said in the last worker started (empty before the first step)."""
         return dict(self._layer_facts)
+
+    def exercised(self) -> Exercised:
+        """What `Driver.exercised` said in every worker so far, merged (empty before the first step)."""
+        return self._exercised.merged()
 
     @staticmethod
     def _read(proc: subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
@@ -271,7 +279,7 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
             warm_up_scale=float(spec.get("warm_up_scale", WARM_UP_SCALE)),
             async_pressure_us=spec.get("async_pressure_us"),
         ) as drv:
-            emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts())
+            emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts(), exercised=drv.exercised().to_dict())
             for line in sys.stdin:
                 cmd = json.loads(line)
                 if cmd.get("cmd") == "reset":
@@ -285,6 +293,7 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
                     sample=r.sample.to_dict() if r.sample else None,
                     rejected=r.rejected,
                     poisoned=drv.poisoned,
+                    exercised=drv.exercised().to_dict(),
                 )
                 if drv.poisoned:
                     out.flush()

@@ -94,12 +94,14 @@ class Checker:
         self._owner: int | None = None
         self.active_layers: list[str] = []
         self.skipped_layers: dict[str, str] = {}
+        self._final: tuple[frozenset[str], frozenset[str]] | None = None  # (exercised, applicable) at exit
+        self._seen: tuple[int, frozenset[str]] = (0, frozenset())  # `exercised` for so many places (they only grow)
 
     # ------------------------------------------------------------------------------------------ life cycle
     def __enter__(self) -> Checker:
         if self._entered:
             raise UsageError("this Checker is already active; a checker is entered once at a time")
-        self.active_layers, self.skipped_layers = [], {}
+        self.active_layers, self.skipped_layers, self._final, self._seen = [], {}, None, (-1, frozenset())
         installed: list[Hook] = []
         try:
             for h in self._hooks:
@@ -137,6 +139,7 @@ class Checker:
             if not self.monitor.any_open:
                 self._collect_deferred()
         finally:
+            self._final = (self.exercised(), self.applicable())  # while the hooks still say what they watch
             for h in reversed(self._installed):
                 try:
                     h.uninstall()
@@ -157,6 +160,38 @@ class Checker:
     def hook(self, layer: str) -> Hook | None:
         """The hook of detection layer `layer` (installed or not), or None when it was not selected."""
         return next((h for h in self._hooks if h.layer == layer), None)
+
+    def exercised(self) -> frozenset[str]:
+        """IDs of the runtime checks that watched something so far: a region opened at a place where an active
+        detection layer reports events that one of their rules applies to there (or folds the check itself). After
+        exit: what it was at exit."""
+        if self._final is not None and not self._entered:
+            return self._final[0]
+        places = self.monitor.places()
+        if self._seen[0] != len(places):
+            self._seen = (len(places), self._witnessed(places))
+        return self._seen[1]
+
+    def applicable(self) -> frozenset[str]:
+        """IDs of the runtime checks that an active layer could witness in some region a driver opens (each of
+        `REGIONS` at the top level, with this checker's cold regions): any other runtime check cannot apply here,
+        its layers being skipped or not selected."""
+        if self._final is not None and not self._entered:
+            return self._final[1]
+        return self._witnessed(tuple(self.monitor.probe(n) for n in REGIONS))
+
+    def _witnessed(self, places: Iterable[RegionRecord]) -> frozenset[str]:
+        ids: set[str] = set()
+        for rec in places:
+            for h in self._installed:
+                if not h.watches(rec):
+                    continue
+                ids.update(h.folds)
+                for ev in h.reports:
+                    check = self.monitor.rule(ev, rec)
+                    if check is not None:
+                        ids.add(check.id)
+        return frozenset(ids)
 
     # ---------------------------------------------------------------------------------------- CheckerLike
     @property
