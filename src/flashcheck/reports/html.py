@@ -72,8 +72,8 @@ def _header(view: ReportView) -> str:
         f'<header class="top"><h1>flashcheck {_e(view.run_kind)} report</h1><div class="sub">{sub}</div></header>\n'
         '<nav class="toc"><a href="#summary">Summary</a><a href="#findings">Findings</a>'
         + ('<a href="#errors">Run errors</a>' if view.errors else "")
-        + ('<a href="#checks">Checks</a>' if view.check_results() else "")
         + '<a href="#plots">Plots</a><a href="#by-property">By property</a><a href="#environment">Environment</a>'
+        + ('<a href="#checks">Checks</a>' if view.check_results() else "")
         + ('<a href="#fixed">Fixed</a>' if view.fixed else "")
         + "</nav>"
     )
