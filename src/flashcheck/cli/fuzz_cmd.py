@@ -10,6 +10,7 @@ already holds a run is refused unless ``--resume`` (its findings are kept). Exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _fuzz(args, config, budget, device, seed, writer, log)
     except BaseException as exc:  # recorded so that no report can read this run as clean, then passed on
+        with contextlib.suppress(Exception):  # what the sessions exercised before the run broke off
+            _record_sessions(writer)
         if isinstance(exc, KeyboardInterrupt):
             writer.error("interrupted by the user (Ctrl-C)")
         else:

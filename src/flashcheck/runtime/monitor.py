@@ -146,7 +146,7 @@ class Monitor:
         self._stackless: list[tuple[Check, RegionRecord, str, Event]] = []
         self.ignored = 0  # events seen outside any region or inside checker_read (for diagnostics)
         # one record per distinct place a region opened (its enclosing names and its own): what was watched
-        self._places: dict[tuple[tuple[Region, ...], Region], RegionRecord] = {}
+        self._places: dict[object, RegionRecord] = {}
 
     # ----------------------------------------------------------------------------------------------- regions
     def enter(
@@ -169,11 +169,13 @@ class Monitor:
         so every instruction here counts."""
         open_ = self._open
         name = rec.name
+        place: object = name  # a top-level region's place is its name: no tuple on the common path
         if open_:
             parent = open_[-1]
             rec.enclosing = (*parent.enclosing, parent.name)
             rec.hot = parent.hot or (name if name in self._hot_names else None)
             rec.graph_hot = parent.graph_hot or (name if name in self._graph_names else None)
+            place = (rec.enclosing, name)
         else:
             rec.enclosing = ()
             rec.hot = name if name in self._hot_names else None
@@ -183,7 +185,6 @@ class Monitor:
         rec.closed = False
         if self.record_region_stacks:  # layers that report later name regions by id, closed ones too
             self._regions[rid] = rec
-        place = (rec.enclosing, name)
         if place not in self._places:
             self._places[place] = rec
         open_.append(rec)
