@@ -211,11 +211,12 @@ class Driver:
                 out.cannot_apply(p.check.id, f"its phase ({p.phase.value}) never comes: {_NO_PHASE[p.phase]}")
         runtime = getattr(self.checker, "exercised", None)
         applicable = getattr(self.checker, "applicable", None)
-        if callable(runtime) and callable(applicable):
+        if callable(runtime) and callable(applicable):  # a `Checker` (a `NullChecker` has no detection layer)
             out.mark(*runtime())
+            seen = applicable()
             why = "; ".join(f"{k}: {v}" for k, v in self.layer_facts().items())
             for c in CHECKS:
-                if c.kind == "runtime" and c.id not in _LIFECYCLE and c.id not in applicable():
+                if c.kind == "runtime" and c.id not in _LIFECYCLE and c.id not in seen:
                     out.cannot_apply(c.id, f"no active detection layer sees it here ({why})")
         return out.merged()
 

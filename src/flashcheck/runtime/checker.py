@@ -94,14 +94,16 @@ class Checker:
         self._owner: int | None = None
         self.active_layers: list[str] = []
         self.skipped_layers: dict[str, str] = {}
-        self._final: tuple[frozenset[str], frozenset[str]] | None = None  # (exercised, applicable) at exit
-        self._seen: tuple[int, frozenset[str]] = (0, frozenset())  # `exercised` for so many places (they only grow)
+        # `exercised` for so many places (they only grow) and `applicable`, kept from exit on
+        self._seen: tuple[int, frozenset[str]] = (0, frozenset())
+        self._applicable: frozenset[str] | None = None
 
     # ------------------------------------------------------------------------------------------ life cycle
     def __enter__(self) -> Checker:
         if self._entered:
             raise UsageError("this Checker is already active; a checker is entered once at a time")
-        self.active_layers, self.skipped_layers, self._final, self._seen = [], {}, None, (-1, frozenset())
+        self.active_layers, self.skipped_layers = [], {}
+        self._seen, self._applicable = (-1, frozenset()), None
         installed: list[Hook] = []
         try:
             for h in self._hooks:
@@ -139,7 +141,8 @@ class Checker:
             if not self.monitor.any_open:
                 self._collect_deferred()
         finally:
-            self._final = (self.exercised(), self.applicable())  # while the hooks still say what they watch
+            self.exercised()  # both kept while the hooks still say what they watch
+            self.applicable()
             for h in reversed(self._installed):
                 try:
                     h.uninstall()
@@ -165,10 +168,8 @@ class Checker:
         """IDs of the runtime checks that watched something so far: a region opened at a place where an active
         detection layer reports events that one of their rules applies to there (or folds the check itself). After
         exit: what it was at exit."""
-        if self._final is not None and not self._entered:
-            return self._final[0]
         places = self.monitor.places()
-        if self._seen[0] != len(places):
+        if self._entered and self._seen[0] != len(places):
             self._seen = (len(places), self._witnessed(places))
         return self._seen[1]
 
@@ -176,9 +177,9 @@ class Checker:
         """IDs of the runtime checks that an active layer could witness in some region a driver opens (each of
         `REGIONS` at the top level, with this checker's cold regions): any other runtime check cannot apply here,
         its layers being skipped or not selected."""
-        if self._final is not None and not self._entered:
-            return self._final[1]
-        return self._witnessed(tuple(self.monitor.probe(n) for n in REGIONS))
+        if self._applicable is None and self._entered:
+            self._applicable = self._witnessed(tuple(self.monitor.probe(n) for n in REGIONS))
+        return self._applicable or frozenset()
 
     def _witnessed(self, places: Iterable[RegionRecord]) -> frozenset[str]:
         ids: set[str] = set()
