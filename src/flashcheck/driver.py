@@ -214,7 +214,10 @@ class Driver:
         if callable(runtime) and callable(applicable):  # a `Checker` (a `NullChecker` has no detection layer)
             out.mark(*runtime())
             seen = applicable()
-            why = "; ".join(f"{k}: {v}" for k, v in self.layer_facts().items())
+            # the layers by name: why each was skipped is the run's "layers skipped" fact
+            skipped = sorted(getattr(self.checker, "skipped_layers", {}))
+            active = ", ".join(getattr(self.checker, "active_layers", ())) or "none"
+            why = f"active: {active}" + (f"; skipped here: {', '.join(skipped)}" if skipped else "")
             for c in CHECKS:
                 if c.kind == "runtime" and c.id not in _LIFECYCLE and c.id not in seen:
                     out.cannot_apply(c.id, f"no active detection layer sees it here ({why})")
