@@ -317,7 +317,8 @@ class ReportView:
 
     def incomplete_reasons(self) -> list[str]:
         """Why this run cannot be called clean even without findings: recorded errors, a run that never finished
-        (killed, interrupted), a stop that was not the budget, targets that could not run."""
+        (killed, interrupted), a stop that was not the budget, targets that could not run, selected checks it never
+        exercised (a check that cannot apply to a target is not among them: it is named, with why, not missing)."""
         reasons = [f"run error: {e.splitlines()[0] if e else e}" for e in self.errors]
         if self.meta.get("finished") is None:
             reasons.append("the run never finished (killed or interrupted before it closed)")
