@@ -27,7 +27,7 @@ Sessions of one target (a restarted worker, a campaign's jobs) merge: a check ex
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ class Exercised:
         self.exercised.update(ids)
 
     def cannot_apply(self, check_id: str, why: str) -> None:
-        """`check_id` cannot apply to this target here, because `why` (a check exercised elsewhere stays exercised)."""
+        """`check_id` cannot apply to this target here, because `why` (first reason kept; a check also exercised
+        stays exercised: `merged` and `to_dict` drop it from here)."""
         self.not_applicable.setdefault(check_id, why)
 
     def merged(self, *others: Exercised) -> Exercised:
@@ -76,6 +77,7 @@ class Exercised:
         )
 
     def __bool__(self) -> bool:
+        """Whether anything was recorded at all."""
         return bool(self.exercised or self.not_applicable)
 
 
@@ -88,13 +90,11 @@ def merge_by_target(*maps: Mapping[str, Exercised]) -> dict[str, Exercised]:
     return dict(sorted(out.items()))
 
 
-def add_exercised(meta: dict[str, Any], by_target: Mapping[str, Exercised] | Iterable[tuple[str, Exercised]]) -> None:
+def add_exercised(meta: dict[str, Any], by_target: Mapping[str, Exercised]) -> None:
     """Merge per-target records into a run's metadata (``run.json`` ``"checks_by_target"``), keeping what it holds
     (a resumed run, earlier jobs of a campaign)."""
-    new = dict(by_target.items() if isinstance(by_target, Mapping) else by_target)
-    meta[CHECKS_BY_TARGET] = {
-        t: ex.to_dict() for t, ex in merge_by_target(read_checks_by_target(meta) or {}, new).items()
-    }
+    merged = merge_by_target(read_checks_by_target(meta) or {}, by_target)
+    meta[CHECKS_BY_TARGET] = {t: ex.to_dict() for t, ex in merged.items()}
 
 
 def read_checks_by_target(meta: Mapping[str, Any]) -> dict[str, Exercised] | None:
