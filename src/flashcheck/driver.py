@@ -38,6 +38,7 @@ from flashcheck.errors import (
     InvalidArgument,
     ViolationFound,
 )
+from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding, Location
 from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
 from flashcheck.pressure import AsyncPressure
@@ -53,6 +54,13 @@ from flashcheck.watchdog import STEP_HUNG, StepHung, Watchdog, hang_finding
 
 __all__ = ["Driver", "checks_run"]
 
+_LIFECYCLE = frozenset({TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id})  # runtime checks of no detection layer
+_NO_WORKSPACE = "the target holds no workspace from the checker's arena"
+_NO_PHASE = {
+    Phase.BEFORE_REPLAY: "the target captures no CUDA graphs (no buckets)",
+    Phase.COMPARE: "the target captures no CUDA graphs and the session does not compare with the reference",
+}
+
 _POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
 WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a process, times this
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
@@ -64,13 +72,12 @@ def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: boo
     staging layer, only where that layer is selected and a CUDA device runs it), FC252 with a step watchdog, FC251 in
     a campaign (its supervisor)."""
     ids = {p.check.id for p in PROPERTIES} | {WORKSPACE_WITHIN_BOUNDS.id, TARGET_RAISED.id}
-    lifecycle = {TARGET_RAISED.id, STEP_HUNG.id, WORKER_CRASHED.id}
     if layers != "off":
         selected = PRESETS.get(layers, ())
         ids |= {
             c.id
             for c in CHECKS
-            if c.kind == "runtime" and c.id not in lifecycle and (c.layer is None or (cuda and c.layer in selected))
+            if c.kind == "runtime" and c.id not in _LIFECYCLE and (c.layer is None or (cuda and c.layer in selected))
         }
     if watchdog:
         ids.add(STEP_HUNG.id)
@@ -135,6 +142,7 @@ class Driver:
         self._torch: Any = None
         self._q_pool: Any = None
         self._graphed_ref: Any = None
+        self._exercised = Exercised()
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -157,6 +165,7 @@ class Driver:
         with self.checker.checker_read():
             self.pressure.calibrate()
         loc = Location(target=self.target.name, step_name="setup", region="setup")
+        self._exercised.mark(TARGET_RAISED.id)  # the target is called: what it raises is classified from here on
         try:
             with self.checker.region("setup", step_name="setup"):
                 self.target.setup(TargetEnv(device=self.device, arena=self.checker.arena, k_cache=k, v_cache=v))
@@ -188,6 +197,31 @@ class Driver:
         if skipped:
             facts["layers skipped"] = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items()))
         return facts
+
+    def exercised(self) -> Exercised:
+        """The checks this session exercised so far (`flashcheck.exercised`), and those that cannot apply to its
+        target here with why: properties of phases no step of this target reaches, FC302 without an arena workspace,
+        runtime detectors no active detection layer sees (ask before the session closes, as `layer_facts`)."""
+        out = self._exercised.merged()
+        phases = {Phase.AFTER_PLAN, Phase.ON_OUTPUT}
+        phases |= {Phase.BEFORE_REPLAY, Phase.COMPARE} if self.cap.buckets else set()
+        phases |= {Phase.COMPARE} if self.check_reference else set()
+        for p in PROPERTIES:
+            if not any(q.phase in phases for q in PROPERTIES if q.check is p.check):
+                out.cannot_apply(p.check.id, f"its phase ({p.phase.value}) never comes: {_NO_PHASE[p.phase]}")
+        runtime = getattr(self.checker, "exercised", None)
+        applicable = getattr(self.checker, "applicable", None)
+        if callable(runtime) and callable(applicable):  # a `Checker` (a `NullChecker` has no detection layer)
+            out.mark(*runtime())
+            seen = applicable()
+            # the layers by name: why each was skipped is the run's "layers skipped" fact
+            skipped = sorted(getattr(self.checker, "skipped_layers", {}))
+            active = ", ".join(getattr(self.checker, "active_layers", ())) or "none"
+            why = f"active: {active}" + (f"; skipped here: {', '.join(skipped)}" if skipped else "")
+            for c in CHECKS:
+                if c.kind == "runtime" and c.id not in _LIFECYCLE and c.id not in seen:
+                    out.cannot_apply(c.id, f"no active detection layer sees it here ({why})")
+        return out.merged()
 
     def close(self) -> None:
         """The end of the session: stop the step watchdog and remove its hang file."""
@@ -266,6 +300,10 @@ class Driver:
                     with self.checker.checker_read():
                         arena_findings, usage = self.checker.arena.scan(index)
                     findings += arena_findings
+                    if usage:
+                        self._exercised.mark(WORKSPACE_WITHIN_BOUNDS.id)
+                    else:
+                        self._exercised.cannot_apply(WORKSPACE_WITHIN_BOUNDS.id, _NO_WORKSPACE)
         except StepHung:
             findings.append(self._hang(index, name))
         except FlashcheckError:
@@ -401,6 +439,7 @@ class Driver:
             yield
             return
         self._watchdog.arm(label, scale=self.warm_up_scale if warm else 1.0)
+        self._exercised.mark(STEP_HUNG.id)
         try:
             yield
         finally:
@@ -532,6 +571,7 @@ class Driver:
         with self.checker.checker_read():
             for prop in properties(phase):
                 got = prop.run(observation)
+                self._exercised.mark(prop.check.id)
                 found += got
                 blocked = blocked or (prop.blocks and bool(got))
         return found, blocked

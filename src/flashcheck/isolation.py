@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from flashcheck.driver import WARM_UP_SCALE
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument, ViolationFound
+from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding
 from flashcheck.rundir import Sample
 from flashcheck.scenario import Step, StepResult
@@ -94,6 +95,7 @@ class IsolatedDriver:
         self._layer_facts: dict[str, str] = {}
         self._pending: collections.deque[_Pending] = collections.deque()
         self._retired: set[int] = set()  # workers stopped or killed by this driver
+        self._exercised = Exercised()  # what every worker exercised so far (`Driver.exercised`), merged
 
     # ---- the driver's interface --------------------------------------------------------------------------------
     @property
@@ -149,6 +151,8 @@ class IsolatedDriver:
             return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)
         kind = ev.get("ev")
         if kind == "result":
+            if ev.get("exercised") is not None:  # sent when it changed
+                self._exercised = self._exercised.merged(Exercised.from_dict(ev["exercised"]))
             findings = [Finding.from_dict(d) for d in ev.get("findings", [])]
             sample = Sample.from_dict(ev["sample"]) if ev.get("sample") else None
             if ev.get("poisoned"):
@@ -222,11 +226,16 @@ class IsolatedDriver:
             self._stop_worker()
             self._raise(ev)
         self._layer_facts = {str(k): str(v) for k, v in dict(ev.get("layers") or {}).items()}
+        self._exercised = self._exercised.merged(Exercised.from_dict(ev.get("exercised")))
         return None
 
     def layer_facts(self) -> dict[str, str]:
         """What `Driver.layer_facts` said in the last worker started (empty before the first step)."""
         return dict(self._layer_facts)
+
+    def exercised(self) -> Exercised:
+        """What `Driver.exercised` said in every worker so far, merged (empty before the first step)."""
+        return self._exercised.merged()
 
     @staticmethod
     def _read(proc: subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
@@ -330,7 +339,8 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
             warm_up_scale=float(spec.get("warm_up_scale", WARM_UP_SCALE)),
             async_pressure_us=spec.get("async_pressure_us"),
         ) as drv:
-            emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts())
+            sent = drv.exercised().to_dict()
+            emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts(), exercised=sent)
             for line in sys.stdin:
                 cmd = json.loads(line)
                 if cmd.get("cmd") == "reset":
@@ -338,12 +348,15 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
                     emit(ev="ok")
                     continue
                 r = drv.execute(Step.from_dict(cmd["step"]), int(cmd["i"]))
+                exercised = drv.exercised().to_dict()
+                changed, sent = exercised != sent, exercised
                 emit(
                     ev="result",
                     findings=[f.to_dict() for f in r.findings],
                     sample=r.sample.to_dict() if r.sample else None,
                     rejected=r.rejected,
                     poisoned=drv.poisoned,
+                    exercised=exercised if changed else None,
                 )
                 if drv.poisoned:
                     out.flush()

@@ -22,7 +22,7 @@ from flashcheck.campaign.options import CampaignConfig
 from flashcheck.campaign.progress import Progress
 from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.supervisor import Job, Supervisor, _Handle
-from flashcheck.cli import main
+from flashcheck.cli import EXIT_INCOMPLETE, main
 from flashcheck.findings import Finding, Location
 from flashcheck.fuzzing.scenarios import random_steps
 from flashcheck.scenario import Scenario
@@ -83,7 +83,9 @@ def test_a_two_worker_campaign_runs_its_step_budget_and_no_more(
 ) -> None:
     out = tmp_path / "run"
     rc = _campaign(out, "--target", "cpu-reference", "--workers", "2", "--steps", "30", "--chunk-steps", "3")
-    assert rc == 0
+    # chunks of 3 steps only capture (every bucket is captured first): nothing replays or runs eagerly, so the
+    # properties of outputs and replays were never exercised and the campaign is not clean
+    assert rc == EXIT_INCOMPLETE
     meta = read_json(out / "run.json")
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert meta["stats"]["steps"] == 30 and len(samples) == 30, (meta["stats"], Counter(s["worker"] for s in samples))
@@ -159,7 +161,8 @@ def test_a_clean_campaign_lists_the_checks_it_reported_and_junit_passes_those(
     import xml.etree.ElementTree as ET
 
     out = tmp_path / "run"
-    assert _campaign(out, "--target", "cpu-reference", "--select", "FC301,FC303", "--steps", "4") == 0
+    # 12 steps: the 4 buckets are captured, then replays and eager steps compare outputs (FC303)
+    assert _campaign(out, "--target", "cpu-reference", "--select", "FC301,FC303", "--steps", "12") == 0
     assert read_json(out / "run.json")["checks"] == ["FC251", "FC301", "FC303"]
     capsys.readouterr()
     assert main(["report", str(out), "--no-color"]) == 0
@@ -170,16 +173,38 @@ def test_a_clean_campaign_lists_the_checks_it_reported_and_junit_passes_those(
     assert names == ["FC251", "FC301", "FC303"] and suite.get("tests") == "3" and suite.get("failures") == "0"
 
 
+def test_a_campaign_that_never_reaches_a_selected_check_is_incomplete_and_never_passes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """4 steps capture the 4 buckets and nothing more: no output is ever compared, so FC303 was selected and not
+    exercised. The campaign, the report and JUnit say so; FC301 (checked on every capture) passes."""
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "run"
+    assert _campaign(out, "--target", "cpu-reference", "--select", "FC301,FC303", "--steps", "4") == EXIT_INCOMPLETE
+    record = read_json(out / "run.json")["checks_by_target"]["cpu-reference"]
+    assert {"FC251", "FC301"} <= set(record["exercised"]) and "FC303" not in record["exercised"]
+    capsys.readouterr()
+    assert main(["report", str(out), "--no-color"]) == EXIT_INCOMPLETE
+    text = capsys.readouterr().out
+    assert "not exercised: FC303" in text and "passed: FC251, FC301" not in text.splitlines()[-1]
+    assert main(["report", str(out), "--format", "junit"]) == EXIT_INCOMPLETE
+    cases = {str(c.get("name")).split()[0]: c for c in ET.fromstring(capsys.readouterr().out).iter("testcase")}
+    skipped = cases["FC303"].find("skipped")
+    assert skipped is not None and skipped.get("message") == "not exercised"
+    assert cases["FC301"].find("skipped") is None and cases["FC301"].find("failure") is None
+
+
 def test_a_resumed_campaign_lasts_the_time_its_sessions_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An hour between two sessions (run.json's start moved an hour back) is not campaign time: the elapsed time,
     every report's duration and the summary add up the sessions alone."""
     out = tmp_path / "run"
-    assert _campaign(out, "--target", "cpu-reference", "--steps", "4") == 0
+    assert _campaign(out, "--target", "cpu-reference", "--steps", "12") == 0
     meta = read_json(out / "run.json")
     first = meta["stats"]["elapsed_s"]
     meta["started"] -= 3600.0
     (out / "run.json").write_text(json.dumps(meta))
-    assert main(["campaign", "--resume", str(out), "--steps", "8", "--log-every", "3600"]) == 0
+    assert main(["campaign", "--resume", str(out), "--steps", "24", "--log-every", "3600"]) == 0
     meta = read_json(out / "run.json")
     elapsed = meta["stats"]["elapsed_s"]
     assert meta["campaign"]["sessions"] == 2 and first < elapsed < 600 < meta["finished"] - meta["started"]

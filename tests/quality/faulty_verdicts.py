@@ -130,3 +130,14 @@ class EagerHostSync(ReferenceTarget):
 VERDICT_TARGETS: dict[str, type[ReferenceTarget]] = {
     c.name: c for c in (SpinsInPrepareReplay, RaisesOnValidInput, FaultSurfacesLater, ExtraPaddedRow, EagerHostSync)
 }
+
+
+class RejectsEveryInput(ReferenceTarget):
+    """A target whose declared input contract excludes every batch: each step is a counted skip, no property ever
+    sees an output or a replay, and a run against it must read as incomplete, never as clean."""
+
+    name = "rejects-every-input"
+    intended: ClassVar[tuple[str, ...]] = ()
+
+    def accepts(self, spec: Any) -> str | None:
+        return "this target serves no batch at all"

@@ -8,6 +8,7 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,8 +228,10 @@ def write_run(
     *,
     errors: list[str] | None = None,
     seed: int = 1234,
+    checks_by_target: dict[str, Any] | None = None,
 ) -> Path:
-    """A run directory in the `rundir` format with fixed metadata (no live environment, no wall clock)."""
+    """A run directory in the `rundir` format with fixed metadata (no live environment, no wall clock);
+    `checks_by_target` None writes it as flashcheck did before runs recorded what they exercised."""
     (d / "repros").mkdir(parents=True, exist_ok=True)
     with_repro: list[Finding] = []
     for f in findings:
@@ -271,8 +274,19 @@ def write_run(
             "in repros/quarantine-77.json"
         ],
     }
+    if checks_by_target is not None:
+        meta["checks_by_target"] = checks_by_target
     atomic_write_text(d / "run.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return d
+
+
+# what the synthetic run exercised: FC205 cannot apply here (its layer is skipped), the others ran
+RECORD = {
+    TARGET: {
+        "exercised": ["FC203", "FC301", "FC302", "FC304"],
+        "not_applicable": {"FC205": "no active detection layer sees it here (cupti: no CUDA device)"},
+    }
+}
 
 
 @pytest.fixture
@@ -283,7 +297,7 @@ def make_run() -> Callable[..., Path]:
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    return write_run(tmp_path / "run", current_findings(), _samples())
+    return write_run(tmp_path / "run", current_findings(), _samples(), checks_by_target=RECORD)
 
 
 @pytest.fixture
@@ -293,7 +307,15 @@ def baseline_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def clean_run_dir(tmp_path: Path) -> Path:
+    """A clean run as written before runs recorded what they exercised."""
     return write_run(tmp_path / "clean", [], _samples(30), errors=[], seed=5)
+
+
+@pytest.fixture
+def recorded_clean_run_dir(tmp_path: Path) -> Path:
+    """A run without findings that exercised every selected check but FC304 (FC205 cannot apply here)."""
+    record = {TARGET: {**RECORD[TARGET], "exercised": ["FC203", "FC301", "FC302"]}}
+    return write_run(tmp_path / "recorded", [], _samples(30), errors=[], seed=5, checks_by_target=record)
 
 
 @pytest.fixture

@@ -51,6 +51,12 @@ def test_golden_clean_run_terminal(clean_run_dir: Path) -> None:
     check_golden("terminal-clean.txt", render(load_run(clean_run_dir), "terminal"))
 
 
+@pytest.mark.parametrize("fmt", ["terminal", "concise", "markdown", "junit"])
+def test_golden_run_with_a_check_not_exercised(fmt: str, recorded_clean_run_dir: Path) -> None:
+    text = render(load_run(recorded_clean_run_dir), fmt)
+    check_golden(f"not-exercised-{fmt}{SUFFIXES[check_format(fmt)]}", text)
+
+
 def test_rendering_is_deterministic(run_dir: Path, baseline_dir: Path) -> None:
     result, base = load_run(run_dir), load_run(baseline_dir)
     for fmt in FORMATS:

@@ -33,9 +33,11 @@ def one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
 
 
 def fuzz(out: Path, *extra: str, target: str = "cpu-reference") -> int:
+    # a fixed seed: 3 examples of seed 1 replay a graph, so every selected check runs (a seed whose examples never
+    # replay leaves FC304 not exercised, and the run is incomplete, never clean)
     return main([
         "fuzz", "--target", target, "--config", SMALL, "--examples", "3", "--profile", "ci",
-        "--device", "cpu", "--out", str(out), *extra,
+        "--device", "cpu", "--seed", "1", "--out", str(out), *extra,
     ])  # fmt: skip
 
 
@@ -121,7 +123,9 @@ def test_a_second_writer_of_a_run_directory_gets_a_clear_error(
 
 def test_the_default_fuzz_directory_is_fresh_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["fuzz", "--config", SMALL, "--examples", "2", "--profile", "ci", "--device", "cpu"]) == 0
+    assert (
+        main(["fuzz", "--config", SMALL, "--examples", "3", "--profile", "ci", "--device", "cpu", "--seed", "1"]) == 0
+    )
     runs = list((tmp_path / "runs").glob("fuzz-*"))
     assert len(runs) == 1 and (runs[0] / "run.json").is_file()
 

@@ -28,6 +28,7 @@ from flashcheck.campaign.progress import Progress, Snapshot, WorkerLine
 from flashcheck.campaign.store import CampaignStore
 from flashcheck.campaign.worker import HANG_FILE, WATCHDOG_SHARE
 from flashcheck.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, InvalidArgument
+from flashcheck.exercised import Exercised, add_exercised
 from flashcheck.findings import Finding
 from flashcheck.known import unmatched_entries
 from flashcheck.repro import make_repro
@@ -273,6 +274,9 @@ class Supervisor:
             self.ran_targets.add(h.target_name)
             if isinstance(ev.get("environment"), dict):
                 add_environment(self.store.meta.setdefault("environment", {}), ev["environment"])
+            add_exercised(self.store.meta, {h.target_name: Exercised({WORKER_CRASHED.id})})  # we watch it from here
+        elif kind == "exercised":  # what the worker's session exercised of the checks (flashcheck.exercised)
+            add_exercised(self.store.meta, {str(ev.get("name")): Exercised.from_dict(ev.get("checks"))})
         elif kind == "poisoned":
             h.poisoned = True
             h.setup_failed = bool(ev.get("setup"))

@@ -126,11 +126,13 @@ class Worker:
                 async_pressure_us=self.cfg.async_pressure_us,
             ) as drv:
                 self.emit("target", job=job, name=drv.target.name, environment={**environment(), **drv.layer_facts()})
+                sent = self.exercised(job, drv, {})
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
                     r = drv.execute(step, i)
                     executed += 1
+                    sent = self.exercised(job, drv, sent)
                     # documented upstream behaviours (flashcheck.known) are counted, not reported as findings
                     unexpected, known = split_known(r.findings, drv.target.name)
                     self.emit(
@@ -154,6 +156,14 @@ class Worker:
             self.out.flush()
             os._exit(EXIT_POISONED)
         self.emit("done", job=job, steps=executed)
+
+    def exercised(self, job: str, drv: Any, sent: dict[str, Any]) -> dict[str, Any]:
+        """Tell the supervisor what the session exercised of the checks (`Driver.exercised`) when it changed since
+        `sent`, before the step's own event: a worker that dies next has reported it. Returns what it sent."""
+        checks: dict[str, Any] = drv.exercised().to_dict()
+        if checks != sent:
+            self.emit("exercised", job=job, name=drv.target.name, checks=checks)
+        return checks
 
     def serve(self, commands: _Commands) -> None:
         import torch  # noqa: F401  (so that environment() reports torch and the device)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcheck.cli._common import add_async_pressure, add_config, add_out, parse_json_object
-from flashcheck.errors import InvalidArgument
+from flashcheck.errors import EXIT_CLEAN, EXIT_INCOMPLETE, InvalidArgument
 from flashcheck.pressure import parse_pressure_us
 
 __all__ = ["add_arguments", "auto_targets", "run"]
@@ -270,4 +270,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if outcome.code in (2, 3, 5):
         print(f"flashcheck campaign: {outcome.reason}", file=sys.stderr)
+    if outcome.code == EXIT_CLEAN:  # no finding; clean only as every report reads it (each selected check exercised)
+        from flashcheck.reports import build_view
+        from flashcheck.rundir import load_run
+
+        view = build_view(load_run(run_dir))
+        if view.verdict() == "incomplete":
+            print(f"flashcheck campaign: incomplete: {'; '.join(view.incomplete_reasons())}", file=sys.stderr)
+            return EXIT_INCOMPLETE
     return outcome.code

@@ -3,19 +3,21 @@
 Writes ``OUT/run.json``, ``OUT/findings.json``, ``OUT/samples.jsonl`` and ``OUT/repros/SIG.json``; a directory that
 already holds a run is refused unless ``--resume`` (its findings are kept). Exit codes as every subcommand
 (`flashcheck.cli`): 1 with findings (the shrunk program and the replay command are printed), 0 clean, 2 bad input,
-3 when the target cannot run here, 130 interrupted (the run directory then says so).
+3 when the target cannot run here, 4 when a selected check was never exercised (``run.json`` ``"checks_by_target"``,
+`flashcheck.exercised`), 130 interrupted (the run directory then says so).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS
+from flashcheck.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INCOMPLETE
 from flashcheck.cli._common import Progress, add_async_pressure, add_config, add_out, parse_json_object
 from flashcheck.errors import InvalidArgument
 
@@ -125,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _fuzz(args, config, budget, device, seed, writer, log)
     except BaseException as exc:  # recorded so that no report can read this run as clean, then passed on
+        with contextlib.suppress(Exception):  # what the sessions exercised before the run broke off
+            _record_sessions(writer)
         if isinstance(exc, KeyboardInterrupt):
             writer.error("interrupted by the user (Ctrl-C)")
         else:
@@ -145,7 +149,7 @@ def _fuzz(
     log: FindingLog,
 ) -> int:
     from flashcheck.fuzzing.recorder import describe
-    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target, session_layer_facts
+    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
     from flashcheck.scenario import Step, StepResult
 
     close_sessions()  # sessions (and their layer facts) of an earlier run in this process are not this run's
@@ -172,7 +176,7 @@ def _fuzz(
         )
     except FuzzFailure as exc:
         progress.done()
-        writer.meta.setdefault("environment", {}).update(session_layer_facts())
+        _record_sessions(writer)
         writer.add_findings(exc.findings)
         writer.close(findings=len(exc.findings), steps=steps[0])
         print(describe(exc.records))
@@ -181,9 +185,24 @@ def _fuzz(
         print(f"seed {seed}: rerun with --seed {seed}")
         return EXIT_FINDINGS
     progress.done()
-    writer.meta.setdefault("environment", {}).update(session_layer_facts())
+    _record_sessions(writer)
     writer.close(rounds=report.rounds, elapsed=report.elapsed, steps=steps[0])
-    print(
-        f"clean: {report.rounds} round(s) of {report.budget}, {steps[0]} steps in {report.elapsed:.1f}s (seed {seed})"
-    )
+    ran = f"{report.rounds} round(s) of {report.budget}, {steps[0]} steps in {report.elapsed:.1f}s (seed {seed})"
+    from flashcheck.reports import build_view
+    from flashcheck.rundir import RunResult
+
+    view = build_view(RunResult(writer.meta, []))
+    if view.verdict() == "incomplete":  # no finding, but not every selected check ran: never called clean
+        print(f"incomplete: {ran}; " + "; ".join(view.incomplete_reasons()))
+        return EXIT_INCOMPLETE
+    print(f"clean: {ran}")
     return EXIT_CLEAN
+
+
+def _record_sessions(writer: RunWriter) -> None:
+    """The run's detection-layer facts and what its sessions exercised of the checks, per target (run.json)."""
+    from flashcheck.exercised import add_exercised
+    from flashcheck.fuzzing.stateful import session_exercised, session_layer_facts
+
+    writer.meta.setdefault("environment", {}).update(session_layer_facts())
+    add_exercised(writer.meta, session_exercised())

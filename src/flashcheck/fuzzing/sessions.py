@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from flashcheck.driver import Driver
+from flashcheck.exercised import Exercised, merge_by_target
 from flashcheck.fuzzing.distributions import DISTRIBUTIONS
 from flashcheck.fuzzing.recorder import FindingLog
 from flashcheck.fuzzing.strategies import EDGE_CASES
@@ -80,11 +81,16 @@ class _Sessions:
     def __init__(self) -> None:
         self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver | IsolatedDriver]] = {}
         self._facts: list[dict[str, str]] = []  # layer facts of the sessions closed so far
+        self._exercised: dict[str, Exercised] = {}  # per target name: what the sessions closed so far exercised
 
     def layer_facts(self) -> dict[str, str]:
         """The detection layers of every session of this process so far (`Driver.layer_facts`), merged: a fact
         that differed between sessions lists each value once, joined with `` | ``."""
         return merge_facts(*self._facts, *(drv.layer_facts() for _, drv in self._open.values()))
+
+    def exercised(self) -> dict[str, Exercised]:
+        """Per target name, the checks every session of this process so far exercised (`Driver.exercised`)."""
+        return merge_by_target(self._exercised, *({d.target.name: d.exercised()} for _, d in self._open.values()))
 
     def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
         key = cfg.key()
@@ -116,7 +122,7 @@ class _Sessions:
         return drv
 
     def forget_layer_facts(self) -> None:
-        self._facts = []
+        self._facts, self._exercised = [], {}
 
     def drop(self, key: tuple[Any, ...]) -> None:
         hit = self._open.pop(key, None)
@@ -124,6 +130,7 @@ class _Sessions:
             facts = hit[1].layer_facts()
             if facts and facts not in self._facts:
                 self._facts.append(facts)
+            self._exercised = merge_by_target(self._exercised, {hit[1].target.name: hit[1].exercised()})
             hit[0].close()
 
     def close(self) -> None:

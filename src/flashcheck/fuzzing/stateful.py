@@ -26,6 +26,7 @@ from hypothesis import target as hypothesis_target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from flashcheck.errors import InvalidArgument, ViolationFound
+from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding
 from flashcheck.fuzzing.determinism import no_source_constants
 from flashcheck.fuzzing.distributions import DISTRIBUTIONS
@@ -57,6 +58,7 @@ __all__ = [
     "close_sessions",
     "fuzz_target",
     "replay_machine",
+    "session_exercised",
     "session_layer_facts",
 ]
 
@@ -90,6 +92,12 @@ def close_sessions() -> None:
     of the run: the next run in this process starts with none)."""
     SESSIONS.close()
     SESSIONS.forget_layer_facts()
+
+
+def session_exercised() -> dict[str, Exercised]:
+    """Per target name, the checks the fuzz sessions of this process exercised (``run.json``
+    ``"checks_by_target"``, `flashcheck.exercised`)."""
+    return SESSIONS.exercised()
 
 
 def session_layer_facts() -> dict[str, str]:

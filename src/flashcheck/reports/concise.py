@@ -35,6 +35,5 @@ def render(view: ReportView) -> str:
     elif verdict == "findings":
         out.append(f"FAIL: {len(view.entries)} finding(s)")
     else:
-        ran = view.checks_run()
-        out.append("OK: no findings" + (f"; checks run and passed: {', '.join(ran)}" if ran else ""))
+        out.append("; ".join(["OK: no findings", *view.checks_text()]))
     return "\n".join(out) + "\n"

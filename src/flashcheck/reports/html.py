@@ -73,6 +73,7 @@ def _header(view: ReportView) -> str:
         '<nav class="toc"><a href="#summary">Summary</a><a href="#findings">Findings</a>'
         + ('<a href="#errors">Run errors</a>' if view.errors else "")
         + '<a href="#plots">Plots</a><a href="#by-property">By property</a><a href="#environment">Environment</a>'
+        + ('<a href="#checks">Checks</a>' if view.check_results() else "")
         + ('<a href="#fixed">Fixed</a>' if view.fixed else "")
         + "</nav>"
     )
@@ -87,6 +88,8 @@ def _summary(view: ReportView) -> str:
         text = f"{n} finding(s)" if n else "No findings"
     if view.verdict() == "incomplete":
         text = "Incomplete run: " + "; ".join(view.incomplete_reasons())
+    elif view.verdict() == "clean":
+        text = "; ".join([text, *view.checks_text()])
     cls = "ok" if view.verdict() == "clean" else "fail"
     sev = view.severity_counts()
     cards = [(str(n), "findings", "")]
@@ -390,6 +393,22 @@ def _environment(view: ReportView) -> str:
     )
 
 
+def _checks(view: ReportView) -> str:
+    """Every selected check on every target that ran, with what it did there (`ReportView.check_results`)."""
+    results = view.check_results()
+    if not results:
+        return ""
+    rows = "".join(
+        f'<tr><td><b>{_e(r.id)}</b> {_e(r.name)}</td><td>{_e(r.target)}</td><td><span class="badge">'
+        f"{_e(r.status.value)}</span></td><td>{_e(r.reason)}</td></tr>"
+        for r in results
+    )
+    return (
+        '<section id="checks"><h2>Checks</h2><table id="checks-table"><thead><tr><th>check</th><th>target</th>'
+        f"<th>status</th><th>why</th></tr></thead><tbody>{rows}</tbody></table></section>"
+    )
+
+
 def _fixed(view: ReportView) -> str:
     if not view.fixed:
         return ""
@@ -434,6 +453,7 @@ def render(view: ReportView) -> str:
         + _by_property(view)
         + "\n"
         + _environment(view)
+        + _checks(view)
         + _fixed(view)
         + f"\n<footer>flashcheck {_e(__version__)} · every finding links to its check page; this file needs no "
         "network and opens from disk.</footer>\n</main>\n"

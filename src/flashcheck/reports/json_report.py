@@ -1,7 +1,9 @@
 """JSON report: the whole view as one versioned document (``"format": "flashcheck-report", "version": 1``).
 
 The document's JSON Schema ships in the package (`schema()`, file ``reports/schema/report-v1.schema.json``); a
-consumer should check ``version`` and refuse a newer one. Findings are `Finding.to_dict()` plus a ``status``.
+consumer should check ``version`` and refuse a newer one. Findings are `Finding.to_dict()` plus a ``status``;
+``checks`` lists every selected check on every target that ran with its status (``passed`` only when exercised and
+clean, ``not exercised``, ``not applicable`` with its reason, ``failed``, ``unrecorded`` for older runs).
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ def to_document(view: ReportView) -> dict[str, Any]:
         },
         "baseline": baseline,
         "findings": [_finding(e) for e in view.entries],
+        "checks": [
+            {"id": r.id, "name": r.name, "target": r.target, "status": r.status.value, "reason": r.reason}
+            for r in view.check_results()
+        ],
         "fixed": [_finding(e) for e in view.fixed],
         "coverage": {
             "batch_sizes": [{"size": k, "steps": n} for k, n in view.batch_size_histogram()],

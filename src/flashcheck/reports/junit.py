@@ -1,9 +1,12 @@
 """JUnit XML report: one test case per (check, target), failing when that check found something on that target.
 
-CI systems (GitLab, Jenkins, GitHub test reporters) show each property per target as a test. Checks that ran clean
-appear as passing cases when the run lists them in ``run.json`` (``"checks": [IDs]``, ``"targets": [names]``), on
-every target that ran (a target a campaign dropped as unable to run here gets none);
-run errors become one ``<error>`` case, so a crashed run never reads as green.
+CI systems (GitLab, Jenkins, GitHub test reporters) show each property per target as a test. Every check the run
+selected (``run.json`` ``"checks"``) gets a case on every target that ran (a target a campaign dropped as unable to
+run here gets none): passing only when the run exercised it there and it found nothing (``"checks_by_target"``,
+`flashcheck.exercised`); ``<skipped message="not exercised">`` when it should have run and did not (the run is then
+incomplete), ``<skipped message="not applicable: WHY">`` when it cannot apply to that target. A run written before
+flashcheck recorded what it exercised shows its listed checks as passing cases, as it did then. Run errors and
+every other reason a run is incomplete become one ``<error>`` case, so a crashed run never reads as green.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from flashcheck.findings import Finding
-from flashcheck.reports.model import Entry, FindingStatus, ReportView, evidence_items, lookup_rule
+from flashcheck.reports.model import CheckStatus, Entry, FindingStatus, ReportView, evidence_items, lookup_rule
 
 __all__ = ["render"]
 
@@ -39,8 +42,12 @@ def _finding_text(e: Entry) -> str:
     return "\n".join(lines)
 
 
-def _case(parent: ET.Element, classname: str, name: str, entries: list[Entry], fixed: list[Entry]) -> None:
+def _case(
+    parent: ET.Element, classname: str, name: str, entries: list[Entry], fixed: list[Entry], skipped: str | None
+) -> None:
     case = ET.SubElement(parent, "testcase", {"classname": classname, "name": name, "time": "0"})
+    if skipped is not None and not entries:
+        ET.SubElement(case, "skipped", {"message": skipped})
     if entries:
         first = entries[0].finding
         more = f" (and {len(entries) - 1} more)" if len(entries) > 1 else ""
@@ -75,9 +82,13 @@ def render(view: ReportView) -> str:
         key = (e.finding.id, _target_of(e.finding, default_target))
         fixed.setdefault(key, []).append(e)
         names.setdefault(e.finding.id, e.finding.name)
-    for cid in view.checks_run():  # a check passes on each target that ran (not one a campaign dropped)
-        for t in view.targets_run():
-            cases.setdefault((cid, t), [])
+    skipped: dict[tuple[str, str], str] = {}
+    for r in view.check_results():  # each selected check on each target that ran (not one a campaign dropped)
+        cases.setdefault((r.id, r.target), [])
+        if r.status is CheckStatus.NOT_EXERCISED:
+            skipped[(r.id, r.target)] = "not exercised"
+        elif r.status is CheckStatus.NOT_APPLICABLE:
+            skipped[(r.id, r.target)] = f"not applicable: {r.reason}"
     for key in fixed:
         cases.setdefault(key, [])
 
@@ -104,7 +115,7 @@ def render(view: ReportView) -> str:
             "tests": str(len(keys) + errors),
             "failures": str(failures),
             "errors": str(errors),
-            "skipped": "0",
+            "skipped": str(sum(1 for k in keys if k in skipped and not cases[k])),
             "time": duration,
         },
     )
@@ -119,7 +130,7 @@ def render(view: ReportView) -> str:
             # a listed check that found nothing: its name comes from the catalogue (or stays the bare ID)
             name = _registered_name(cid)
         key = (cid, target)
-        _case(suite, f"flashcheck.{target}", f"{cid} {name}".strip(), cases[key], fixed.get(key, []))
+        _case(suite, f"flashcheck.{target}", f"{cid} {name}".strip(), cases[key], fixed.get(key, []), skipped.get(key))
     if problems:  # an incomplete run is never green: one error case with every reason
         case = ET.SubElement(suite, "testcase", {"classname": f"flashcheck.{view.target}", "name": "run", "time": "0"})
         err = ET.SubElement(case, "error", {"message": f"incomplete run: {problems[0]}", "type": "run-error"})

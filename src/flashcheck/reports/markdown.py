@@ -78,9 +78,8 @@ def _verdict(view: ReportView) -> str:
             f"{head} against the baseline ({view.count(FindingStatus.UNCHANGED)} unchanged, "
             f"{view.count(FindingStatus.FIXED)} fixed)"
         )
-    ran = view.checks_run()
-    passed = f" ({len(ran)} checks ran and passed: {', '.join(ran)})" if ran else ""
-    return f"❌ **{n} finding(s)**" if n else "✅ **No findings**" + passed
+    checks = view.checks_text()
+    return f"❌ **{n} finding(s)**" if n else "✅ **No findings**" + (f" ({'; '.join(checks)})" if checks else "")
 
 
 def render(view: ReportView) -> str:

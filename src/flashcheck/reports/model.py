@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from flashcheck.errors import UsageError
+from flashcheck.exercised import Exercised, read_checks_by_target
 from flashcheck.findings import Finding, Severity
 from flashcheck.rundir import RunResult, Sample
 
 __all__ = [
     "MAX_REPRO_CHARS",
+    "CheckResult",
+    "CheckStatus",
     "Entry",
     "FindingStatus",
     "Group",
@@ -47,6 +50,27 @@ class FindingStatus(str, enum.Enum):
     FIXED = "fixed"
 
 
+class CheckStatus(str, enum.Enum):
+    """Where one selected check stands on one target (`ReportView.check_results`)."""
+
+    PASSED = "passed"  # exercised on real observations, found nothing
+    FAILED = "failed"  # found something
+    NOT_EXERCISED = "not exercised"  # should have run and did not: the run is not clean
+    NOT_APPLICABLE = "not applicable"  # cannot apply to this target here, by design (`CheckResult.reason` says why)
+    UNRECORDED = "unrecorded"  # a run written before flashcheck recorded what it exercised: listed, as it then said
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One selected check on one target that ran."""
+
+    id: str
+    name: str
+    target: str
+    status: CheckStatus
+    reason: str = ""
+
+
 @dataclass(frozen=True)
 class RuleInfo:
     """What a report says about a check: its catalogue page when catalogued, else what the finding itself says."""
@@ -69,6 +93,16 @@ def lookup_rule(finding: Finding) -> RuleInfo:
     except UsageError:
         return RuleInfo(finding.id, finding.name, finding.kind, finding.name, "", finding.docs, False)
     return RuleInfo(info.id, info.name, info.kind, info.summary, info.doc, finding.docs, True)
+
+
+def _check_name(cid: str) -> str:
+    """The catalogue name of check `cid` (empty for one this flashcheck does not know)."""
+    from flashcheck.catalogue import get_check
+
+    try:
+        return get_check(cid).name
+    except UsageError:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -200,11 +234,73 @@ class ReportView:
             return name if name == spec else f"{name} ({spec})"
         return spec
 
-    def checks_run(self) -> list[str]:
-        """The check IDs the run executed (``run.json`` ``"checks"``), sorted; empty when the run does not list
-        them. A clean verdict names them, and JUnit shows each as a passing case."""
+    def checks_selected(self) -> list[str]:
+        """The check IDs the run selected (``run.json`` ``"checks"``), sorted; empty when the run does not list
+        them (a static run). What each did on each target: `check_results`."""
         listed = self.meta.get("checks")
         return sorted({str(c) for c in listed}) if isinstance(listed, list) else []
+
+    def exercise_recorded(self) -> bool:
+        """Whether the run recorded what it exercised (``run.json`` ``"checks_by_target"``; runs written before
+        flashcheck did are rendered as they were then, each listed check `CheckStatus.UNRECORDED`)."""
+        return read_checks_by_target(self.meta) is not None
+
+    def check_results(self) -> list[CheckResult]:
+        """Every selected check on every target that ran, by ID then target: failed with a finding there, else
+        passed when exercised, not applicable (with why) when it cannot apply there, else not exercised."""
+        records = read_checks_by_target(self.meta)
+        targets = self.targets_run()
+        hit = {(e.finding.id, e.finding.location.target or self.target) for e in self.entries}
+        out = []
+        for cid in self.checks_selected():
+            name = _check_name(cid)
+            for t in targets:
+                ex = records.get(t, Exercised()) if records is not None else None
+                if (cid, t) in hit or (len(targets) == 1 and any(c == cid for c, _ in hit)):
+                    status, why = CheckStatus.FAILED, ""
+                elif ex is None:
+                    status, why = CheckStatus.UNRECORDED, ""
+                elif cid in ex.exercised:
+                    status, why = CheckStatus.PASSED, ""
+                elif cid in ex.not_applicable:
+                    status, why = CheckStatus.NOT_APPLICABLE, ex.not_applicable[cid]
+                else:
+                    status, why = CheckStatus.NOT_EXERCISED, "selected, but nothing in the run reached it"
+                out.append(CheckResult(cid, name, t, status, why))
+        return out
+
+    def checks_by_status(self, status: CheckStatus) -> list[str]:
+        """The checks of `status`, each once: ``FC301``, or ``FC301 on NAME`` where its status differs between
+        targets; for a not applicable check its reason follows in parentheses (the wording every text format
+        shares)."""
+        results = self.check_results()
+        out: list[str] = []
+        for r in results:
+            if r.status is not status:
+                continue
+            same = all(o.status is status for o in results if o.id == r.id)
+            label = r.id if same else f"{r.id} on {r.target}"
+            if status is CheckStatus.NOT_APPLICABLE:
+                label += f" ({r.reason})"
+            if label not in out:
+                out.append(label)
+        return out
+
+    def checks_text(self) -> list[str]:
+        """The checks part of a clean or incomplete verdict, in the words every text format uses: which ran and
+        passed, which cannot apply here (and why); not exercised ones are among `incomplete_reasons`."""
+        if not self.exercise_recorded():
+            listed = self.checks_selected()
+            note = "as the run listed them; it did not record whether each was exercised"
+            return [f"checks run and passed: {', '.join(listed)} ({note})"] if listed else []
+        parts = []
+        passed = self.checks_by_status(CheckStatus.PASSED)
+        if passed:
+            parts.append(f"checks run and passed: {', '.join(passed)}")
+        na = self.checks_by_status(CheckStatus.NOT_APPLICABLE)
+        if na:
+            parts.append(f"not applicable here: {'; '.join(na)}")
+        return parts
 
     def targets_run(self) -> list[str]:
         """The names of the targets the run ran (``run.json`` ``"targets"``, in the order of the ``"target"`` specs),
@@ -221,7 +317,8 @@ class ReportView:
 
     def incomplete_reasons(self) -> list[str]:
         """Why this run cannot be called clean even without findings: recorded errors, a run that never finished
-        (killed, interrupted), a stop that was not the budget, targets that could not run."""
+        (killed, interrupted), a stop that was not the budget, targets that could not run, selected checks it never
+        exercised (a check that cannot apply to a target is not among them: it is named, with why, not missing)."""
         reasons = [f"run error: {e.splitlines()[0] if e else e}" for e in self.errors]
         if self.meta.get("finished") is None:
             reasons.append("the run never finished (killed or interrupted before it closed)")
@@ -232,6 +329,9 @@ class ReportView:
             reasons.append(f"stopped early: {stop}")
         for target, why in sorted(dict(camp.get("dropped_targets") or {}).items()):
             reasons.append(f"target {self.target_name(target)} did not run: {why}")
+        missed = self.checks_by_status(CheckStatus.NOT_EXERCISED)
+        if missed:
+            reasons.append(f"selected checks not exercised: {', '.join(missed)} (nothing in the run reached them)")
         return reasons
 
     def verdict(self) -> str:

@@ -3,7 +3,10 @@
 One run; its rules come from the check catalogue (``help`` = the check's page, as `flashcheck rules ID` prints
 it). A result's physical location is the finding's file:line, else the innermost frame of its stack (code scanning
 drops results without one); scenario steps, regions and targets become logical locations. ``partialFingerprints``
-carry `Finding.signature()` and, with a baseline, ``baselineState`` says new / unchanged / absent (fixed).
+carry `Finding.signature()` and, with a baseline, ``baselineState`` says new / unchanged / absent (fixed). Results are
+findings only: a check that found nothing is never a result; what each selected check did per target (passed, not
+exercised, not applicable) is in the run's ``properties.checks``, and a check not exercised makes the invocation
+unsuccessful with a notification, as every other reason a run is incomplete.
 """
 
 from __future__ import annotations
@@ -175,7 +178,15 @@ def to_document(view: ReportView, *, source_root: str | Path | None = None) -> d
         "automationDetails": {"id": f"flashcheck/{view.run_kind}/{view.target}/"},
         "invocations": [invocation],
         "results": results,
-        "properties": {"seed": view.meta.get("seed"), "target": view.meta.get("target"), "environment": env},
+        "properties": {
+            "seed": view.meta.get("seed"),
+            "target": view.meta.get("target"),
+            "environment": env,
+            "checks": {
+                f"{r.id}/{r.target}": r.status.value + (f": {r.reason}" if r.reason else "")
+                for r in view.check_results()
+            },
+        },
     }
     if any(
         "uriBaseId" in loc.get("physicalLocation", {}).get("artifactLocation", {})

@@ -125,8 +125,7 @@ def _verdict(view: ReportView, p: _Painter) -> str:
         return p("FAIL: " + text, "red", "bold")
     if view.verdict() == "incomplete":
         return p("INCOMPLETE: " + text + "; " + "; ".join(view.incomplete_reasons()), "red", "bold")
-    ran = view.checks_run()
-    return p("OK: " + text + (f"; checks run and passed: {', '.join(ran)}" if ran else ""), "green", "bold")
+    return p("; ".join(["OK: " + text, *view.checks_text()]), "green", "bold")
 
 
 def render(view: ReportView, *, color: bool = False) -> str:

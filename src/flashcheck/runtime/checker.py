@@ -94,12 +94,16 @@ class Checker:
         self._owner: int | None = None
         self.active_layers: list[str] = []
         self.skipped_layers: dict[str, str] = {}
+        # `exercised` for so many places (they only grow) and `applicable`, kept from exit on
+        self._seen: tuple[int, frozenset[str]] = (0, frozenset())
+        self._applicable: frozenset[str] | None = None
 
     # ------------------------------------------------------------------------------------------ life cycle
     def __enter__(self) -> Checker:
         if self._entered:
             raise UsageError("this Checker is already active; a checker is entered once at a time")
         self.active_layers, self.skipped_layers = [], {}
+        self._seen, self._applicable = (-1, frozenset()), None
         installed: list[Hook] = []
         try:
             for h in self._hooks:
@@ -137,6 +141,8 @@ class Checker:
             if not self.monitor.any_open:
                 self._collect_deferred()
         finally:
+            self.exercised()  # both kept while the hooks still say what they watch
+            self.applicable()
             for h in reversed(self._installed):
                 try:
                     h.uninstall()
@@ -157,6 +163,36 @@ class Checker:
     def hook(self, layer: str) -> Hook | None:
         """The hook of detection layer `layer` (installed or not), or None when it was not selected."""
         return next((h for h in self._hooks if h.layer == layer), None)
+
+    def exercised(self) -> frozenset[str]:
+        """IDs of the runtime checks that watched something so far: a region opened at a place where an active
+        detection layer reports events that one of their rules applies to there (or folds the check itself). After
+        exit: what it was at exit."""
+        places = self.monitor.places()
+        if self._entered and self._seen[0] != len(places):
+            self._seen = (len(places), self._witnessed(places))
+        return self._seen[1]
+
+    def applicable(self) -> frozenset[str]:
+        """IDs of the runtime checks that an active layer could witness in some region a driver opens (each of
+        `REGIONS` at the top level, with this checker's cold regions): any other runtime check cannot apply here,
+        its layers being skipped or not selected."""
+        if self._applicable is None and self._entered:
+            self._applicable = self._witnessed(tuple(self.monitor.probe(n) for n in REGIONS))
+        return self._applicable or frozenset()
+
+    def _witnessed(self, places: Iterable[RegionRecord]) -> frozenset[str]:
+        ids: set[str] = set()
+        for rec in places:
+            for h in self._installed:
+                if not h.watches(rec):
+                    continue
+                ids.update(h.folds)
+                for ev in h.reports:
+                    check = self.monitor.rule(ev, rec)
+                    if check is not None:
+                        ids.add(check.id)
+        return frozenset(ids)
 
     # ---------------------------------------------------------------------------------------- CheckerLike
     @property

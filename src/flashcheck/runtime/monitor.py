@@ -145,6 +145,8 @@ class Monitor:
         self._order: list[tuple[Check, int, tuple[str, int] | None]] = []
         self._stackless: list[tuple[Check, RegionRecord, str, Event]] = []
         self.ignored = 0  # events seen outside any region or inside checker_read (for diagnostics)
+        # one record per distinct place a region opened (its enclosing names and its own): what was watched
+        self._places: dict[object, RegionRecord] = {}
 
     # ----------------------------------------------------------------------------------------------- regions
     def enter(
@@ -167,11 +169,13 @@ class Monitor:
         so every instruction here counts."""
         open_ = self._open
         name = rec.name
+        place: object = name  # a top-level region's place is its name: no tuple on the common path
         if open_:
             parent = open_[-1]
             rec.enclosing = (*parent.enclosing, parent.name)
             rec.hot = parent.hot or (name if name in self._hot_names else None)
             rec.graph_hot = parent.graph_hot or (name if name in self._graph_names else None)
+            place = (rec.enclosing, name)
         else:
             rec.enclosing = ()
             rec.hot = name if name in self._hot_names else None
@@ -181,7 +185,32 @@ class Monitor:
         rec.closed = False
         if self.record_region_stacks:  # layers that report later name regions by id, closed ones too
             self._regions[rid] = rec
+        if place not in self._places:
+            self._places[place] = rec
         open_.append(rec)
+
+    def places(self) -> tuple[RegionRecord, ...]:
+        """One record per distinct place a region was opened so far (its name inside the same enclosing regions)."""
+        return tuple(self._places.values())
+
+    def probe(self, name: Region) -> RegionRecord:
+        """The record region `name` would have if opened at the top level now (hot or cold as this monitor's
+        cold regions say), without opening it: what could be watched there."""
+        return RegionRecord(
+            0,
+            name,
+            None,
+            None,
+            0,
+            (),
+            hot=name if name in self._hot_names else None,
+            graph_hot=name if name in self._graph_names else None,
+        )
+
+    def rule(self, ev: Event, rec: RegionRecord) -> Check | None:
+        """The check whose rule `ev` would fall under inside `rec` (None: harmless there)."""
+        rule = self._classify(ev, rec)
+        return rule[0] if rule is not None else None
 
     def exit(self, rec: RegionRecord) -> None:
         open_ = self._open

@@ -143,6 +143,8 @@ class StaticResult:
     def to_run(self, meta: Mapping[str, Any]) -> RunResult:
         """This result as a run (`flashcheck.rundir.RunResult`), so that every report format renders it: the
         rules that ran are the run's checks, internal errors its errors (an incomplete run, never clean)."""
+        from flashcheck.exercised import CHECKS_BY_TARGET, Exercised
+
         now = time.time()
         doc: dict[str, Any] = {
             "schema": RUN_SCHEMA,
@@ -151,6 +153,8 @@ class StaticResult:
             "target": "static",
             "targets": ["static"],
             "checks": list(self.rules_run),
+            # a rule runs over every file it is given: each rule run is exercised (`flashcheck.exercised`)
+            CHECKS_BY_TARGET: {"static": Exercised(set(self.rules_run)).to_dict()},
             "started": now - self.seconds,
             "finished": now,
             "errors": list(self.internal_errors),

@@ -46,6 +46,7 @@ class AllocStatsHook(Hook):
     """
 
     layer = "alloc_stats"
+    reports = (Event("alloc", "alloc_stats"), Event("pool_growth", "alloc_stats"))
 
     def __init__(
         self,

@@ -62,6 +62,10 @@ class Hook:
     """
 
     layer: ClassVar[Layer]
+    # What the layer can witness (`Checker.exercised`): prototypes of the events it reports, which the monitor's rules
+    # classify, and the IDs of the checks whose findings it folds itself (FC204 of the staging layer).
+    reports: ClassVar[tuple[Event, ...]] = ()
+    folds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         self.installed = False
@@ -98,6 +102,11 @@ class Hook:
         """The region names whose `region_enter`/`region_exit` this hook acts on (None: every region). The checker
         calls a hook only for these: an engine opens two regions per step, so a call that does nothing still costs."""
         return None
+
+    def watches(self, rec: RegionRecord) -> bool:
+        """Whether what happens inside region `rec` reaches the monitor through this layer (default: every region;
+        the monitor's rules then decide what counts there)."""
+        return True
 
     def layers_skipped(self, skipped: Mapping[str, str]) -> None:
         """Called once installed, with the layers of the selection that cannot run here (layer -> reason)."""

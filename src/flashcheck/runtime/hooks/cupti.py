@@ -139,6 +139,12 @@ class CuptiHook(Hook):
     """
 
     layer = "cupti"
+    reports = (
+        Event("sync", "cupti"),
+        Event("d2h_copy", "cupti", memory="pageable"),
+        Event("d2h_copy", "cupti", memory="pinned"),
+        Event("h2d_copy", "cupti", memory="pageable"),
+    )
 
     def __init__(self, *, backend: Backend | None = None, available: Callable[[], bool] | None = None) -> None:
         super().__init__()

@@ -137,6 +137,10 @@ class DispatchHook(Hook):
     """Pushes a dispatch mode while a watched region is open (see the module docstring for the scope)."""
 
     layer = "dispatch"
+    reports = (
+        Event("sync", "dispatch"),
+        *(Event(k, "dispatch", memory=m) for k in ("d2h_copy", "h2d_copy") for m in ("pageable", "pinned")),
+    )
 
     def __init__(self, scope: Scope = "hot+capture", *, hot_without: frozenset[str] = frozenset()) -> None:
         super().__init__()
@@ -166,6 +170,9 @@ class DispatchHook(Hook):
 
     def _wants(self, rec: RegionRecord, hot: bool) -> bool:
         return "capture" in rec.names() or (hot and self.scope == "hot+capture")
+
+    def watches(self, rec: RegionRecord) -> bool:
+        return self._wants(rec, rec.hot is not None)
 
     def region_enter(self, rec: RegionRecord, hot: bool) -> None:
         if self._pushed_by is None and self._wants(rec, hot):

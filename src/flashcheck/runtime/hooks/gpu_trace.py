@@ -53,6 +53,7 @@ class GpuTraceHook(Hook):
     """
 
     layer = "gpu_trace"
+    reports = (Event("sync", "gpu_trace"), Event("alloc", "gpu_trace"))
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from flashcheck.findings import Finding
+from flashcheck.runtime.checks.staging import PINNED_STAGING_REUSED_IN_FLIGHT
 from flashcheck.runtime.hooks.base import EventSink, Hook
 from flashcheck.runtime.hooks.dispatch import residency
 from flashcheck.runtime.monitor import RegionRecord
@@ -134,6 +135,7 @@ class StagingHook(Hook):
     """
 
     layer = "staging"
+    folds = (PINNED_STAGING_REUSED_IN_FLIGHT.id,)
 
     def __init__(
         self,
@@ -186,6 +188,9 @@ class StagingHook(Hook):
                 dispatch.__exit__(None, None, None)
                 raise
             self._modes, self._pushed_by = (dispatch, function), rec.id
+
+    def watches(self, rec: RegionRecord) -> bool:
+        return rec.hot is not None and "capture" not in rec.names()  # where `region_enter` pushes its modes
 
     def region_exit(self, rec: RegionRecord, hot: bool) -> None:
         if self._where and self._where[-1][0] == rec.id:

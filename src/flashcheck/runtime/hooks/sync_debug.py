@@ -52,6 +52,7 @@ class SyncDebugHook(Hook):
     """
 
     layer = "sync_debug"
+    reports = (Event("sync", "sync_debug"),)
 
     def __init__(
         self,
