@@ -66,6 +66,12 @@ WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay s
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
 
+def warms_up(op: str) -> bool:
+    """Whether the next step of kind `op` (eager, capture, replay) in this process is its first, which gets
+    `WARM_UP_SCALE` times the step timeout: it pays for lazy imports and the backend's JIT compiles."""
+    return op not in _WARMED
+
+
 def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
     """The check IDs a run of this driver executes on every step: the properties, the arena's FC302 and FC250
     always, the runtime detectors unless ``layers="off"`` (a check that one layer alone runs, such as FC204 of the
@@ -283,7 +289,7 @@ class Driver:
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
         # the first step of each kind in a process pays for lazy imports and kernel JIT compiles: a longer leash
-        warm = step.op not in _WARMED
+        warm = warms_up(step.op)
         _WARMED.add(step.op)
         try:
             with self._watched(f"step {index} ({name}) of {self.target.name}", warm=warm):

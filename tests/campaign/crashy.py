@@ -105,3 +105,30 @@ class ExitOnceOnSixthCall(ReferenceTarget):
 
 # Small shapes keep CPU steps in the milliseconds (pass as --target-config).
 SMALL = '{"max_kv_len": 96, "max_pages": 64, "max_qo_len": 4}'
+
+
+_CAPTURES = [0]  # captures this worker process has run (a JIT compile happens in the first of each kind)
+
+
+class SlowFirstCapture(ReferenceTarget):
+    """The first capture of each worker process takes `SLOW_SECONDS`, as a first-use JIT compile of the backend's
+    kernels does: longer than the step timeout, shorter than the warm-up leash (not a hang)."""
+
+    name = "crashy-slow-first"
+    slow_call = 1
+
+    def capture(self, bucket: int, layout: PagedLayout, q: Any) -> None:
+        _CAPTURES[0] += 1
+        if _CAPTURES[0] == self.slow_call:
+            time.sleep(SLOW_SECONDS)
+        super().capture(bucket, layout, q)
+
+
+class SlowSecondCapture(SlowFirstCapture):
+    """The same delay in the second capture of each process: no compile is left to explain it, a hang."""
+
+    name = "crashy-slow-second"
+    slow_call = 2
+
+
+SLOW_SECONDS = 8.0  # above a 5 s step timeout (the worker's watchdog at 3 s + 1 s grace), below 5x that

@@ -90,6 +90,36 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("target", "hangs"), [("crashy:SlowFirstCapture", False), ("crashy:SlowSecondCapture", True)])
+def test_the_first_step_of_its_kind_in_a_worker_gets_the_warm_up_leash(
+    tmp_path: Path, target: str, hangs: bool
+) -> None:
+    """A first-use JIT compile longer than the step timeout is not a hang (the worker and the supervisor both give
+    a process's first step of each kind `WARM_UP_SCALE` timeouts); the same delay in a later step is one."""
+    out = tmp_path / "run"
+    rc = campaign(
+        "--target",
+        target,
+        "--steps",
+        "6",
+        "--chunk-steps",
+        "6",
+        "--seed",
+        "4",
+        "--step-timeout",
+        "5s",
+        "--out",
+        str(out),
+    )
+    hung = [f for f in findings_of(out) if f["id"] in ("FC251", "FC252")]
+    if hangs:
+        assert rc == 1 and [f["id"] for f in hung][:1] == ["FC252"]
+        assert all(f["location"]["step_name"].startswith("capture") for f in hung)
+    else:
+        assert hung == [] and rc in (0, 4)  # 4: six steps may not reach a replay (a check not exercised)
+
+
+@pytest.mark.slow
 def test_a_ledger_quarantines_the_crasher_before_launch(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.json"
     ledger.write_text(

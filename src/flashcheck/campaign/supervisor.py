@@ -72,6 +72,7 @@ class _Handle:
         self.began = False
         self.executed = 0
         self.last_event = time.monotonic()
+        self.leash = 1.0  # the step in flight may take this many step timeouts (a worker's first of its kind)
         self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = self.stop_killed = False
         self.target_name = ""  # the name the target reports findings under (its spec may differ)
         self.steps_session = 0
@@ -265,7 +266,10 @@ class Supervisor:
         elif kind == "begin":
             h.began = True
             h.scenario = self._inflight(h)
+        elif kind == "leash":
+            h.leash = float(ev.get("scale", 1.0))
         elif kind == "step":
+            h.leash = 1.0
             self._on_step(h, ev)
         elif kind == "skipped":
             self.store.skipped_steps += int(ev.get("steps", 0))
@@ -439,7 +443,7 @@ class Supervisor:
                 target=h.target_name or scen.target,
                 step=i,
                 step_name=name,
-                timeout=self.cfg.step_timeout * WATCHDOG_SHARE,
+                timeout=self.cfg.step_timeout * WATCHDOG_SHARE * h.leash,
                 stacks=dump[1],
             )
             self._record(f, scen, i)
@@ -463,7 +467,7 @@ class Supervisor:
             op=step.op,
             cause=cause,
             evidence=evidence,
-            timeout=self.cfg.step_timeout,
+            timeout=self.cfg.step_timeout * h.leash,
         )
         self._record(f, scen, i)
         self.progress.note(
@@ -495,7 +499,7 @@ class Supervisor:
         for h in self.handles.values():
             if h.status in ("dead", "stopped") or h.hung:
                 continue
-            if h.status == "busy" and now - h.last_event > self.cfg.step_timeout:
+            if h.status == "busy" and now - h.last_event > self.cfg.step_timeout * h.leash:
                 h.hung = True
                 h.proc.kill()
             elif self._stop_deadline is not None and now > self._stop_deadline:
