@@ -120,6 +120,7 @@ def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int) -> dic
     rec["stats"] = meta.get("stats", {})
     rec["stop_reason"] = meta.get("stop_reason") or meta.get("campaign", {}).get("stop_reason")
     rec["dropped_targets"] = meta.get("campaign", {}).get("dropped_targets", {})
+    rec["targets_run"] = sorted(meta.get("checks_by_target", {}))  # the targets a worker set up in the budget
     per_target: dict[str, dict[str, int]] = {}
     replays = []
     for f in findings:
@@ -317,14 +318,23 @@ def render(raw: Path) -> str:
                 mine = [r for r in replays if r["target"] == tgt]
                 ok = sum(1 for r in mine if r["reproduced"])
                 lines.append(f"| {tgt} | {by_target[tgt]} | {ok} of {len(mine)} |")
-            clean = [t for t in ("decode-tc",) if t not in by_target]
             m = re.search(r"--target (\S+)", camp.get("command", ""))
-            faulty = [t for t in (m.group(1).split(",") if m else []) if t.startswith("faulty_engine_gpu:")]
-            missed = [t for t in faulty if _name(t) not in by_target]
+            specs = m.group(1).split(",") if m else []
+            ran = camp.get("targets_run")
+            reached = [t for t in specs if ran is None or (_name(t) if ":" in t else t) in ran]
+            clean = [t for t in reached if ":" not in t and t not in by_target]
+            missed = [t for t in reached if ":" in t and _name(t) not in by_target]
             lines += [
                 "",
                 f"Clean control without findings: {', '.join(clean) or 'none'}. Faulty targets without a finding: "
-                f"{', '.join(missed) or 'none'}.",
+                f"{', '.join(missed) or 'none'}."
+                + (
+                    " (This run does not record which targets it reached.)"
+                    if ran is None
+                    else f" Targets not reached in the time budget: {', '.join(t for t in specs if t not in reached)}."
+                    if len(reached) < len(specs)
+                    else ""
+                ),
                 "",
             ]
         if doc.get("plugin"):
