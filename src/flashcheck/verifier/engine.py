@@ -22,11 +22,13 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity
 from flashcheck.rundir import RUN_SCHEMA, RunResult
 from flashcheck.verifier.baseline import apply_baseline, load_baseline
+from flashcheck.verifier.cache import SummaryCache
 from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.frontend import Summary, default_jobs, summarise_files
 from flashcheck.verifier.hotpath import HotPaths, find_roots
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance import Provenance, ValueFlow, Wrappers
-from flashcheck.verifier.source import SourceFile, discover, read_source
+from flashcheck.verifier.source import SourceFile, discover
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
 
@@ -202,8 +204,20 @@ def check_paths(paths: Sequence[str], config: StaticConfig) -> StaticResult:
 
 def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float) -> StaticResult:
     root = Path(config.root).resolve()
-    sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
-    project = Project(sources)
+    cache = SummaryCache(config.cache_dir) if config.cache_dir else None
+    jobs = config.jobs if config.jobs > 0 else default_jobs()
+    summaries = summarise_files(discover(paths, config.exclude, root), root, jobs=jobs, cache=cache)
+    try:  # new cache entries are written while the rules run
+        return _run_rules(summaries.summaries, config, rules, start)
+    finally:
+        summaries.finish()
+
+
+def _run_rules(
+    summaries: list[Summary], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float
+) -> StaticResult:
+    sources = [sf for sf, _ in summaries]
+    project = Project(sources, [mi for _, mi in summaries])
     hot = HotPaths(project, find_roots(project, config))
     flow = ValueFlow(project)
     ctx = Context(

@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex, owner_of
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleIndex, ModuleInfo, ProjectIndex, owner_of
 from flashcheck.verifier.source import SourceFile
 
 __all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name", "torch_name"]
@@ -21,8 +21,8 @@ __all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name"
 class Project(ProjectIndex):
     """Index of the parsed files; resolves names and calls between them."""
 
-    def __init__(self, sources: list[SourceFile]) -> None:
-        super().__init__(sources)
+    def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
+        super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
         self._link_classes()
 
