@@ -22,9 +22,10 @@ from pathlib import Path
 
 import flashcheck
 
-__all__ = ["DEFAULT_DIR", "SCHEMA", "SummaryCache", "cache_key"]
+__all__ = ["CACHE_ENV", "DEFAULT_DIR", "SCHEMA", "SummaryCache", "cache_key"]
 
 DEFAULT_DIR = ".flashcheck_cache"
+CACHE_ENV = "FLASHCHECK_STATIC_CACHE_DIR"  # the command line's default directory, when set
 SCHEMA = 1  # raise whenever what an entry holds, or how it is built, changes
 _MAGIC = b"flashcheck-summary\n"
 _TAG = (
