@@ -21,6 +21,7 @@ __all__ = [
     "ZEROED_WORKSPACE_BACKENDS",
     "ZEROED_WORKSPACE_CONSUMERS",
     "graph_mode",
+    "imports_flashinfer",
     "is_flashinfer_import",
     "is_wrapper_class_name",
     "looks_like_wrapper",
@@ -109,6 +110,17 @@ def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
     return target == "flashinfer" or target.startswith("flashinfer.")
 
 
+def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
+    """Whether a Name/Attribute chain starts with a name imported from ``flashinfer`` (`is_flashinfer_import` of
+    its dotted name, without building it)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return False
+    target = fn.module.imports.get(expr.id, "")
+    return target == "flashinfer" or target.startswith("flashinfer.")
+
+
 def is_wrapper_class_name(name: str) -> bool:
     return name.endswith("Wrapper") and (
         name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD")) or "Attention" in name
@@ -118,7 +130,15 @@ def is_wrapper_class_name(name: str) -> bool:
 def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     """The FlashInfer wrapper class a call constructs (``BatchDecodeWithPagedKVCacheWrapper``), if any, also under
     another name (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as Decode``)."""
-    name = dotted(call.func)
+    func = call.func
+    # Every call of the project passes here: a name that neither ends in ``Wrapper`` nor is imported from
+    # flashinfer (the only way a renamed class gets here) is none, before any string is built.
+    if isinstance(func, ast.Attribute):
+        if not func.attr.endswith("Wrapper"):
+            return None
+    elif not isinstance(func, ast.Name) or not (func.id.endswith("Wrapper") or is_flashinfer_import(fn, func.id)):
+        return None
+    name = dotted(func)
     if name is None:
         return None
     full = imported_name(call.func, fn, "flashinfer") or name

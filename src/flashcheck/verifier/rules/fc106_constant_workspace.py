@@ -8,7 +8,7 @@ from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import is_flashinfer_import, workspace_arg, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import imports_flashinfer, workspace_arg, wrapper_class_of_call
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -69,8 +69,7 @@ class ConstantWorkspaceSize(Rule):
                 for r in fn.returns:
                     candidates.extend(allocations(r, fn, project=project))
             for call in fn.calls:
-                name = dotted(call.func) or ""
-                if wrapper_class_of_call(call, fn) or (name and is_flashinfer_import(fn, name)):
+                if wrapper_class_of_call(call, fn) or imports_flashinfer(fn, call.func):
                     ws = workspace_arg(call)
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))
