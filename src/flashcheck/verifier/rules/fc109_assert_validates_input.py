@@ -108,9 +108,7 @@ def _derived(fn: FunctionInfo, inputs: set[str], names: _Names) -> tuple[set[str
     """Names derived from `inputs` (``n = len(seq_lens)``) and ``self.x`` attributes set from them in `fn`."""
     tainted = set(inputs)
     for _ in range(4):
-        grown = {
-            name for name, values in fn.local_assigns.items() if any(names.mention(v, tainted) for v in values)
-        }
+        grown = {name for name, values in fn.local_assigns.items() if any(names.mention(v, tainted) for v in values)}
         if grown <= tainted:
             break
         tainted |= grown
