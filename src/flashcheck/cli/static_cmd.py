@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL if result.internal_errors else EXIT_CLEAN
     summary = (
         f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
-        f"{result.roots} hot-path roots, {result.seconds:.1f}s"
+        f"{result.roots} hot-path roots, {result.seconds:.1f}s, {result.cached} file(s) from the cache"
         f" ({result.suppressed} suppressed, {result.baselined} in baseline)"
     )
     command = "flashcheck " + " ".join(getattr(args, "argv", sys.argv[1:]))

@@ -141,6 +141,8 @@ class StaticResult:
     seconds: float = 0.0
     all_findings: list[Finding] = field(default_factory=list)  # before the baseline (for --write-baseline)
     rules_run: list[str] = field(default_factory=list)  # IDs of the rules that ran (with FC100/FC199 when selected)
+    cached: int = 0  # files whose summary came from the summary cache (not parsed)
+    jobs: int = 1  # processes the run could use
 
     def to_run(self, meta: Mapping[str, Any]) -> RunResult:
         """This result as a run (`flashcheck.rundir.RunResult`), so that every report format renders it: the
@@ -162,6 +164,8 @@ class StaticResult:
                 "hot_path_roots": self.roots,
                 "suppressed": self.suppressed,
                 "baselined": self.baselined,
+                "cached": self.cached,
+                "jobs": self.jobs,
                 "seconds": round(self.seconds, 3),
             },
         }
@@ -208,9 +212,12 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
     jobs = config.jobs if config.jobs > 0 else default_jobs()
     summaries = summarise_files(discover(paths, config.exclude, root), root, jobs=jobs, cache=cache)
     try:  # new cache entries are written while the rules run
-        return _run_rules(summaries.summaries, config, rules, start)
+        result = _run_rules(summaries.summaries, config, rules, start)
     finally:
         summaries.finish()
+    result.cached, result.jobs = summaries.loaded, jobs
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 def _run_rules(

@@ -81,6 +81,7 @@ def summarise_files(
         else:  # no cache, a new file, or an entry that does not load: parse it, and (re)write the entry
             sf = parse_source(path, rel, mod, data)
             summary = (sf, index_module(sf))
+            sf.text = ""  # `lines` holds it
             if cache is not None:
                 pending.append((key, summary))
         out.append(summary)
@@ -144,14 +145,10 @@ def _reap(pid: int) -> None:
 def _dumps(summary: Summary) -> bytes | None:
     """The cache payload of a summary (its tree included); None when it cannot be pickled (an expression nested
     deeper than the pickler recurses), and then the file is parsed again on the next run."""
-    sf = summary[0]
-    text, sf.text = sf.text, ""  # `lines` holds the text
     try:
         return pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
     except (RecursionError, pickle.PicklingError, TypeError, ValueError):
         return None
-    finally:
-        sf.text = text
 
 
 def _loads(blob: bytes, path: Path, rel: str, mod: str) -> Summary | None:

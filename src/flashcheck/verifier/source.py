@@ -56,7 +56,7 @@ class SourceFile:
     path: Path
     relpath: str
     module: str
-    text: str  # empty once the file came from a worker process or the summary cache (`lines` holds it)
+    text: str  # empty once `flashcheck.verifier.frontend` summarised the file (`lines` holds it)
     tree: ast.Module | None
     error: str | None = None
     error_line: int = 1
