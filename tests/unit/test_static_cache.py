@@ -199,3 +199,18 @@ def test_cli_cache_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     with pytest.raises(SystemExit) as exc:
         main(["static", str(project), "--jobs", "many"])
     assert exc.value.code == 2 and "--jobs takes a whole number" in capsys.readouterr().err
+
+
+def test_the_key_follows_the_code_that_builds_summaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.verifier import cache
+
+    before = cache_key(b"x = 1\n", "m", False)
+    monkeypatch.setattr(cache, "SCHEMA", cache.SCHEMA + 1)
+    cache._code.cache_clear()
+    try:
+        assert cache_key(b"x = 1\n", "m", False) != before
+    finally:
+        monkeypatch.undo()
+        cache._code.cache_clear()
+    assert cache_key(b"x = 1\n", "m", False) == before
+    assert "flashcheck.verifier.index" in cache.SUMMARY_MODULES

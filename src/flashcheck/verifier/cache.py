@@ -2,8 +2,9 @@
 files that changed (the incremental mode for pre-commit).
 
 An entry is keyed by a hash of the file's bytes, its module name, whether it is a package's ``__init__.py``,
-flashcheck's version, the analysis schema (`SCHEMA`) and the Python version (whose parser made the tree); what it
-holds is opaque here (`flashcheck.verifier.frontend` writes and reads it). Entries are written atomically (a
+flashcheck's version, the analysis schema (`SCHEMA`), the Python version (whose parser made the tree) and the source
+of the modules that build a summary (`SUMMARY_MODULES`), so an edited indexer never reads entries the old one wrote;
+what it holds is opaque here (`flashcheck.verifier.frontend` writes and reads it). Entries are written atomically (a
 temporary file in the same directory, then a rename). A missing, unreadable or corrupt entry is a miss and is
 written again; a failure to write is silent (the run only loses the speed-up); a path that is not a regular file
 (a directory, a link, a FIFO) is never replaced, and a cache directory that is not a directory disables the cache.
@@ -13,7 +14,9 @@ The directory holds pickles: it is trusted like the sources it sits next to, and
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import importlib.util
 import os
 import stat
 import sys
@@ -22,11 +25,19 @@ from pathlib import Path
 
 import flashcheck
 
-__all__ = ["CACHE_ENV", "DEFAULT_DIR", "SCHEMA", "SummaryCache", "cache_key"]
+__all__ = ["CACHE_ENV", "DEFAULT_DIR", "SCHEMA", "SUMMARY_MODULES", "SummaryCache", "cache_key"]
 
 DEFAULT_DIR = ".flashcheck_cache"
 CACHE_ENV = "FLASHCHECK_STATIC_CACHE_DIR"  # the command line's default directory, when set
 SCHEMA = 1  # raise whenever what an entry holds, or how it is built, changes
+# The modules whose code makes a summary: their source is part of every key.
+SUMMARY_MODULES = (
+    "flashcheck.verifier.astutil",
+    "flashcheck.verifier.cache",
+    "flashcheck.verifier.frontend",
+    "flashcheck.verifier.index",
+    "flashcheck.verifier.source",
+)
 _MAGIC = b"flashcheck-summary\n"
 _TAG = (
     b"Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -39,9 +50,23 @@ def cache_key(data: bytes, module: str, is_package: bool) -> str:
     """The key of a file whose bytes are `data`, read as module `module` (a package's ``__init__.py`` when
     `is_package`): what its summary depends on."""
     h = hashlib.blake2b(digest_size=20)
-    head = f"{SCHEMA}\0{flashcheck.__version__}\0{sys.version_info[0]}.{sys.version_info[1]}\0{module}\0{is_package}\0"
-    h.update(head.encode())
+    h.update(f"{_code()}\0{module}\0{is_package}\0".encode())
     h.update(data)
+    return h.hexdigest()
+
+
+@functools.cache
+def _code() -> str:
+    """The schema, the versions and a hash of the source of `SUMMARY_MODULES` (or, where one cannot be read,
+    its name)."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{SCHEMA}\0{flashcheck.__version__}\0{sys.version_info[0]}.{sys.version_info[1]}\0".encode())
+    for name in SUMMARY_MODULES:
+        spec = importlib.util.find_spec(name)
+        try:
+            h.update(Path(spec.origin).read_bytes() if spec is not None and spec.origin else name.encode())
+        except OSError:
+            h.update(name.encode())
     return h.hexdigest()
 
 
