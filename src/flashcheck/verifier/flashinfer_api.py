@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
-from flashcheck.verifier.project import FunctionInfo, imported_name
+from flashcheck.verifier.project import FunctionInfo, Project, imported_name
 
 __all__ = [
     "GENERIC_PRIVATE",
@@ -20,6 +20,7 @@ __all__ = [
     "WRAPPER_BUFFERS",
     "ZEROED_WORKSPACE_BACKENDS",
     "ZEROED_WORKSPACE_CONSUMERS",
+    "flashinfer_call_sites",
     "graph_mode",
     "imports_flashinfer",
     "is_flashinfer_import",
@@ -119,6 +120,17 @@ def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
         return False
     target = fn.module.imports.get(expr.id, "")
     return target == "flashinfer" or target.startswith("flashinfer.")
+
+
+def flashinfer_call_sites(project: Project) -> set[int]:
+    """``id()`` of every function where `wrapper_class_of_call` or `imports_flashinfer` can hold for a call: those
+    that call a name ending in ``Wrapper``, and every function of a module that imports from ``flashinfer``. A
+    rule that scans every call for either may skip the other functions."""
+    out = {id(fn) for name, sites in project.calls_by_name().items() if name.endswith("Wrapper") for fn, _ in sites}
+    for mod in project.modules.values():
+        if any(t == "flashinfer" or t.startswith("flashinfer.") for t in mod.imports.values()):
+            out.update(id(fn) for fn in project.by_module.get(mod.name, []))
+    return out
 
 
 def is_wrapper_class_name(name: str) -> bool:
