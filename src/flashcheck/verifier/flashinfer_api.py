@@ -222,10 +222,11 @@ def needs_zeroed_workspace(call: ast.Call, extra: frozenset[str] = frozenset()) 
         return None
     if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:
         return name
+    if not is_wrapper_class_name(name):
+        return None
     backend = kwarg(call, "backend")
     if (
-        is_wrapper_class_name(name)
-        and isinstance(backend, ast.Constant)
+        isinstance(backend, ast.Constant)
         and isinstance(backend.value, str)
         and backend.value in ZEROED_WORKSPACE_BACKENDS
     ):
