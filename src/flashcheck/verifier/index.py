@@ -185,8 +185,8 @@ class ModuleIndex:
     """What indexing one file gives, before it joins a project: its module, its functions and classes in the order
     of the walk, and the stores into attributes of other objects (``obj.attr = value``) by attribute name.
 
-    It depends on the file's text, module name and whether it is a package's ``__init__.py`` only, so a worker
-    process can build it and the summary cache can keep it (`flashcheck.verifier.frontend`)."""
+    It depends only on the file's text, its module name and whether it is a package's ``__init__.py``, so the
+    summary cache can keep it (`flashcheck.verifier.frontend`)."""
 
     module: ModuleInfo
     functions: list[FunctionInfo] = field(default_factory=list)
