@@ -250,6 +250,7 @@ def _run_rules(
     kept, suppressed = _apply_suppressions(raw, sources, set(rules))
     kept = [f for f in kept if selected(f.id, f.name, config)]
     kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
+    project.release()  # findings are plain data: the model and its trees can go
     new, baselined = kept, 0
     if config.baseline and Path(config.baseline).exists():
         new, baselined = apply_baseline(kept, load_baseline(config.baseline))
