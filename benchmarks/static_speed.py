@@ -10,6 +10,11 @@ and the load average is recorded before and after. Writes ``reports/raw/static_s
 ``reports/static-speed.md``. Timed assertions do not belong in tests; this script only measures.
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_speed.py [PATH ...] [--repeat N] [--jobs N]
+        [--before-src DIR --before-label REV]
+
+``--before-src`` adds a column for an older verifier (``git archive REV src | tar -x -C /tmp/before``, then
+``--before-src /tmp/before/src``), run the same number of times in between, so a change is measured against its
+base under the same load.
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ print(json.dumps({"files": len(result.files), "lines": result.lines, "roots": re
                   "findings_per_rule": dict(sorted(Counter(f.id for f in result.findings).items())),
                   "internal_errors": len(result.internal_errors), "jobs": result.jobs, "cached": result.cached}))
 """
+_BEFORE_CHILD = """
+import json, sys
+from collections import Counter
+from flashcheck.verifier import StaticConfig, check_paths
+result = check_paths(sys.argv[1:], StaticConfig(root=sys.argv[1]))
+print(json.dumps({"findings_per_rule": dict(sorted(Counter(f.id for f in result.findings).items()))}))
+"""
 _KINDS = {"flashcheck": "no cache", "flashcheck_cold": "cold cache", "flashcheck_warm": "warm cache"}
 
 
@@ -67,11 +79,13 @@ def _stats(r: dict[str, Any]) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def timed(cmd: list[str]) -> dict[str, Any]:
-    """Run `cmd` in a fresh child; its wall time, CPU time and peak RSS (from wait4's rusage)."""
+def timed(cmd: list[str], pythonpath: str | None = None) -> dict[str, Any]:
+    """Run `cmd` in a fresh child (with `pythonpath` as PYTHONPATH when given); its wall time, CPU time and peak
+    RSS (from wait4's rusage)."""
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:  # files: a full pipe would block
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=os.environ.copy())
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         out_f.seek(0)
@@ -92,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--repeat", type=int, default=2, help="runs per tool (the best one is reported)")
     ap.add_argument("--jobs", type=int, default=0, help="flashcheck's processes (default 0: one per CPU)")
+    ap.add_argument("--before-src", help="the src directory of an older flashcheck to run alongside (no cache)")
+    ap.add_argument("--before-label", default="before", help="what to call it in the report (a commit)")
     ap.add_argument("--json", default=str(ROOT / "reports" / "raw" / "static_speed.json"))
     ap.add_argument("--md", default=str(ROOT / "reports" / "static-speed.md"))
     args = ap.parse_args(argv)
@@ -99,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {**{k: [] for k in _KINDS}, "ruff": []}
+    if args.before_src:
+        runs["before"] = []
     child = [sys.executable, "-c", _CHILD, str(args.jobs)]
     for _ in range(max(args.repeat, 1)):
+        if args.before_src:
+            runs["before"].append(timed([sys.executable, "-c", _BEFORE_CHILD, *paths], args.before_src))
         runs["flashcheck"].append(timed([*child, "", *paths]))
         with tempfile.TemporaryDirectory(prefix="flashcheck-static-cache-") as cache:
             runs["flashcheck_cold"].append(timed([*child, cache, *paths]))
@@ -142,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         "findings_per_rule": stats.get("findings_per_rule"),
         "same_findings_every_way": len({json.dumps(v.get("findings_per_rule")) for v in per_kind.values()}) == 1
         and len(per_kind) == len(_KINDS),
+        "before": rates(min(runs["before"], key=lambda r: r["cpu_s"])) if args.before_src else None,
+        "before_label": args.before_label if args.before_src else None,
+        "before_findings_per_rule": _stats(min(runs["before"], key=lambda r: r["cpu_s"])).get("findings_per_rule")
+        if args.before_src
+        else None,
         "internal_errors": stats.get("internal_errors"),
         "jobs": stats.get("jobs"),
         "flashcheck": rates(fc),
@@ -161,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 def render(doc: dict[str, Any]) -> str:
     fc, rf = doc["flashcheck"], doc["ruff_check_select_E_F"] or {}
     cold, warm = doc["flashcheck_cold_cache"], doc["flashcheck_warm_cache"]
-    cols = (fc, cold, warm, rf)
+    before = doc.get("before")
+    cols = (*((before,) if before else ()), fc, cold, warm, rf)
     rows = [
         (name, *(c.get(key) for c in cols))
         for name, key in (
@@ -194,8 +220,10 @@ def render(doc: dict[str, Any]) -> str:
         "processes pickle and write the new entries while it goes on (their CPU time is counted). ruff may use "
         "several threads.",
         "",
-        "| best run of each | flashcheck static, no cache | cold cache | warm cache | ruff check --select E,F |",
-        "|---|---|---|---|---|",
+        "| best run of each | "
+        + (f"before ({doc['before_label']}), no cache | " if before else "")
+        + "flashcheck static, no cache | cold cache | warm cache | ruff check --select E,F |",
+        "|---|---|---|---|---|" + ("---|" if before else ""),
         *["| " + " | ".join(str(v) if v is not None else "" for v in row) + " |" for row in rows],
         "",
         f"Targets: at least 150,000 lines/s by wall time on 2 cores and at most 500 MB; this run: without the "
@@ -203,11 +231,18 @@ def render(doc: dict[str, Any]) -> str:
         "the time and memory go.",
         "",
         f"Findings per rule: {doc['findings_per_rule']}; the same without, with a cold and with a warm cache: "
-        f"{'yes' if doc['same_findings_every_way'] else 'NO'}; internal errors: {doc['internal_errors']}.",
+        f"{'yes' if doc['same_findings_every_way'] else 'NO'}"
+        + (
+            f"; the same as before: {'yes' if doc['before_findings_per_rule'] == doc['findings_per_rule'] else 'NO'}"
+            if before
+            else ""
+        )
+        + f"; internal errors: {doc['internal_errors']}.",
         "",
         "All runs: "
         + "; ".join(
-            f"{_KINDS.get(tool, tool)}: " + ", ".join(f"{r['wall_s']} s wall / {r['cpu_s']} s CPU" for r in rs)
+            f"{_KINDS.get(tool, doc.get('before_label') if tool == 'before' else tool)}: "
+            + ", ".join(f"{r['wall_s']} s wall / {r['cpu_s']} s CPU" for r in rs)
             for tool, rs in doc["all_runs"].items()
         ),
         "",
