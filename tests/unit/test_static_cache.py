@@ -214,3 +214,17 @@ def test_the_key_follows_the_code_that_builds_summaries(monkeypatch: pytest.Monk
         cache._code.cache_clear()
     assert cache_key(b"x = 1\n", "m", False) == before
     assert "flashcheck.verifier.index" in cache.SUMMARY_MODULES
+
+
+def test_a_link_where_a_directory_of_entries_goes_is_not_written_through(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("def check(n):\n    assert n > 0\n")
+    cache = tmp_path / "cache"
+    key = cache_key((project / "a.py").read_bytes(), "a", False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    SummaryCache(cache).path(key).parent.parent.mkdir(parents=True)
+    SummaryCache(cache).path(key).parent.symlink_to(elsewhere)
+    assert len(findings(project, cache_dir=str(cache))) == 1
+    assert list(elsewhere.iterdir()) == []

@@ -96,13 +96,6 @@ class SummaryCache:
             return None
         return data[len(_MAGIC) :]
 
-    def has(self, key: str) -> bool:
-        """Whether a regular file stands where entry `key` goes (its content is checked when read)."""
-        try:
-            return self.enabled and stat.S_ISREG(os.lstat(self.path(key)).st_mode)
-        except OSError:
-            return False
-
     def put(self, key: str, payload: bytes) -> bool:
         """Write entry `key` atomically; False when it could not be written (nothing else happens)."""
         if not self.enabled or not self.prepare():
@@ -116,19 +109,25 @@ class SummaryCache:
             if mode is not None and not stat.S_ISREG(mode):
                 return False  # never replace a directory, link or device that stands where an entry goes
             target.parent.mkdir(exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(target.parent).st_mode):
+                return False  # nor write through a link where a directory of entries goes
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         except OSError:
             return False
+        written = False
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_MAGIC)
                 f.write(payload)
             os.replace(tmp, target)
-            return True
+            written = True
         except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            return False
+            pass
+        finally:  # also when interrupted: no temporary file is left behind
+            if not written:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        return written
 
     def prepare(self) -> bool:
         """Create the directory (with a CACHEDIR.TAG and a .gitignore) on the first write."""
