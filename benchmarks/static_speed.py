@@ -1,13 +1,20 @@
 """Speed and memory of ``flashcheck static`` over a large tree, side by side with ``ruff check --select E,F``.
 
 Each tool runs in its own child process (the default tree is the installed torch package's Python sources, located
-without importing torch), ``--repeat`` times; for each run the wall time, the CPU time (user + system) and the peak
-resident memory of the child are recorded, and the best run of each tool is reported. The machine may be shared:
-CPU time is the figure that load on other processes does not inflate, and the load average is recorded before and
-after. Writes ``reports/raw/static_speed.json`` and ``reports/static-speed.md``. Timed assertions do not belong in
-tests; this script only measures.
+without importing torch), ``--repeat`` times. flashcheck runs three ways each time: without the summary cache, with
+a new (cold) cache directory, and again with that directory warm (every summary loaded, no file parsed); ``--jobs``
+processes each (default: one per CPU). For each run the wall time, the CPU time (user + system, the child's
+processes included) and the peak resident memory (of its largest process) are recorded, and the best run of each
+kind is reported. The machine may be shared: CPU time is the figure that load on other processes does not inflate,
+and the load average is recorded before and after. Writes ``reports/raw/static_speed.json`` and
+``reports/static-speed.md``. Timed assertions do not belong in tests; this script only measures.
 
-    PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_speed.py [PATH ...] [--repeat N]
+    PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_speed.py [PATH ...] [--repeat N] [--jobs N]
+        [--before-src DIR --before-label REV]
+
+``--before-src`` adds a column for an older verifier (``git archive REV src | tar -x -C /tmp/before``, then
+``--before-src /tmp/before/src``), run the same number of times in between, so a change is measured against its
+base under the same load.
 """
 
 from __future__ import annotations
@@ -31,13 +38,21 @@ _CHILD = """
 import json, sys
 from collections import Counter
 from flashcheck.verifier import StaticConfig, check_paths
-paths = sys.argv[1:]
+jobs, cache, paths = int(sys.argv[1]), sys.argv[2] or None, sys.argv[3:]
 root = paths[0]
-result = check_paths(paths, StaticConfig(root=root))
+result = check_paths(paths, StaticConfig(root=root, jobs=jobs, cache_dir=cache))
 print(json.dumps({"files": len(result.files), "lines": result.lines, "roots": result.roots,
                   "findings_per_rule": dict(sorted(Counter(f.id for f in result.findings).items())),
-                  "internal_errors": len(result.internal_errors)}))
+                  "internal_errors": len(result.internal_errors), "jobs": result.jobs, "cached": result.cached}))
 """
+_BEFORE_CHILD = """
+import json, sys
+from collections import Counter
+from flashcheck.verifier import StaticConfig, check_paths
+result = check_paths(sys.argv[1:], StaticConfig(root=sys.argv[1]))
+print(json.dumps({"findings_per_rule": dict(sorted(Counter(f.id for f in result.findings).items()))}))
+"""
+_KINDS = {"flashcheck": "no cache", "flashcheck_cold": "cold cache", "flashcheck_warm": "warm cache"}
 
 
 def torch_sources() -> str:
@@ -55,11 +70,22 @@ def torch_version(root: str) -> str:
     return "unknown"
 
 
-def timed(cmd: list[str]) -> dict[str, Any]:
-    """Run `cmd` in a fresh child; its wall time, CPU time and peak RSS (from wait4's rusage)."""
+def _stats(r: dict[str, Any]) -> dict[str, Any]:
+    """What a flashcheck child printed (its last line, JSON); empty for ruff or a failed run."""
+    try:
+        doc = json.loads(r["stdout_tail"].strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def timed(cmd: list[str], pythonpath: str | None = None) -> dict[str, Any]:
+    """Run `cmd` in a fresh child (with `pythonpath` as PYTHONPATH when given); its wall time, CPU time and peak
+    RSS (from wait4's rusage)."""
+    env = {**os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {})}
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:  # files: a full pipe would block
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=os.environ.copy())
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         out_f.seek(0)
@@ -79,26 +105,41 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--repeat", type=int, default=2, help="runs per tool (the best one is reported)")
+    ap.add_argument("--jobs", type=int, default=0, help="flashcheck's processes (default 0: one per CPU)")
+    ap.add_argument("--before-src", help="the src directory of an older flashcheck to run alongside (no cache)")
+    ap.add_argument("--before-label", default="before", help="what to call it in the report (a commit)")
     ap.add_argument("--json", default=str(ROOT / "reports" / "raw" / "static_speed.json"))
     ap.add_argument("--md", default=str(ROOT / "reports" / "static-speed.md"))
     args = ap.parse_args(argv)
     paths = args.paths or [torch_sources()]
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     load_before = os.getloadavg()
-    runs: dict[str, list[dict[str, Any]]] = {"flashcheck": [], "ruff": []}
+    runs: dict[str, list[dict[str, Any]]] = {**{k: [] for k in _KINDS}, "ruff": []}
+    if args.before_src:
+        runs["before"] = []
+    child = [sys.executable, "-c", _CHILD, str(args.jobs)]
     for _ in range(max(args.repeat, 1)):
-        runs["flashcheck"].append(timed([sys.executable, "-c", _CHILD, *paths]))
+        if args.before_src:
+            runs["before"].append(timed([sys.executable, "-c", _BEFORE_CHILD, *paths], args.before_src))
+        runs["flashcheck"].append(timed([*child, "", *paths]))
+        with tempfile.TemporaryDirectory(prefix="flashcheck-static-cache-") as cache:
+            runs["flashcheck_cold"].append(timed([*child, cache, *paths]))
+            runs["flashcheck_warm"].append(timed([*child, cache, *paths]))
         if ruff:
             ruff_cmd = [ruff, "check", "--select", "E,F", "--no-cache", "--isolated", "--exit-zero", "-q", *paths]
             runs["ruff"].append(timed(ruff_cmd))
     load_after = os.getloadavg()
-    fc = min(runs["flashcheck"], key=lambda r: r["cpu_s"])
-    stats = json.loads(fc["stdout_tail"].strip().splitlines()[-1]) if fc["exit_status"] == 0 else {}
+    best = {k: min(runs[k], key=lambda r: r["cpu_s"]) for k in _KINDS}
+    fc = best["flashcheck"]
+    stats = _stats(fc) if fc["exit_status"] == 0 else {}
     lines = stats.get("lines", 0)
+    per_kind = {k: _stats(r) for k, r in best.items() if r["exit_status"] == 0}
 
     def rates(r: dict[str, Any]) -> dict[str, Any]:
+        out = _stats(r)
         return {
             **{k: r[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "exit_status")},
+            **({"jobs": out["jobs"], "cached_files": out["cached"]} if "jobs" in out else {}),
             "lines_per_s_wall": round(lines / r["wall_s"]) if r["wall_s"] else None,
             "lines_per_s_cpu": round(lines / r["cpu_s"]) if r["cpu_s"] else None,
         }
@@ -119,27 +160,51 @@ def main(argv: list[str] | None = None) -> int:
         "lines": lines,
         "hot_path_roots": stats.get("roots"),
         "findings_per_rule": stats.get("findings_per_rule"),
+        "same_findings_every_way": len({json.dumps(v.get("findings_per_rule")) for v in per_kind.values()}) == 1
+        and len(per_kind) == len(_KINDS),
+        "before": rates(min(runs["before"], key=lambda r: r["cpu_s"])) if args.before_src else None,
+        "before_label": args.before_label if args.before_src else None,
+        "before_findings_per_rule": _stats(min(runs["before"], key=lambda r: r["cpu_s"])).get("findings_per_rule")
+        if args.before_src
+        else None,
         "internal_errors": stats.get("internal_errors"),
+        "jobs": stats.get("jobs"),
         "flashcheck": rates(fc),
+        "flashcheck_cold_cache": rates(best["flashcheck_cold"]),
+        "flashcheck_warm_cache": rates(best["flashcheck_warm"]),
         "ruff_check_select_E_F": rates(min(runs["ruff"], key=lambda r: r["cpu_s"])) if runs["ruff"] else None,
         "all_runs": {k: [rates(r) for r in v] for k, v in runs.items()},
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     Path(args.md).write_text(render(doc))
-    print(json.dumps({k: doc[k] for k in ("lines", "flashcheck", "ruff_check_select_E_F")}, indent=2))
+    keys = ("lines", "flashcheck", "flashcheck_cold_cache", "flashcheck_warm_cache", "ruff_check_select_E_F")
+    print(json.dumps({k: doc[k] for k in keys}, indent=2))
     return 0
 
 
 def render(doc: dict[str, Any]) -> str:
     fc, rf = doc["flashcheck"], doc["ruff_check_select_E_F"] or {}
+    cold, warm = doc["flashcheck_cold_cache"], doc["flashcheck_warm_cache"]
+    before = doc.get("before")
+    cols = (*((before,) if before else ()), fc, cold, warm, rf)
     rows = [
-        ("wall time (s)", fc["wall_s"], rf.get("wall_s")),
-        ("CPU time, user + system (s)", fc["cpu_s"], rf.get("cpu_s")),
-        ("lines/s by wall time", fc["lines_per_s_wall"], rf.get("lines_per_s_wall")),
-        ("lines/s by CPU time", fc["lines_per_s_cpu"], rf.get("lines_per_s_cpu")),
-        ("peak resident memory (MB)", fc["peak_rss_mb"], rf.get("peak_rss_mb")),
+        (name, *(c.get(key) for c in cols))
+        for name, key in (
+            ("wall time (s)", "wall_s"),
+            ("CPU time, user + system (s)", "cpu_s"),
+            ("lines/s by wall time", "lines_per_s_wall"),
+            ("lines/s by CPU time", "lines_per_s_cpu"),
+            ("peak resident memory (MB)", "peak_rss_mb"),
+            ("files loaded from the cache", "cached_files"),
+        )
     ]
+
+    def verdict(r: dict[str, Any]) -> str:
+        speed = "met" if r["lines_per_s_wall"] >= 150_000 else "not met"
+        memory = "met" if r["peak_rss_mb"] <= 500 else "not met"
+        return f"{r['lines_per_s_wall']:,} lines/s ({speed}) and {r['peak_rss_mb']} MB ({memory})"
+
     out = [
         "# `flashcheck static` speed over torch's Python sources, beside `ruff check --select E,F`",
         "",
@@ -150,22 +215,34 @@ def render(doc: dict[str, Any]) -> str:
         f"- **Tree:** {doc['files']} files, {doc['lines']:,} lines; {doc['hot_path_roots']} default hot-path roots",
         f"- **Machine:** {doc['cpus']} CPU cores, shared with other work: load average "
         f"{doc['load_average_before']} before and {doc['load_average_after']} after. Wall times depend on that "
-        "load; CPU time does not. flashcheck runs in one process; ruff may use several threads.",
+        "load; CPU time does not.",
+        f"- **flashcheck:** `--jobs {doc['jobs']}`: files are parsed in the main process; with a cache, further "
+        "processes pickle and write the new entries while it goes on (their CPU time is counted). ruff may use "
+        "several threads.",
         "",
-        "| best run of each | flashcheck static | ruff check --select E,F |",
-        "|---|---|---|",
-        *[f"| {name} | {a} | {b} |" for name, a, b in rows],
+        "| best run of each | "
+        + (f"before ({doc['before_label']}), no cache | " if before else "")
+        + "flashcheck static, no cache | cold cache | warm cache | ruff check --select E,F |",
+        "|---|---|---|---|---|" + ("---|" if before else ""),
+        *["| " + " | ".join(str(v) if v is not None else "" for v in row) + " |" for row in rows],
         "",
-        f"Targets: at least 150,000 lines/s by wall time on 2 cores and at most 500 MB; this run: "
-        f"{fc['lines_per_s_wall']:,} lines/s ({'met' if fc['lines_per_s_wall'] >= 150_000 else 'not met'}) and "
-        f"{fc['peak_rss_mb']} MB ({'met' if fc['peak_rss_mb'] <= 500 else 'not met'}). `docs/design.md` says where "
+        f"Targets: at least 150,000 lines/s by wall time on 2 cores and at most 500 MB; this run: without the "
+        f"cache {verdict(fc)}; cold cache {verdict(cold)}; warm cache {verdict(warm)}. `docs/design.md` says where "
         "the time and memory go.",
         "",
-        f"Findings per rule: {doc['findings_per_rule']}; internal errors: {doc['internal_errors']}.",
+        f"Findings per rule: {doc['findings_per_rule']}; the same without, with a cold and with a warm cache: "
+        f"{'yes' if doc['same_findings_every_way'] else 'NO'}"
+        + (
+            f"; the same as before: {'yes' if doc['before_findings_per_rule'] == doc['findings_per_rule'] else 'NO'}"
+            if before
+            else ""
+        )
+        + f"; internal errors: {doc['internal_errors']}.",
         "",
         "All runs: "
         + "; ".join(
-            f"{tool}: " + ", ".join(f"{r['wall_s']} s wall / {r['cpu_s']} s CPU" for r in rs)
+            f"{_KINDS.get(tool, doc.get('before_label') if tool == 'before' else tool)}: "
+            + ", ".join(f"{r['wall_s']} s wall / {r['cpu_s']} s CPU" for r in rs)
             for tool, rs in doc["all_runs"].items()
         ),
         "",

@@ -20,6 +20,12 @@ if "FLASHCHECK_CACHE_DIR" not in os.environ:
     _CACHE = tempfile.mkdtemp(prefix="flashcheck-test-cache-")
     os.environ["FLASHCHECK_CACHE_DIR"] = _CACHE
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# `flashcheck static` keeps its summary cache next to the project's configuration, or in the current directory
+# (here, the checkout) when there is none: tests that run the command use one of their own, removed at the end.
+if "FLASHCHECK_STATIC_CACHE_DIR" not in os.environ:
+    _STATIC_CACHE = tempfile.mkdtemp(prefix="flashcheck-test-static-cache-")
+    os.environ["FLASHCHECK_STATIC_CACHE_DIR"] = _STATIC_CACHE
+    atexit.register(shutil.rmtree, _STATIC_CACHE, ignore_errors=True)
 
 if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     # mutmut wraps every mutated function in a trampoline that lives in its own package: a frame of flashcheck's,

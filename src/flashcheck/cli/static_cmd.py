@@ -8,6 +8,7 @@ error (bad option or configuration), 5 a rule crashed (the other rules still rep
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,12 +21,23 @@ from flashcheck.reports import FORMAT_ALIASES, FORMATS, build_view, render_view
 from flashcheck.reports.terminal import use_color
 from flashcheck.rundir import RunResult, RunWriter
 from flashcheck.verifier.baseline import write_baseline
+from flashcheck.verifier.cache import CACHE_ENV, DEFAULT_DIR
 from flashcheck.verifier.config import find_pyproject, load_config
 from flashcheck.verifier.engine import check_paths
 
 
 def _ids(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _jobs(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of processes (0: one per CPU), got {value!r}")
+    return n
 
 
 def _format(value: str) -> str:
@@ -71,10 +83,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pyproject.toml to read [tool.flashcheck.static] from (default: nearest to the first PATH)",
     )
     p.add_argument(
+        "--jobs",
+        "-j",
+        type=_jobs,
+        metavar="N",
+        help="processes to use (default: one per CPU); beyond the first, they write new summary-cache entries",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"summary cache: one entry per file content, so a run re-parses only changed files "
+        f"(default: ${CACHE_ENV}, else {DEFAULT_DIR} next to the pyproject.toml or in the current directory)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the summary cache")
+    p.add_argument(
         "--no-default-roots",
         action="store_true",
         help="use only configured and @hot_path roots, not the built-in engine name patterns",
     )
+
+
+def _cache_dir(option: str | None, pyproject: Path | None) -> str:
+    """``--cache-dir``, else ``$FLASHCHECK_STATIC_CACHE_DIR``, else ``.flashcheck_cache`` next to the
+    configuration (like ruff's ``.ruff_cache`` and ``RUFF_CACHE_DIR``)."""
+    if option:
+        return option
+    if os.environ.get(CACHE_ENV):
+        return os.environ[CACHE_ENV]
+    return str((pyproject.resolve().parent if pyproject is not None else Path.cwd()) / DEFAULT_DIR)
 
 
 def _save(run_dir: Path, run: RunResult) -> None:
@@ -93,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         ignore=tuple(args.ignore) if args.ignore else None,
         baseline=args.baseline,
         default_roots=False if args.no_default_roots else None,
+        jobs=args.jobs,
+        cache_dir=None if args.no_cache else _cache_dir(args.cache_dir, pyproject),
     )
     if args.write_baseline and not config.baseline:
         raise InvalidArgument(
@@ -112,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL if result.internal_errors else EXIT_CLEAN
     summary = (
         f"{len(result.findings)} finding(s) in {len(result.files)} file(s), {result.lines} lines, "
-        f"{result.roots} hot-path roots, {result.seconds:.1f}s"
+        f"{result.roots} hot-path roots, {result.seconds:.1f}s, {result.cached} file(s) from the cache"
         f" ({result.suppressed} suppressed, {result.baselined} in baseline)"
     )
     command = "flashcheck " + " ".join(getattr(args, "argv", sys.argv[1:]))

@@ -42,6 +42,9 @@ class StaticConfig:
         host_names: extra fnmatch patterns of variable/attribute names that always hold host data.
         zeroed_workspace_consumers: extra callables (last name) whose workspace must start zeroed.
         root: directory that reported paths are relative to (the pyproject.toml's, or the current one).
+        jobs: worker processes that parse and index files (0: one per CPU; 1: none, all in this process).
+        cache_dir: directory of the summary cache (`flashcheck.verifier.cache`); None: no cache. The command line
+            sets it to ``.flashcheck_cache`` next to the pyproject.toml unless ``--no-cache``.
     """
 
     hot_paths: tuple[str, ...] = ()
@@ -55,13 +58,16 @@ class StaticConfig:
     host_names: tuple[str, ...] = ()
     zeroed_workspace_consumers: tuple[str, ...] = ()
     root: str = "."
+    jobs: int = 0
+    cache_dir: str | None = None
 
     def with_overrides(self, **changes: Any) -> StaticConfig:
         """A copy with the given fields replaced (values of None are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-_TOML_KEYS: dict[str, str] = {f.name.replace("_", "-"): f.name for f in fields(StaticConfig) if f.name != "root"}
+_NOT_TOML = frozenset({"root", "jobs", "cache_dir"})  # run settings: the command line's, not the project's
+_TOML_KEYS: dict[str, str] = {f.name.replace("_", "-"): f.name for f in fields(StaticConfig) if f.name not in _NOT_TOML}
 _BOOL_KEYS = {"default_roots"}
 _STR_KEYS = {"baseline"}
 

@@ -22,11 +22,13 @@ from flashcheck.errors import InvalidArgument
 from flashcheck.findings import Confidence, Finding, Frame, Location, Severity
 from flashcheck.rundir import RUN_SCHEMA, RunResult
 from flashcheck.verifier.baseline import apply_baseline, load_baseline
+from flashcheck.verifier.cache import SummaryCache
 from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.frontend import Summary, default_jobs, summarise_files
 from flashcheck.verifier.hotpath import HotPaths, find_roots
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance import Provenance, ValueFlow, Wrappers
-from flashcheck.verifier.source import SourceFile, discover, read_source
+from flashcheck.verifier.source import SourceFile, discover
 
 __all__ = ["Context", "Rule", "StaticResult", "check_paths", "rule", "static_rules"]
 
@@ -139,6 +141,8 @@ class StaticResult:
     seconds: float = 0.0
     all_findings: list[Finding] = field(default_factory=list)  # before the baseline (for --write-baseline)
     rules_run: list[str] = field(default_factory=list)  # IDs of the rules that ran (with FC100/FC199 when selected)
+    cached: int = 0  # files whose summary came from the summary cache (not parsed)
+    jobs: int = 1  # processes the run could use
 
     def to_run(self, meta: Mapping[str, Any]) -> RunResult:
         """This result as a run (`flashcheck.rundir.RunResult`), so that every report format renders it: the
@@ -164,6 +168,8 @@ class StaticResult:
                 "hot_path_roots": self.roots,
                 "suppressed": self.suppressed,
                 "baselined": self.baselined,
+                "cached": self.cached,
+                "jobs": self.jobs,
                 "seconds": round(self.seconds, 3),
             },
         }
@@ -206,8 +212,23 @@ def check_paths(paths: Sequence[str], config: StaticConfig) -> StaticResult:
 
 def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float) -> StaticResult:
     root = Path(config.root).resolve()
-    sources = [read_source(p, root) for p in discover(paths, config.exclude, root)]
-    project = Project(sources)
+    cache = SummaryCache(config.cache_dir) if config.cache_dir else None
+    jobs = config.jobs if config.jobs > 0 else default_jobs()
+    summaries = summarise_files(discover(paths, config.exclude, root), root, jobs=jobs, cache=cache)
+    try:  # new cache entries are written while the rules run
+        result = _run_rules(summaries.summaries, config, rules, start)
+    finally:
+        summaries.finish()
+    result.cached, result.jobs = summaries.loaded, jobs
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_rules(
+    summaries: list[Summary], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float
+) -> StaticResult:
+    sources = [sf for sf, _ in summaries]
+    project = Project(sources, [mi for _, mi in summaries])
     hot = HotPaths(project, find_roots(project, config))
     flow = ValueFlow(project)
     ctx = Context(
@@ -233,6 +254,7 @@ def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[
     kept, suppressed = _apply_suppressions(raw, sources, set(rules))
     kept = [f for f in kept if selected(f.id, f.name, config)]
     kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
+    project.release()  # findings are plain data: the model and its trees can go
     new, baselined = kept, 0
     if config.baseline and Path(config.baseline).exists():
         new, baselined = apply_baseline(kept, load_baseline(config.baseline))

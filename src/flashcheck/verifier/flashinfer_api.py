@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
-from flashcheck.verifier.project import FunctionInfo, imported_name
+from flashcheck.verifier.project import FunctionInfo, Project, imported_name
 
 __all__ = [
     "GENERIC_PRIVATE",
@@ -20,7 +20,9 @@ __all__ = [
     "WRAPPER_BUFFERS",
     "ZEROED_WORKSPACE_BACKENDS",
     "ZEROED_WORKSPACE_CONSUMERS",
+    "flashinfer_call_sites",
     "graph_mode",
+    "imports_flashinfer",
     "is_flashinfer_import",
     "is_wrapper_class_name",
     "looks_like_wrapper",
@@ -109,6 +111,28 @@ def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
     return target == "flashinfer" or target.startswith("flashinfer.")
 
 
+def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
+    """Whether a Name/Attribute chain starts with a name imported from ``flashinfer`` (`is_flashinfer_import` of
+    its dotted name, without building it)."""
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return False
+    target = fn.module.imports.get(expr.id, "")
+    return target == "flashinfer" or target.startswith("flashinfer.")
+
+
+def flashinfer_call_sites(project: Project) -> set[int]:
+    """``id()`` of every function where `wrapper_class_of_call` or `imports_flashinfer` can hold for a call: those
+    that call a name ending in ``Wrapper``, and every function of a module that imports from ``flashinfer``. A
+    rule that scans every call for either may skip the other functions."""
+    out = {id(fn) for name, sites in project.calls_by_name().items() if name.endswith("Wrapper") for fn, _ in sites}
+    for mod in project.modules.values():
+        if any(t == "flashinfer" or t.startswith("flashinfer.") for t in mod.imports.values()):
+            out.update(id(fn) for fn in project.by_module.get(mod.name, []))
+    return out
+
+
 def is_wrapper_class_name(name: str) -> bool:
     return name.endswith("Wrapper") and (
         name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD")) or "Attention" in name
@@ -118,7 +142,15 @@ def is_wrapper_class_name(name: str) -> bool:
 def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     """The FlashInfer wrapper class a call constructs (``BatchDecodeWithPagedKVCacheWrapper``), if any, also under
     another name (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as Decode``)."""
-    name = dotted(call.func)
+    func = call.func
+    # Every call of the project passes here: a name that neither ends in ``Wrapper`` nor is imported from
+    # flashinfer (the only way a renamed class gets here) is none, before any string is built.
+    if isinstance(func, ast.Attribute):
+        if not func.attr.endswith("Wrapper"):
+            return None
+    elif not isinstance(func, ast.Name) or not (func.id.endswith("Wrapper") or is_flashinfer_import(fn, func.id)):
+        return None
+    name = dotted(func)
     if name is None:
         return None
     full = imported_name(call.func, fn, "flashinfer") or name
@@ -190,10 +222,11 @@ def needs_zeroed_workspace(call: ast.Call, extra: frozenset[str] = frozenset()) 
         return None
     if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:
         return name
+    if not is_wrapper_class_name(name):
+        return None
     backend = kwarg(call, "backend")
     if (
-        is_wrapper_class_name(name)
-        and isinstance(backend, ast.Constant)
+        isinstance(backend, ast.Constant)
         and isinstance(backend.value, str)
         and backend.value in ZEROED_WORKSPACE_BACKENDS
     ):

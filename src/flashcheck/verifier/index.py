@@ -13,7 +13,17 @@ from typing import Any
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.source import SourceFile
 
-__all__ = ["ClassInfo", "FuncNode", "FunctionInfo", "ModuleInfo", "ProjectIndex", "owner_of", "with_bases"]
+__all__ = [
+    "ClassInfo",
+    "FuncNode",
+    "FunctionInfo",
+    "ModuleIndex",
+    "ModuleInfo",
+    "ProjectIndex",
+    "index_module",
+    "owner_of",
+    "with_bases",
+]
 
 _KINDS: dict[type, str] = {
     ast.Call: "call",
@@ -170,10 +180,35 @@ class ModuleInfo:
     body: FunctionInfo | None = None
 
 
-class ProjectIndex:
-    """The parsed files, indexed (`Project` adds name resolution and the call graph)."""
+@dataclass(eq=False)
+class ModuleIndex:
+    """What indexing one file gives, before it joins a project: its module, its functions and classes in the order
+    of the walk, and the stores into attributes of other objects (``obj.attr = value``) by attribute name.
 
-    def __init__(self, sources: list[SourceFile]) -> None:
+    It depends only on the file's text, its module name and whether it is a package's ``__init__.py``, so the
+    summary cache can keep it (`flashcheck.verifier.frontend`)."""
+
+    module: ModuleInfo
+    functions: list[FunctionInfo] = field(default_factory=list)
+    classes: list[ClassInfo] = field(default_factory=list)
+    attr_stores: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)
+
+
+def index_module(sf: SourceFile, name: str | None = None) -> ModuleIndex | None:
+    """Index one parsed file under module `name` (default: its own module name); None for a file that did not
+    parse."""
+    if sf.tree is None:
+        return None
+    return _Indexer(sf, sf.module if name is None else name, sf.tree).out
+
+
+class ProjectIndex:
+    """The parsed files, indexed (`Project` adds name resolution and the call graph).
+
+    `indexed`, when given, holds each source's `ModuleIndex` (None for a file that does not parse), built
+    elsewhere under the source's own module name; otherwise every file is indexed here."""
+
+    def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
         self.modules: dict[str, ModuleInfo] = {}
         self.functions: list[FunctionInfo] = []
         self.classes: dict[str, ClassInfo] = {}
@@ -185,20 +220,52 @@ class ProjectIndex:
         self._callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
         self._suffixes: dict[str, ModuleInfo | None] = {}
         self.by_module: dict[str, list[FunctionInfo]] = {}  # module name -> its functions and top-level code
-        for sf in sources:
-            if sf.tree is not None:
-                self._index_module(sf, sf.tree)
+        for i, sf in enumerate(sources):
+            if sf.tree is None:
+                continue
+            name = sf.module
+            while name in self.modules:  # two files with one module name (scripts): keep both
+                name += "_"
+            mi = indexed[i] if indexed is not None else None
+            if mi is None or mi.module.name != name:
+                mi = _Indexer(sf, name, sf.tree).out
+            self._add(mi)
 
-    # ------------------------------------------------------------------ indexing
-    def _index_module(self, sf: SourceFile, tree: ast.Module) -> None:
-        name = sf.module
-        while name in self.modules:  # two files with one module name (scripts): keep both
-            name += "_"
+    def release(self) -> None:
+        """Empty every module, class and function of the model, once nothing reads it any more. They refer to one
+        another in cycles and hold every tree, so freeing them would otherwise wait for the cyclic garbage
+        collector, which visits each node of each tree (4 s on torch's sources); emptied, they and the trees are
+        freed as soon as the last reference goes."""
+        everything: list[Any] = [*self.functions, *self.classes.values()]
+        for mod in self.modules.values():
+            everything.extend((mod, *mod.classes.values()))
+            if mod.body is not None:
+                everything.append(mod.body)
+        for obj in everything:
+            obj.__dict__.clear()
+
+    def _add(self, mi: ModuleIndex) -> None:
+        mod = mi.module
+        self.modules[mod.name] = mod
+        self.by_module[mod.name] = [b for b in (mod.body,) if b is not None] + mi.functions
+        for fn in mi.functions:
+            self.functions.append(fn)
+            self._by_qualname.setdefault(fn.qualname, fn)
+        for ci in mi.classes:
+            self.classes.setdefault(ci.qualname, ci)
+        for attr, stores in mi.attr_stores.items():
+            self.attr_stores.setdefault(attr, []).extend(stores)
+
+
+class _Indexer:
+    """The one walk over a file's tree that fills a `ModuleIndex`."""
+
+    def __init__(self, sf: SourceFile, name: str, tree: ast.Module) -> None:
         mod = ModuleInfo(name, sf)
-        self.modules[name] = mod
+        self.out = ModuleIndex(mod)
+        self.attr_stores = self.out.attr_stores
         body = FunctionInfo(f"{name}.<module>", "<module>", tree, mod)
         mod.body = body
-        self.by_module[name] = [body]
         self._walk(body, tree.body, None)
 
     def _new_function(self, node: FuncNode, owner: FunctionInfo, cls: ClassInfo | None) -> FunctionInfo:
@@ -210,9 +277,7 @@ class ProjectIndex:
         else:
             qual, parent = f"{owner.qualname}.<locals>.{node.name}", owner
         fn = FunctionInfo(qual, node.name, node, mod, cls, parent)
-        self.functions.append(fn)
-        self.by_module[mod.name].append(fn)
-        self._by_qualname.setdefault(qual, fn)
+        self.out.functions.append(fn)
         if cls is not None:
             cls.methods[node.name] = fn
         elif parent is None:
@@ -240,7 +305,7 @@ class ProjectIndex:
         mod = owner.module
         prefix = mod.name if owner.name == "<module>" else f"{owner.qualname}.<locals>"
         ci = ClassInfo(f"{prefix}.{node.name}", node.name, node, mod)
-        self.classes.setdefault(ci.qualname, ci)
+        self.out.classes.append(ci)
         if owner.name == "<module>":
             mod.classes[node.name] = ci
         for b in [*node.bases, *node.decorator_list]:

@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex, owner_of
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleIndex, ModuleInfo, ProjectIndex, owner_of
 from flashcheck.verifier.source import SourceFile
 
 __all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name", "torch_name"]
@@ -21,8 +21,8 @@ __all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name"
 class Project(ProjectIndex):
     """Index of the parsed files; resolves names and calls between them."""
 
-    def __init__(self, sources: list[SourceFile]) -> None:
-        super().__init__(sources)
+    def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
+        super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
         self._link_classes()
 
@@ -221,7 +221,9 @@ class Project(ProjectIndex):
         finally:
             self._callers_active.discard(id(fn))
 
-    def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+    def calls_by_name(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
+        """Every call made through a name or an attribute (``f(...)``, ``x.f(...)``), by that name, in the order of
+        `all_functions` and of each function's calls."""
         if self._calls_by_name is None:
             self._calls_by_name = {}
             for caller in self.all_functions():
@@ -230,12 +232,16 @@ class Project(ProjectIndex):
                     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
                     if name is not None:
                         self._calls_by_name.setdefault(name, []).append((caller, call))
+        return self._calls_by_name
+
+    def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        calls_by_name = self.calls_by_name()
         names = [fn.name]
         if fn.name == "__init__" and fn.cls is not None:
             names = [fn.cls.name, *(c.name for c in fn.cls.subclasses)]
         out: list[tuple[FunctionInfo, ast.Call]] = []
         for name in names:
-            for caller, call in self._calls_by_name.get(name, [])[:256]:
+            for caller, call in calls_by_name.get(name, [])[:256]:
                 if any(t is fn for t in self._call_targets(call, caller)):
                     out.append((caller, call))
         self._callers[id(fn)] = out[:64]

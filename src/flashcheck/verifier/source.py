@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flashcheck.errors import InvalidArgument
 
-__all__ = ["SourceFile", "Suppression", "discover", "module_name", "read_source"]
+__all__ = ["SourceFile", "Suppression", "discover", "module_name", "parse_source", "read_source", "relpath"]
 
 _SKIP_DIRS = frozenset(
     {
@@ -56,7 +56,7 @@ class SourceFile:
     path: Path
     relpath: str
     module: str
-    text: str
+    text: str  # empty once `flashcheck.verifier.frontend` summarised the file (`lines` holds it)
     tree: ast.Module | None
     error: str | None = None
     error_line: int = 1
@@ -96,11 +96,12 @@ def discover(paths: Sequence[str], exclude: Sequence[str], root: Path) -> list[P
 
 
 def _excluded(path: Path, patterns: Sequence[str], root: Path) -> bool:
-    rel = _relpath(path, root)
+    rel = relpath(path, root)
     return any(fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(path.name, pat) for pat in patterns)
 
 
-def _relpath(path: Path, root: Path) -> str:
+def relpath(path: Path, root: Path) -> str:
+    """`path` relative to `root` (``/``-separated), or the whole path when it is outside `root`."""
     try:
         return path.relative_to(root).as_posix()
     except ValueError:
@@ -133,11 +134,20 @@ def module_name(path: Path, root: Path | None = None) -> str:
 
 def read_source(path: Path, root: Path) -> SourceFile:
     """Read and parse `path`; never raises for a bad file (the error is recorded instead)."""
-    rel = _relpath(path, root)
+    rel = relpath(path, root)
     mod = module_name(path, root)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
+        return SourceFile(path, rel, mod, "", None, error=f"cannot read: {exc}")
+    return parse_source(path, rel, mod, data)
+
+
+def parse_source(path: Path, rel: str, mod: str, data: bytes) -> SourceFile:
+    """Parse the bytes read from `path` (reported as `rel`, module `mod`); never raises for a bad file."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         return SourceFile(path, rel, mod, "", None, error=f"cannot read: {exc}")
     lines = text.splitlines()
     try:

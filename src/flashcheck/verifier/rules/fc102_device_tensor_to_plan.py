@@ -67,7 +67,15 @@ class DeviceTensorToPlan(Rule):
     """
 
     def check(self, ctx: Context) -> None:
+        # Without a flashinfer import no callable is a plan function, and only ``x.plan(...)``-style calls remain.
+        sites = (
+            None
+            if ctx.wrappers.enabled
+            else {id(fn) for m in PLAN_METHODS for fn, _ in ctx.project.calls_by_name().get(m, [])}
+        )
         for fn in ctx.project.all_functions():
+            if sites is not None and id(fn) not in sites:
+                continue
             for call in fn.calls:
                 positions = self._plan_positions(ctx, call, fn)
                 if positions is not None:

@@ -15,6 +15,9 @@ from flashcheck.verifier.project import FunctionInfo
 _REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 
 
+_KNOWN = frozenset(n for n in SPECIFIC_PRIVATE | GENERIC_PRIVATE if n.startswith("_"))
+
+
 @rule("FC103", "flashinfer-private-attribute")
 class FlashinferPrivateAttribute(Rule):
     """Engine code depends on a private attribute of a FlashInfer wrapper.
@@ -60,7 +63,7 @@ class FlashinferPrivateAttribute(Rule):
     def check(self, ctx: Context) -> None:
         for fn in ctx.project.all_functions():
             for attr in fn.attributes:
-                if attr.attr.startswith("_") and not attr.attr.startswith("__"):
+                if attr.attr in _KNOWN and not attr.attr.startswith("__"):  # `_check` knows no other name
                     self._check(ctx, fn, attr, attr.value, attr.attr)
             for call in fn.calls:
                 if isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and len(call.args) >= 2:

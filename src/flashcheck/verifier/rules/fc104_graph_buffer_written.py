@@ -12,6 +12,7 @@ from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     WRAPPER_BUFFERS,
+    flashinfer_call_sites,
     graph_mode,
     wrapper_buffer_args,
     wrapper_class_of_call,
@@ -79,8 +80,9 @@ class GraphBufferWrittenElsewhere(Rule):
 
     def check(self, ctx: Context) -> None:
         bindings: dict[Key, Binding] = {}
+        flashinfer_sites = flashinfer_call_sites(ctx.project)
         for fn in ctx.project.all_functions():
-            for call in fn.calls:
+            for call in fn.calls if id(fn) in flashinfer_sites else ():
                 cls_name = wrapper_class_of_call(call, fn)
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue

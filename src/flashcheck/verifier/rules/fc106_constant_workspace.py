@@ -8,7 +8,12 @@ from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import is_flashinfer_import, workspace_arg, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import (
+    flashinfer_call_sites,
+    imports_flashinfer,
+    workspace_arg,
+    wrapper_class_of_call,
+)
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -58,6 +63,7 @@ class ConstantWorkspaceSize(Rule):
     def check(self, ctx: Context) -> None:
         seen: set[int] = set()
         project = ctx.project
+        flashinfer_sites = flashinfer_call_sites(project)
         for fn in project.all_functions():
             candidates: list[tuple[ast.Call, FunctionInfo]] = []
             for a in fn.assigns:
@@ -68,9 +74,8 @@ class ConstantWorkspaceSize(Rule):
             if "workspace" in fn.name.lower() and "workspace" in name_tokens(fn.name):  # get_workspace()
                 for r in fn.returns:
                     candidates.extend(allocations(r, fn, project=project))
-            for call in fn.calls:
-                name = dotted(call.func) or ""
-                if wrapper_class_of_call(call, fn) or (name and is_flashinfer_import(fn, name)):
+            for call in fn.calls if id(fn) in flashinfer_sites else ():
+                if wrapper_class_of_call(call, fn) or imports_flashinfer(fn, call.func):
                     ws = workspace_arg(call)
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))

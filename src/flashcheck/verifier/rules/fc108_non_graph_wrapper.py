@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import RUN_METHODS, graph_mode, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import RUN_METHODS, flashinfer_call_sites, graph_mode, wrapper_class_of_call
 from flashcheck.verifier.hotpath import HotPaths
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -63,8 +63,9 @@ class NonGraphWrapperInCapture(Rule):
 
     def check(self, ctx: Context) -> None:
         built: dict[Key, list[Built]] = {}
+        flashinfer_sites = flashinfer_call_sites(ctx.project)
         for fn in ctx.project.all_functions():
-            for a in fn.assigns:
+            for a in fn.assigns if id(fn) in flashinfer_sites else ():
                 if not isinstance(a, ast.Assign):
                     continue
                 for call in _constructor_calls(a.value):

@@ -49,6 +49,7 @@ class AssertValidatesInput(Rule):
     """
 
     def check(self, ctx: Context) -> None:
+        names = _Names()
         for fn in ctx.project.functions:
             if not fn.asserts or fn.source.is_test:
                 continue
@@ -56,19 +57,21 @@ class AssertValidatesInput(Rule):
                 inputs = set(fn.params) - {"self", "cls"}
                 how = "argument(s)"
             else:  # a private helper validates what a public caller received
-                inputs = _fed_by_public_callers(ctx, fn)
+                inputs = _fed_by_public_callers(ctx, fn, names)
                 how = "argument(s) (passed on by a public caller)"
             if not inputs:
                 continue
-            tainted, attrs = _derived(fn, inputs)
+            tainted, attrs = _derived(fn, inputs, names)
             for a in fn.asserts:
                 if isinstance(a.test, ast.Constant):
                     continue  # assert False, "unreachable"
-                names = {n.id for n in ast.walk(a.test) if isinstance(n, ast.Name)}
-                used = sorted(names & tainted)
-                used += sorted(
-                    ast.unparse(n) for n in ast.walk(a.test) if isinstance(n, ast.Attribute) and ast.unparse(n) in attrs
-                )
+                used = sorted(names.of(a.test) & tainted)
+                if attrs:
+                    used += sorted(
+                        ast.unparse(n)
+                        for n in ast.walk(a.test)
+                        if isinstance(n, ast.Attribute) and ast.unparse(n) in attrs
+                    )
                 if used:
                     ctx.report(
                         self,
@@ -85,21 +88,33 @@ def _is_public(fn: FunctionInfo) -> bool:
     return not fn.name.startswith("_") or (fn.name.startswith("__") and fn.name.endswith("__"))
 
 
-def _mentions(expr: ast.expr, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expr))
+class _Names:
+    """The names (``ast.Name`` ids) an expression reads, walked once per expression."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, frozenset[str]] = {}
+
+    def of(self, expr: ast.expr) -> frozenset[str]:
+        found = self._seen.get(id(expr))
+        if found is None:
+            found = self._seen[id(expr)] = frozenset(n.id for n in ast.walk(expr) if isinstance(n, ast.Name))
+        return found
+
+    def mention(self, expr: ast.expr, names: set[str]) -> bool:
+        return not self.of(expr).isdisjoint(names)
 
 
-def _derived(fn: FunctionInfo, inputs: set[str]) -> tuple[set[str], set[str]]:
+def _derived(fn: FunctionInfo, inputs: set[str], names: _Names) -> tuple[set[str], set[str]]:
     """Names derived from `inputs` (``n = len(seq_lens)``) and ``self.x`` attributes set from them in `fn`."""
     tainted = set(inputs)
     for _ in range(4):
-        grown = {name for name, values in fn.local_assigns.items() if any(_mentions(v, tainted) for v in values)}
+        grown = {name for name, values in fn.local_assigns.items() if any(names.mention(v, tainted) for v in values)}
         if grown <= tainted:
             break
         tainted |= grown
     attrs: set[str] = set()
     for a in fn.assigns:
-        if isinstance(a, ast.Assign) and _mentions(a.value, tainted):
+        if isinstance(a, ast.Assign) and names.mention(a.value, tainted):
             attrs.update(
                 ast.unparse(t)
                 for t in a.targets
@@ -108,16 +123,16 @@ def _derived(fn: FunctionInfo, inputs: set[str]) -> tuple[set[str], set[str]]:
     return tainted, attrs
 
 
-def _fed_by_public_callers(ctx: Context, fn: FunctionInfo) -> set[str]:
+def _fed_by_public_callers(ctx: Context, fn: FunctionInfo, names: _Names) -> set[str]:
     """Parameters of a private function that a public, non-test caller fills from its own arguments."""
     out: set[str] = set()
     params = [p for p in fn.params if p not in ("self", "cls")]
     for caller, call in ctx.project.callers(fn):
         if not _is_public(caller) or caller.source.is_test:
             continue
-        caller_inputs, _ = _derived(caller, set(caller.params) - {"self", "cls"})
+        caller_inputs, _ = _derived(caller, set(caller.params) - {"self", "cls"}, names)
         for p in params:
             arg = arg_for_param(call, fn, p)
-            if arg is not None and _mentions(arg, caller_inputs):
+            if arg is not None and names.mention(arg, caller_inputs):
                 out.add(p)
     return out
