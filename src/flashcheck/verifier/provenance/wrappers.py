@@ -33,7 +33,7 @@ class Wrappers:
     def __init__(self, flow: ValueFlow) -> None:
         self.flow = flow
         self._cache: dict[int, str | None] = {}
-        self._plans: dict[int, str | None] = {}
+        self._plans: dict[int, tuple[str, str, int] | None] = {}
         self._active: set[int] = set()
         imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
@@ -98,30 +98,53 @@ class Wrappers:
                 return found
         return None
 
-    def plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
+    def plan_function(self, func: ast.expr, fn: FunctionInfo) -> str | None:
         """The FlashInfer plan function (``fast_decode_plan``) a callable expression may be."""
+        found = self.callable_target(func, fn)
+        return found[1] if found is not None and found[0] == "function" else None
+
+    def bound_plan(self, func: ast.expr, fn: FunctionInfo) -> tuple[str, int] | None:
+        """(wrapper class, arguments already bound) when a callable is a wrapper's bound ``plan`` method reached
+        through an alias: ``p = w.plan``, ``self._plan = self._wrapper.plan``, ``functools.partial(w.plan, ...)``."""
+        found = self.callable_target(func, fn)
+        return (found[1], found[2]) if found is not None and found[0] == "method" else None
+
+    def bound_args(self, func: ast.expr, fn: FunctionInfo) -> int:
+        """How many leading positional arguments the partials between `func` and its target already bind."""
+        found = self.callable_target(func, fn)
+        return found[2] if found is not None else 0
+
+    def callable_target(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> tuple[str, str, int] | None:
+        """What a callable expression may be, through aliases (locals, attributes, parameters, items, returns) and
+        ``functools.partial``/``types.MethodType``: ``("function", "fast_decode_plan", bound)`` for a plan function,
+        ``("method", wrapper class, bound)`` for a wrapper's ``plan``; `bound` counts the positional arguments the
+        partials bind. None when it is neither."""
         if not self.enabled or depth > 6:
             return None
         key = id(func)
         if key in self._plans:
             return self._plans[key]
         self._plans[key] = None  # recursion guard
-        self._plans[key] = found = self._plan_function(func, fn, depth)
+        self._plans[key] = found = self._callable_target(func, fn, depth)
         return found
 
-    def _plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+    def _callable_target(self, func: ast.expr, fn: FunctionInfo, depth: int) -> tuple[str, str, int] | None:
         d = dotted(func)
         if d is not None:
             last = d.rsplit(".", 1)[-1]
             if last in PLAN_METHODS and last.startswith("fast_") and (is_flashinfer_import(fn, d) or depth > 0):
-                return last
+                return ("function", last, 0)
         if isinstance(func, ast.Call) and dotted(func.func) in _PARTIALS and func.args:
-            return self.plan_function(func.args[0], fn, depth + 1)
+            inner = self.callable_target(func.args[0], fn, depth + 1)
+            if inner is None or any(isinstance(a, ast.Starred) for a in func.args):
+                return inner
+            return (inner[0], inner[1], inner[2] + len(func.args) - 1)
         if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS:
-            return None  # w.plan(...): a method call, not an alias of a plan function
+            cls = self.wrapper_class(func.value, fn)  # w.plan: the wrapper's method
+            return ("method", cls, 0) if cls is not None else None
         if isinstance(func, ast.Name | ast.Attribute):
             for src, where in self.flow.sources(func, fn):
-                found = self.plan_function(src, where, depth + 1)
+                found = self.callable_target(src, where, depth + 1)
                 if found is not None:
                     return found
         return None

@@ -35,9 +35,12 @@ class DeviceTensorToPlan(Rule):
         slice of such a buffer, a caller's argument, dataclass field or list item that is one, or named
         ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
         ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter) or by a ``*wrapper*``
-        name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``).
-        Positional arguments are matched to the wrapper family's plan signature (decode, prefill, MLA, cascade);
-        list arguments (cascade levels) are checked item by item. The finding is on the call's first line.
+        name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``),
+        and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan = self._wrapper.plan``,
+        ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper family's plan signature
+        (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list arguments (cascade
+        levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item. The finding is on
+        the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -75,11 +78,20 @@ class DeviceTensorToPlan(Rule):
 
     @staticmethod
     def _plan_positions(ctx: Context, call: ast.Call, fn: FunctionInfo) -> dict[int, str] | None:
-        """Positional parameters of a FlashInfer plan call that must be host tensors; None if not a plan call."""
+        """Positional parameters of a FlashInfer plan call that must be host tensors; None if not a plan call.
+
+        Arguments that a ``functools.partial`` already bound shift the positions of the ones the call passes."""
         func = call.func
         plan_fn = ctx.wrappers.plan_function(func, fn)
         if plan_fn is not None:  # fast_decode_plan(wrapper, indptr, indices, last_page_len, ...)
-            return {i + 1: n for i, n in _DECODE.items()}
+            bound = ctx.wrappers.bound_args(func, fn)
+            return {i + 1 - bound: n for i, n in _DECODE.items() if i + 1 >= bound}
+        alias = (
+            None if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS else ctx.wrappers.bound_plan(func, fn)
+        )
+        if alias is not None:  # p = w.plan; p(...), or functools.partial(w.plan, ...)
+            cls, bound = alias
+            return {i - bound: n for i, n in _family(cls).items() if i >= bound}
         if not isinstance(func, ast.Attribute) or func.attr not in PLAN_METHODS:
             return None
         cls = ctx.wrappers.wrapper_class(func.value, fn)
@@ -88,11 +100,7 @@ class DeviceTensorToPlan(Rule):
             return None
         if cls is None:
             return {}
-        if "MLA" in cls:
-            return _MLA
-        if "Cascade" in cls:
-            return _CASCADE
-        return _PREFILL if "Prefill" in cls else _DECODE
+        return _family(cls)
 
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
         args: list[tuple[str, ast.expr]] = [
@@ -104,8 +112,7 @@ class DeviceTensorToPlan(Rule):
                 args.append((n, a))
         bad: list[tuple[str, ast.expr]] = []
         for param, expr in args:
-            items = expr.elts if isinstance(expr, ast.List | ast.Tuple) else [expr]  # cascade: lists of levels
-            bad.extend((param, e) for e in items if ctx.prov.of(e, fn) is Where.DEVICE)
+            bad.extend((param, e) for e in _items(ctx, expr, fn) if ctx.prov.of(e, fn) is Where.DEVICE)
         if not bad:
             return
         what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in bad)
@@ -120,8 +127,32 @@ class DeviceTensorToPlan(Rule):
         )
 
 
+def _family(cls: str) -> dict[int, str]:
+    if "MLA" in cls:
+        return _MLA
+    if "Cascade" in cls:
+        return _CASCADE
+    return _PREFILL if "Prefill" in cls else _DECODE
+
+
+def _items(ctx: Context, expr: ast.expr, fn: FunctionInfo) -> list[ast.expr]:
+    """The tensors an argument holds, item by item: a cascade plan takes one tensor per level, in a list literal,
+    a repeated list (``[t] * 2``) or a local list built elsewhere (``levels = [a, b]``, ``levels.append(c)``)."""
+    if isinstance(expr, ast.List | ast.Tuple):
+        return [e for e in expr.elts if not isinstance(e, ast.Starred)]
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        side = expr.left if isinstance(expr.left, ast.List | ast.Tuple) else expr.right
+        if isinstance(side, ast.List | ast.Tuple):
+            return _items(ctx, side, fn)
+    if isinstance(expr, ast.Name) and expr.id not in fn.params:
+        values = fn.local_assigns.get(expr.id, [])
+        if values and all(isinstance(v, ast.List | ast.Tuple | ast.ListComp) for v in values):
+            return [e for e, where in ctx.prov.flow.element_sources(expr, fn) if where is fn]
+    return [expr]
+
+
 # Positional parameters of plan() that FlashInfer copies to the host, per wrapper family.
 _DECODE = {0: "indptr", 2: "last_page_len"}
 _PREFILL = {0: "qo_indptr", 1: "paged_kv_indptr", 3: "paged_kv_last_page_len"}
 _MLA = {0: "qo_indptr", 1: "kv_indptr", 3: "kv_len_arr"}
-_CASCADE = {1: "qo_indptr_arr", 2: "paged_kv_indptr_arr", 4: "paged_kv_last_page_len"}
+_CASCADE = {0: "qo_indptr_arr", 1: "paged_kv_indptr_arr", 3: "paged_kv_last_page_len"}

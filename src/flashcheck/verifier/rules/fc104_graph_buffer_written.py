@@ -238,7 +238,7 @@ class _Flow:
         out = []
         for call in fn.calls:
             f = call.func
-            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.plan_function(f, fn):
+            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.callable_target(f, fn):
                 out.append(call.lineno)
         return out
 
