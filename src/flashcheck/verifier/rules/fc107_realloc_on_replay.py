@@ -23,7 +23,9 @@ class ReallocOnReplayPath(Rule):
         In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured
         hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
         ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
-        a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` is not reported, nor is
+        a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is
+        not reported, but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; nor
+        is
         ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
         ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
 
@@ -123,7 +125,11 @@ def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
 
 
 def _is_lazy_test(test: ast.expr) -> bool:
+    """A test that holds only while the buffer does not exist yet: ``x is None``, ``not hasattr(...)``, and those
+    joined by ``and`` (any of them) or ``or`` (all of them; ``x is None or x.numel() < n`` also grows)."""
     if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.Or):
+            return all(_is_lazy_test(v) for v in test.values)
         return any(_is_lazy_test(v) for v in test.values)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
         c = test.comparators[0]
