@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import storage_root
+from flashcheck.verifier.astutil import dotted, storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
-from flashcheck.verifier.project import FunctionInfo, Project, torch_name
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
 
-__all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
+__all__ = ["ALLOCATORS", "PROPERTIES", "Key", "allocations", "owner", "storage_keys", "with_bases"]
 
 Key = tuple[str, str, str]
+PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 ALLOCATORS = frozenset(
     {
         "empty",
@@ -65,7 +66,11 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Proj
         ):
             other = project.instance_type(root.value, fn)
             if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
-                return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
+                return _attr_keys(other, root.attr, depth, project)
+        if project is not None and isinstance(root, ast.Attribute) and cls is not None:
+            via_property = _property_keys(cls, root.attr, depth, project)
+            if via_property:
+                return via_property
         text = ast.unparse(root)
         keys = [("self", c.qualname, text) for c in with_bases(cls)]
         if project is not None and isinstance(root, ast.Attribute) and depth < 3:
@@ -77,8 +82,21 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Proj
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = project.instance_type(root.value, fn)
         if other is not None:
-            return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
+            return _attr_keys(other, root.attr, depth, project)
     return []
+
+
+def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project) -> list[Key]:
+    """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
+    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
+    return _property_keys(cls, attr, depth, project) or [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+
+
+def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project) -> list[Key]:
+    prop = project.method(cls, attr)
+    if prop is None or depth > 3 or not any(dotted(d) in PROPERTIES for d in prop.decorators):
+        return []
+    return [k for r in prop.returns for k in storage_keys(r, prop, depth + 1, project)]
 
 
 def _is_allocation(v: ast.expr) -> bool:

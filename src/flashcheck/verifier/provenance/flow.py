@@ -14,11 +14,12 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.dataflow import PROPERTIES
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
-__all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
+__all__ = ["Source", "ValueFlow", "arg_for_param", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
@@ -58,6 +59,8 @@ class ValueFlow:
         self._active: set[int] = set()
         self._edepth = 0
         self._elements: dict[int, list[Source]] = {}
+        self._class_attrs: dict[tuple[int, str], list[Source]] = {}
+        self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -147,7 +150,7 @@ class ValueFlow:
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
         from every store of an attribute of that name in the project."""
-        cls = self.project.instance_type(expr.value, fn)
+        cls = self.instance_type(expr.value, fn)
         if cls is not None:
             return self.class_attr_sources(cls, expr.attr)
         if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
@@ -159,19 +162,102 @@ class ValueFlow:
         return out[:_MAX_SOURCES]
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
+        key = (id(cls), attr)
+        found = self._class_attrs.get(key)
+        if found is None:
+            self._class_attrs[key] = []  # recursion guard
+            found = self._class_attrs[key] = self._class_attr_sources(cls, attr)
+        return found
+
+    def _class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         out: list[Source] = []
         for c in with_bases(cls):
             out.extend(c.attr_assigns.get(attr, []))
             if attr in c.fields:  # dataclass field: the constructor's argument
-                i = c.fields.index(attr)
                 index = self.keyword_index()
                 for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
                     if self._constructs(call, where, c):
                         out.append((v, where))
-                for caller, call in self._constructor_calls(c):
-                    if i < len(call.args) and not call.keywords:
-                        out.append((call.args[i], caller))
+                out.extend(self._positional_fields(cls, attr))
+        out.extend(self._late_stores(cls, attr))
+        prop = self.project.method(cls, attr)
+        if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
+            out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
         return out[:_MAX_SOURCES]
+
+    def _positional_fields(self, cls: ClassInfo, attr: str) -> list[Source]:
+        """Positional constructor arguments for a field: the class's ``__init__`` parameter of that name, or the
+        field's place in the dataclass order (bases' fields first) when the class defines no ``__init__``."""
+        init = self.project.method(cls, "__init__")
+        if init is not None:
+            return [
+                (arg, caller)
+                for caller, call in self.project.callers(init)
+                if call.args and (arg := arg_for_param(call, init, attr)) is not None
+            ]
+        order: list[str] = []
+        for c in reversed(with_bases(cls)):
+            order.extend(f for f in c.fields if f not in order)
+        i = order.index(attr) if attr in order else len(order)
+        out: list[Source] = []
+        for caller, call in self.class_calls().get(cls.name, []):
+            args = call.args
+            fits = i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1])
+            if fits and self._constructs(call, caller, cls):
+                out.append((args[i], caller))
+        return out
+
+    def _late_stores(self, cls: ClassInfo, attr: str) -> list[Source]:
+        """``obj.attr = value`` on another object whose type is `cls` (or a subclass): a field set after
+        construction (``ret = cls(...); ret.seq_lens = ...``, ``batch.seq_lens = ...`` on a returned batch)."""
+        mine = {id(c) for c in with_bases(cls)}
+        out: list[Source] = []
+        for value, where in self.project.attr_stores.get(attr, []):
+            for a in where.assigns:
+                if not isinstance(a, ast.Assign) or a.value is not value:
+                    continue
+                for t in a.targets:
+                    if isinstance(t, ast.Attribute) and t.attr == attr:
+                        owner_cls = self.instance_type(t.value, where)
+                        if owner_cls is not None and mine & {id(c) for c in with_bases(owner_cls)}:
+                            out.append((value, where))
+        return out
+
+    def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
+        """The project class `expr` is an instance of: the project's own answer (annotations, constructors,
+        ``self``), else by value flow to a constructor call (``res = self.verify(...)`` returning
+        ``Output(...)``, ``ret = cls(...)`` in a classmethod), when all the constructors agree."""
+        if isinstance(expr, ast.Call):
+            f = expr.func
+            if isinstance(f, ast.Name) and f.id == "cls":
+                return owner(fn).cls
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if isinstance(target, ClassInfo):
+                return target
+        elif isinstance(expr, ast.Name | ast.Attribute):
+            cls = self.project.instance_type(expr, fn)
+            if cls is not None:
+                return cls
+        if depth > 6 or not isinstance(expr, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+            return None
+        found: dict[int, ClassInfo] = {}
+        for v, where in self.sources(expr, fn)[:8]:
+            t = self.instance_type(v, where, depth + 1)
+            if t is not None:
+                found[id(t)] = t
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
+        """Calls of class-like names (capitalised, or ``cls``), by that name."""
+        if self._class_calls is None:
+            self._class_calls = {}
+            for f in self.project.all_functions():
+                for call in f.calls:
+                    callee = call.func
+                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                    if last[:1].isupper() or last == "cls":
+                        self._class_calls.setdefault(last, []).append((f, call))
+        return self._class_calls
 
     def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
         """What items of `container` may be: list/dict literals and comprehensions, appends, ``d[k] = v``.
@@ -285,7 +371,3 @@ class ValueFlow:
             return owner(fn).cls is cls
         target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
         return target is cls
-
-    def _constructor_calls(self, cls: ClassInfo) -> list[tuple[FunctionInfo, ast.Call]]:
-        init = self.project.method(cls, "__init__")
-        return self.project.callers(init) if init is not None else []

@@ -20,7 +20,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo
-from flashcheck.verifier.provenance.flow import ValueFlow
+from flashcheck.verifier.provenance.flow import ValueFlow, with_bases
 
 __all__ = ["Wrappers"]
 
@@ -55,6 +55,16 @@ class Wrappers:
         return found
 
     def _wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+        if isinstance(expr, ast.IfExp | ast.BoolOp | ast.NamedExpr):  # None if graph else Wrapper(...), w or W()
+            if isinstance(expr, ast.IfExp):
+                branches = [expr.body, expr.orelse]
+            else:
+                branches = expr.values if isinstance(expr, ast.BoolOp) else [expr.value]
+            for b in branches:
+                found = self.wrapper_class(b, fn, depth + 1)
+                if found is not None:
+                    return found
+            return None
         if isinstance(expr, ast.Call):
             direct = wrapper_class_of_call(expr, fn)
             if direct is not None:
@@ -64,10 +74,15 @@ class Wrappers:
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
         if isinstance(expr, ast.Name) and fn.params.get(expr.id) is not None:
-            ann = fn.params[expr.id]
-            n = terminal_name(ann) if ann is not None else None
+            n = _annotated_class(fn.params[expr.id])
             if n is not None and is_wrapper_class_name(n):
                 return n
+        if isinstance(expr, ast.Attribute):  # a field or attribute annotated with a wrapper class
+            owner_cls = self.flow.instance_type(expr.value, fn)
+            for c in with_bases(owner_cls):
+                n = _annotated_class(c.attr_types.get(expr.attr))
+                if n is not None and is_wrapper_class_name(n):
+                    return n
         for src, where in self.flow.sources(expr, fn):
             found = self.wrapper_class(src, where, depth + 1)
             if found is not None:
@@ -148,3 +163,16 @@ class Wrappers:
                 if found is not None:
                     return found
         return None
+
+
+def _annotated_class(ann: ast.expr | None) -> str | None:
+    """The class an annotation names: ``W``, ``flashinfer.W``, ``Optional[W]``, ``W | None``, ``"W"``."""
+    if ann is None:
+        return None
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        return ann.value.rsplit(".", 1)[-1].removeprefix("Optional[").rstrip("]") or None
+    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
+        return _annotated_class(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        return _annotated_class(ann.left) or _annotated_class(ann.right)
+    return terminal_name(ann) if isinstance(ann, ast.Name | ast.Attribute) else None

@@ -43,7 +43,9 @@ class HostSyncInHotPath(Rule):
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
         before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
-        fields, return values, ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
+        fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects
+        that project functions return, built by keyword or position, ``@property`` results, return values,
+        ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
         names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
         ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
         sit around the capture, not inside it).

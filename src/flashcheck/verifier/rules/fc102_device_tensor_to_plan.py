@@ -34,8 +34,10 @@ class DeviceTensorToPlan(Rule):
         live on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a
         slice of such a buffer, a caller's argument, dataclass field or list item that is one, or named
         ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
-        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter) or by a ``*wrapper*``
-        name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``),
+        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a
+        project function returns), also when built in a conditional expression (``None if graph else W(...)``,
+        ``cached or W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared
+        ``Optional[W]``) or by a ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``),
         and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan = self._wrapper.plan``,
         ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper family's plan signature
         (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list arguments (cascade
@@ -90,8 +92,7 @@ class DeviceTensorToPlan(Rule):
             None if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS else ctx.wrappers.bound_plan(func, fn)
         )
         if alias is not None:  # p = w.plan; p(...), or functools.partial(w.plan, ...)
-            cls, bound = alias
-            return {i - bound: n for i, n in _family(cls).items() if i >= bound}
+            return {i - alias[1]: n for i, n in _family(alias[0]).items() if i >= alias[1]}
         if not isinstance(func, ast.Attribute) or func.attr not in PLAN_METHODS:
             return None
         cls = ctx.wrappers.wrapper_class(func.value, fn)
