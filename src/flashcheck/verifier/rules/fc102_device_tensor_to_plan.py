@@ -37,12 +37,12 @@ class DeviceTensorToPlan(Rule):
         ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a
         project function returns), also when built in a conditional expression (``None if graph else W(...)``,
         ``cached or W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared
-        ``Optional[W]``) or by a ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``),
-        and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan = self._wrapper.plan``,
-        ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper family's plan signature
-        (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list arguments (cascade
-        levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item. The finding is on
-        the call's first line.
+        ``Optional[W]``) or by a ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn =
+        fast_decode_plan``, ``functools.partial``), and a wrapper's bound ``plan`` through aliases too (``p =
+        w.plan``, ``self._plan = self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are
+        matched to the wrapper family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a
+        partial already binds; list arguments (cascade levels, also ``[t] * 2`` and a local list built with
+        ``append``) are checked item by item. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
