@@ -41,9 +41,9 @@ class GraphBufferWrittenElsewhere(Rule):
         tracked through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
         (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own
-        private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
-        ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a helper that writes its
-        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
+        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a
+        helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
         ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan
         roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans)
         is reported, and a write before it is the required pattern.
