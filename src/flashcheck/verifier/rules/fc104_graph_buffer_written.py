@@ -44,9 +44,9 @@ class GraphBufferWrittenElsewhere(Rule):
         private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
         (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a
         helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
-        binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan
-        roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans)
-        is reported, and a write before it is the required pattern.
+        binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
+        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or
+        a call that plans) is reported, and a write before it is the required pattern.
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
