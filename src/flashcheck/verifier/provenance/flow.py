@@ -19,11 +19,12 @@ from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
-__all__ = ["Source", "ValueFlow", "arg_for_param", "owner", "with_bases"]
+__all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
+PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 
 
 def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
@@ -61,6 +62,7 @@ class ValueFlow:
         self._elements: dict[int, list[Source]] = {}
         self._class_attrs: dict[tuple[int, str], list[Source]] = {}
         self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -137,6 +139,7 @@ class ValueFlow:
             arg = arg_for_param(call, fn, name)
             if arg is not None:
                 out.append((arg, caller))
+        out.extend(self._bound_sources(fn, name))
         node = fn.node
         if not isinstance(node, ast.Module):  # a default is what callers that omit the argument get
             a = node.args
@@ -146,6 +149,40 @@ class ValueFlow:
                     out.append((d, fn))
         self._params[key] = out[:_MAX_SOURCES]
         return self._params[key]
+
+    def _bound_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
+        """Arguments that ``functools.partial(fn, a, ...)`` / ``types.MethodType(fn, a)`` bind to `name`."""
+        node = fn.node
+        if isinstance(node, ast.Module):
+            return []
+        positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        out: list[Source] = []
+        for caller, call in self.bindings().get(id(fn), []):
+            args = call.args[1:]
+            for i, a in enumerate(args):
+                if isinstance(a, ast.Starred):
+                    break
+                if i < len(positional) and positional[i] == name:
+                    out.append((a, caller))
+            out.extend((kw.value, caller) for kw in call.keywords if kw.arg == name)
+        return out
+
+    def bindings(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
+        """``functools.partial(f, ...)`` and ``types.MethodType(f, ...)`` calls, by the project function bound."""
+        if self._bindings is None:
+            self._bindings = {}
+            for f in self.project.all_functions():
+                for call in f.calls:
+                    if call.args and dotted(call.func) in PARTIALS:
+                        target = call.args[0]
+                        bound = (
+                            self.project.resolve_def(target, f)
+                            if isinstance(target, ast.Name | ast.Attribute)
+                            else None
+                        )
+                        if isinstance(bound, FunctionInfo):
+                            self._bindings.setdefault(id(bound), []).append((f, call))
+        return self._bindings
 
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,

@@ -20,11 +20,9 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo
-from flashcheck.verifier.provenance.flow import ValueFlow, with_bases
+from flashcheck.verifier.provenance.flow import PARTIALS, ValueFlow, with_bases
 
 __all__ = ["Wrappers"]
-
-_PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 
 
 class Wrappers:
@@ -35,6 +33,7 @@ class Wrappers:
         self._cache: dict[int, str | None] = {}
         self._plans: dict[int, tuple[str, str, int] | None] = {}
         self._active: set[int] = set()
+        self._installed: dict[int, str] | None = None
         imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
         self.enabled = any(t == "flashinfer" or t.startswith("flashinfer.") for t in imports)
@@ -73,10 +72,14 @@ class Wrappers:
             target = self.flow.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
-        if isinstance(expr, ast.Name) and fn.params.get(expr.id) is not None:
+        if isinstance(expr, ast.Name) and expr.id in fn.params:
             n = _annotated_class(fn.params[expr.id])
             if n is not None and is_wrapper_class_name(n):
                 return n
+            if fn.cls is None and next(iter(fn.params)) == expr.id:
+                installed = self.installed_on(fn)
+                if installed is not None:  # Wrapper.plan = shim: its first parameter is the wrapper
+                    return installed
         if isinstance(expr, ast.Attribute):  # a field or attribute annotated with a wrapper class
             owner_cls = self.flow.instance_type(expr.value, fn)
             for c in with_bases(owner_cls):
@@ -88,6 +91,28 @@ class Wrappers:
             if found is not None:
                 return found
         return None
+
+    def installed_on(self, fn: FunctionInfo) -> str | None:
+        """The FlashInfer wrapper class a free function is assigned onto as a method (``Wrapper.plan = fn``)."""
+        if self._installed is None:
+            self._installed = {}
+            project = self.flow.project
+            for f in project.all_functions():
+                for a in f.assigns:
+                    if not isinstance(a, ast.Assign) or not isinstance(a.value, ast.Name | ast.Attribute):
+                        continue
+                    for t in a.targets:
+                        d = dotted(t.value) if isinstance(t, ast.Attribute) else None
+                        last = d.rsplit(".", 1)[-1] if d else ""
+                        if (
+                            d
+                            and is_wrapper_class_name(last)
+                            and (is_flashinfer_import(f, d) or d.startswith("flashinfer."))
+                        ):
+                            target = project.resolve_def(a.value, f)
+                            if isinstance(target, FunctionInfo):
+                                self._installed[id(target)] = last
+        return self._installed.get(id(fn))
 
     def flashinfer_base(self, cls: ClassInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class a project class derives from (directly, through project classes or
@@ -149,7 +174,7 @@ class Wrappers:
             last = d.rsplit(".", 1)[-1]
             if last in PLAN_METHODS and last.startswith("fast_") and (is_flashinfer_import(fn, d) or depth > 0):
                 return ("function", last, 0)
-        if isinstance(func, ast.Call) and dotted(func.func) in _PARTIALS and func.args:
+        if isinstance(func, ast.Call) and dotted(func.func) in PARTIALS and func.args:
             inner = self.callable_target(func.args[0], fn, depth + 1)
             if inner is None or any(isinstance(a, ast.Starred) for a in func.args):
                 return inner
