@@ -23,8 +23,9 @@ class ConstantWorkspaceSize(Rule):
         is a literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``,
         also imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the
         instance (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a
-        constant (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default
-        (``int(os.environ.get("WS_BYTES", 128 << 20))``). Allocations behind project factories and caches are
+        constant (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default,
+        a number or a string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``,
+        ``int(os.getenv("WS_MB", "128")) << 20``). Allocations behind project factories and caches are
         traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
         configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code
         in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
@@ -118,10 +119,14 @@ def _is_test_or_benchmark(fn: FunctionInfo) -> bool:
     )
 
 
-def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int) -> bool:
+def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int, text: bool = False) -> bool:
+    """Whether `expr` is a fixed number; with `text` (inside ``int(...)``) a string of digits counts too
+    (``int(os.getenv("WS_MB", "128"))``)."""
     if depth > 5:
         return False
     if isinstance(expr, ast.Constant):
+        if text and isinstance(expr.value, str):
+            return expr.value.strip().lstrip("+-").isdigit()
         return isinstance(expr.value, int) and not isinstance(expr.value, bool)
     if isinstance(expr, ast.BinOp):
         return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
@@ -130,9 +135,9 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int)
     if isinstance(expr, ast.Call):
         name = dotted(expr.func) or ""
         if name == "int" and len(expr.args) == 1:
-            return _is_constant(expr.args[0], fn, project, depth + 1)
+            return _is_constant(expr.args[0], fn, project, depth + 1, text=True)
         if name in _ENV_GETTERS and len(expr.args) == 2:  # an environment variable with a constant default
-            return _is_constant(expr.args[1], fn, project, depth + 1)
+            return _is_constant(expr.args[1], fn, project, depth + 1, text)
         return False
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
@@ -142,14 +147,14 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int)
             return False
         values = scope.local_assigns.get(expr.id)
         if values:
-            return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1)
+            return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
         target = fn.module.imports.get(expr.id)
         if target:
             mod_name, _, const = target.rpartition(".")
             mod = project.lookup(mod_name)
             if isinstance(mod, ModuleInfo) and mod.body is not None:
                 vals = mod.body.local_assigns.get(const) or []
-                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1)
+                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1, text)
     return False
 
 
