@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
-from flashcheck.verifier.provenance.flow import Source, ValueFlow
+from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
 
 __all__ = ["Provenance", "Where"]
 
@@ -166,8 +166,13 @@ _HOST_ANNOTATIONS = tuple(
     ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
 )
 _NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
+# Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
 _TENSOR_METHODS = frozenset(
-    {"sum", "max", "min", "mean", "amax", "amin", "any", "all", "flatten", "view", "reshape", "cumsum", "int", "long"}
+    {
+        *("sum", "max", "min", "mean", "amax", "amin", "any", "all", "prod", "argmax", "argmin", "count_nonzero"),
+        *("flatten", "view", "reshape", "squeeze", "unsqueeze", "contiguous", "clone", "cumsum", "diff", "abs"),
+        *("clamp", "int", "long", "float", "double", "half", "bfloat16", "type_as"),
+    }
 )
 
 
@@ -364,18 +369,31 @@ class Provenance:
         return name
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
-        """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a ``Tensor``
-        parameter, a tensor method's result or item; used to report unknown device-ness at lower confidence."""
-        if depth > 4:
+        """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a parameter or a field
+        annotated ``Tensor``, a tensor method's result, an item, element or slice of a tensor, or arithmetic with
+        one; used to report unknown device-ness at lower confidence."""
+        if depth > 6:
             return False
         if isinstance(expr, ast.Subscript):
             return self.tensorish(expr.value, fn, depth + 1)
+        if isinstance(expr, ast.BinOp):
+            return self.tensorish(expr.left, fn, depth + 1) or self.tensorish(expr.right, fn, depth + 1)
+        if isinstance(expr, ast.UnaryOp) and not isinstance(expr.op, ast.Not):
+            return self.tensorish(expr.operand, fn, depth + 1)
         if isinstance(expr, ast.Call):
             name = self._callee_name(expr.func, fn) or ""
             if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
                 return True
             f = expr.func
             return isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
+        if isinstance(expr, ast.Attribute):
+            if expr.attr in ("T", "mT", "data"):
+                return self.tensorish(expr.value, fn, depth + 1)
+            owner_cls = self.flow.instance_type(expr.value, fn)
+            for c in with_bases(owner_cls):  # a field or attribute declared ``torch.Tensor``
+                if expr.attr in c.attr_types:
+                    return _is_tensor_annotation(c.attr_types[expr.attr])
+            return False
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
             if ann is not None and "Tensor" in ast.unparse(ann):
@@ -480,3 +498,20 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+
+def _is_tensor_annotation(ann: ast.expr) -> bool:
+    """``torch.Tensor``, ``Tensor``, ``Optional[torch.Tensor]``, ``torch.Tensor | None`` (not a list of tensors)."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
+        return _is_tensor_annotation(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        sides = [ann.left, ann.right]
+        return any(_is_tensor_annotation(x) for x in sides) and all(
+            _is_tensor_annotation(x) or (isinstance(x, ast.Constant) and x.value is None) for x in sides
+        )
+    return terminal_name(ann) == "Tensor" if isinstance(ann, ast.Name | ast.Attribute) else False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root
@@ -39,7 +40,8 @@ class HostSyncInHotPath(Rule):
         or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
         ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension), builtin
-        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound,
+        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
+        dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
         before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
@@ -70,8 +72,10 @@ class HostSyncInHotPath(Rule):
     Known false positives
         A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU)
         is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
-        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast of a value that is
-        certainly a tensor but whose device is unknown is reported with low confidence.
+        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin
+        reduction, slice bound or branch on a value that is certainly a tensor but whose device no project code
+        decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a torch
+        op or tensor method over one, arithmetic with one, its elements) is reported with low confidence.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
@@ -175,19 +179,45 @@ class HostSyncInHotPath(Rule):
             )
         for test in fn.tests:
             for leaf in _leaves(test):
+                if isinstance(leaf, ast.Constant):
+                    continue
                 w = strict.of(leaf, fn)
-                if w is Where.DEVICE and not isinstance(leaf, ast.Constant):
+                if w is Where.DEVICE:
                     hit(leaf, "branches on a device tensor (implicit .item())", w)
+                elif w is Where.UNKNOWN and prov.of(leaf, fn) is not Where.HOST and prov.tensorish(leaf, fn):
+                    hit(leaf, "branches on a tensor (implicit .item() if it is on the device)", w, Confidence.LOW)
         for sub in fn.subscripts:
             if isinstance(sub.ctx, ast.Load) and _is_mask(sub.slice, fn):
                 w = prov.of(sub.value, fn)
                 if w is not Where.HOST and prov.of(sub.slice, fn) is not Where.HOST:
                     hit(sub, "indexes with a boolean mask (data-dependent size, device-to-host sync)", w)
-            elif isinstance(sub.slice, ast.Slice):
-                for bound in (sub.slice.lower, sub.slice.upper, sub.slice.step):
-                    if bound is not None and strict.of(bound, fn) is Where.DEVICE:
-                        hit(sub, "uses a device scalar as a slice bound (implicit .item())", Where.DEVICE)
-                        break
+            else:
+                _slice_bounds(sub, fn, prov, strict, hit)
+
+
+def _slice_bounds(
+    sub: ast.Subscript,
+    fn: FunctionInfo,
+    prov: Provenance,
+    strict: Provenance,
+    hit: Callable[[ast.AST, str, Where, Confidence | None], None],
+) -> None:
+    """A device scalar as a slice bound, in any dimension (``t[:n]``, ``t[:b, :n]``): high confidence on device
+    facts, low for a tensor of unknown device."""
+    dims = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+    for dim in dims:
+        if not isinstance(dim, ast.Slice):
+            continue
+        for bound in (dim.lower, dim.upper, dim.step):
+            if bound is None:
+                continue
+            w = strict.of(bound, fn)
+            if w is Where.DEVICE:
+                hit(sub, "uses a device scalar as a slice bound (implicit .item())", w, None)
+                return
+            if w is Where.UNKNOWN and prov.of(bound, fn) is not Where.HOST and prov.tensorish(bound, fn):
+                hit(sub, "uses a tensor as a slice bound (implicit .item() if it is on the device)", w, Confidence.LOW)
+                return
 
 
 def _non_blocking(call: ast.Call) -> bool:
