@@ -165,7 +165,14 @@ _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps fa
 _HOST_ANNOTATIONS = tuple(
     ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
 )
-_NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
+_NOT_TENSOR_TORCH = frozenset(
+    {
+        *("device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph", "Generator", "compile"),
+        *("no_grad", "enable_grad", "inference_mode", "autocast", "manual_seed", "finfo", "iinfo", "typename"),
+        *("promote_types", "result_type", "broadcast_shapes", "sym_int", "sym_float", "sym_max", "sym_min"),
+        *("sym_not", "load", "save"),
+    }
+)
 # Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
 _TENSOR_METHODS = frozenset(
     {
@@ -381,8 +388,7 @@ class Provenance:
         if isinstance(expr, ast.UnaryOp) and not isinstance(expr.op, ast.Not):
             return self.tensorish(expr.operand, fn, depth + 1)
         if isinstance(expr, ast.Call):
-            name = self._callee_name(expr.func, fn) or ""
-            if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
+            if _is_tensor_op(self._callee_name(expr.func, fn) or ""):
                 return True
             f = expr.func
             return isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
@@ -515,3 +521,20 @@ def _is_tensor_annotation(ann: ast.expr) -> bool:
             _is_tensor_annotation(x) or (isinstance(x, ast.Constant) and x.value is None) for x in sides
         )
     return terminal_name(ann) == "Tensor" if isinstance(ann, ast.Name | ast.Attribute) else False
+
+
+# Namespaces whose public functions are tensor operations (``torch.cat``, ``torch.nn.functional.pad``); torch's
+# other modules (``torch.cuda``, ``torch._C``, ``torch._guards``...) mostly return flags, handles and contexts.
+_TENSOR_OP_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft"})
+_NOT_TENSOR_PREFIXES = ("_", "is_", "get_", "set_", "use_", "are_", "has_", "can_")
+
+
+def _is_tensor_op(name: str) -> bool:
+    """``torch.cat``, ``torch.nn.functional.pad``: a public tensor operation by its dotted name."""
+    namespace, _, last = name.rpartition(".")
+    return (
+        namespace in _TENSOR_OP_NAMESPACES
+        and bool(last)
+        and not last.startswith(_NOT_TENSOR_PREFIXES)
+        and last not in _NOT_TENSOR_TORCH
+    )

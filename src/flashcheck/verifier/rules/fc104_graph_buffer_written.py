@@ -46,7 +46,9 @@ class GraphBufferWrittenElsewhere(Rule):
         helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
         binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
         metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or
-        a call that plans) is reported, and a write before it is the required pattern.
+        a call that plans) is reported, and a write before it is the required pattern. Each write is reported once:
+        at the line that writes when its function is itself reported there, else at the call (a helper that writes
+        its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -90,9 +92,15 @@ class GraphBufferWrittenElsewhere(Rule):
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
-        flow = _Flow(ctx, bindings)
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
         binders = {id(b.fn) for b in bindings.values()}
+
+        def reported_in_place(fn: FunctionInfo) -> bool:
+            """Writes in `fn` are reported where they are (so a call of `fn` need not be reported again)."""
+            exempt = id(fn) in binders or fn.name in ("__init__", "__post_init__") or fn.name.startswith("init_")
+            return fn not in prep and not exempt
+
+        flow = _Flow(ctx, bindings, reported_in_place)
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
@@ -150,9 +158,12 @@ class _Flow:
     """Per-function summaries: which bound buffers a function writes (directly, through a helper's parameter or
     a callee), which parameters it writes, and where it plans (directly or through callees)."""
 
-    def __init__(self, ctx: Context, bindings: dict[Key, Binding]) -> None:
+    def __init__(
+        self, ctx: Context, bindings: dict[Key, Binding], reported_in_place: Callable[[FunctionInfo], bool]
+    ) -> None:
         self.ctx = ctx
         self.bindings = bindings
+        self.reported_in_place = reported_in_place
         self._param_writes: dict[int, set[str]] = {}
         self._plans: dict[int, bool] = {}
         self._bound_writes: dict[int, bool] = {}
@@ -175,9 +186,9 @@ class _Flow:
                     out.append((call, *found))
                     break
             else:
-                if self.writes_bound(callee):
-                    b, key = next(iter(self._callee_bound(callee)))
-                    out.append((call, b, key))
+                deep = self._deep_bound(callee) if self.writes_bound(callee) else None
+                if deep is not None and not self.reported_in_place(deep[0]):  # else reported where it writes
+                    out.append((call, deep[1], deep[2]))
         return out
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
@@ -193,6 +204,19 @@ class _Flow:
 
     def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
         return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+
+    def _deep_bound(self, fn: FunctionInfo, depth: int = 4) -> tuple[FunctionInfo, Binding, Key] | None:
+        """The first bound write in `fn` or the functions it calls (at most `depth` calls away), with the function
+        that writes."""
+        own = self._callee_bound(fn)
+        if own:
+            return (fn, *own[0])
+        for callee, _ in self.ctx.project.callees(fn) if depth > 0 else []:
+            if callee is not fn and self.writes_bound(callee):
+                found = self._deep_bound(callee, depth - 1)
+                if found is not None:
+                    return found
+        return None
 
     def writes_bound(self, fn: FunctionInfo) -> bool:
         """Whether `fn` or a function it calls writes a graph-bound buffer."""
