@@ -19,6 +19,7 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
+from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, TensorUses, is_tensor_annotation, is_tensor_op
 
 __all__ = ["Provenance", "Where"]
 
@@ -165,22 +166,6 @@ _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps fa
 _HOST_ANNOTATIONS = tuple(
     ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
 )
-_NOT_TENSOR_TORCH = frozenset(
-    {
-        *("device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph", "Generator", "compile"),
-        *("no_grad", "enable_grad", "inference_mode", "autocast", "manual_seed", "finfo", "iinfo", "typename"),
-        *("promote_types", "result_type", "broadcast_shapes", "sym_int", "sym_float", "sym_max", "sym_min"),
-        *("sym_not", "load", "save"),
-    }
-)
-# Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
-_TENSOR_METHODS = frozenset(
-    {
-        *("sum", "max", "min", "mean", "amax", "amin", "any", "all", "prod", "argmax", "argmin", "count_nonzero"),
-        *("flatten", "view", "reshape", "squeeze", "unsqueeze", "contiguous", "clone", "cumsum", "diff", "abs"),
-        *("clamp", "int", "long", "float", "double", "half", "bfloat16", "type_as"),
-    }
-)
 
 
 def merge(values: list[Where]) -> Where:
@@ -216,6 +201,7 @@ class Provenance:
         self._active: set[object] = set()
         self._cycle = False
         self._depth = 0
+        self.uses = TensorUses()
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
         if isinstance(
@@ -376,9 +362,10 @@ class Provenance:
         return name
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
-        """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a parameter or a field
-        annotated ``Tensor``, a tensor method's result, an item, element or slice of a tensor, or arithmetic with
-        one; used to report unknown device-ness at lower confidence."""
+        """Whether `expr` is known to be a tensor (of unknown device): a public torch operation's result, a
+        parameter or field annotated ``Tensor``, a name the function uses as a tensor, a tensor method's result, an
+        item, element or slice of a tensor, or arithmetic with one; used to report unknown device-ness at lower
+        confidence."""
         if depth > 6:
             return False
         if isinstance(expr, ast.Subscript):
@@ -388,21 +375,25 @@ class Provenance:
         if isinstance(expr, ast.UnaryOp) and not isinstance(expr.op, ast.Not):
             return self.tensorish(expr.operand, fn, depth + 1)
         if isinstance(expr, ast.Call):
-            if _is_tensor_op(self._callee_name(expr.func, fn) or ""):
+            if is_tensor_op(self._callee_name(expr.func, fn) or ""):
                 return True
             f = expr.func
-            return isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
+            return isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
         if isinstance(expr, ast.Attribute):
             if expr.attr in ("T", "mT", "data"):
                 return self.tensorish(expr.value, fn, depth + 1)
+            if self.uses.used_as_tensor(expr, fn):
+                return True
             owner_cls = self.flow.instance_type(expr.value, fn)
             for c in with_bases(owner_cls):  # a field or attribute declared ``torch.Tensor``
                 if expr.attr in c.attr_types:
-                    return _is_tensor_annotation(c.attr_types[expr.attr])
+                    return is_tensor_annotation(c.attr_types[expr.attr])
             return False
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
             if ann is not None and "Tensor" in ast.unparse(ann):
+                return True
+            if self.uses.used_as_tensor(expr, fn):
                 return True
             return any(self.tensorish(v, w, depth + 1) for v, w in self.flow.name_sources(expr.id, fn)[:8])
         return False
@@ -504,37 +495,3 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
-
-
-def _is_tensor_annotation(ann: ast.expr) -> bool:
-    """``torch.Tensor``, ``Tensor``, ``Optional[torch.Tensor]``, ``torch.Tensor | None`` (not a list of tensors)."""
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return False
-    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
-        return _is_tensor_annotation(ann.slice)
-    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
-        sides = [ann.left, ann.right]
-        return any(_is_tensor_annotation(x) for x in sides) and all(
-            _is_tensor_annotation(x) or (isinstance(x, ast.Constant) and x.value is None) for x in sides
-        )
-    return terminal_name(ann) == "Tensor" if isinstance(ann, ast.Name | ast.Attribute) else False
-
-
-# Namespaces whose public functions are tensor operations (``torch.cat``, ``torch.nn.functional.pad``); torch's
-# other modules (``torch.cuda``, ``torch._C``, ``torch._guards``...) mostly return flags, handles and contexts.
-_TENSOR_OP_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft"})
-_NOT_TENSOR_PREFIXES = ("_", "is_", "get_", "set_", "use_", "are_", "has_", "can_")
-
-
-def _is_tensor_op(name: str) -> bool:
-    """``torch.cat``, ``torch.nn.functional.pad``: a public tensor operation by its dotted name."""
-    namespace, _, last = name.rpartition(".")
-    return (
-        namespace in _TENSOR_OP_NAMESPACES
-        and bool(last)
-        and not last.startswith(_NOT_TENSOR_PREFIXES)
-        and last not in _NOT_TENSOR_TORCH
-    )

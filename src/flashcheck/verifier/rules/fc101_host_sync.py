@@ -74,8 +74,10 @@ class HostSyncInHotPath(Rule):
         is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
         runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin
         reduction, slice bound or branch on a value that is certainly a tensor but whose device no project code
-        decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a torch
-        op or tensor method over one, arithmetic with one, its elements) is reported with low confidence.
+        decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a name
+        the function uses as a tensor: a tensor-only method called on it, or passed as the tensor operand of a
+        torch operation or ``copy_``; a torch op or tensor method over one, arithmetic with one, its elements) is
+        reported with low confidence.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
