@@ -63,6 +63,8 @@ class ValueFlow:
         self._class_attrs: dict[tuple[int, str], list[Source]] = {}
         self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._types: dict[int, ClassInfo | None] = {}
+        self._types_active: set[int] = set()
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -275,14 +277,26 @@ class ValueFlow:
             cls = self.project.instance_type(expr, fn)
             if cls is not None:
                 return cls
-        if depth > 6 or not isinstance(expr, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
+        key = id(expr)
+        if (
+            depth > 6
+            or key in self._types_active
+            or not isinstance(expr, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+        ):
             return None
-        found: dict[int, ClassInfo] = {}
-        for v, where in self.sources(expr, fn)[:8]:
-            t = self.instance_type(v, where, depth + 1)
-            if t is not None:
-                found[id(t)] = t
-        return next(iter(found.values())) if len(found) == 1 else None
+        if key in self._types:
+            return self._types[key]
+        self._types_active.add(key)
+        try:
+            found: dict[int, ClassInfo] = {}
+            for v, where in self.sources(expr, fn)[:8]:
+                t = self.instance_type(v, where, depth + 1)
+                if t is not None:
+                    found[id(t)] = t
+        finally:
+            self._types_active.discard(key)
+        result = self._types[key] = next(iter(found.values())) if len(found) == 1 else None
+        return result
 
     def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
         """Calls of class-like names (capitalised, or ``cls``), by that name."""
