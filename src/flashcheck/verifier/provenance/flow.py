@@ -25,6 +25,7 @@ Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+_PARTIAL_NAMES = frozenset({"partial", "MethodType"})
 
 
 def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
@@ -63,6 +64,7 @@ class ValueFlow:
         self._class_attrs: dict[tuple[int, str], list[Source]] = {}
         self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
         self._types: dict[int, ClassInfo | None] = {}
         self._types_active: set[int] = set()
 
@@ -172,18 +174,14 @@ class ValueFlow:
     def bindings(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
         """``functools.partial(f, ...)`` and ``types.MethodType(f, ...)`` calls, by the project function bound."""
         if self._bindings is None:
+            if self._partials is None:
+                self._scan_calls()
             self._bindings = {}
-            for f in self.project.all_functions():
-                for call in f.calls:
-                    if call.args and dotted(call.func) in PARTIALS:
-                        target = call.args[0]
-                        bound = (
-                            self.project.resolve_def(target, f)
-                            if isinstance(target, ast.Name | ast.Attribute)
-                            else None
-                        )
-                        if isinstance(bound, FunctionInfo):
-                            self._bindings.setdefault(id(bound), []).append((f, call))
+            for f, call in self._partials or []:
+                target = call.args[0]
+                bound = self.project.resolve_def(target, f) if isinstance(target, ast.Name | ast.Attribute) else None
+                if isinstance(bound, FunctionInfo):
+                    self._bindings.setdefault(id(bound), []).append((f, call))
         return self._bindings
 
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
@@ -298,18 +296,6 @@ class ValueFlow:
         result = self._types[key] = next(iter(found.values())) if len(found) == 1 else None
         return result
 
-    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
-        """Calls of class-like names (capitalised, or ``cls``), by that name."""
-        if self._class_calls is None:
-            self._class_calls = {}
-            for f in self.project.all_functions():
-                for call in f.calls:
-                    callee = call.func
-                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-                    if last[:1].isupper() or last == "cls":
-                        self._class_calls.setdefault(last, []).append((f, call))
-        return self._class_calls
-
     def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
         """What items of `container` may be: list/dict literals and comprehensions, appends, ``d[k] = v``.
 
@@ -402,19 +388,35 @@ class ValueFlow:
         """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
         and by ``*.keyword``."""
         if self._kw_index is None:
-            self._kw_index = {}
-            for f in self.project.all_functions():
-                for call in f.calls:
-                    if not call.keywords:
-                        continue
-                    callee = call.func
-                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-                    if last[:1].isupper() or last == "cls":
-                        for kw in call.keywords:
-                            if kw.arg:
-                                self._kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
-                                self._kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+            self._scan_calls()
+        assert self._kw_index is not None
         return self._kw_index
+
+    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
+        """Calls of class-like names (capitalised, or ``cls``), by that name."""
+        if self._class_calls is None:
+            self._scan_calls()
+        assert self._class_calls is not None
+        return self._class_calls
+
+    def _scan_calls(self) -> None:
+        """One pass over the project's calls: constructor-like calls, their keywords, and partial bindings."""
+        kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] = {}
+        class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
+        partials: list[tuple[FunctionInfo, ast.Call]] = []
+        for f in self.project.all_functions():
+            for call in f.calls:
+                callee = call.func
+                last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                if last in _PARTIAL_NAMES and call.args and dotted(callee) in PARTIALS:
+                    partials.append((f, call))
+                elif last[:1].isupper() or last == "cls":
+                    class_calls.setdefault(last, []).append((f, call))
+                    for kw in call.keywords:
+                        if kw.arg:
+                            kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
+                            kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+        self._kw_index, self._class_calls, self._partials = kw_index, class_calls, partials
 
     def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
         f = call.func
