@@ -65,6 +65,8 @@ class ValueFlow:
         self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
+        self._receivers: dict[int, list[ast.expr]] | None = None
+        self._class_attr_names: frozenset[str] | None = None
         self._types: dict[int, ClassInfo | None] = {}
         self._types_active: set[int] = set()
 
@@ -187,7 +189,7 @@ class ValueFlow:
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
         from every store of an attribute of that name in the project."""
-        cls = self.instance_type(expr.value, fn)
+        cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         if cls is not None:
             return self.class_attr_sources(cls, expr.attr)
         if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
@@ -249,16 +251,37 @@ class ValueFlow:
         construction (``ret = cls(...); ret.seq_lens = ...``, ``batch.seq_lens = ...`` on a returned batch)."""
         mine = {id(c) for c in with_bases(cls)}
         out: list[Source] = []
+        receivers = self._store_receivers()
         for value, where in self.project.attr_stores.get(attr, []):
-            for a in where.assigns:
-                if not isinstance(a, ast.Assign) or a.value is not value:
-                    continue
-                for t in a.targets:
-                    if isinstance(t, ast.Attribute) and t.attr == attr:
-                        owner_cls = self.instance_type(t.value, where)
-                        if owner_cls is not None and mine & {id(c) for c in with_bases(owner_cls)}:
-                            out.append((value, where))
+            for receiver in receivers.get(id(value), []):
+                owner_cls = self.instance_type(receiver, where)
+                if owner_cls is not None and mine & {id(c) for c in with_bases(owner_cls)}:
+                    out.append((value, where))
+                    break
         return out
+
+    def _store_receivers(self) -> dict[int, list[ast.expr]]:
+        """The receivers of ``obj.attr = value`` stores (``obj``), by the stored value's node."""
+        if self._receivers is None:
+            self._receivers = {}
+            for f in self.project.all_functions():
+                for a in f.assigns:
+                    if isinstance(a, ast.Assign):
+                        for t in a.targets:
+                            if isinstance(t, ast.Attribute) and not (
+                                isinstance(t.value, ast.Name) and t.value.id == "self"
+                            ):
+                                self._receivers.setdefault(id(a.value), []).append(t.value)
+        return self._receivers
+
+    def _typed_attr(self, attr: str) -> bool:
+        """Whether some project class declares, assigns or defines `attr` (only then can typing a receiver help)."""
+        if self._class_attr_names is None:
+            names: set[str] = set()
+            for c in self.project.classes.values():
+                names.update(c.attr_assigns, c.attr_types, c.methods)
+            self._class_attr_names = frozenset(names)
+        return attr in self._class_attr_names
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class `expr` is an instance of: the project's own answer (annotations, constructors,
