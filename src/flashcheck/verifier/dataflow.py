@@ -111,6 +111,9 @@ def allocations(
     if depth > 5:
         return []
     root = storage_root(expr)
+    if isinstance(root, ast.IfExp | ast.BoolOp):  # ws if ws is not None else torch.empty(...), cached or torch.empty
+        branches = [root.body, root.orelse] if isinstance(root, ast.IfExp) else root.values
+        return [a for b in branches for a in allocations(b, fn, depth + 1, project)]
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:

@@ -66,6 +66,7 @@ class ValueFlow:
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
         self._receivers: dict[int, list[ast.expr]] | None = None
+        self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
         self._class_attr_names: frozenset[str] | None = None
         self._types: dict[int, ClassInfo | None] = {}
         self._types_active: set[int] = set()
@@ -121,8 +122,10 @@ class ValueFlow:
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)
-            if values:
-                return [(v, scope) for v in values]
+            unpacked = self._unpacked(scope).get(name)
+            if values or unpacked:
+                found = [(v, scope) for v in values or []]
+                return found + [s for value, i in unpacked or [] for s in self._item_of_result(value, i, scope)]
             if scope is not fn and name in scope.params:
                 return self.param_sources(scope, name)
             scope = scope.parent
@@ -130,6 +133,36 @@ class ValueFlow:
         if body is not None and body is not fn and name in body.local_assigns:
             return [(v, body) for v in body.local_assigns[name]]
         return []
+
+    def _unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
+        """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->
+        (value, position)."""
+        found = self._unpacks.get(id(fn))
+        if found is None:
+            found = self._unpacks[id(fn)] = {}
+            for a in fn.assigns:
+                if not isinstance(a, ast.Assign) or isinstance(a.value, ast.Tuple | ast.List):
+                    continue
+                for t in a.targets:
+                    if isinstance(t, ast.Tuple | ast.List):
+                        for i, elt in enumerate(t.elts):
+                            if isinstance(elt, ast.Starred):
+                                break
+                            if isinstance(elt, ast.Name):
+                                found.setdefault(elt.id, []).append((a.value, i))
+        return found
+
+    def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]:
+        """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple."""
+        out: list[Source] = []
+        for src, where in self.sources(value, fn):
+            if isinstance(src, ast.Name | ast.Attribute | ast.Call) and depth < 3:
+                out.extend(self._item_of_result(src, i, where, depth + 1))
+            if not isinstance(src, ast.Tuple | ast.List) or i >= len(src.elts):
+                continue
+            if not any(isinstance(e, ast.Starred) for e in src.elts[: i + 1]):
+                out.append((src.elts[i], where))
+        return out
 
     def param_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
         """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""

@@ -182,6 +182,11 @@ class Wrappers:
         if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS:
             cls = self.wrapper_class(func.value, fn)  # w.plan: the wrapper's method
             return ("method", cls, 0) if cls is not None else None
+        if isinstance(func, ast.Call) and dotted(func.func) == "getattr" and len(func.args) >= 2:
+            name = func.args[1]  # getattr(w, "plan"): the same bound method
+            if isinstance(name, ast.Constant) and name.value in PLAN_METHODS:
+                cls = self.wrapper_class(func.args[0], fn)
+                return ("method", cls, 0) if cls is not None else None
         if isinstance(func, ast.Name | ast.Attribute):
             for src, where in self.flow.sources(func, fn):
                 found = self.callable_target(src, where, depth + 1)

@@ -21,15 +21,16 @@ class EmptyWorkspaceForZeroingKernel(Rule):
 
     What it checks
         The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
-        ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA
-        decode functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus
-        the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a
-        zeroed workspace and are not reported. The workspace is traced through aliases, ``self.<attr>``, project
-        factories (``lru_cache``'d getters) and module caches (``_CACHE[key] = torch.empty(...)``) to its
-        allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same
-        storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function on a path that can run: a zeroing
-        under ``if zeroed:`` (or the ``else`` of ``if not zeroed:``) where every project call passes, or defaults
-        to, a false constant for ``zeroed`` does not count.
+        ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
+        functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus the names
+        listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace
+        and are not reported. The workspace is traced through aliases, ``self.<attr>``, project factories
+        (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
+        (``_CACHE[key] = torch.empty(...)``) and both branches of conditional expressions (``shared or
+        torch.empty(...)``) to its allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is
+        reported unless the same storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function on a path
+        that can run: a zeroing under ``if zeroed:`` (or the ``else`` of ``if not zeroed:``) where every project call
+        passes, or defaults to, a false constant for ``zeroed`` does not count.
 
     Why it breaks serving
         These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh

@@ -24,8 +24,9 @@ class ReallocOnReplayPath(Rule):
         hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
         ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
         a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is
-        not reported, but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; nor
-        is
+        not reported, but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is;
+        the same holds for conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and
+        ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is
         ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
         ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
 
@@ -94,6 +95,14 @@ class ReallocOnReplayPath(Rule):
 
 
 def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
+    """A new tensor, also as a branch of ``a if test else b`` that runs when the buffer exists (the branch taken
+    only while it is missing, ``torch.zeros(n) if self.x is None else self.x``, and ``self.x or torch.zeros(n)``,
+    are lazy first allocations)."""
+    if isinstance(value, ast.IfExp):
+        body = _is_fresh_tensor(value.body, fn) and not _is_lazy_test(value.test)
+        return body or (_is_fresh_tensor(value.orelse, fn) and not _is_present_test(value.test))
+    if isinstance(value, ast.BoolOp):
+        return isinstance(value.op, ast.And) and any(_is_fresh_tensor(v, fn) for v in value.values)
     if not isinstance(value, ast.Call):
         return False
     name = torch_name(value.func, fn) or ""
@@ -122,6 +131,14 @@ def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
             for inner in node.body:
                 out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign))
     return out
+
+
+def _is_present_test(test: ast.expr) -> bool:
+    """A test that holds once the buffer exists: ``x is not None``, ``hasattr(self, "x")``."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot):
+        c = test.comparators[0]
+        return isinstance(c, ast.Constant) and c.value is None
+    return isinstance(test, ast.Call) and dotted(test.func) == "hasattr"
 
 
 def _is_lazy_test(test: ast.expr) -> bool:
