@@ -378,7 +378,10 @@ class Provenance:
             if is_tensor_op(self._callee_name(expr.func, fn) or ""):
                 return True
             f = expr.func
-            return isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
+            if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1):
+                return True
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            return isinstance(target, FunctionInfo) and _returns_tensor(target)  # def f(...) -> torch.Tensor
         if isinstance(expr, ast.Attribute):
             if expr.attr in ("T", "mT", "data"):
                 return self.tensorish(expr.value, fn, depth + 1)
@@ -388,7 +391,11 @@ class Provenance:
             for c in with_bases(owner_cls):  # a field or attribute declared ``torch.Tensor``
                 if expr.attr in c.attr_types:
                     return is_tensor_annotation(c.attr_types[expr.attr])
-            return False
+            prop = self.project.method(owner_cls, expr.attr) if owner_cls is not None else None
+            if prop is not None and _returns_tensor(prop):  # @property def seq_lens(self) -> torch.Tensor
+                return True
+            sources = self.flow.attr_sources(expr, fn, by_name=False)[:8]
+            return any(self.tensorish(v, w, depth + 1) for v, w in sources)
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
             if ann is not None and "Tensor" in ast.unparse(ann):
@@ -495,3 +502,8 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+
+def _returns_tensor(fn: FunctionInfo) -> bool:
+    node = fn.node
+    return not isinstance(node, ast.Module) and node.returns is not None and is_tensor_annotation(node.returns)

@@ -76,8 +76,9 @@ class HostSyncInHotPath(Rule):
         reduction, slice bound or branch on a value that is certainly a tensor but whose device no project code
         decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a name
         the function uses as a tensor: a tensor-only method called on it, or passed as the tensor operand of a
-        torch operation or ``copy_``; a torch op or tensor method over one, arithmetic with one, its elements) is
-        reported with low confidence.
+        torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
+        torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method over one, arithmetic with
+        one, its elements) is reported with low confidence.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
