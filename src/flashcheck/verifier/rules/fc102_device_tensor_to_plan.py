@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import PLAN_METHODS, is_flashinfer_import, looks_like_wrapper
@@ -62,13 +63,15 @@ class DeviceTensorToPlan(Rule):
         kernel needs it there.
 
     Known false positives
-        A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``,
-        is reported; rename the receiver or suppress with a reason.
+        A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``, is
+        reported; rename the receiver or suppress with a reason. A tensor whose device no project code decides (a
+        metadata field or parameter declared ``torch.Tensor`` that only callers outside the project fill) is reported
+        with low confidence; if it is in fact a host tensor, name it ``*_cpu`` or add its pattern to ``host-names``.
 
     What it cannot see
-        Arguments whose device is unknown (a value from outside the project, a C++ extension's result) are not
-        reported; wrappers built by code outside the project and reached under another name, and plan functions
-        reached through ``getattr`` with a computed name, are not recognised.
+        Arguments whose device is unknown and that nothing says are tensors (an unannotated value from outside the
+        project, a C++ extension's result) are not reported; wrappers built by code outside the project and reached
+        under another name, and plan functions reached through ``getattr`` with a computed name, are not recognised.
     """
 
     def check(self, ctx: Context) -> None:
@@ -112,19 +115,39 @@ class DeviceTensorToPlan(Rule):
             if n is not None and _is_host_side_param(n):
                 args.append((n, a))
         bad: list[tuple[str, ast.expr]] = []
+        unsure: list[tuple[str, ast.expr]] = []
         for param, expr in args:
-            bad.extend((param, e) for e in _items(ctx, expr, fn) if ctx.prov.of(e, fn) is Where.DEVICE)
-        if not bad:
-            return
-        what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in bad)
+            for e in _items(ctx, expr, fn):
+                w = ctx.prov.of(e, fn)
+                if w is Where.DEVICE:
+                    bad.append((param, e))
+                elif w is Where.UNKNOWN and ctx.prov.tensorish(e, fn):
+                    unsure.append((param, e))
+        if bad:
+            self._report(ctx, fn, call, bad, "device tensor(s)", Confidence.HIGH)
+        elif unsure:
+            self._report(ctx, fn, call, unsure, "tensor(s) of unknown device", Confidence.LOW)
+
+    def _report(
+        self,
+        ctx: Context,
+        fn: FunctionInfo,
+        call: ast.Call,
+        args: list[tuple[str, ast.expr]],
+        kind: str,
+        confidence: Confidence,
+    ) -> None:
+        what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in args)
+        sync = "a blocking sync" if confidence is Confidence.HIGH else "a blocking sync if they are on the device"
         ctx.report(
             self,
             fn,
             call,
-            f"device tensor(s) {what} passed to `{snippet(call.func)}`; FlashInfer copies them to the host (a "
-            "blocking sync) on every plan",
+            f"{kind} {what} passed to `{snippet(call.func)}`; FlashInfer copies them to the host ({sync}) on every "
+            "plan",
             hint="pass the host mirror (a pinned *_cpu buffer filled on the host) instead",
-            evidence={"parameters": [p for p, _ in bad]},
+            evidence={"parameters": [p for p, _ in args]},
+            confidence=confidence,
         )
 
 
