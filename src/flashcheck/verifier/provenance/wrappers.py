@@ -102,17 +102,22 @@ class Wrappers:
                     if not isinstance(a, ast.Assign) or not isinstance(a.value, ast.Name | ast.Attribute):
                         continue
                     for t in a.targets:
-                        d = dotted(t.value) if isinstance(t, ast.Attribute) else None
-                        last = d.rsplit(".", 1)[-1] if d else ""
-                        if (
-                            d
-                            and is_wrapper_class_name(last)
-                            and (is_flashinfer_import(f, d) or d.startswith("flashinfer."))
-                        ):
-                            target = project.resolve_def(a.value, f)
-                            if isinstance(target, FunctionInfo):
-                                self._installed[id(target)] = last
+                        cls = self._class_named(t.value, f) if isinstance(t, ast.Attribute) else None
+                        target = project.resolve_def(a.value, f) if cls is not None else None
+                        if cls is not None and isinstance(target, FunctionInfo):
+                            self._installed[id(target)] = cls
         return self._installed.get(id(fn))
+
+    def _class_named(self, expr: ast.expr, fn: FunctionInfo) -> str | None:
+        """The FlashInfer wrapper class `expr` names: an imported one, or a project subclass of one."""
+        d = dotted(expr)
+        if d is None:
+            return None
+        last = d.rsplit(".", 1)[-1]
+        if is_wrapper_class_name(last) and (is_flashinfer_import(fn, d) or d.startswith("flashinfer.")):
+            return last
+        target = self.flow.project.resolve_def(expr, fn)
+        return self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
 
     def flashinfer_base(self, cls: ClassInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class a project class derives from (directly, through project classes or
@@ -200,7 +205,10 @@ def _annotated_class(ann: ast.expr | None) -> str | None:
     if ann is None:
         return None
     if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        return ann.value.rsplit(".", 1)[-1].removeprefix("Optional[").rstrip("]") or None
+        try:
+            return _annotated_class(ast.parse(ann.value, mode="eval").body)
+        except SyntaxError:
+            return None
     if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
         return _annotated_class(ann.slice)
     if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
