@@ -1,10 +1,12 @@
 """Where a value comes from, across the project: the expressions a reference may hold.
 
 `ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
-and across function boundaries: locals and globals, parameters filled by their callers, ``self.x`` assigned anywhere
-in the class and its bases, attributes of other objects (through their type, dataclass fields and constructor
-keywords, or every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals,
-comprehensions, ``append``, ``d[k] = v``), loop variables, and return values of project functions. Every analysis
+and across function boundaries: locals and globals, parameters filled by their callers (and bound by
+``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the class and its bases, attributes of
+other objects (through their type, known from annotations or by following the value to a constructor call: dataclass
+fields by keyword or position, stores after construction, ``@property`` results; or every ``obj.x = ...`` of the
+project when the type is unknown), items of lists and dicts (literals, comprehensions, ``append``, ``d[k] = v``),
+loop variables, and return values of project functions, also unpacked (``buf, n = self.helper()``). Every analysis
 (device provenance, wrapper identity, allocations) is built on it, so a rule sees one consistent model.
 """
 
@@ -243,14 +245,17 @@ class ValueFlow:
 
     def _class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         out: list[Source] = []
+        field = False
         for c in with_bases(cls):
             out.extend(c.attr_assigns.get(attr, []))
             if attr in c.fields:  # dataclass field: the constructor's argument
+                field = True
                 index = self.keyword_index()
                 for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
                     if self._constructs(call, where, c):
                         out.append((v, where))
-                out.extend(self._positional_fields(cls, attr))
+        if field:
+            out.extend(self._positional_fields(cls, attr))
         out.extend(self._late_stores(cls, attr))
         prop = self.project.method(cls, attr)
         if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
