@@ -32,13 +32,14 @@ TENSOR_METHODS = frozenset(
 )
 
 
-# Methods that only torch tensors have (numpy arrays and lists do not): calling one on a name says it is a tensor.
+# Methods that only torch tensors have (numpy arrays, lists and modules do not; ``.cuda()``/``.half()`` are also
+# nn.Module methods): calling one on a name says it is a tensor.
 _TORCH_ONLY_METHODS = frozenset(
     {
-        *("int", "long", "half", "bfloat16", "cuda", "numel", "element_size", "unsqueeze", "masked_fill"),
-        *("masked_fill_", "index_select", "new_zeros", "new_empty", "new_ones", "new_full", "type_as", "view_as"),
-        *("expand_as", "copy_", "fill_", "zero_", "clamp_", "add_", "sub_", "mul_", "div_", "record_stream"),
-        *("is_contiguous", "data_ptr", "pin_memory", "narrow", "index_copy_", "scatter_", "gather"),
+        *("int", "long", "numel", "element_size", "unsqueeze", "masked_fill", "masked_fill_", "index_select"),
+        *("new_zeros", "new_empty", "new_ones", "new_full", "type_as", "view_as", "expand_as", "copy_", "fill_"),
+        *("zero_", "clamp_", "add_", "sub_", "mul_", "div_", "record_stream", "is_contiguous", "data_ptr", "narrow"),
+        *("index_copy_", "scatter_"),
     }
 )
 # torch functions whose first argument is a size, a host array or a seed, not a tensor.
