@@ -398,7 +398,7 @@ class Provenance:
             return any(self.tensorish(v, w, depth + 1) for v, w in sources)
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
-            if ann is not None and "Tensor" in ast.unparse(ann):
+            if ann is not None and is_tensor_annotation(ann):  # not List[torch.Tensor]
                 return True
             if self.uses.used_as_tensor(expr, fn):
                 return True

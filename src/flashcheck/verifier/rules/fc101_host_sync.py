@@ -120,7 +120,10 @@ class HostSyncInHotPath(Rule):
             if w is Where.DEVICE:
                 hit(node, what, w)
             elif w is Where.UNKNOWN and prov.of(expr, fn) is not Where.HOST and prov.tensorish(expr, fn):
-                hit(node, what, w, Confidence.LOW)
+                unsure = (
+                    what.replace("a device tensor", "a tensor of unknown device") + " (a sync if it is on the device)"
+                )
+                hit(node, unsure, w, Confidence.LOW)
 
         pending = _pending_copies(fn, prov)
         for call in fn.calls:
