@@ -336,6 +336,15 @@ class ValueFlow:
             cls = self.project.instance_type(expr, fn)
             if cls is not None:
                 return cls
+        elif isinstance(expr, ast.IfExp | ast.BoolOp):  # A(...) if c else None, cached or A(...)
+            branches = [expr.body, expr.orelse] if isinstance(expr, ast.IfExp) else expr.values
+            types = {
+                id(t): t
+                for b in branches
+                if not (isinstance(b, ast.Constant) and b.value is None)
+                and (t := self.instance_type(b, fn, depth + 1)) is not None
+            }
+            return next(iter(types.values())) if len(types) == 1 else None
         key = id(expr)
         if (
             depth > 6
