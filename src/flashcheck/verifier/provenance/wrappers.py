@@ -92,6 +92,41 @@ class Wrappers:
                 return found
         return None
 
+    def constructions(self, expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.Call, FunctionInfo, str]]:
+        """Every FlashInfer wrapper constructor call `expr` may be (through the value flow: factories, parameters,
+        items, attributes of other objects, both branches of conditional expressions), with its class name; empty
+        when none is known."""
+        if not self.enabled:
+            return []
+        out: list[tuple[ast.Call, FunctionInfo, str]] = []
+        seen: set[int] = set()
+        stack: list[tuple[ast.expr, FunctionInfo, int]] = [(expr, fn, 0)]
+        while stack and len(seen) < 256:
+            e, where, depth = stack.pop()
+            if id(e) in seen or depth > 8:
+                continue
+            seen.add(id(e))
+            if isinstance(e, ast.IfExp):
+                stack.extend([(e.body, where, depth + 1), (e.orelse, where, depth + 1)])
+                continue
+            if isinstance(e, ast.BoolOp):
+                stack.extend((v, where, depth + 1) for v in e.values)
+                continue
+            if isinstance(e, ast.Call):
+                cls = wrapper_class_of_call(e, where)
+                if cls is None:
+                    target = (
+                        self.flow.project.resolve_def(e.func, where)
+                        if isinstance(e.func, ast.Name | ast.Attribute)
+                        else None
+                    )
+                    cls = self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
+                if cls is not None:
+                    out.append((e, where, cls))
+                    continue
+            stack.extend((v, w, depth + 1) for v, w in self.flow.sources(e, where))
+        return out
+
     def installed_on(self, fn: FunctionInfo) -> str | None:
         """The FlashInfer wrapper class a free function is assigned onto as a method (``Wrapper.plan = fn``)."""
         if self._installed is None:
