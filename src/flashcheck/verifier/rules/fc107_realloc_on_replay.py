@@ -20,15 +20,16 @@ class ReallocOnReplayPath(Rule):
     """A persistent buffer (``self.<attr>``) is reallocated on a path that runs every step or before replay.
 
     What it checks
-        In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured
-        hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
-        ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
-        a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is
-        not reported, but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is;
-        the same holds for conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and
-        ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is
-        ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
-        ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
+        In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured hot
+        paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
+        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>[key]`` or an attribute of an object ``self`` keeps
+        (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a buffer.
+        A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is not reported, but a guard
+        that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional
+        expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy,
+        ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step, nor a
+        host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host
+        buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -52,8 +53,9 @@ class ReallocOnReplayPath(Rule):
         new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose.
 
     What it cannot see
-        Rebinding through another object (``self.backend.buf = torch.zeros(...)``) or through ``setattr``, and
-        reallocations inside code that no configured or default root reaches.
+        Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in
+        per step is allowed), ``setattr`` with a computed name, and reallocations inside code that no configured or
+        default root reaches.
     """
 
     def check(self, ctx: Context) -> None:
@@ -79,6 +81,11 @@ class ReallocOnReplayPath(Rule):
                     and _is_self_buffer(call.func.value)
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
+                elif _is_setattr_of_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
+                    value = call.args[2]
+                    if _is_fresh_tensor(value, fn) and ctx.prov.of(value, fn) is not Where.HOST:
+                        name = call.args[1].value  # type: ignore[attr-defined]
+                        self._hit(ctx, fn, call, step, f"rebinds `self.{name}` to `{snippet(value, 50)}` (setattr)")
 
     def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, reach: dict[FunctionInfo, Hop], what: str) -> None:
         root = reach[fn].root
@@ -114,22 +121,41 @@ def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
 
 
 def _is_self_buffer(t: ast.expr) -> bool:
+    """``self.buf``, ``self.bufs["k"]`` and attributes of objects ``self`` keeps (``self.backend.kv_indptr``):
+    storage that outlives the step."""
     if isinstance(t, ast.Subscript):
         if not (isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)):
             return False  # self.buf[:n] = ... writes into the buffer, which is the fix
         t = t.value
-    return isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    if not isinstance(t, ast.Attribute):
+        return False
+    base = t.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return isinstance(base, ast.Name) and base.id == "self"
+
+
+def _is_setattr_of_self(call: ast.Call) -> bool:
+    """``setattr(self, "name", value)`` (or of an object ``self`` keeps) with a literal name."""
+    return (
+        isinstance(call.func, ast.Name)
+        and call.func.id == "setattr"
+        and len(call.args) == 3
+        and isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1].value, str)
+        and ((isinstance(call.args[0], ast.Name) and call.args[0].id == "self") or _is_self_buffer(call.args[0]))
+    )
 
 
 def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
-    """Assignments inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
+    """Assignments (and ``setattr`` calls) inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
     out: set[int] = set()
     if isinstance(fn.node, ast.Module):
         return out
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_lazy_test(node.test):
             for inner in node.body:
-                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign))
+                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call))
     return out
 
 
