@@ -43,7 +43,9 @@ class HostSyncInHotPath(Rule):
         ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
         dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
+        before any event or stream sync, branches on a device tensor (``if t:``, ``if (t > 0).any():``), and a
+        device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
+        or assert messages).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
         fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects
         that project functions return, built by keyword or position, ``@property`` results, return values,
@@ -82,8 +84,8 @@ class HostSyncInHotPath(Rule):
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
-        project (an unannotated argument no project code passes), ``str(t)``/``%d`` formatting of a device tensor,
-        and hot paths no root reaches (configure ``hot-paths``).
+        project (an unannotated argument no project code passes), lazy logging arguments (``logger.debug("%s", t)``,
+        formatted only when the level is enabled), and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:
@@ -176,6 +178,8 @@ class HostSyncInHotPath(Rule):
                     else "copies device data to the host"
                 )
                 hit(call, what, w)
+        for value, node in _formatted(fn):
+            host_read(value, "formats a device tensor as text (copies it to the host)", node)
         for line, text, use in _early_reads(fn, pending):
             hit(
                 use,
@@ -224,6 +228,39 @@ def _slice_bounds(
             if w is Where.UNKNOWN and prov.of(bound, fn) is not Where.HOST and prov.tensorish(bound, fn):
                 hit(sub, "uses a tensor as a slice bound (implicit .item() if it is on the device)", w, Confidence.LOW)
                 return
+
+
+_FORMATTERS = frozenset({"str", "repr", "print", "format"})
+
+
+def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
+    """Values formatted as text on the path that runs: ``f"{t}"``, ``str(t)``, ``repr(t)``, ``print(t)``,
+    ``format(t)`` (not in ``raise`` statements or assert messages, which run only when something already failed,
+    and not lazy ``logger.debug("%s", t)`` arguments)."""
+    out: list[tuple[ast.expr, ast.AST]] = []
+    if isinstance(fn.node, ast.Module):
+        return out
+    stack: list[ast.AST] = list(fn.node.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda | ast.Raise):
+            continue
+        if isinstance(node, ast.Assert):
+            stack.append(node.test)
+            continue
+        if isinstance(node, ast.FormattedValue):
+            out.append((node.value, node.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FORMATTERS:
+            out.extend((a, node) for a in node.args if not isinstance(a, ast.Constant | ast.JoinedStr))
+        elif isinstance(node, ast.BinOp) and _is_percent_format(node):  # "%d tokens" % t, "%s/%s" % (a, b)
+            right = node.right
+            out.extend((a, node) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _is_percent_format(node: ast.BinOp) -> bool:
+    return isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
 
 
 def _non_blocking(call: ast.Call) -> bool:
