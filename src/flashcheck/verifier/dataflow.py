@@ -15,7 +15,7 @@ from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
 
-__all__ = ["ALLOCATORS", "PROPERTIES", "Key", "allocations", "owner", "storage_keys", "with_bases"]
+__all__ = ["ALLOCATORS", "PROPERTIES", "Key", "allocations", "arg_for_param", "owner", "storage_keys", "with_bases"]
 
 Key = tuple[str, str, str]
 PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
@@ -99,6 +99,26 @@ def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project) -> l
     return [k for r in prop.returns for k in storage_keys(r, prop, depth + 1, project)]
 
 
+def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    node = callee.node
+    if isinstance(node, ast.Module):
+        return None
+    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
+        positional = positional[1:]
+    if param not in positional:
+        return None
+    i = positional.index(param)
+    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+        return call.args[i]
+    return None
+
+
 def _is_allocation(v: ast.expr) -> bool:
     return isinstance(v, ast.Call)
 
@@ -106,8 +126,9 @@ def _is_allocation(v: ast.expr) -> bool:
 def allocations(
     expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None
 ) -> list[tuple[ast.Call, FunctionInfo]]:
-    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, self attributes,
-    project factories and caches)."""
+    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, attributes of
+    ``self`` and of other objects of known type, parameters filled by the project's callers, project factories and
+    caches)."""
     if depth > 5:
         return []
     root = storage_root(expr)
@@ -127,6 +148,13 @@ def allocations(
         return []
     if isinstance(root, ast.Name):
         name = root.id
+        if project is not None and name in fn.params and name not in fn.local_assigns and name not in ("self", "cls"):
+            return [  # a workspace handed in by the project's callers
+                a
+                for caller, call in project.callers(fn)[:16]
+                if (arg := arg_for_param(call, fn, name)) is not None
+                for a in allocations(arg, caller, depth + 1, project)
+            ]
         values = fn.local_assigns.get(name)
         scope = fn
         if values is None and fn.module.body is not None and fn is not fn.module.body:
@@ -142,8 +170,11 @@ def allocations(
                 for a in allocations(v, f, depth + 1, project)
             )
         return found
-    if isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
-        cls = owner(fn).cls
+    if isinstance(root, ast.Attribute):
+        if isinstance(root.value, ast.Name) and root.value.id == "self":
+            cls = owner(fn).cls
+        else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
+            cls = project.instance_type(root.value, fn) if project is not None else None
         out: list[tuple[ast.Call, FunctionInfo]] = []
         for c in with_bases(cls) if cls is not None else []:
             for v, where in c.attr_assigns.get(root.attr, []):

@@ -16,7 +16,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.dataflow import PROPERTIES
+from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
@@ -28,26 +28,6 @@ _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 _PARTIAL_NAMES = frozenset({"partial", "MethodType"})
-
-
-def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
-    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
-    for kw in call.keywords:
-        if kw.arg == param:
-            return kw.value
-    node = callee.node
-    if isinstance(node, ast.Module):
-        return None
-    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
-    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
-        positional = positional[1:]
-    if param not in positional:
-        return None
-    i = positional.index(param)
-    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-        return call.args[i]
-    return None
 
 
 class ValueFlow:
