@@ -24,7 +24,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
         functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus the names
         listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace
-        and are not reported. The workspace is traced through aliases, ``self.<attr>``, project factories
+        and are not reported. The workspace is traced through aliases, ``self.<attr>``, attributes of other objects of
+        known type (``self.buffers.workspace``), parameters filled by the project's callers, project factories
         (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
         (``_CACHE[key] = torch.empty(...)``) and both branches of conditional expressions (``shared or
         torch.empty(...)``) to its allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is
@@ -54,8 +55,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         naming where it is zeroed.
 
     What it cannot see
-        Workspaces reached through objects other than ``self``, locals, project factories and module caches (a
-        workspace handed in by a caller outside the project); a backend chosen at run time (``backend=cfg.backend``)
+        A workspace handed in by a caller outside the project, or kept by an object whose type is unknown; a
+        backend chosen at run time (``backend=cfg.backend``)
         is not assumed to be trtllm-gen; a zeroing flag that callers set from configuration or variables counts as
         zeroing (only constants are judged).
     """
