@@ -231,6 +231,7 @@ def _slice_bounds(
 
 
 _FORMATTERS = frozenset({"str", "repr", "print", "format"})
+_FORMAT_MARKS = ('f"', "f'", 'F"', "F'", "%", "str(", "repr(", "print(", "format(")
 
 
 def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
@@ -238,24 +239,28 @@ def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
     ``format(t)`` (not in ``raise`` statements or assert messages, which run only when something already failed,
     and not lazy ``logger.debug("%s", t)`` arguments)."""
     out: list[tuple[ast.expr, ast.AST]] = []
-    if isinstance(fn.node, ast.Module):
+    node = fn.node
+    if isinstance(node, ast.Module):
         return out
-    stack: list[ast.AST] = list(fn.node.body)
+    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
+    if not any(mark in line for line in lines for mark in _FORMAT_MARKS):
+        return out  # nothing that formats: skip the walk (most functions)
+    stack: list[ast.AST] = list(node.body)
     while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda | ast.Raise):
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda | ast.Raise):
             continue
-        if isinstance(node, ast.Assert):
-            stack.append(node.test)
+        if isinstance(n, ast.Assert):
+            stack.append(n.test)
             continue
-        if isinstance(node, ast.FormattedValue):
-            out.append((node.value, node.value))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FORMATTERS:
-            out.extend((a, node) for a in node.args if not isinstance(a, ast.Constant | ast.JoinedStr))
-        elif isinstance(node, ast.BinOp) and _is_percent_format(node):  # "%d tokens" % t, "%s/%s" % (a, b)
-            right = node.right
-            out.extend((a, node) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
-        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(n, ast.FormattedValue):
+            out.append((n.value, n.value))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FORMATTERS:
+            out.extend((a, n) for a in n.args if not isinstance(a, ast.Constant | ast.JoinedStr))
+        elif isinstance(n, ast.BinOp) and _is_percent_format(n):  # "%d tokens" % t, "%s/%s" % (a, b)
+            right = n.right
+            out.extend((a, n) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
+        stack.extend(ast.iter_child_nodes(n))
     return out
 
 
