@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import is_in_place_method, kwarg, storage_root
+from flashcheck.verifier.astutil import dotted, is_in_place_method, kwarg, storage_root
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -17,7 +17,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -36,19 +36,20 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it checks
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``,
-        MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...),
-        tracked through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
+        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
+        ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
+        through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
         (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own
         private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
-        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a
-        helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
+        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``, a launch of a project
+        ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through
+        a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
         binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
-        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or
-        a call that plans) is reported, and a write before it is the required pattern. Each write is reported once:
-        at the line that writes when its function is itself reported there, else at the call (a helper that writes
-        its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
+        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
+        call that plans) is reported, and a write before it is the required pattern. Each write is reported once: at the
+        line that writes when its function is itself reported there, else at the call (a helper that writes its
+        parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -75,9 +76,10 @@ class GraphBufferWrittenElsewhere(Rule):
         object) are reported; add the helper to ``replay-prep-paths`` or suppress with a reason.
 
     What it cannot see
-        Writes by kernels that take the buffer positionally (a Triton kernel filling ``kv_indices``), storage
-        reached through objects whose type is unknown, and ordering across functions beyond "this call plans":
-        a write in one method that a caller runs after ``plan()`` in another is judged where the call is.
+        Writes by kernels outside the project that take the buffer positionally (a C++/CUDA extension filling
+        ``kv_indices``), storage reached through objects whose type is unknown, and ordering across functions beyond
+        "this call plans": a write in one method that a caller runs after ``plan()`` in another is judged where the call
+        is.
     """
 
     def check(self, ctx: Context) -> None:
@@ -189,6 +191,13 @@ class _Flow:
                 deep = self._deep_bound(callee) if self.writes_bound(callee) else None
                 if deep is not None and not self.reported_in_place(deep[0]):  # else reported where it writes
                     out.append((call, deep[1], deep[2]))
+        for kernel, call in _launches(fn, project):  # kernel[grid](..., kv_indices, ...): what its tl.store writes
+            for p in _kernel_writes(kernel):
+                arg = arg_for_param(call, kernel, p)
+                found = self._bound(arg, fn) if arg is not None else None
+                if found is not None:
+                    out.append((call, *found))
+                    break
         return out
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
@@ -246,8 +255,10 @@ class _Flow:
             root = _param_root(storage_root(target), fn)
             if root in params:
                 out.add(root)
-        for callee, call in self.ctx.project.callees(fn) if depth < 4 else []:
-            for p in self.param_writes(callee, depth + 1):
+        callees = self.ctx.project.callees(fn) if depth < 4 else []
+        launched = [(k, c, _kernel_writes(k)) for k, c in _launches(fn, self.ctx.project)]
+        for callee, call, written in [*((c, call, self.param_writes(c, depth + 1)) for c, call in callees), *launched]:
+            for p in written:
                 arg = arg_for_param(call, callee, p)
                 root = _param_root(storage_root(arg), fn) if arg is not None else None
                 if root in params:
@@ -272,6 +283,54 @@ class _Flow:
         lines = self._direct_plans(fn)
         lines.extend(call.lineno for callee, call in self.ctx.project.callees(fn) if self.plans(callee))
         return lines
+
+
+_TRITON_STORES = frozenset(
+    {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or"}
+)
+
+
+def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:
+    """Triton kernel launches in `fn` (``kernel[grid](...)``) of ``@triton.jit`` functions of the project."""
+    out: list[tuple[FunctionInfo, ast.Call]] = []
+    for call in fn.calls:
+        f = call.func
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name | ast.Attribute):
+            kernel = project.resolve_def(f.value, fn)
+            if isinstance(kernel, FunctionInfo) and _is_triton_kernel(kernel):
+                out.append((kernel, call))
+    return out
+
+
+def _is_triton_kernel(fn: FunctionInfo) -> bool:
+    for d in fn.decorators:
+        name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
+        if name in ("triton.jit", "jit") or name.endswith(".jit"):
+            return True
+    return False
+
+
+def _kernel_writes(kernel: FunctionInfo) -> set[str]:
+    """Parameters a Triton kernel stores through: the pointer operands of ``tl.store``/``tl.atomic_*``
+    (``tl.store(out_ptr + offs, v)`` writes what ``out_ptr`` points to)."""
+    out: set[str] = set()
+    for call in kernel.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in _TRITON_STORES and call.args:
+            stack, seen = [call.args[0]], 0
+            while stack and seen < 32:
+                e = stack.pop()
+                seen += 1
+                if isinstance(e, ast.Name):
+                    if e.id in kernel.params:
+                        out.add(e.id)
+                    else:
+                        stack.extend(kernel.local_assigns.get(e.id, [])[:2])
+                elif isinstance(e, ast.BinOp):
+                    stack.extend([e.left, e.right])
+                elif isinstance(e, ast.Subscript | ast.Attribute):
+                    stack.append(e.value)
+    return out
 
 
 def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:
