@@ -43,7 +43,8 @@ class HostSyncInHotPath(Rule):
         ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
         dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync, branches on a device tensor (``if t:``, ``if (t > 0).any():``), and a
+        before any event or stream sync, branches and asserts on a device tensor (``if t:``, ``if (t > 0).any():``,
+        ``assert t.all()``), and a
         device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
         or assert messages).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
@@ -187,7 +188,7 @@ class HostSyncInHotPath(Rule):
                 "or stream sync (the host may see stale data)",
                 Where.DEVICE,
             )
-        for test in fn.tests:
+        for test in [*fn.tests, *(a.test for a in fn.asserts)]:  # an assert evaluates its test too
             for leaf in _leaves(test):
                 if isinstance(leaf, ast.Constant):
                     continue

@@ -31,19 +31,19 @@ class DeviceTensorToPlan(Rule):
 
     What it checks
         Calls of ``plan``, ``begin_forward``, ``fast_decode_plan`` (and ``fast_mla_decode_plan``) on a FlashInfer
-        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to
-        live on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a
-        slice of such a buffer, a caller's argument, dataclass field or list item that is one, or named
+        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live
+        on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a slice of
+        such a buffer, a caller's argument, dataclass field or list item that is one, or named
         ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
-        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a
-        project function returns), also when built in a conditional expression (``None if graph else W(...)``,
-        ``cached or W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared
-        ``Optional[W]``) or by a ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn =
-        fast_decode_plan``, ``functools.partial``), and a wrapper's bound ``plan`` through aliases too (``p =
-        w.plan``, ``self._plan = self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are
-        matched to the wrapper family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a
-        partial already binds; list arguments (cascade levels, also ``[t] * 2`` and a local list built with
-        ``append``) are checked item by item. The finding is on the call's first line.
+        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a project
+        function returns), also when built in a conditional expression (``None if graph else W(...)``, ``cached or
+        W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared ``Optional[W]``) or by a
+        ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``,
+        ``functools.partial``), and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan =
+        self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
+        family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
+        arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
+        and ``**kwargs`` from a dict literal or ``dict(...)`` key by key. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -107,9 +107,9 @@ class DeviceTensorToPlan(Rule):
         return _family(cls)
 
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
-        args: list[tuple[str, ast.expr]] = [
-            (kw.arg, kw.value) for kw in call.keywords if kw.arg and _is_host_side_param(kw.arg)
-        ]
+        keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        keywords += [kv for kw in call.keywords if kw.arg is None for kv in _splatted(kw.value, fn)]
+        args: list[tuple[str, ast.expr]] = [(k, v) for k, v in keywords if _is_host_side_param(k)]
         for i, a in enumerate(call.args):
             n = positions.get(i) or terminal_name(a)
             if n is not None and _is_host_side_param(n):
@@ -149,6 +149,23 @@ class DeviceTensorToPlan(Rule):
             evidence={"parameters": [p for p, _ in args]},
             confidence=confidence,
         )
+
+
+def _splatted(expr: ast.expr, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
+    """The keyword arguments a ``**kwargs`` passes: a dict literal or ``dict(k=v)``, also through a local bound once
+    (``kw = dict(indptr=...); w.plan(**kw)``)."""
+    if isinstance(expr, ast.Name) and expr.id not in fn.params:
+        values = fn.local_assigns.get(expr.id, [])
+        expr = values[0] if len(values) == 1 else expr
+    if isinstance(expr, ast.Dict):
+        return [
+            (k.value, v)
+            for k, v in zip(expr.keys, expr.values, strict=False)
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        ]
+    if isinstance(expr, ast.Call) and dotted(expr.func) == "dict":
+        return [(kw.arg, kw.value) for kw in expr.keywords if kw.arg]
+    return []
 
 
 def _family(cls: str) -> dict[int, str]:
