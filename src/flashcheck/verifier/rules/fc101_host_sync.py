@@ -43,8 +43,8 @@ class HostSyncInHotPath(Rule):
         ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
         dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync, branches and asserts on a device tensor (``if t:``, ``if (t > 0).any():``,
-        ``assert t.all()``), and a
+        before any event or stream sync, branches, asserts and comprehension conditions on a device tensor (``if
+        t:``, ``if (t > 0).any():``, ``assert t.all()``, ``[i for i in ids if t[i] > 0]``), and a
         device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
         or assert messages).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
@@ -188,7 +188,7 @@ class HostSyncInHotPath(Rule):
                 "or stream sync (the host may see stale data)",
                 Where.DEVICE,
             )
-        for test in [*fn.tests, *(a.test for a in fn.asserts)]:  # an assert evaluates its test too
+        for test in [*fn.tests, *(a.test for a in fn.asserts), *_comprehension_ifs(fn)]:  # asserts evaluate too
             for leaf in _leaves(test):
                 if isinstance(leaf, ast.Constant):
                     continue
@@ -261,6 +261,26 @@ def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
         elif isinstance(n, ast.BinOp) and _is_percent_format(n):  # "%d tokens" % t, "%s/%s" % (a, b)
             right = n.right
             out.extend((a, n) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _comprehension_ifs(fn: FunctionInfo) -> list[ast.expr]:
+    """Conditions of the function's comprehensions (``[i for i in ids if t[i] > 0]``): a branch per element."""
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return []
+    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
+    if not any(" for " in line and " if " in line for line in lines):
+        return []
+    out: list[ast.expr] = []
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(n, ast.comprehension):
+            out.extend(n.ifs)
         stack.extend(ast.iter_child_nodes(n))
     return out
 
