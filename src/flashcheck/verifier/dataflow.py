@@ -9,15 +9,27 @@ functions that return an allocation (factories, ``lru_cache``'d getters) and cac
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
 
-__all__ = ["ALLOCATORS", "PROPERTIES", "Key", "allocations", "arg_for_param", "owner", "storage_keys", "with_bases"]
+__all__ = [
+    "ALLOCATORS",
+    "PROPERTIES",
+    "Key",
+    "Typer",
+    "allocations",
+    "arg_for_param",
+    "owner",
+    "storage_keys",
+    "with_bases",
+]
 
 Key = tuple[str, str, str]
+Typer = Callable[[ast.expr, FunctionInfo], ClassInfo | None]
 PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 ALLOCATORS = frozenset(
     {
@@ -40,13 +52,23 @@ ALLOCATORS = frozenset(
 )
 
 
-def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None) -> list[Key]:
-    """Keys of the persistent storage an expression views: ``self.x`` (one per class in the MRO) or a global."""
+def storage_keys(
+    expr: ast.expr,
+    fn: FunctionInfo,
+    depth: int = 0,
+    project: Project | None = None,
+    typer: Typer | None = None,
+) -> list[Key]:
+    """Keys of the persistent storage an expression views: ``self.x`` (one per class in the MRO) or a global.
+
+    Other objects' attributes are keyed by their class, as `typer` (default: the project's own typing) finds it."""
+    if typer is None and project is not None:
+        typer = project.instance_type
     root = storage_root(expr)
     if isinstance(root, ast.Name) and depth < 4:
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
-            keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project)]
+            keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
             return keys if len(values) == 1 else []
         mod_body = fn.module.body
         if mod_body is not None and root.id in mod_body.local_assigns and root.id not in fn.params:
@@ -64,11 +86,11 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Proj
             and isinstance(root, ast.Attribute)
             and not (isinstance(root.value, ast.Name) and root.value.id == "self")
         ):
-            other = project.instance_type(root.value, fn)
+            other = typer(root.value, fn) if typer is not None else None
             if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
-                return _attr_keys(other, root.attr, depth, project)
+                return _attr_keys(other, root.attr, depth, project, typer)
         if project is not None and isinstance(root, ast.Attribute) and cls is not None:
-            via_property = _property_keys(cls, root.attr, depth, project)
+            via_property = _property_keys(cls, root.attr, depth, project, typer)
             if via_property:
                 return via_property
         text = ast.unparse(root)
@@ -77,26 +99,27 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Proj
             for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
                 for v, where in c.attr_assigns.get(root.attr, []):
                     if isinstance(v, ast.Attribute) and not _is_allocation(v):
-                        keys.extend(storage_keys(v, where, depth + 1, project))
+                        keys.extend(storage_keys(v, where, depth + 1, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
-        other = project.instance_type(root.value, fn)
+        other = typer(root.value, fn) if typer is not None else None
         if other is not None:
-            return _attr_keys(other, root.attr, depth, project)
+            return _attr_keys(other, root.attr, depth, project, typer)
     return []
 
 
-def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project) -> list[Key]:
+def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
     """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
     returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
-    return _property_keys(cls, attr, depth, project) or [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+    keys = _property_keys(cls, attr, depth, project, typer)
+    return keys or [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
 
 
-def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project) -> list[Key]:
+def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
     prop = project.method(cls, attr)
     if prop is None or depth > 3 or not any(dotted(d) in PROPERTIES for d in prop.decorators):
         return []
-    return [k for r in prop.returns for k in storage_keys(r, prop, depth + 1, project)]
+    return [k for r in prop.returns for k in storage_keys(r, prop, depth + 1, project, typer)]
 
 
 def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:

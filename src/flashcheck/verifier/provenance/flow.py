@@ -161,6 +161,10 @@ class ValueFlow:
             if arg is not None:
                 out.append((arg, caller))
         out.extend(self._bound_sources(fn, name))
+        if fn.name == "__init__" and fn.cls is not None:  # cls(...) in a classmethod constructs the class
+            for caller, call in self.class_calls().get("cls", []):
+                if owner(caller).cls is fn.cls and (arg := arg_for_param(call, fn, name)) is not None:
+                    out.append((arg, caller))
         node = fn.node
         if not isinstance(node, ast.Module):  # a default is what callers that omit the argument get
             a = node.args

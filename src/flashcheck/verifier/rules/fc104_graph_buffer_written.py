@@ -77,7 +77,8 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it cannot see
         Writes by kernels outside the project that take the buffer positionally (a C++/CUDA extension filling
-        ``kv_indices``), storage reached through objects whose type is unknown, and ordering across functions beyond
+        ``kv_indices``), storage reached through objects whose type neither annotations nor the value flow (back to
+        a constructor call) give, and ordering across functions beyond
         "this call plans": a write in one method that a caller runs after ``plan()`` in another is judged where the call
         is.
     """
@@ -90,7 +91,7 @@ class GraphBufferWrittenElsewhere(Rule):
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue
                 for param, expr in wrapper_buffer_args(call, cls_name):
-                    for key in storage_keys(expr, fn, project=ctx.project)[:1]:
+                    for key in storage_keys(expr, fn, project=ctx.project, typer=ctx.prov.flow.instance_type)[:1]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
@@ -201,7 +202,7 @@ class _Flow:
         return out
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
-        for key in storage_keys(target, fn, project=self.ctx.project):
+        for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
             b = self.bindings.get(key)
             if b is not None:
                 return b, key
