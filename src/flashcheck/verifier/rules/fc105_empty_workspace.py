@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import enclosing_tests, terminal_name
+from flashcheck.verifier.astutil import enclosing_tests, kwarg, terminal_name
 from flashcheck.verifier.dataflow import allocations, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import needs_zeroed_workspace, workspace_arg
+from flashcheck.verifier.flashinfer_api import (
+    ZEROED_WORKSPACE_BACKENDS,
+    is_wrapper_class_name,
+    needs_zeroed_workspace,
+    workspace_arg,
+)
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -22,7 +27,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
     What it checks
         The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
         ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
-        functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus the names
+        functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
+        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute
+        or a caller's argument), plus the names
         listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace
         and are not reported. The workspace is traced through aliases, ``self.<attr>``, attributes of other objects of
         known type (``self.buffers.workspace``), parameters filled by the project's callers, project factories
@@ -56,8 +63,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
 
     What it cannot see
         A workspace handed in by a caller outside the project, or kept by an object whose type is unknown; a
-        backend chosen at run time (``backend=cfg.backend``)
-        is not assumed to be trtllm-gen; a zeroing flag that callers set from configuration or variables counts as
+        backend read from configuration that no project code sets (``backend=cfg.backend``) is not assumed to be
+        trtllm-gen; a zeroing flag that callers set from configuration or variables counts as
         zeroing (only constants are judged).
     """
 
@@ -66,7 +73,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         seen: set[int] = set()
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                consumer = needs_zeroed_workspace(call, extra)
+                consumer = needs_zeroed_workspace(call, extra) or _runtime_backend(ctx, call, fn)
                 if consumer is None:
                     continue
                 ws = workspace_arg(call)
@@ -86,6 +93,32 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                         hint="allocate it with torch.zeros (once, shared) or call .zero_() right after torch.empty",
                         evidence={"consumer": consumer, "used_at": f"{fn.source.relpath}:{call.lineno}"},
                     )
+
+
+def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | None:
+    """A wrapper whose ``backend=`` is not a literal but may be a trtllm/XQA one: ``backend=self.backend`` where the
+    value flow reaches ``"trtllm-gen"`` (a conditional expression, a default, a caller's argument)."""
+    name = terminal_name(call.func)
+    backend = kwarg(call, "backend")
+    if name is None or backend is None or isinstance(backend, ast.Constant) or not is_wrapper_class_name(name):
+        return None
+    seen: set[int] = set()
+    stack: list[tuple[ast.expr, FunctionInfo]] = [(backend, fn)]
+    while stack and len(seen) < 64:
+        e, where = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ast.Constant):
+            if isinstance(e.value, str) and e.value in ZEROED_WORKSPACE_BACKENDS:
+                return f'{name}(backend="{e.value}")'
+        elif isinstance(e, ast.IfExp):
+            stack.extend([(e.body, where), (e.orelse, where)])
+        elif isinstance(e, ast.BoolOp):
+            stack.extend((v, where) for v in e.values)
+        elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+            stack.extend(ctx.prov.flow.sources(e, where))
+    return None
 
 
 def _zeroed_after(ctx: Context, alloc: ast.Call, fn: FunctionInfo) -> bool:
