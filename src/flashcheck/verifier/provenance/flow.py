@@ -21,13 +21,26 @@ from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
-__all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "owner", "with_bases"]
+__all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
-_PARTIAL_NAMES = frozenset({"partial", "MethodType"})
+_PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
+
+
+def is_partial(func: ast.expr, fn: FunctionInfo) -> bool:
+    """``functools.partial`` / ``types.MethodType``, also imported under another name (``from functools import
+    partial as bind``)."""
+    d = dotted(func)
+    if d is None:
+        return False
+    if d in PARTIALS:
+        return True
+    head, _, rest = d.partition(".")
+    target = fn.module.imports.get(head)
+    return target is not None and (f"{target}.{rest}" if rest else target) in _PARTIAL_TARGETS
 
 
 class ValueFlow:
@@ -462,7 +475,8 @@ class ValueFlow:
             for call in f.calls:
                 callee = call.func
                 last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-                if last in _PARTIAL_NAMES and call.args and dotted(callee) in PARTIALS:
+                maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
+                if maybe and call.args and is_partial(callee, f):
                     partials.append((f, call))
                 elif last[:1].isupper() or last == "cls":
                     class_calls.setdefault(last, []).append((f, call))

@@ -20,7 +20,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo
-from flashcheck.verifier.provenance.flow import PARTIALS, ValueFlow, with_bases
+from flashcheck.verifier.provenance.flow import ValueFlow, is_partial, with_bases
 
 __all__ = ["Wrappers"]
 
@@ -214,7 +214,7 @@ class Wrappers:
             last = d.rsplit(".", 1)[-1]
             if last in PLAN_METHODS and last.startswith("fast_") and (is_flashinfer_import(fn, d) or depth > 0):
                 return ("function", last, 0)
-        if isinstance(func, ast.Call) and dotted(func.func) in PARTIALS and func.args:
+        if isinstance(func, ast.Call) and func.args and is_partial(func.func, fn):
             inner = self.callable_target(func.args[0], fn, depth + 1)
             if inner is None or any(isinstance(a, ast.Starred) for a in func.args):
                 return inner
