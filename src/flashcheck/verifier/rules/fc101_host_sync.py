@@ -20,6 +20,7 @@ _NONZERO_FUNCS = frozenset(
 _NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
 _COMPARES = frozenset({"torch.equal", "torch.allclose"})
 _CASTS = frozenset({"int", "float", "bool"})
+_NUMERIC_READS = frozenset({"math.ceil", "math.floor", "math.trunc", "round", "range", "operator.index"})
 _REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
 _HOST_READS = frozenset({"tolist", "item", "numpy", "max", "min", "sum", "any", "all", "argmax", "mean", "__getitem__"})
 
@@ -39,7 +40,8 @@ class HostSyncInHotPath(Rule):
         ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream
         or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
         ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
-        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension), builtin
+        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
+        ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin
         ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
         dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
@@ -150,6 +152,10 @@ class HostSyncInHotPath(Rule):
                 continue
             if name in _CASTS and len(call.args) == 1:
                 host_read(call.args[0], "reads a device tensor on the host", call)
+                continue
+            if name in _NUMERIC_READS and call.args:  # math.ceil(t / bs), round(t), range(t): __float__/__index__
+                for a in call.args[:3]:
+                    host_read(a, "reads a device tensor on the host", call)
                 continue
             if name in _REDUCERS and len(call.args) == 1 and not call.keywords:
                 host_read(call.args[0], "iterates a device tensor on the host (one sync per element)", call)
