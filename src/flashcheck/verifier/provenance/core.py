@@ -374,6 +374,10 @@ class Provenance:
             return self.tensorish(expr.left, fn, depth + 1) or self.tensorish(expr.right, fn, depth + 1)
         if isinstance(expr, ast.UnaryOp) and not isinstance(expr.op, ast.Not):
             return self.tensorish(expr.operand, fn, depth + 1)
+        if isinstance(expr, ast.Compare) and not any(
+            isinstance(o, ast.Is | ast.IsNot | ast.In | ast.NotIn) for o in expr.ops
+        ):
+            return any(self.tensorish(e, fn, depth + 1) for e in [expr.left, *expr.comparators])  # t > 0: a mask
         if isinstance(expr, ast.Call):
             if is_tensor_op(self._callee_name(expr.func, fn) or ""):
                 return True
@@ -394,16 +398,44 @@ class Provenance:
             prop = self.project.method(owner_cls, expr.attr) if owner_cls is not None else None
             if prop is not None and _returns_tensor(prop):  # @property def seq_lens(self) -> torch.Tensor
                 return True
-            sources = self.flow.attr_sources(expr, fn, by_name=False)[:8]
-            return any(self.tensorish(v, w, depth + 1) for v, w in sources)
+            return self._all_tensorish(self.flow.attr_sources(expr, fn, by_name=False), depth)
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
             if ann is not None and is_tensor_annotation(ann):  # not List[torch.Tensor]
                 return True
             if self.uses.used_as_tensor(expr, fn):
                 return True
-            return any(self.tensorish(v, w, depth + 1) for v, w in self.flow.name_sources(expr.id, fn)[:8])
+            loops = fn.loop_vars.get(expr.id)
+            if loops and len(loops) > 1 and expr.id not in fn.local_assigns:  # a name several loops reuse
+                here = [it for it in loops if it.lineno == expr.lineno]
+                if here:
+                    return self._all_tensorish([s for it in here for s in self.flow.element_sources(it, fn)], depth)
+            return self._all_tensorish(self.flow.name_sources(expr.id, fn), depth)
         return False
+
+    def tensor_where(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> Where:
+        """Where the tensor in `expr` lives: in arithmetic and comparisons the tensor operands decide (``lens_cpu
+        <= 1 + self.k`` is on the host whatever ``self.k`` is), through items and tensor-method results."""
+        if depth > 6:
+            return self.of(expr, fn)
+        if isinstance(expr, ast.BinOp | ast.Compare):
+            operands = [expr.left, expr.right] if isinstance(expr, ast.BinOp) else [expr.left, *expr.comparators]
+            tensors = [e for e in operands if self.tensorish(e, fn)]
+            return merge([self.tensor_where(e, fn, depth + 1) for e in tensors or operands])
+        if isinstance(expr, ast.UnaryOp):
+            return self.tensor_where(expr.operand, fn, depth + 1)
+        if isinstance(expr, ast.Subscript):
+            return self.tensor_where(expr.value, fn, depth + 1)
+        f = expr.func if isinstance(expr, ast.Call) else None
+        if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn):
+            return self.tensor_where(f.value, fn, depth + 1)
+        return self.of(expr, fn)
+
+    def _all_tensorish(self, sources: list[Source], depth: int) -> bool:
+        """Every value a reference may hold (``None`` placeholders aside) is a tensor: one caller passing a tensor
+        does not make a generic parameter one."""
+        values = [(v, w) for v, w in sources[:8] if not (isinstance(v, ast.Constant) and v.value is None)]
+        return bool(values) and all(self.tensorish(v, w, depth + 1) for v, w in values)
 
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:

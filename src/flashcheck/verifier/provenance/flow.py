@@ -193,10 +193,18 @@ class ValueFlow:
         node = fn.node
         if isinstance(node, ast.Module):
             return []
-        positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        every = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
         out: list[Source] = []
         for caller, call in self.bindings().get(id(fn), []):
             args = call.args[1:]
+            target = call.args[0]
+            bound_method = (  # partial(self._count, x): x fills the parameter after self
+                fn.cls is not None
+                and isinstance(target, ast.Attribute)
+                and not isinstance(self.project.resolve_def(target.value, caller), ClassInfo)
+                and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+            )
+            positional = every[1:] if bound_method else every
             for i, a in enumerate(args):
                 if isinstance(a, ast.Starred):
                     break

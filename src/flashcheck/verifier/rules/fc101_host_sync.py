@@ -124,7 +124,7 @@ class HostSyncInHotPath(Rule):
             w = strict.of(expr, fn)
             if w is Where.DEVICE:
                 hit(node, what, w)
-            elif w is Where.UNKNOWN and prov.of(expr, fn) is not Where.HOST and prov.tensorish(expr, fn):
+            elif w is Where.UNKNOWN and prov.tensorish(expr, fn) and prov.tensor_where(expr, fn) is not Where.HOST:
                 unsure = (
                     what.replace("a device tensor", "a tensor of unknown device") + " (a sync if it is on the device)"
                 )
@@ -201,7 +201,7 @@ class HostSyncInHotPath(Rule):
                 w = strict.of(leaf, fn)
                 if w is Where.DEVICE:
                     hit(leaf, "branches on a device tensor (implicit .item())", w)
-                elif w is Where.UNKNOWN and prov.of(leaf, fn) is not Where.HOST and prov.tensorish(leaf, fn):
+                elif w is Where.UNKNOWN and prov.tensorish(leaf, fn) and prov.tensor_where(leaf, fn) is not Where.HOST:
                     hit(leaf, "branches on a tensor (implicit .item() if it is on the device)", w, Confidence.LOW)
         for sub in fn.subscripts:
             if isinstance(sub.ctx, ast.Load) and _is_mask(sub.slice, fn):
@@ -232,7 +232,7 @@ def _slice_bounds(
             if w is Where.DEVICE:
                 hit(sub, "uses a device scalar as a slice bound (implicit .item())", w, None)
                 return
-            if w is Where.UNKNOWN and prov.of(bound, fn) is not Where.HOST and prov.tensorish(bound, fn):
+            if w is Where.UNKNOWN and prov.tensorish(bound, fn) and prov.tensor_where(bound, fn) is not Where.HOST:
                 hit(sub, "uses a tensor as a slice bound (implicit .item() if it is on the device)", w, Confidence.LOW)
                 return
 

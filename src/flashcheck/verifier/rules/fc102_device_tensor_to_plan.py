@@ -121,7 +121,9 @@ class DeviceTensorToPlan(Rule):
                 w = ctx.prov.of(e, fn)
                 if w is Where.DEVICE:
                     bad.append((param, e))
-                elif w is Where.UNKNOWN and ctx.prov.tensorish(e, fn):
+                elif (
+                    w is Where.UNKNOWN and ctx.prov.tensorish(e, fn) and ctx.prov.tensor_where(e, fn) is not Where.HOST
+                ):
                     unsure.append((param, e))
         if bad:
             self._report(ctx, fn, call, bad, "device tensor(s)", Confidence.HIGH)
