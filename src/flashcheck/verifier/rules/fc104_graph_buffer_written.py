@@ -54,9 +54,9 @@ class GraphBufferWrittenElsewhere(Rule):
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
         captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (an SGLang
-        fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values
-        that the next ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone
-        ``kv_indptr`` or, worse, reads another request's KV.
+        fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values that the next
+        ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone ``kv_indptr`` or,
+        worse, reads another request's KV.
 
     Example
         ::
@@ -77,10 +77,9 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it cannot see
         Writes by kernels outside the project that take the buffer positionally (a C++/CUDA extension filling
-        ``kv_indices``), storage reached through objects whose type neither annotations nor the value flow (back to
-        a constructor call) give, and ordering across functions beyond
-        "this call plans": a write in one method that a caller runs after ``plan()`` in another is judged where the call
-        is.
+        ``kv_indices``), storage reached through objects whose type neither annotations nor the value flow (back to a
+        constructor call) give, and ordering across functions beyond "this call plans": a write in one method that a
+        caller runs after ``plan()`` in another is judged where the call is.
     """
 
     def check(self, ctx: Context) -> None:

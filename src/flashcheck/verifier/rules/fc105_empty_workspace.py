@@ -28,23 +28,23 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
         ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
         functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
-        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute
-        or a caller's argument), plus the names
-        listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace
-        and are not reported. The workspace is traced through aliases, ``self.<attr>``, attributes of other objects of
-        known type (``self.buffers.workspace``), parameters filled by the project's callers, project factories
-        (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
-        (``_CACHE[key] = torch.empty(...)``) and both branches of conditional expressions (``shared or
-        torch.empty(...)``) to its allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is
-        reported unless the same storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function on a path
-        that can run: a zeroing under ``if zeroed:`` (or the ``else`` of ``if not zeroed:``) where every project call
-        passes, or defaults to, a false constant for ``zeroed`` does not count.
+        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute or
+        a caller's argument), plus the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN
+        backends do not need a zeroed workspace and are not reported. The workspace is traced through aliases,
+        ``self.<attr>``, attributes of other objects of known type (``self.buffers.workspace``), parameters filled by
+        the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
+        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``) and both branches of conditional
+        expressions (``shared or torch.empty(...)``) to its allocation. An allocation with
+        ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed (``.zero_()``,
+        ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:`` (or the
+        ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for ``zeroed``
+        does not count.
 
     Why it breaks serving
-        These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh
-        memory from the caching allocator is often zero, so tests pass; after the allocator recycles a block that
-        held activations, multi-CTA reductions wait on garbage counters (hang) or combine partial results that were
-        never written (wrong attention output) only under memory pressure in production.
+        These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh memory
+        from the caching allocator is often zero, so tests pass; after the allocator recycles a block that held
+        activations, multi-CTA reductions wait on garbage counters (hang) or combine partial results that were never
+        written (wrong attention output) only under memory pressure in production.
 
     Example
         ::
@@ -62,10 +62,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         naming where it is zeroed.
 
     What it cannot see
-        A workspace handed in by a caller outside the project, or kept by an object whose type is unknown; a
-        backend read from configuration that no project code sets (``backend=cfg.backend``) is not assumed to be
-        trtllm-gen; a zeroing flag that callers set from configuration or variables counts as
-        zeroing (only constants are judged).
+        A workspace handed in by a caller outside the project, or kept by an object whose type is unknown; a backend
+        read from configuration that no project code sets (``backend=cfg.backend``) is not assumed to be trtllm-gen; a
+        zeroing flag that callers set from configuration or variables counts as zeroing (only constants are judged).
     """
 
     def check(self, ctx: Context) -> None:
