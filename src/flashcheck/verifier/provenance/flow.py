@@ -94,20 +94,41 @@ class ValueFlow:
                 keyed = [s for c in with_bases(cls) for s in c.item_assigns.get(f"{base.attr}[{key.value!r}]", [])]
                 if keyed:
                     return keyed
-                for v, where in self.sources(base, fn):  # {"paged": wrapper}["paged"]
-                    if isinstance(v, ast.Dict):
-                        for k, item in zip(v.keys, v.values, strict=False):
-                            if isinstance(k, ast.Constant) and k.value == key.value:
-                                return [(item, where)]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                literal = self._keyed(base, key.value, fn)  # {"paged": wrapper}["paged"]
+                if literal is not None:
+                    return literal
             return self.element_sources(expr.value, fn)
         if isinstance(expr, ast.Call):
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and expr.args:
+                k = expr.args[0]
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):  # d.get("metadata", {})
+                    literal = self._keyed(f.value, k.value, fn)
+                    if literal is not None:
+                        return literal + [(d, fn) for d in expr.args[1:2]]
                 return self.element_sources(f.value, fn)
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
         return []
+
+    def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source] | None:
+        """The values stored under a string key when every dict the container may be is a literal or ``dict(...)``
+        (``res["metadata"]`` of ``{"metadata": m, "output": t}`` is ``m``); None when some dict is not one."""
+        sources = self.sources(container, fn)
+        if not sources:
+            return None
+        out: list[Source] = []
+        for v, where in sources:
+            if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
+                pairs = zip(v.keys, v.values, strict=False)
+                out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
+            elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
+                out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
+            else:
+                return None
+        return out
 
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:

@@ -19,7 +19,7 @@ NOT_TENSOR_TORCH = frozenset(
         *("device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph", "Generator", "compile"),
         *("no_grad", "enable_grad", "inference_mode", "autocast", "manual_seed", "finfo", "iinfo", "typename"),
         *("promote_types", "result_type", "broadcast_shapes", "sym_int", "sym_float", "sym_max", "sym_min"),
-        *("sym_not", "load", "save"),
+        *("sym_not", "load", "save", "equal", "allclose"),  # torch.equal / allclose return a Python bool
     }
 )
 # Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
