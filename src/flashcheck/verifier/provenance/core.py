@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
-from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
+from flashcheck.verifier.provenance.flow import Source, ValueFlow, arg_for_param, with_bases
 from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, TensorUses, is_tensor_annotation, is_tensor_op
 
 __all__ = ["Provenance", "Where"]
@@ -451,6 +451,11 @@ class Provenance:
         if isinstance(func, ast.Name | ast.Attribute) and not (name or "").startswith("torch."):
             returned = self.flow.sources(call, fn)
             if returned:
+                target = self.project.resolve_def(func, fn)
+                if isinstance(target, FunctionInfo) and target.returns:
+                    here = merge([self._in_context(r, target, call, fn) for r in target.returns[:8]])
+                    if here is not UNKNOWN:  # this call's own arguments decide (a helper of host and device callers)
+                        return here
                 return self.merge_sources(returned)
         if isinstance(func, ast.Attribute):
             method = func.attr
@@ -465,6 +470,33 @@ class Provenance:
                 return dev if dev is not UNKNOWN else self.of(func.value, fn)
             return self.of(func.value, fn)
         return UNKNOWN
+
+    def _in_context(
+        self, expr: ast.expr, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo, depth: int = 0
+    ) -> Where:
+        """Where a return expression of `callee` lives for this `call`: its parameters are this call's arguments
+        (``get_seq_lens(indptr_host, last_host, page)`` is on the host even if other callers pass device tensors);
+        parts that do not come from parameters keep their context-free answer."""
+        if depth > 6:
+            return UNKNOWN
+        if isinstance(expr, ast.Name) and expr.id in callee.params and expr.id not in callee.local_assigns:
+            arg = arg_for_param(call, callee, expr.id)
+            return self.of(arg, caller) if arg is not None else UNKNOWN
+        if isinstance(expr, ast.Constant):
+            return HOST
+        if isinstance(expr, ast.BinOp):
+            sides = [expr.left, expr.right]
+            return merge([self._in_context(e, callee, call, caller, depth + 1) for e in sides])
+        if isinstance(expr, ast.UnaryOp):
+            return self._in_context(expr.operand, callee, call, caller, depth + 1)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice):
+            return self._in_context(expr.value, callee, call, caller, depth + 1)
+        if isinstance(expr, ast.Call):
+            name = self._callee_name(expr.func, callee) or ""
+            short = name.rsplit(".", 1)[-1]
+            if is_tensor_op(name) and short not in _FACTORIES | _LIKE_FACTORIES and expr.args:
+                return merge([self._in_context(a, callee, call, caller, depth + 1) for a in expr.args[:2]])
+        return self.of(expr, callee)
 
     def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:
         short = name.rsplit(".", 1)[-1]
@@ -485,8 +517,10 @@ class Provenance:
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if short in ("device", "Size", "dtype", "is_tensor", "numel") or short.startswith(("is_", "_is_")):
-            return HOST
+        if short in ("device", "Size", "dtype", "is_tensor", "numel", "equal", "allclose") or short.startswith(
+            ("is_", "_is_")
+        ):
+            return HOST  # metadata and Python bools (torch.equal), not tensors
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):
             tensors = list(tensors[0].elts)
