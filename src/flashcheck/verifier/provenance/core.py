@@ -224,6 +224,8 @@ class Provenance:
             if loops and len(loops) > 1 and expr.id not in fn.local_assigns:
                 # One name reused by several loops/comprehensions: the one on the same line is this one.
                 here = [it for it in loops if it.lineno == expr.lineno]
+                if here and all(self._host_iterable(it, fn) for it in here):
+                    return HOST
                 if here:
                     return self._cached(
                         expr,
@@ -333,8 +335,18 @@ class Provenance:
                 text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
                 if any(w in text for w in _HOST_ANNOTATIONS) and "Tensor" not in text:
                     return HOST
+        loops = fn.loop_vars.get(name)
+        if loops and name not in fn.local_assigns and all(self._host_iterable(it, fn) for it in loops):
+            return HOST  # for n in lens_host: an element of host data is host data
         found = self.merge_sources(self.flow.name_sources(name, fn))
         return found if found is not UNKNOWN else named
+
+    def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
+        """An iterable whose elements are host data: named so (``kv_lens_arr_host``), or a host tensor."""
+        if not isinstance(it, ast.Name | ast.Attribute):
+            return False
+        word = it.id if isinstance(it, ast.Name) else it.attr
+        return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
         if expr.attr in _HOST_ATTRS:
