@@ -507,7 +507,9 @@ class Provenance:
             name = self._callee_name(expr.func, callee) or ""
             short = name.rsplit(".", 1)[-1]
             if is_tensor_op(name) and short not in _FACTORIES | _LIKE_FACTORIES and expr.args:
-                return merge([self._in_context(a, callee, call, caller, depth + 1) for a in expr.args[:2]])
+                first = expr.args[0]  # torch.cat([a, b]): the listed tensors
+                operands = list(first.elts) if isinstance(first, ast.List | ast.Tuple) else expr.args[:2]
+                return merge([self._in_context(a, callee, call, caller, depth + 1) for a in operands[:4]])
         return self.of(expr, callee)
 
     def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:

@@ -128,7 +128,7 @@ class ValueFlow:
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
             else:
                 return None
-        return out
+        return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:
