@@ -14,6 +14,7 @@ __all__ = [
     "VIEW_METHODS",
     "call_name",
     "dotted",
+    "enclosing_tests",
     "is_in_place_method",
     "kwarg",
     "name_tokens",
@@ -117,3 +118,33 @@ def storage_root(node: ast.expr) -> ast.expr:
             node = node.func.value
         else:
             return node
+
+
+def enclosing_tests(root: ast.AST, node: ast.AST) -> list[tuple[ast.expr, bool]]:
+    """The ``if`` tests that guard `node` inside `root`, outermost first, each with True when `node` sits in the
+    branch the test enables (``body``) and False when in ``orelse``; empty when `node` is not guarded (or not
+    inside `root`)."""
+    path: list[tuple[ast.expr, bool]] = []
+
+    def visit(stmts: list[ast.stmt]) -> bool:
+        for stmt in stmts:
+            if stmt is node or any(n is node for n in ast.walk(stmt)):
+                if isinstance(stmt, ast.If) and stmt.test is not node and not _contains(stmt.test, node):
+                    branch = any(_contains(s, node) for s in stmt.body)
+                    path.append((stmt.test, branch))
+                    return visit(stmt.body if branch else stmt.orelse)
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    inner = getattr(stmt, field, None)
+                    if isinstance(inner, list) and inner and visit(inner):
+                        return True
+                return True
+        return False
+
+    body = getattr(root, "body", None)
+    if isinstance(body, list):
+        visit(body)
+    return path
+
+
+def _contains(tree: ast.AST, node: ast.AST) -> bool:
+    return any(n is node for n in ast.walk(tree))

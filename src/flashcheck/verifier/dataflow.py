@@ -9,15 +9,28 @@ functions that return an allocation (factories, ``lru_cache``'d getters) and cac
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
-from flashcheck.verifier.astutil import storage_root
+from flashcheck.verifier.astutil import dotted, storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
-from flashcheck.verifier.project import FunctionInfo, Project, torch_name
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
 
-__all__ = ["ALLOCATORS", "Key", "allocations", "owner", "storage_keys", "with_bases"]
+__all__ = [
+    "ALLOCATORS",
+    "PROPERTIES",
+    "Key",
+    "Typer",
+    "allocations",
+    "arg_for_param",
+    "owner",
+    "storage_keys",
+    "with_bases",
+]
 
 Key = tuple[str, str, str]
+Typer = Callable[[ast.expr, FunctionInfo], ClassInfo | None]
+PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 ALLOCATORS = frozenset(
     {
         "empty",
@@ -39,13 +52,23 @@ ALLOCATORS = frozenset(
 )
 
 
-def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None) -> list[Key]:
-    """Keys of the persistent storage an expression views: ``self.x`` (one per class in the MRO) or a global."""
+def storage_keys(
+    expr: ast.expr,
+    fn: FunctionInfo,
+    depth: int = 0,
+    project: Project | None = None,
+    typer: Typer | None = None,
+) -> list[Key]:
+    """Keys of the persistent storage an expression views: ``self.x`` (one per class in the MRO) or a global.
+
+    Other objects' attributes are keyed by their class, as `typer` (default: the project's own typing) finds it."""
+    if typer is None and project is not None:
+        typer = project.instance_type
     root = storage_root(expr)
     if isinstance(root, ast.Name) and depth < 4:
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
-            keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project)]
+            keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
             return keys if len(values) == 1 else []
         mod_body = fn.module.body
         if mod_body is not None and root.id in mod_body.local_assigns and root.id not in fn.params:
@@ -63,22 +86,60 @@ def storage_keys(expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Proj
             and isinstance(root, ast.Attribute)
             and not (isinstance(root.value, ast.Name) and root.value.id == "self")
         ):
-            other = project.instance_type(root.value, fn)
+            other = typer(root.value, fn) if typer is not None else None
             if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
-                return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
+                return _attr_keys(other, root.attr, depth, project, typer)
+        if project is not None and isinstance(root, ast.Attribute) and cls is not None:
+            via_property = _property_keys(cls, root.attr, depth, project, typer)
+            if via_property:
+                return via_property
         text = ast.unparse(root)
         keys = [("self", c.qualname, text) for c in with_bases(cls)]
         if project is not None and isinstance(root, ast.Attribute) and depth < 3:
             for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
                 for v, where in c.attr_assigns.get(root.attr, []):
                     if isinstance(v, ast.Attribute) and not _is_allocation(v):
-                        keys.extend(storage_keys(v, where, depth + 1, project))
+                        keys.extend(storage_keys(v, where, depth + 1, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
-        other = project.instance_type(root.value, fn)
+        other = typer(root.value, fn) if typer is not None else None
         if other is not None:
-            return [("self", c.qualname, f"self.{root.attr}") for c in with_bases(other)]
+            return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+    """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
+    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
+    keys = _property_keys(cls, attr, depth, project, typer)
+    return keys or [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+
+
+def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+    prop = project.method(cls, attr)
+    if prop is None or depth > 3 or not any(dotted(d) in PROPERTIES for d in prop.decorators):
+        return []
+    return [k for r in prop.returns for k in storage_keys(r, prop, depth + 1, project, typer)]
+
+
+def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    node = callee.node
+    if isinstance(node, ast.Module):
+        return None
+    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
+        positional = positional[1:]
+    if param not in positional:
+        return None
+    i = positional.index(param)
+    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+        return call.args[i]
+    return None
 
 
 def _is_allocation(v: ast.expr) -> bool:
@@ -88,11 +149,15 @@ def _is_allocation(v: ast.expr) -> bool:
 def allocations(
     expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None
 ) -> list[tuple[ast.Call, FunctionInfo]]:
-    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, self attributes,
-    project factories and caches)."""
+    """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, attributes of
+    ``self`` and of other objects of known type, parameters filled by the project's callers, project factories and
+    caches)."""
     if depth > 5:
         return []
     root = storage_root(expr)
+    if isinstance(root, ast.IfExp | ast.BoolOp):  # ws if ws is not None else torch.empty(...), cached or torch.empty
+        branches = [root.body, root.orelse] if isinstance(root, ast.IfExp) else root.values
+        return [a for b in branches for a in allocations(b, fn, depth + 1, project)]
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:
@@ -106,6 +171,13 @@ def allocations(
         return []
     if isinstance(root, ast.Name):
         name = root.id
+        if project is not None and name in fn.params and name not in fn.local_assigns and name not in ("self", "cls"):
+            return [  # a workspace handed in by the project's callers
+                a
+                for caller, call in project.callers(fn)[:16]
+                if (arg := arg_for_param(call, fn, name)) is not None
+                for a in allocations(arg, caller, depth + 1, project)
+            ]
         values = fn.local_assigns.get(name)
         scope = fn
         if values is None and fn.module.body is not None and fn is not fn.module.body:
@@ -121,8 +193,11 @@ def allocations(
                 for a in allocations(v, f, depth + 1, project)
             )
         return found
-    if isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
-        cls = owner(fn).cls
+    if isinstance(root, ast.Attribute):
+        if isinstance(root.value, ast.Name) and root.value.id == "self":
+            cls = owner(fn).cls
+        else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
+            cls = project.instance_type(root.value, fn) if project is not None else None
         out: list[tuple[ast.Call, FunctionInfo]] = []
         for c in with_bases(cls) if cls is not None else []:
             for v, where in c.attr_assigns.get(root.attr, []):

@@ -3,11 +3,13 @@
 A root is a function that runs every step or before every graph replay (kind ``step``), or while CUDA graphs are
 captured (kind ``capture``). Roots come from configuration, from the ``@flashcheck.hot_path`` decorator, and from
 default name patterns of serving engines (see `default_category`). Reachability is a breadth-first walk of the call
-graph, so each reachable function keeps its shortest call chain from a root; findings print that chain.
+graph (plus calls through callables kept in attributes and locals: bound methods, ``functools.partial``), so each
+reachable function keeps its shortest call chain from a root; findings print that chain.
 """
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 from collections import deque
 from collections.abc import Iterable
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, Project
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
@@ -36,6 +39,7 @@ _KIND: dict[Category, RootKind] = {
 METADATA_CATEGORIES: frozenset[Category] = frozenset({"replay", "metadata", "plan"})
 
 
+_PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 # Words that make a function with ``plan`` in its name a helper around plans, not a plan (stats, benchmarks, tests).
 _NOT_PLAN_WORDS = frozenset(
     {
@@ -173,12 +177,49 @@ class HotPaths:
         while queue:
             fn = queue.popleft()
             hop = seen[fn]
-            for callee, call in self.project.callees(fn):
+            for callee, call in [*self.project.callees(fn), *self._alias_callees(fn)]:
                 if callee not in seen:
                     seen[callee] = Hop(fn, call.lineno, hop.root)
                     queue.append(callee)
         self._cache[categories] = seen
         return seen
+
+    def _alias_callees(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        """Project functions called through an alias the call graph does not resolve: a bound method or function
+        kept in an attribute (``self._forward = self._forward_decode``), a ``functools.partial`` of one (in an
+        attribute or a local), also chosen by a conditional expression."""
+        resolved = {id(call) for _, call in self.project.callees(fn)}
+        out: list[tuple[FunctionInfo, ast.Call]] = []
+        for call in fn.calls:
+            f = call.func
+            if id(call) in resolved or not isinstance(f, ast.Name | ast.Attribute):
+                continue
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                cls = owner_of(fn).cls
+                values = [v for c in with_bases(cls) for v in c.attr_assigns.get(f.attr, [])] if cls else []
+            elif isinstance(f, ast.Name):
+                values = [(v, fn) for v in fn.local_assigns.get(f.id, [])]
+            else:
+                continue
+            for value, where in values[:8]:
+                for target in self._callables(value, where):
+                    out.append((target, call))
+        return out
+
+    def _callables(self, value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[FunctionInfo]:
+        """The project functions a callable expression names: ``self._forward_decode``, ``helper``,
+        ``functools.partial(helper, ...)``, either branch of ``a if c else b``."""
+        if depth > 3:
+            return []
+        if isinstance(value, ast.IfExp):
+            return self._callables(value.body, fn, depth + 1) + self._callables(value.orelse, fn, depth + 1)
+        if isinstance(value, ast.Call) and value.args and dotted(value.func) in _PARTIALS:
+            return self._callables(value.args[0], fn, depth + 1)
+        if isinstance(value, ast.Name | ast.Attribute):
+            target = self.project.resolve_def(value, fn)
+            if isinstance(target, FunctionInfo):
+                return [target]
+        return []
 
     @staticmethod
     def chain(fn: FunctionInfo, reach: dict[FunctionInfo, Hop]) -> list[Frame]:

@@ -45,6 +45,9 @@ class Project(ProjectIndex):
             by_suffix = self._suffix_module(qualname)
             if by_suffix is not None:
                 return by_suffix
+            under_folders = self._module_under_folders(qualname)
+            if under_folders is not None:
+                return under_folders
         if qualname in self.classes:
             return self.classes[qualname]
         if qualname in self._by_qualname:
@@ -195,6 +198,21 @@ class Project(ProjectIndex):
             return left if left is not None else self._annotation_class(ann.right, fn, depth + 1)
         target = self.resolve_def(ann, fn, depth + 1) if isinstance(ann, (ast.Name, ast.Attribute)) else None
         return target if isinstance(target, ClassInfo) else None
+
+    def _module_under_folders(self, name: str) -> ModuleInfo | None:
+        """A regular package inside namespace folders: ``a.b.pkg.mod`` names the module indexed as ``pkg.mod``
+        when ``pkg`` sits in folders ``a/b/`` (without ``__init__.py``, so the index names it from ``pkg`` down)."""
+        parts = name.split(".")
+        for i in range(1, len(parts) - 1):
+            mod = self.modules.get(".".join(parts[i:]))
+            if mod is None:
+                continue
+            path = mod.source.path
+            depth = len(parts) - i - (0 if path.name == "__init__.py" else 1)
+            folders = path.parents[depth : depth + i]
+            if [f.name for f in reversed(folders)] == parts[:i]:
+                return mod
+        return None
 
     def _suffix_module(self, name: str) -> ModuleInfo | None:
         """A module whose dotted name ends with `name` (``srt.layers.x`` for ``src.srt.layers.x``), if unique."""

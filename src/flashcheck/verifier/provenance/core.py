@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
-from flashcheck.verifier.provenance.flow import Source, ValueFlow
+from flashcheck.verifier.provenance.flow import Source, ValueFlow, arg_for_param, with_bases
+from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, TensorUses, is_tensor_annotation, is_tensor_op
 
 __all__ = ["Provenance", "Where"]
 
@@ -165,10 +166,6 @@ _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps fa
 _HOST_ANNOTATIONS = tuple(
     ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
 )
-_NOT_TENSOR_TORCH = frozenset({"device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph"})
-_TENSOR_METHODS = frozenset(
-    {"sum", "max", "min", "mean", "amax", "amin", "any", "all", "flatten", "view", "reshape", "cumsum", "int", "long"}
-)
 
 
 def merge(values: list[Where]) -> Where:
@@ -204,6 +201,7 @@ class Provenance:
         self._active: set[object] = set()
         self._cycle = False
         self._depth = 0
+        self.uses = TensorUses()
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
         if isinstance(
@@ -226,6 +224,8 @@ class Provenance:
             if loops and len(loops) > 1 and expr.id not in fn.local_assigns:
                 # One name reused by several loops/comprehensions: the one on the same line is this one.
                 here = [it for it in loops if it.lineno == expr.lineno]
+                if here and all(self._host_iterable(it, fn) for it in here):
+                    return HOST
                 if here:
                     return self._cached(
                         expr,
@@ -335,8 +335,18 @@ class Provenance:
                 text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
                 if any(w in text for w in _HOST_ANNOTATIONS) and "Tensor" not in text:
                     return HOST
+        loops = fn.loop_vars.get(name)
+        if loops and name not in fn.local_assigns and all(self._host_iterable(it, fn) for it in loops):
+            return HOST  # for n in lens_host: an element of host data is host data
         found = self.merge_sources(self.flow.name_sources(name, fn))
         return found if found is not UNKNOWN else named
+
+    def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
+        """An iterable whose elements are host data: named so (``kv_lens_arr_host``), or a host tensor."""
+        if not isinstance(it, ast.Name | ast.Attribute):
+            return False
+        word = it.id if isinstance(it, ast.Name) else it.attr
+        return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
         if expr.attr in _HOST_ATTRS:
@@ -364,24 +374,80 @@ class Provenance:
         return name
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
-        """Whether `expr` is known to be a tensor (of unknown device): a torch op's result, a ``Tensor``
-        parameter, a tensor method's result or item; used to report unknown device-ness at lower confidence."""
-        if depth > 4:
+        """Whether `expr` is known to be a tensor (of unknown device): a public torch operation's result, a
+        parameter or field annotated ``Tensor``, a name the function uses as a tensor, a tensor method's result, an
+        item, element or slice of a tensor, or arithmetic with one; used to report unknown device-ness at lower
+        confidence."""
+        if depth > 6:
             return False
         if isinstance(expr, ast.Subscript):
             return self.tensorish(expr.value, fn, depth + 1)
+        if isinstance(expr, ast.BinOp):
+            return self.tensorish(expr.left, fn, depth + 1) or self.tensorish(expr.right, fn, depth + 1)
+        if isinstance(expr, ast.UnaryOp) and not isinstance(expr.op, ast.Not):
+            return self.tensorish(expr.operand, fn, depth + 1)
+        if isinstance(expr, ast.Compare) and not any(
+            isinstance(o, ast.Is | ast.IsNot | ast.In | ast.NotIn) for o in expr.ops
+        ):
+            return any(self.tensorish(e, fn, depth + 1) for e in [expr.left, *expr.comparators])  # t > 0: a mask
         if isinstance(expr, ast.Call):
-            name = self._callee_name(expr.func, fn) or ""
-            if name.startswith("torch.") and name.rsplit(".", 1)[-1] not in _NOT_TENSOR_TORCH:
+            if is_tensor_op(self._callee_name(expr.func, fn) or ""):
                 return True
             f = expr.func
-            return isinstance(f, ast.Attribute) and f.attr in _TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1)
+            if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1):
+                return True
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            return isinstance(target, FunctionInfo) and _returns_tensor(target)  # def f(...) -> torch.Tensor
+        if isinstance(expr, ast.Attribute):
+            if expr.attr in ("T", "mT", "data"):
+                return self.tensorish(expr.value, fn, depth + 1)
+            if self.uses.used_as_tensor(expr, fn):
+                return True
+            owner_cls = self.flow.instance_type(expr.value, fn)
+            for c in with_bases(owner_cls):  # a field or attribute declared ``torch.Tensor``
+                if expr.attr in c.attr_types:
+                    return is_tensor_annotation(c.attr_types[expr.attr])
+            prop = self.project.method(owner_cls, expr.attr) if owner_cls is not None else None
+            if prop is not None and _returns_tensor(prop):  # @property def seq_lens(self) -> torch.Tensor
+                return True
+            return self._all_tensorish(self.flow.attr_sources(expr, fn, by_name=False), depth)
         if isinstance(expr, ast.Name):
             ann = fn.params.get(expr.id)
-            if ann is not None and "Tensor" in ast.unparse(ann):
+            if ann is not None and is_tensor_annotation(ann):  # not List[torch.Tensor]
                 return True
-            return any(self.tensorish(v, w, depth + 1) for v, w in self.flow.name_sources(expr.id, fn)[:8])
+            if self.uses.used_as_tensor(expr, fn):
+                return True
+            loops = fn.loop_vars.get(expr.id)
+            if loops and len(loops) > 1 and expr.id not in fn.local_assigns:  # a name several loops reuse
+                here = [it for it in loops if it.lineno == expr.lineno]
+                if here:
+                    return self._all_tensorish([s for it in here for s in self.flow.element_sources(it, fn)], depth)
+            return self._all_tensorish(self.flow.name_sources(expr.id, fn), depth)
         return False
+
+    def tensor_where(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> Where:
+        """Where the tensor in `expr` lives: in arithmetic and comparisons the tensor operands decide (``lens_cpu
+        <= 1 + self.k`` is on the host whatever ``self.k`` is), through items and tensor-method results."""
+        if depth > 6:
+            return self.of(expr, fn)
+        if isinstance(expr, ast.BinOp | ast.Compare):
+            operands = [expr.left, expr.right] if isinstance(expr, ast.BinOp) else [expr.left, *expr.comparators]
+            tensors = [e for e in operands if self.tensorish(e, fn)]
+            return merge([self.tensor_where(e, fn, depth + 1) for e in tensors or operands])
+        if isinstance(expr, ast.UnaryOp):
+            return self.tensor_where(expr.operand, fn, depth + 1)
+        if isinstance(expr, ast.Subscript):
+            return self.tensor_where(expr.value, fn, depth + 1)
+        f = expr.func if isinstance(expr, ast.Call) else None
+        if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn):
+            return self.tensor_where(f.value, fn, depth + 1)
+        return self.of(expr, fn)
+
+    def _all_tensorish(self, sources: list[Source], depth: int) -> bool:
+        """Every value a reference may hold (``None`` placeholders aside) is a tensor: one caller passing a tensor
+        does not make a generic parameter one."""
+        values = [(v, w) for v, w in sources[:8] if not (isinstance(v, ast.Constant) and v.value is None)]
+        return bool(values) and all(self.tensorish(v, w, depth + 1) for v, w in values)
 
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
@@ -397,6 +463,11 @@ class Provenance:
         if isinstance(func, ast.Name | ast.Attribute) and not (name or "").startswith("torch."):
             returned = self.flow.sources(call, fn)
             if returned:
+                target = self.project.resolve_def(func, fn)
+                if isinstance(target, FunctionInfo) and target.returns:
+                    here = merge([self._in_context(r, target, call, fn) for r in target.returns[:8]])
+                    if here is not UNKNOWN:  # this call's own arguments decide (a helper of host and device callers)
+                        return here
                 return self.merge_sources(returned)
         if isinstance(func, ast.Attribute):
             method = func.attr
@@ -411,6 +482,35 @@ class Provenance:
                 return dev if dev is not UNKNOWN else self.of(func.value, fn)
             return self.of(func.value, fn)
         return UNKNOWN
+
+    def _in_context(
+        self, expr: ast.expr, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo, depth: int = 0
+    ) -> Where:
+        """Where a return expression of `callee` lives for this `call`: its parameters are this call's arguments
+        (``get_seq_lens(indptr_host, last_host, page)`` is on the host even if other callers pass device tensors);
+        parts that do not come from parameters keep their context-free answer."""
+        if depth > 6:
+            return UNKNOWN
+        if isinstance(expr, ast.Name) and expr.id in callee.params and expr.id not in callee.local_assigns:
+            arg = arg_for_param(call, callee, expr.id)
+            return self.of(arg, caller) if arg is not None else UNKNOWN
+        if isinstance(expr, ast.Constant):
+            return HOST
+        if isinstance(expr, ast.BinOp):
+            sides = [expr.left, expr.right]
+            return merge([self._in_context(e, callee, call, caller, depth + 1) for e in sides])
+        if isinstance(expr, ast.UnaryOp):
+            return self._in_context(expr.operand, callee, call, caller, depth + 1)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice):
+            return self._in_context(expr.value, callee, call, caller, depth + 1)
+        if isinstance(expr, ast.Call):
+            name = self._callee_name(expr.func, callee) or ""
+            short = name.rsplit(".", 1)[-1]
+            if is_tensor_op(name) and short not in _FACTORIES | _LIKE_FACTORIES and expr.args:
+                first = expr.args[0]  # torch.cat([a, b]): the listed tensors
+                operands = list(first.elts) if isinstance(first, ast.List | ast.Tuple) else expr.args[:2]
+                return merge([self._in_context(a, callee, call, caller, depth + 1) for a in operands[:4]])
+        return self.of(expr, callee)
 
     def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:
         short = name.rsplit(".", 1)[-1]
@@ -431,8 +531,10 @@ class Provenance:
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if short in ("device", "Size", "dtype", "is_tensor", "numel") or short.startswith(("is_", "_is_")):
-            return HOST
+        if short in ("device", "Size", "dtype", "is_tensor", "numel", "equal", "allclose") or short.startswith(
+            ("is_", "_is_")
+        ):
+            return HOST  # metadata and Python bools (torch.equal), not tensors
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):
             tensors = list(tensors[0].elts)
@@ -480,3 +582,8 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+
+def _returns_tensor(fn: FunctionInfo) -> bool:
+    node = fn.node
+    return not isinstance(node, ast.Module) and node.returns is not None and is_tensor_annotation(node.returns)

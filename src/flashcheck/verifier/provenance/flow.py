@@ -1,10 +1,12 @@
 """Where a value comes from, across the project: the expressions a reference may hold.
 
 `ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
-and across function boundaries: locals and globals, parameters filled by their callers, ``self.x`` assigned anywhere
-in the class and its bases, attributes of other objects (through their type, dataclass fields and constructor
-keywords, or every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals,
-comprehensions, ``append``, ``d[k] = v``), loop variables, and return values of project functions. Every analysis
+and across function boundaries: locals and globals, parameters filled by their callers (and bound by
+``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the class and its bases, attributes of
+other objects (through their type, known from annotations or by following the value to a constructor call: dataclass
+fields by keyword or position, stores after construction, ``@property`` results; or every ``obj.x = ...`` of the
+project when the type is unknown), items of lists and dicts (literals, comprehensions, ``append``, ``d[k] = v``),
+loop variables, and return values of project functions, also unpacked (``buf, n = self.helper()``). Every analysis
 (device provenance, wrapper identity, allocations) is built on it, so a rule sees one consistent model.
 """
 
@@ -14,35 +16,31 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
-__all__ = ["Source", "ValueFlow", "arg_for_param", "owner"]
+__all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
+PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+_PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
 
 
-def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
-    """The argument expression `call` passes for `callee`'s parameter `param` (None if not passed or unknown)."""
-    for kw in call.keywords:
-        if kw.arg == param:
-            return kw.value
-    node = callee.node
-    if isinstance(node, ast.Module):
-        return None
-    positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
-    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
-        positional = positional[1:]
-    if param not in positional:
-        return None
-    i = positional.index(param)
-    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-        return call.args[i]
-    return None
+def is_partial(func: ast.expr, fn: FunctionInfo) -> bool:
+    """``functools.partial`` / ``types.MethodType``, also imported under another name (``from functools import
+    partial as bind``)."""
+    d = dotted(func)
+    if d is None:
+        return False
+    if d in PARTIALS:
+        return True
+    head, _, rest = d.partition(".")
+    target = fn.module.imports.get(head)
+    return target is not None and (f"{target}.{rest}" if rest else target) in _PARTIAL_TARGETS
 
 
 class ValueFlow:
@@ -58,6 +56,15 @@ class ValueFlow:
         self._active: set[int] = set()
         self._edepth = 0
         self._elements: dict[int, list[Source]] = {}
+        self._class_attrs: dict[tuple[int, str], list[Source]] = {}
+        self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
+        self._receivers: dict[int, list[ast.expr]] | None = None
+        self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
+        self._class_attr_names: frozenset[str] | None = None
+        self._types: dict[int, ClassInfo | None] = {}
+        self._types_active: set[int] = set()
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -87,20 +94,41 @@ class ValueFlow:
                 keyed = [s for c in with_bases(cls) for s in c.item_assigns.get(f"{base.attr}[{key.value!r}]", [])]
                 if keyed:
                     return keyed
-                for v, where in self.sources(base, fn):  # {"paged": wrapper}["paged"]
-                    if isinstance(v, ast.Dict):
-                        for k, item in zip(v.keys, v.values, strict=False):
-                            if isinstance(k, ast.Constant) and k.value == key.value:
-                                return [(item, where)]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                literal = self._keyed(base, key.value, fn)  # {"paged": wrapper}["paged"]
+                if literal is not None:
+                    return literal
             return self.element_sources(expr.value, fn)
         if isinstance(expr, ast.Call):
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and expr.args:
+                k = expr.args[0]
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):  # d.get("metadata", {})
+                    literal = self._keyed(f.value, k.value, fn)
+                    if literal is not None:
+                        return literal + [(d, fn) for d in expr.args[1:2]]
                 return self.element_sources(f.value, fn)
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
         return []
+
+    def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source] | None:
+        """The values stored under a string key when every dict the container may be is a literal or ``dict(...)``
+        (``res["metadata"]`` of ``{"metadata": m, "output": t}`` is ``m``); None when some dict is not one."""
+        sources = self.sources(container, fn)
+        if not sources:
+            return None
+        out: list[Source] = []
+        for v, where in sources:
+            if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
+                pairs = zip(v.keys, v.values, strict=False)
+                out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
+            elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
+                out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
+            else:
+                return None
+        return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:
@@ -110,8 +138,10 @@ class ValueFlow:
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)
-            if values:
-                return [(v, scope) for v in values]
+            unpacked = self._unpacked(scope).get(name)
+            if values or unpacked:
+                found = [(v, scope) for v in values or []]
+                return found + [s for value, i in unpacked or [] for s in self._item_of_result(value, i, scope)]
             if scope is not fn and name in scope.params:
                 return self.param_sources(scope, name)
             scope = scope.parent
@@ -119,6 +149,36 @@ class ValueFlow:
         if body is not None and body is not fn and name in body.local_assigns:
             return [(v, body) for v in body.local_assigns[name]]
         return []
+
+    def _unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
+        """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->
+        (value, position)."""
+        found = self._unpacks.get(id(fn))
+        if found is None:
+            found = self._unpacks[id(fn)] = {}
+            for a in fn.assigns:
+                if not isinstance(a, ast.Assign) or isinstance(a.value, ast.Tuple | ast.List):
+                    continue
+                for t in a.targets:
+                    if isinstance(t, ast.Tuple | ast.List):
+                        for i, elt in enumerate(t.elts):
+                            if isinstance(elt, ast.Starred):
+                                break
+                            if isinstance(elt, ast.Name):
+                                found.setdefault(elt.id, []).append((a.value, i))
+        return found
+
+    def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]:
+        """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple."""
+        out: list[Source] = []
+        for src, where in self.sources(value, fn):
+            if isinstance(src, ast.Name | ast.Attribute | ast.Call) and depth < 3:
+                out.extend(self._item_of_result(src, i, where, depth + 1))
+            if not isinstance(src, ast.Tuple | ast.List) or i >= len(src.elts):
+                continue
+            if not any(isinstance(e, ast.Starred) for e in src.elts[: i + 1]):
+                out.append((src.elts[i], where))
+        return out
 
     def param_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
         """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""
@@ -134,6 +194,11 @@ class ValueFlow:
             arg = arg_for_param(call, fn, name)
             if arg is not None:
                 out.append((arg, caller))
+        out.extend(self._bound_sources(fn, name))
+        if fn.name == "__init__" and fn.cls is not None:  # cls(...) in a classmethod constructs the class
+            for caller, call in self.class_calls().get("cls", []):
+                if owner(caller).cls is fn.cls and (arg := arg_for_param(call, fn, name)) is not None:
+                    out.append((arg, caller))
         node = fn.node
         if not isinstance(node, ast.Module):  # a default is what callers that omit the argument get
             a = node.args
@@ -144,10 +209,48 @@ class ValueFlow:
         self._params[key] = out[:_MAX_SOURCES]
         return self._params[key]
 
+    def _bound_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
+        """Arguments that ``functools.partial(fn, a, ...)`` / ``types.MethodType(fn, a)`` bind to `name`."""
+        node = fn.node
+        if isinstance(node, ast.Module):
+            return []
+        every = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+        out: list[Source] = []
+        for caller, call in self.bindings().get(id(fn), []):
+            args = call.args[1:]
+            target = call.args[0]
+            bound_method = (  # partial(self._count, x): x fills the parameter after self
+                fn.cls is not None
+                and isinstance(target, ast.Attribute)
+                and not isinstance(self.project.resolve_def(target.value, caller), ClassInfo)
+                and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
+            )
+            positional = every[1:] if bound_method else every
+            for i, a in enumerate(args):
+                if isinstance(a, ast.Starred):
+                    break
+                if i < len(positional) and positional[i] == name:
+                    out.append((a, caller))
+            out.extend((kw.value, caller) for kw in call.keywords if kw.arg == name)
+        return out
+
+    def bindings(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
+        """``functools.partial(f, ...)`` and ``types.MethodType(f, ...)`` calls, by the project function bound."""
+        if self._bindings is None:
+            if self._partials is None:
+                self._scan_calls()
+            self._bindings = {}
+            for f, call in self._partials or []:
+                target = call.args[0]
+                bound = self.project.resolve_def(target, f) if isinstance(target, ast.Name | ast.Attribute) else None
+                if isinstance(bound, FunctionInfo):
+                    self._bindings.setdefault(id(bound), []).append((f, call))
+        return self._bindings
+
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
         from every store of an attribute of that name in the project."""
-        cls = self.project.instance_type(expr.value, fn)
+        cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         if cls is not None:
             return self.class_attr_sources(cls, expr.attr)
         if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
@@ -159,19 +262,135 @@ class ValueFlow:
         return out[:_MAX_SOURCES]
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
+        key = (id(cls), attr)
+        found = self._class_attrs.get(key)
+        if found is None:
+            self._class_attrs[key] = []  # recursion guard
+            found = self._class_attrs[key] = self._class_attr_sources(cls, attr)
+        return found
+
+    def _class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         out: list[Source] = []
+        field = False
         for c in with_bases(cls):
             out.extend(c.attr_assigns.get(attr, []))
             if attr in c.fields:  # dataclass field: the constructor's argument
-                i = c.fields.index(attr)
+                field = True
                 index = self.keyword_index()
                 for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
                     if self._constructs(call, where, c):
                         out.append((v, where))
-                for caller, call in self._constructor_calls(c):
-                    if i < len(call.args) and not call.keywords:
-                        out.append((call.args[i], caller))
+        if field:
+            out.extend(self._positional_fields(cls, attr))
+        out.extend(self._late_stores(cls, attr))
+        prop = self.project.method(cls, attr)
+        if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
+            out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
         return out[:_MAX_SOURCES]
+
+    def _positional_fields(self, cls: ClassInfo, attr: str) -> list[Source]:
+        """Positional constructor arguments for a field: the class's ``__init__`` parameter of that name, or the
+        field's place in the dataclass order (bases' fields first) when the class defines no ``__init__``."""
+        init = self.project.method(cls, "__init__")
+        if init is not None:
+            return [
+                (arg, caller)
+                for caller, call in self.project.callers(init)
+                if call.args and (arg := arg_for_param(call, init, attr)) is not None
+            ]
+        order: list[str] = []
+        for c in reversed(with_bases(cls)):
+            order.extend(f for f in c.fields if f not in order)
+        i = order.index(attr) if attr in order else len(order)
+        out: list[Source] = []
+        for caller, call in self.class_calls().get(cls.name, []):
+            args = call.args
+            fits = i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1])
+            if fits and self._constructs(call, caller, cls):
+                out.append((args[i], caller))
+        return out
+
+    def _late_stores(self, cls: ClassInfo, attr: str) -> list[Source]:
+        """``obj.attr = value`` on another object whose type is `cls` (or a subclass): a field set after
+        construction (``ret = cls(...); ret.seq_lens = ...``, ``batch.seq_lens = ...`` on a returned batch)."""
+        mine = {id(c) for c in with_bases(cls)}
+        out: list[Source] = []
+        receivers = self._store_receivers()
+        for value, where in self.project.attr_stores.get(attr, []):
+            for receiver in receivers.get(id(value), []):
+                owner_cls = self.instance_type(receiver, where)
+                if owner_cls is not None and mine & {id(c) for c in with_bases(owner_cls)}:
+                    out.append((value, where))
+                    break
+        return out
+
+    def _store_receivers(self) -> dict[int, list[ast.expr]]:
+        """The receivers of ``obj.attr = value`` stores (``obj``), by the stored value's node."""
+        if self._receivers is None:
+            self._receivers = {}
+            for f in self.project.all_functions():
+                for a in f.assigns:
+                    if isinstance(a, ast.Assign):
+                        for t in a.targets:
+                            if isinstance(t, ast.Attribute) and not (
+                                isinstance(t.value, ast.Name) and t.value.id == "self"
+                            ):
+                                self._receivers.setdefault(id(a.value), []).append(t.value)
+        return self._receivers
+
+    def _typed_attr(self, attr: str) -> bool:
+        """Whether some project class declares, assigns or defines `attr` (only then can typing a receiver help)."""
+        if self._class_attr_names is None:
+            names: set[str] = set()
+            for c in self.project.classes.values():
+                names.update(c.attr_assigns, c.attr_types, c.methods)
+            self._class_attr_names = frozenset(names)
+        return attr in self._class_attr_names
+
+    def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
+        """The project class `expr` is an instance of: the project's own answer (annotations, constructors,
+        ``self``), else by value flow to a constructor call (``res = self.verify(...)`` returning
+        ``Output(...)``, ``ret = cls(...)`` in a classmethod), when all the constructors agree."""
+        if isinstance(expr, ast.Call):
+            f = expr.func
+            if isinstance(f, ast.Name) and f.id == "cls":
+                return owner(fn).cls
+            target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if isinstance(target, ClassInfo):
+                return target
+        elif isinstance(expr, ast.Name | ast.Attribute):
+            cls = self.project.instance_type(expr, fn)
+            if cls is not None:
+                return cls
+        elif isinstance(expr, ast.IfExp | ast.BoolOp):  # A(...) if c else None, cached or A(...)
+            branches = [expr.body, expr.orelse] if isinstance(expr, ast.IfExp) else expr.values
+            types = {
+                id(t): t
+                for b in branches
+                if not (isinstance(b, ast.Constant) and b.value is None)
+                and (t := self.instance_type(b, fn, depth + 1)) is not None
+            }
+            return next(iter(types.values())) if len(types) == 1 else None
+        key = id(expr)
+        if (
+            depth > 6
+            or key in self._types_active
+            or not isinstance(expr, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+        ):
+            return None
+        if key in self._types:
+            return self._types[key]
+        self._types_active.add(key)
+        try:
+            found: dict[int, ClassInfo] = {}
+            for v, where in self.sources(expr, fn)[:8]:
+                t = self.instance_type(v, where, depth + 1)
+                if t is not None:
+                    found[id(t)] = t
+        finally:
+            self._types_active.discard(key)
+        result = self._types[key] = next(iter(found.values())) if len(found) == 1 else None
+        return result
 
     def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
         """What items of `container` may be: list/dict literals and comprehensions, appends, ``d[k] = v``.
@@ -265,19 +484,36 @@ class ValueFlow:
         """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
         and by ``*.keyword``."""
         if self._kw_index is None:
-            self._kw_index = {}
-            for f in self.project.all_functions():
-                for call in f.calls:
-                    if not call.keywords:
-                        continue
-                    callee = call.func
-                    last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-                    if last[:1].isupper() or last == "cls":
-                        for kw in call.keywords:
-                            if kw.arg:
-                                self._kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
-                                self._kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+            self._scan_calls()
+        assert self._kw_index is not None
         return self._kw_index
+
+    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
+        """Calls of class-like names (capitalised, or ``cls``), by that name."""
+        if self._class_calls is None:
+            self._scan_calls()
+        assert self._class_calls is not None
+        return self._class_calls
+
+    def _scan_calls(self) -> None:
+        """One pass over the project's calls: constructor-like calls, their keywords, and partial bindings."""
+        kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] = {}
+        class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
+        partials: list[tuple[FunctionInfo, ast.Call]] = []
+        for f in self.project.all_functions():
+            for call in f.calls:
+                callee = call.func
+                last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
+                if maybe and call.args and is_partial(callee, f):
+                    partials.append((f, call))
+                elif last[:1].isupper() or last == "cls":
+                    class_calls.setdefault(last, []).append((f, call))
+                    for kw in call.keywords:
+                        if kw.arg:
+                            kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
+                            kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+        self._kw_index, self._class_calls, self._partials = kw_index, class_calls, partials
 
     def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
         f = call.func
@@ -285,7 +521,3 @@ class ValueFlow:
             return owner(fn).cls is cls
         target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
         return target is cls
-
-    def _constructor_calls(self, cls: ClassInfo) -> list[tuple[FunctionInfo, ast.Call]]:
-        init = self.project.method(cls, "__init__")
-        return self.project.callers(init) if init is not None else []

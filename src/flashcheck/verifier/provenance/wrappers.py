@@ -20,11 +20,9 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo
-from flashcheck.verifier.provenance.flow import ValueFlow
+from flashcheck.verifier.provenance.flow import ValueFlow, is_partial, with_bases
 
 __all__ = ["Wrappers"]
-
-_PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 
 
 class Wrappers:
@@ -33,8 +31,9 @@ class Wrappers:
     def __init__(self, flow: ValueFlow) -> None:
         self.flow = flow
         self._cache: dict[int, str | None] = {}
-        self._plans: dict[int, str | None] = {}
+        self._plans: dict[int, tuple[str, str, int] | None] = {}
         self._active: set[int] = set()
+        self._installed: dict[int, str] | None = None
         imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
         self.enabled = any(t == "flashinfer" or t.startswith("flashinfer.") for t in imports)
@@ -55,6 +54,16 @@ class Wrappers:
         return found
 
     def _wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+        if isinstance(expr, ast.IfExp | ast.BoolOp | ast.NamedExpr):  # None if graph else Wrapper(...), w or W()
+            if isinstance(expr, ast.IfExp):
+                branches = [expr.body, expr.orelse]
+            else:
+                branches = expr.values if isinstance(expr, ast.BoolOp) else [expr.value]
+            for b in branches:
+                found = self.wrapper_class(b, fn, depth + 1)
+                if found is not None:
+                    return found
+            return None
         if isinstance(expr, ast.Call):
             direct = wrapper_class_of_call(expr, fn)
             if direct is not None:
@@ -63,16 +72,87 @@ class Wrappers:
             target = self.flow.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
-        if isinstance(expr, ast.Name) and fn.params.get(expr.id) is not None:
-            ann = fn.params[expr.id]
-            n = terminal_name(ann) if ann is not None else None
+        if isinstance(expr, ast.Name) and expr.id in fn.params:
+            n = _annotated_class(fn.params[expr.id])
             if n is not None and is_wrapper_class_name(n):
                 return n
+            if fn.cls is None and next(iter(fn.params)) == expr.id:
+                installed = self.installed_on(fn)
+                if installed is not None:  # Wrapper.plan = shim: its first parameter is the wrapper
+                    return installed
+        if isinstance(expr, ast.Attribute):  # a field or attribute annotated with a wrapper class
+            owner_cls = self.flow.instance_type(expr.value, fn)
+            for c in with_bases(owner_cls):
+                n = _annotated_class(c.attr_types.get(expr.attr))
+                if n is not None and is_wrapper_class_name(n):
+                    return n
         for src, where in self.flow.sources(expr, fn):
             found = self.wrapper_class(src, where, depth + 1)
             if found is not None:
                 return found
         return None
+
+    def constructions(self, expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.Call, FunctionInfo, str]]:
+        """Every FlashInfer wrapper constructor call `expr` may be (through the value flow: factories, parameters,
+        items, attributes of other objects, both branches of conditional expressions), with its class name; empty
+        when none is known."""
+        if not self.enabled:
+            return []
+        out: list[tuple[ast.Call, FunctionInfo, str]] = []
+        seen: set[int] = set()
+        stack: list[tuple[ast.expr, FunctionInfo, int]] = [(expr, fn, 0)]
+        while stack and len(seen) < 256:
+            e, where, depth = stack.pop()
+            if id(e) in seen or depth > 8:
+                continue
+            seen.add(id(e))
+            if isinstance(e, ast.IfExp):
+                stack.extend([(e.body, where, depth + 1), (e.orelse, where, depth + 1)])
+                continue
+            if isinstance(e, ast.BoolOp):
+                stack.extend((v, where, depth + 1) for v in e.values)
+                continue
+            if isinstance(e, ast.Call):
+                cls = wrapper_class_of_call(e, where)
+                if cls is None:
+                    target = (
+                        self.flow.project.resolve_def(e.func, where)
+                        if isinstance(e.func, ast.Name | ast.Attribute)
+                        else None
+                    )
+                    cls = self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
+                if cls is not None:
+                    out.append((e, where, cls))
+                    continue
+            stack.extend((v, w, depth + 1) for v, w in self.flow.sources(e, where))
+        return out
+
+    def installed_on(self, fn: FunctionInfo) -> str | None:
+        """The FlashInfer wrapper class a free function is assigned onto as a method (``Wrapper.plan = fn``)."""
+        if self._installed is None:
+            self._installed = {}
+            project = self.flow.project
+            for f in project.all_functions():
+                for a in f.assigns:
+                    if not isinstance(a, ast.Assign) or not isinstance(a.value, ast.Name | ast.Attribute):
+                        continue
+                    for t in a.targets:
+                        cls = self._class_named(t.value, f) if isinstance(t, ast.Attribute) else None
+                        target = project.resolve_def(a.value, f) if cls is not None else None
+                        if cls is not None and isinstance(target, FunctionInfo):
+                            self._installed[id(target)] = cls
+        return self._installed.get(id(fn))
+
+    def _class_named(self, expr: ast.expr, fn: FunctionInfo) -> str | None:
+        """The FlashInfer wrapper class `expr` names: an imported one, or a project subclass of one."""
+        d = dotted(expr)
+        if d is None:
+            return None
+        last = d.rsplit(".", 1)[-1]
+        if is_wrapper_class_name(last) and (is_flashinfer_import(fn, d) or d.startswith("flashinfer.")):
+            return last
+        target = self.flow.project.resolve_def(expr, fn)
+        return self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
 
     def flashinfer_base(self, cls: ClassInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class a project class derives from (directly, through project classes or
@@ -98,30 +178,74 @@ class Wrappers:
                 return found
         return None
 
-    def plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
+    def plan_function(self, func: ast.expr, fn: FunctionInfo) -> str | None:
         """The FlashInfer plan function (``fast_decode_plan``) a callable expression may be."""
+        found = self.callable_target(func, fn)
+        return found[1] if found is not None and found[0] == "function" else None
+
+    def bound_plan(self, func: ast.expr, fn: FunctionInfo) -> tuple[str, int] | None:
+        """(wrapper class, arguments already bound) when a callable is a wrapper's bound ``plan`` method reached
+        through an alias: ``p = w.plan``, ``self._plan = self._wrapper.plan``, ``functools.partial(w.plan, ...)``."""
+        found = self.callable_target(func, fn)
+        return (found[1], found[2]) if found is not None and found[0] == "method" else None
+
+    def bound_args(self, func: ast.expr, fn: FunctionInfo) -> int:
+        """How many leading positional arguments the partials between `func` and its target already bind."""
+        found = self.callable_target(func, fn)
+        return found[2] if found is not None else 0
+
+    def callable_target(self, func: ast.expr, fn: FunctionInfo, depth: int = 0) -> tuple[str, str, int] | None:
+        """What a callable expression may be, through aliases (locals, attributes, parameters, items, returns) and
+        ``functools.partial``/``types.MethodType``: ``("function", "fast_decode_plan", bound)`` for a plan function,
+        ``("method", wrapper class, bound)`` for a wrapper's ``plan``; `bound` counts the positional arguments the
+        partials bind. None when it is neither."""
         if not self.enabled or depth > 6:
             return None
         key = id(func)
         if key in self._plans:
             return self._plans[key]
         self._plans[key] = None  # recursion guard
-        self._plans[key] = found = self._plan_function(func, fn, depth)
+        self._plans[key] = found = self._callable_target(func, fn, depth)
         return found
 
-    def _plan_function(self, func: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
+    def _callable_target(self, func: ast.expr, fn: FunctionInfo, depth: int) -> tuple[str, str, int] | None:
         d = dotted(func)
         if d is not None:
             last = d.rsplit(".", 1)[-1]
             if last in PLAN_METHODS and last.startswith("fast_") and (is_flashinfer_import(fn, d) or depth > 0):
-                return last
-        if isinstance(func, ast.Call) and dotted(func.func) in _PARTIALS and func.args:
-            return self.plan_function(func.args[0], fn, depth + 1)
+                return ("function", last, 0)
+        if isinstance(func, ast.Call) and func.args and is_partial(func.func, fn):
+            inner = self.callable_target(func.args[0], fn, depth + 1)
+            if inner is None or any(isinstance(a, ast.Starred) for a in func.args):
+                return inner
+            return (inner[0], inner[1], inner[2] + len(func.args) - 1)
         if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS:
-            return None  # w.plan(...): a method call, not an alias of a plan function
+            cls = self.wrapper_class(func.value, fn)  # w.plan: the wrapper's method
+            return ("method", cls, 0) if cls is not None else None
+        if isinstance(func, ast.Call) and dotted(func.func) == "getattr" and len(func.args) >= 2:
+            name = func.args[1]  # getattr(w, "plan"): the same bound method
+            if isinstance(name, ast.Constant) and name.value in PLAN_METHODS:
+                cls = self.wrapper_class(func.args[0], fn)
+                return ("method", cls, 0) if cls is not None else None
         if isinstance(func, ast.Name | ast.Attribute):
             for src, where in self.flow.sources(func, fn):
-                found = self.plan_function(src, where, depth + 1)
+                found = self.callable_target(src, where, depth + 1)
                 if found is not None:
                     return found
         return None
+
+
+def _annotated_class(ann: ast.expr | None) -> str | None:
+    """The class an annotation names: ``W``, ``flashinfer.W``, ``Optional[W]``, ``W | None``, ``"W"``."""
+    if ann is None:
+        return None
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            return _annotated_class(ast.parse(ann.value, mode="eval").body)
+        except SyntaxError:
+            return None
+    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
+        return _annotated_class(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        return _annotated_class(ann.left) or _annotated_class(ann.right)
+    return terminal_name(ann) if isinstance(ann, ast.Name | ast.Attribute) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root
@@ -19,6 +20,7 @@ _NONZERO_FUNCS = frozenset(
 _NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
 _COMPARES = frozenset({"torch.equal", "torch.allclose"})
 _CASTS = frozenset({"int", "float", "bool"})
+_NUMERIC_READS = frozenset({"math.ceil", "math.floor", "math.trunc", "round", "range", "operator.index"})
 _REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
 _HOST_READS = frozenset({"tolist", "item", "numpy", "max", "min", "sum", "any", "all", "argmax", "mean", "__getitem__"})
 
@@ -38,12 +40,19 @@ class HostSyncInHotPath(Rule):
         ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream
         or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
         ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
-        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension), builtin
-        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound,
+        ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
+        ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin
+        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
+        dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync, and branches on a device tensor (``if t:``, ``if (t > 0).any():``).
+        before any event or stream sync, branches, asserts and comprehension conditions on a device tensor (``if
+        t:``, ``if (t > 0).any():``, ``assert t.all()``, ``[i for i in ids if t[i] > 0]``), and a
+        device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
+        or assert messages).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
-        fields, return values, ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
+        fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects
+        that project functions return, built by keyword or position, ``@property`` results, return values,
+        ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
         names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
         ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
         sit around the capture, not inside it).
@@ -68,13 +77,18 @@ class HostSyncInHotPath(Rule):
     Known false positives
         A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU)
         is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
-        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast of a value that is
-        certainly a tensor but whose device is unknown is reported with low confidence.
+        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin
+        reduction, slice bound or branch on a value that is certainly a tensor but whose device no project code
+        decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a name
+        the function uses as a tensor: a tensor-only method called on it, or passed as the tensor operand of a
+        torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
+        torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method over one, arithmetic with
+        one, its elements) is reported with low confidence.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
-        project (an unannotated argument no project code passes), ``str(t)``/``%d`` formatting of a device tensor,
-        and hot paths no root reaches (configure ``hot-paths``).
+        project (an unannotated argument no project code passes), lazy logging arguments (``logger.debug("%s", t)``,
+        formatted only when the level is enabled), and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:
@@ -110,8 +124,11 @@ class HostSyncInHotPath(Rule):
             w = strict.of(expr, fn)
             if w is Where.DEVICE:
                 hit(node, what, w)
-            elif w is Where.UNKNOWN and prov.of(expr, fn) is not Where.HOST and prov.tensorish(expr, fn):
-                hit(node, what, w, Confidence.LOW)
+            elif w is Where.UNKNOWN and prov.tensorish(expr, fn) and prov.tensor_where(expr, fn) is not Where.HOST:
+                unsure = (
+                    what.replace("a device tensor", "a tensor of unknown device") + " (a sync if it is on the device)"
+                )
+                hit(node, unsure, w, Confidence.LOW)
 
         pending = _pending_copies(fn, prov)
         for call in fn.calls:
@@ -135,6 +152,10 @@ class HostSyncInHotPath(Rule):
                 continue
             if name in _CASTS and len(call.args) == 1:
                 host_read(call.args[0], "reads a device tensor on the host", call)
+                continue
+            if name in _NUMERIC_READS and call.args:  # math.ceil(t / bs), round(t), range(t): __float__/__index__
+                for a in call.args[:3]:
+                    host_read(a, "reads a device tensor on the host", call)
                 continue
             if name in _REDUCERS and len(call.args) == 1 and not call.keywords:
                 host_read(call.args[0], "iterates a device tensor on the host (one sync per element)", call)
@@ -164,6 +185,8 @@ class HostSyncInHotPath(Rule):
                     else "copies device data to the host"
                 )
                 hit(call, what, w)
+        for value, node in _formatted(fn):
+            host_read(value, "formats a device tensor as text (copies it to the host)", node)
         for line, text, use in _early_reads(fn, pending):
             hit(
                 use,
@@ -171,21 +194,105 @@ class HostSyncInHotPath(Rule):
                 "or stream sync (the host may see stale data)",
                 Where.DEVICE,
             )
-        for test in fn.tests:
+        for test in [*fn.tests, *(a.test for a in fn.asserts), *_comprehension_ifs(fn)]:  # asserts evaluate too
             for leaf in _leaves(test):
+                if isinstance(leaf, ast.Constant):
+                    continue
                 w = strict.of(leaf, fn)
-                if w is Where.DEVICE and not isinstance(leaf, ast.Constant):
+                if w is Where.DEVICE:
                     hit(leaf, "branches on a device tensor (implicit .item())", w)
+                elif w is Where.UNKNOWN and prov.tensorish(leaf, fn) and prov.tensor_where(leaf, fn) is not Where.HOST:
+                    hit(leaf, "branches on a tensor (implicit .item() if it is on the device)", w, Confidence.LOW)
         for sub in fn.subscripts:
             if isinstance(sub.ctx, ast.Load) and _is_mask(sub.slice, fn):
                 w = prov.of(sub.value, fn)
                 if w is not Where.HOST and prov.of(sub.slice, fn) is not Where.HOST:
                     hit(sub, "indexes with a boolean mask (data-dependent size, device-to-host sync)", w)
-            elif isinstance(sub.slice, ast.Slice):
-                for bound in (sub.slice.lower, sub.slice.upper, sub.slice.step):
-                    if bound is not None and strict.of(bound, fn) is Where.DEVICE:
-                        hit(sub, "uses a device scalar as a slice bound (implicit .item())", Where.DEVICE)
-                        break
+            else:
+                _slice_bounds(sub, fn, prov, strict, hit)
+
+
+def _slice_bounds(
+    sub: ast.Subscript,
+    fn: FunctionInfo,
+    prov: Provenance,
+    strict: Provenance,
+    hit: Callable[[ast.AST, str, Where, Confidence | None], None],
+) -> None:
+    """A device scalar as a slice bound, in any dimension (``t[:n]``, ``t[:b, :n]``): high confidence on device
+    facts, low for a tensor of unknown device."""
+    dims = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+    for dim in dims:
+        if not isinstance(dim, ast.Slice):
+            continue
+        for bound in (dim.lower, dim.upper, dim.step):
+            if bound is None:
+                continue
+            w = strict.of(bound, fn)
+            if w is Where.DEVICE:
+                hit(sub, "uses a device scalar as a slice bound (implicit .item())", w, None)
+                return
+            if w is Where.UNKNOWN and prov.tensorish(bound, fn) and prov.tensor_where(bound, fn) is not Where.HOST:
+                hit(sub, "uses a tensor as a slice bound (implicit .item() if it is on the device)", w, Confidence.LOW)
+                return
+
+
+_FORMATTERS = frozenset({"str", "repr", "print", "format"})
+_FORMAT_MARKS = ('f"', "f'", 'F"', "F'", "%", "str(", "repr(", "print(", "format(")
+
+
+def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
+    """Values formatted as text on the path that runs: ``f"{t}"``, ``str(t)``, ``repr(t)``, ``print(t)``,
+    ``format(t)`` (not in ``raise`` statements or assert messages, which run only when something already failed,
+    and not lazy ``logger.debug("%s", t)`` arguments)."""
+    out: list[tuple[ast.expr, ast.AST]] = []
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return out
+    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
+    if not any(mark in line for line in lines for mark in _FORMAT_MARKS):
+        return out  # nothing that formats: skip the walk (most functions)
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda | ast.Raise):
+            continue
+        if isinstance(n, ast.Assert):
+            stack.append(n.test)
+            continue
+        if isinstance(n, ast.FormattedValue):
+            out.append((n.value, n.value))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FORMATTERS:
+            out.extend((a, n) for a in n.args if not isinstance(a, ast.Constant | ast.JoinedStr))
+        elif isinstance(n, ast.BinOp) and _is_percent_format(n):  # "%d tokens" % t, "%s/%s" % (a, b)
+            right = n.right
+            out.extend((a, n) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _comprehension_ifs(fn: FunctionInfo) -> list[ast.expr]:
+    """Conditions of the function's comprehensions (``[i for i in ids if t[i] > 0]``): a branch per element."""
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return []
+    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
+    if not any(" for " in line and " if " in line for line in lines):
+        return []
+    out: list[ast.expr] = []
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(n, ast.comprehension):
+            out.extend(n.ifs)
+        stack.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _is_percent_format(node: ast.BinOp) -> bool:
+    return isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
 
 
 def _non_blocking(call: ast.Call) -> bool:

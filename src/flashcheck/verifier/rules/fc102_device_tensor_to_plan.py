@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import PLAN_METHODS, is_flashinfer_import, looks_like_wrapper
@@ -30,14 +31,19 @@ class DeviceTensorToPlan(Rule):
 
     What it checks
         Calls of ``plan``, ``begin_forward``, ``fast_decode_plan`` (and ``fast_mla_decode_plan``) on a FlashInfer
-        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to
-        live on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a
-        slice of such a buffer, a caller's argument, dataclass field or list item that is one, or named
+        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live
+        on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a slice of
+        such a buffer, a caller's argument, dataclass field or list item that is one, or named
         ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
-        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter) or by a ``*wrapper*``
-        name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``).
-        Positional arguments are matched to the wrapper family's plan signature (decode, prefill, MLA, cascade);
-        list arguments (cascade levels) are checked item by item. The finding is on the call's first line.
+        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a project
+        function returns), also when built in a conditional expression (``None if graph else W(...)``, ``cached or
+        W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared ``Optional[W]``) or by a
+        ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``,
+        ``functools.partial``), and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan =
+        self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
+        family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
+        arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
+        and ``**kwargs`` from a dict literal or ``dict(...)`` key by key. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -57,13 +63,15 @@ class DeviceTensorToPlan(Rule):
         kernel needs it there.
 
     Known false positives
-        A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``,
-        is reported; rename the receiver or suppress with a reason.
+        A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``, is
+        reported; rename the receiver or suppress with a reason. A tensor whose device no project code decides (a
+        metadata field or parameter declared ``torch.Tensor`` that only callers outside the project fill) is reported
+        with low confidence; if it is in fact a host tensor, name it ``*_cpu`` or add its pattern to ``host-names``.
 
     What it cannot see
-        Arguments whose device is unknown (a value from outside the project, a C++ extension's result) are not
-        reported; wrappers built by code outside the project and reached under another name, and plan functions
-        reached through ``getattr`` with a computed name, are not recognised.
+        Arguments whose device is unknown and that nothing says are tensors (an unannotated value from outside the
+        project, a C++ extension's result) are not reported; wrappers built by code outside the project and reached
+        under another name, and plan functions reached through ``getattr`` with a computed name, are not recognised.
     """
 
     def check(self, ctx: Context) -> None:
@@ -83,11 +91,19 @@ class DeviceTensorToPlan(Rule):
 
     @staticmethod
     def _plan_positions(ctx: Context, call: ast.Call, fn: FunctionInfo) -> dict[int, str] | None:
-        """Positional parameters of a FlashInfer plan call that must be host tensors; None if not a plan call."""
+        """Positional parameters of a FlashInfer plan call that must be host tensors; None if not a plan call.
+
+        Arguments that a ``functools.partial`` already bound shift the positions of the ones the call passes."""
         func = call.func
         plan_fn = ctx.wrappers.plan_function(func, fn)
         if plan_fn is not None:  # fast_decode_plan(wrapper, indptr, indices, last_page_len, ...)
-            return {i + 1: n for i, n in _DECODE.items()}
+            bound = ctx.wrappers.bound_args(func, fn)
+            return {i + 1 - bound: n for i, n in _DECODE.items() if i + 1 >= bound}
+        alias = (
+            None if isinstance(func, ast.Attribute) and func.attr in PLAN_METHODS else ctx.wrappers.bound_plan(func, fn)
+        )
+        if alias is not None:  # p = w.plan; p(...), or functools.partial(w.plan, ...)
+            return {i - alias[1]: n for i, n in _family(alias[0]).items() if i >= alias[1]}
         if not isinstance(func, ast.Attribute) or func.attr not in PLAN_METHODS:
             return None
         cls = ctx.wrappers.wrapper_class(func.value, fn)
@@ -96,40 +112,98 @@ class DeviceTensorToPlan(Rule):
             return None
         if cls is None:
             return {}
-        if "MLA" in cls:
-            return _MLA
-        if "Cascade" in cls:
-            return _CASCADE
-        return _PREFILL if "Prefill" in cls else _DECODE
+        return _family(cls)
 
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
-        args: list[tuple[str, ast.expr]] = [
-            (kw.arg, kw.value) for kw in call.keywords if kw.arg and _is_host_side_param(kw.arg)
-        ]
+        keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+        keywords += [kv for kw in call.keywords if kw.arg is None for kv in _splatted(kw.value, fn)]
+        args: list[tuple[str, ast.expr]] = [(k, v) for k, v in keywords if _is_host_side_param(k)]
         for i, a in enumerate(call.args):
             n = positions.get(i) or terminal_name(a)
             if n is not None and _is_host_side_param(n):
                 args.append((n, a))
         bad: list[tuple[str, ast.expr]] = []
+        unsure: list[tuple[str, ast.expr]] = []
         for param, expr in args:
-            items = expr.elts if isinstance(expr, ast.List | ast.Tuple) else [expr]  # cascade: lists of levels
-            bad.extend((param, e) for e in items if ctx.prov.of(e, fn) is Where.DEVICE)
-        if not bad:
-            return
-        what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in bad)
+            for e in _items(ctx, expr, fn):
+                w = ctx.prov.of(e, fn)
+                if w is Where.DEVICE:
+                    bad.append((param, e))
+                elif (
+                    w is Where.UNKNOWN and ctx.prov.tensorish(e, fn) and ctx.prov.tensor_where(e, fn) is not Where.HOST
+                ):
+                    unsure.append((param, e))
+        if bad:
+            self._report(ctx, fn, call, bad, "device tensor(s)", Confidence.HIGH)
+        elif unsure:
+            self._report(ctx, fn, call, unsure, "tensor(s) of unknown device", Confidence.LOW)
+
+    def _report(
+        self,
+        ctx: Context,
+        fn: FunctionInfo,
+        call: ast.Call,
+        args: list[tuple[str, ast.expr]],
+        kind: str,
+        confidence: Confidence,
+    ) -> None:
+        what = ", ".join(f"`{snippet(e, 40)}` as {p}" for p, e in args)
+        sync = "a blocking sync" if confidence is Confidence.HIGH else "a blocking sync if they are on the device"
         ctx.report(
             self,
             fn,
             call,
-            f"device tensor(s) {what} passed to `{snippet(call.func)}`; FlashInfer copies them to the host (a "
-            "blocking sync) on every plan",
+            f"{kind} {what} passed to `{snippet(call.func)}`; FlashInfer copies them to the host ({sync}) on every "
+            "plan",
             hint="pass the host mirror (a pinned *_cpu buffer filled on the host) instead",
-            evidence={"parameters": [p for p, _ in bad]},
+            evidence={"parameters": [p for p, _ in args]},
+            confidence=confidence,
         )
+
+
+def _splatted(expr: ast.expr, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
+    """The keyword arguments a ``**kwargs`` passes: a dict literal or ``dict(k=v)``, also through a local bound once
+    (``kw = dict(indptr=...); w.plan(**kw)``)."""
+    if isinstance(expr, ast.Name) and expr.id not in fn.params:
+        values = fn.local_assigns.get(expr.id, [])
+        expr = values[0] if len(values) == 1 else expr
+    if isinstance(expr, ast.Dict):
+        return [
+            (k.value, v)
+            for k, v in zip(expr.keys, expr.values, strict=False)
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        ]
+    if isinstance(expr, ast.Call) and dotted(expr.func) == "dict":
+        return [(kw.arg, kw.value) for kw in expr.keywords if kw.arg]
+    return []
+
+
+def _family(cls: str) -> dict[int, str]:
+    if "MLA" in cls:
+        return _MLA
+    if "Cascade" in cls:
+        return _CASCADE
+    return _PREFILL if "Prefill" in cls else _DECODE
+
+
+def _items(ctx: Context, expr: ast.expr, fn: FunctionInfo) -> list[ast.expr]:
+    """The tensors an argument holds, item by item: a cascade plan takes one tensor per level, in a list literal,
+    a repeated list (``[t] * 2``) or a local list built elsewhere (``levels = [a, b]``, ``levels.append(c)``)."""
+    if isinstance(expr, ast.List | ast.Tuple):
+        return [e for e in expr.elts if not isinstance(e, ast.Starred)]
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        side = expr.left if isinstance(expr.left, ast.List | ast.Tuple) else expr.right
+        if isinstance(side, ast.List | ast.Tuple):
+            return _items(ctx, side, fn)
+    if isinstance(expr, ast.Name) and expr.id not in fn.params:
+        values = fn.local_assigns.get(expr.id, [])
+        if values and all(isinstance(v, ast.List | ast.Tuple | ast.ListComp) for v in values):
+            return [e for e, where in ctx.prov.flow.element_sources(expr, fn) if where is fn]
+    return [expr]
 
 
 # Positional parameters of plan() that FlashInfer copies to the host, per wrapper family.
 _DECODE = {0: "indptr", 2: "last_page_len"}
 _PREFILL = {0: "qo_indptr", 1: "paged_kv_indptr", 3: "paged_kv_last_page_len"}
 _MLA = {0: "qo_indptr", 1: "kv_indptr", 3: "kv_len_arr"}
-_CASCADE = {1: "qo_indptr_arr", 2: "paged_kv_indptr_arr", 4: "paged_kv_last_page_len"}
+_CASCADE = {0: "qo_indptr_arr", 1: "paged_kv_indptr_arr", 3: "paged_kv_last_page_len"}

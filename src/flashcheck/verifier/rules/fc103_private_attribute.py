@@ -28,7 +28,10 @@ class FlashinferPrivateAttribute(Rule):
         ``_use_cuda_graph``, ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
         ``getattr``/``setattr``/``hasattr`` with a literal name or a loop variable over a literal tuple, and through
         ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are
-        reported only on a receiver that is a wrapper (by dataflow from its constructor, or named ``*wrapper*``).
+        reported only on a receiver that is a wrapper (by dataflow from its constructor, or named ``*wrapper*``),
+        also a parameter of a shim of any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or
+        ``types.MethodType(shim, w)`` (at any position or by keyword), the first parameter of a function assigned
+        onto a wrapper class (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or passed a wrapper by callers.
         ``self._x`` is reported in a class that derives from a FlashInfer wrapper (directly, through project
         classes or a module-level alias) and in free functions whose first parameter is ``self`` (plan shims
         monkey-patched onto the wrapper).
@@ -57,7 +60,8 @@ class FlashinferPrivateAttribute(Rule):
 
     What it cannot see
         Names built at run time (``getattr(w, "_" + name)``), wrappers that flow in from outside the project, and
-        shims whose first parameter is not called ``self``.
+        shims installed with ``setattr`` or bound outside the project (their parameter holds a wrapper the analysis
+        never sees passed).
     """
 
     def check(self, ctx: Context) -> None:

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import is_in_place_method, kwarg, storage_root
+from flashcheck.verifier.astutil import dotted, is_in_place_method, kwarg, storage_root
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -18,7 +18,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
-from flashcheck.verifier.project import FunctionInfo
+from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -37,23 +37,27 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it checks
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``,
-        MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...),
-        tracked through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
-        (``self.backend.kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own private buffers
-        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
-        ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``), directly or through a helper that writes its
-        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
-        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan
-        roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans)
-        is reported, and a write before it is the required pattern.
+        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
+        ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
+        through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
+        (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
+        (``metadata.kv_indptr`` returning ``self._kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own
+        private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
+        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``, a launch of a project
+        ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through
+        a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
+        binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
+        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
+        call that plans) is reported, and a write before it is the required pattern. Each write is reported once: at the
+        line that writes when its function is itself reported there, else at the call (a helper that writes its
+        parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
         captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (an SGLang
-        fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values
-        that the next ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone
-        ``kv_indptr`` or, worse, reads another request's KV.
+        fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values that the next
+        ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone ``kv_indptr`` or,
+        worse, reads another request's KV.
 
     Example
         ::
@@ -73,9 +77,10 @@ class GraphBufferWrittenElsewhere(Rule):
         object) are reported; add the helper to ``replay-prep-paths`` or suppress with a reason.
 
     What it cannot see
-        Writes by kernels that take the buffer positionally (a Triton kernel filling ``kv_indices``), storage
-        reached through objects whose type is unknown, and ordering across functions beyond "this call plans":
-        a write in one method that a caller runs after ``plan()`` in another is judged where the call is.
+        Writes by kernels outside the project that take the buffer positionally (a C++/CUDA extension filling
+        ``kv_indices``), storage reached through objects whose type neither annotations nor the value flow (back to a
+        constructor call) give, and ordering across functions beyond "this call plans": a write in one method that a
+        caller runs after ``plan()`` in another is judged where the call is.
     """
 
     def check(self, ctx: Context) -> None:
@@ -87,13 +92,19 @@ class GraphBufferWrittenElsewhere(Rule):
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue
                 for param, expr in wrapper_buffer_args(call, cls_name):
-                    for key in storage_keys(expr, fn, project=ctx.project)[:1]:
+                    for key in storage_keys(expr, fn, project=ctx.project, typer=ctx.prov.flow.instance_type)[:1]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
-        flow = _Flow(ctx, bindings)
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
         binders = {id(b.fn) for b in bindings.values()}
+
+        def reported_in_place(fn: FunctionInfo) -> bool:
+            """Writes in `fn` are reported where they are (so a call of `fn` need not be reported again)."""
+            exempt = id(fn) in binders or fn.name in ("__init__", "__post_init__") or fn.name.startswith("init_")
+            return fn not in prep and not exempt
+
+        flow = _Flow(ctx, bindings, reported_in_place)
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
@@ -151,9 +162,12 @@ class _Flow:
     """Per-function summaries: which bound buffers a function writes (directly, through a helper's parameter or
     a callee), which parameters it writes, and where it plans (directly or through callees)."""
 
-    def __init__(self, ctx: Context, bindings: dict[Key, Binding]) -> None:
+    def __init__(
+        self, ctx: Context, bindings: dict[Key, Binding], reported_in_place: Callable[[FunctionInfo], bool]
+    ) -> None:
         self.ctx = ctx
         self.bindings = bindings
+        self.reported_in_place = reported_in_place
         self._param_writes: dict[int, set[str]] = {}
         self._plans: dict[int, bool] = {}
         self._bound_writes: dict[int, bool] = {}
@@ -176,13 +190,20 @@ class _Flow:
                     out.append((call, *found))
                     break
             else:
-                if self.writes_bound(callee):
-                    b, key = next(iter(self._callee_bound(callee)))
-                    out.append((call, b, key))
+                deep = self._deep_bound(callee) if self.writes_bound(callee) else None
+                if deep is not None and not self.reported_in_place(deep[0]):  # else reported where it writes
+                    out.append((call, deep[1], deep[2]))
+        for kernel, call in _launches(fn, project):  # kernel[grid](..., kv_indices, ...): what its tl.store writes
+            for p in _kernel_writes(kernel):
+                arg = arg_for_param(call, kernel, p)
+                found = self._bound(arg, fn) if arg is not None else None
+                if found is not None:
+                    out.append((call, *found))
+                    break
         return out
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
-        for key in storage_keys(target, fn, project=self.ctx.project):
+        for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
             b = self.bindings.get(key)
             if b is not None:
                 return b, key
@@ -194,6 +215,19 @@ class _Flow:
 
     def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
         return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+
+    def _deep_bound(self, fn: FunctionInfo, depth: int = 4) -> tuple[FunctionInfo, Binding, Key] | None:
+        """The first bound write in `fn` or the functions it calls (at most `depth` calls away), with the function
+        that writes."""
+        own = self._callee_bound(fn)
+        if own:
+            return (fn, *own[0])
+        for callee, _ in self.ctx.project.callees(fn) if depth > 0 else []:
+            if callee is not fn and self.writes_bound(callee):
+                found = self._deep_bound(callee, depth - 1)
+                if found is not None:
+                    return found
+        return None
 
     def writes_bound(self, fn: FunctionInfo) -> bool:
         """Whether `fn` or a function it calls writes a graph-bound buffer."""
@@ -223,8 +257,10 @@ class _Flow:
             root = _param_root(storage_root(target), fn)
             if root in params:
                 out.add(root)
-        for callee, call in self.ctx.project.callees(fn) if depth < 4 else []:
-            for p in self.param_writes(callee, depth + 1):
+        callees = self.ctx.project.callees(fn) if depth < 4 else []
+        launched = [(k, c, _kernel_writes(k)) for k, c in _launches(fn, self.ctx.project)]
+        for callee, call, written in [*((c, call, self.param_writes(c, depth + 1)) for c, call in callees), *launched]:
+            for p in written:
                 arg = arg_for_param(call, callee, p)
                 root = _param_root(storage_root(arg), fn) if arg is not None else None
                 if root in params:
@@ -240,7 +276,7 @@ class _Flow:
         out = []
         for call in fn.calls:
             f = call.func
-            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.plan_function(f, fn):
+            if (isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS) or self.ctx.wrappers.callable_target(f, fn):
                 out.append(call.lineno)
         return out
 
@@ -249,6 +285,54 @@ class _Flow:
         lines = self._direct_plans(fn)
         lines.extend(call.lineno for callee, call in self.ctx.project.callees(fn) if self.plans(callee))
         return lines
+
+
+_TRITON_STORES = frozenset(
+    {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or"}
+)
+
+
+def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:
+    """Triton kernel launches in `fn` (``kernel[grid](...)``) of ``@triton.jit`` functions of the project."""
+    out: list[tuple[FunctionInfo, ast.Call]] = []
+    for call in fn.calls:
+        f = call.func
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name | ast.Attribute):
+            kernel = project.resolve_def(f.value, fn)
+            if isinstance(kernel, FunctionInfo) and _is_triton_kernel(kernel):
+                out.append((kernel, call))
+    return out
+
+
+def _is_triton_kernel(fn: FunctionInfo) -> bool:
+    for d in fn.decorators:
+        name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
+        if name in ("triton.jit", "jit") or name.endswith(".jit"):
+            return True
+    return False
+
+
+def _kernel_writes(kernel: FunctionInfo) -> set[str]:
+    """Parameters a Triton kernel stores through: the pointer operands of ``tl.store``/``tl.atomic_*``
+    (``tl.store(out_ptr + offs, v)`` writes what ``out_ptr`` points to)."""
+    out: set[str] = set()
+    for call in kernel.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in _TRITON_STORES and call.args:
+            stack, seen = [call.args[0]], 0
+            while stack and seen < 32:
+                e = stack.pop()
+                seen += 1
+                if isinstance(e, ast.Name):
+                    if e.id in kernel.params:
+                        out.add(e.id)
+                    else:
+                        stack.extend(kernel.local_assigns.get(e.id, [])[:2])
+                elif isinstance(e, ast.BinOp):
+                    stack.extend([e.left, e.right])
+                elif isinstance(e, ast.Subscript | ast.Attribute):
+                    stack.append(e.value)
+    return out
 
 
 def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:

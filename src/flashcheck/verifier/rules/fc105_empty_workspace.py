@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import terminal_name
+from flashcheck.verifier.astutil import enclosing_tests, kwarg, terminal_name
 from flashcheck.verifier.dataflow import allocations, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import needs_zeroed_workspace, workspace_arg
+from flashcheck.verifier.flashinfer_api import (
+    ZEROED_WORKSPACE_BACKENDS,
+    is_wrapper_class_name,
+    needs_zeroed_workspace,
+    workspace_arg,
+)
 from flashcheck.verifier.project import FunctionInfo, torch_name
+from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty"})
@@ -20,19 +26,25 @@ class EmptyWorkspaceForZeroingKernel(Rule):
 
     What it checks
         The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
-        ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA
-        decode functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend), plus
-        the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a
-        zeroed workspace and are not reported. The workspace is traced through aliases, ``self.<attr>``, project
-        factories (``lru_cache``'d getters) and module caches (``_CACHE[key] = torch.empty(...)``) to its
-        allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same
-        storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function.
+        ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
+        functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
+        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute or
+        a caller's argument), plus the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN
+        backends do not need a zeroed workspace and are not reported. The workspace is traced through aliases,
+        ``self.<attr>``, attributes of other objects of known type (``self.buffers.workspace``), parameters filled by
+        the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
+        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``) and both branches of conditional
+        expressions (``shared or torch.empty(...)``) to its allocation. An allocation with
+        ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed (``.zero_()``,
+        ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:`` (or the
+        ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for ``zeroed``
+        does not count.
 
     Why it breaks serving
-        These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh
-        memory from the caching allocator is often zero, so tests pass; after the allocator recycles a block that
-        held activations, multi-CTA reductions wait on garbage counters (hang) or combine partial results that were
-        never written (wrong attention output) only under memory pressure in production.
+        These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh memory
+        from the caching allocator is often zero, so tests pass; after the allocator recycles a block that held
+        activations, multi-CTA reductions wait on garbage counters (hang) or combine partial results that were never
+        written (wrong attention output) only under memory pressure in production.
 
     Example
         ::
@@ -50,9 +62,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         naming where it is zeroed.
 
     What it cannot see
-        Workspaces reached through objects other than ``self``, locals, project factories and module caches (a
-        workspace handed in by a caller outside the project); a backend chosen at run time (``backend=cfg.backend``)
-        is not assumed to be trtllm-gen.
+        A workspace handed in by a caller outside the project, or kept by an object whose type is unknown; a backend
+        read from configuration that no project code sets (``backend=cfg.backend``) is not assumed to be trtllm-gen; a
+        zeroing flag that callers set from configuration or variables counts as zeroing (only constants are judged).
     """
 
     def check(self, ctx: Context) -> None:
@@ -60,7 +72,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         seen: set[int] = set()
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                consumer = needs_zeroed_workspace(call, extra)
+                consumer = needs_zeroed_workspace(call, extra) or _runtime_backend(ctx, call, fn)
                 if consumer is None:
                     continue
                 ws = workspace_arg(call)
@@ -68,7 +80,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                     continue
                 for alloc, where in allocations(ws, fn, project=ctx.project):
                     kind = (torch_name(alloc.func, where) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
-                    if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(alloc, where):
+                    if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(ctx, alloc, where):
                         continue
                     seen.add(id(alloc))
                     ctx.report(
@@ -82,8 +94,35 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                     )
 
 
-def _zeroed_after(alloc: ast.Call, fn: FunctionInfo) -> bool:
-    """Whether the allocating function zeroes the same storage (``ws.zero_()``, ``ws.fill_(0)``)."""
+def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | None:
+    """A wrapper whose ``backend=`` is not a literal but may be a trtllm/XQA one: ``backend=self.backend`` where the
+    value flow reaches ``"trtllm-gen"`` (a conditional expression, a default, a caller's argument)."""
+    name = terminal_name(call.func)
+    backend = kwarg(call, "backend")
+    if name is None or backend is None or isinstance(backend, ast.Constant) or not is_wrapper_class_name(name):
+        return None
+    seen: set[int] = set()
+    stack: list[tuple[ast.expr, FunctionInfo]] = [(backend, fn)]
+    while stack and len(seen) < 64:
+        e, where = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ast.Constant):
+            if isinstance(e.value, str) and e.value in ZEROED_WORKSPACE_BACKENDS:
+                return f'{name}(backend="{e.value}")'
+        elif isinstance(e, ast.IfExp):
+            stack.extend([(e.body, where), (e.orelse, where)])
+        elif isinstance(e, ast.BoolOp):
+            stack.extend((v, where) for v in e.values)
+        elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+            stack.extend(ctx.prov.flow.sources(e, where))
+    return None
+
+
+def _zeroed_after(ctx: Context, alloc: ast.Call, fn: FunctionInfo) -> bool:
+    """Whether the allocating function zeroes the same storage (``ws.zero_()``, ``ws.fill_(0)``) on a path that
+    can run: a zeroing under ``if zeroed:`` where every caller passes a false constant for ``zeroed`` is not one."""
     targets: set[tuple[str, str, str]] = set()
     for a in fn.assigns:
         if isinstance(a, ast.Assign) and a.value is alloc:
@@ -102,6 +141,43 @@ def _zeroed_after(alloc: ast.Call, fn: FunctionInfo) -> bool:
                 )
             ):
                 keys = set(storage_keys(f.value, fn)) | {("local", "", ast.unparse(f.value))}
-                if keys & targets:
+                if keys & targets and not _never_runs(ctx, call, fn):
                     return True
     return False
+
+
+def _never_runs(ctx: Context, node: ast.AST, fn: FunctionInfo) -> bool:
+    """`node` sits in a branch that no call of `fn` takes: under ``if flag:`` (or the ``else`` of ``if not
+    flag:``) where every project call passes, or defaults to, a false constant for parameter ``flag``."""
+    for test, in_body in enclosing_tests(fn.node, node):
+        value = _constant_truth(ctx, test, fn)
+        if value is not None and value is not in_body:
+            return True
+    return False
+
+
+def _constant_truth(ctx: Context, test: ast.expr, fn: FunctionInfo) -> bool | None:
+    """The truth of a test on a parameter that every call fixes to one constant truth value; None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _constant_truth(ctx, test.operand, fn)
+        return None if inner is None else not inner
+    if not isinstance(test, ast.Name) or test.id not in fn.params or isinstance(fn.node, ast.Module):
+        return None
+    args = fn.node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(
+        zip([a.arg for a in positional[len(positional) - len(args.defaults) :]], args.defaults, strict=False)
+    )
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=False) if d is not None})
+    truths: set[bool] = set()
+    callers = ctx.project.callers(fn)
+    for _, call in callers:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        value = arg_for_param(call, fn, test.id)
+        if value is None:
+            value = defaults.get(test.id)
+        if not isinstance(value, ast.Constant):
+            return None
+        truths.add(bool(value.value))
+    return truths.pop() if len(truths) == 1 else None

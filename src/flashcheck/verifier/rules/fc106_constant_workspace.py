@@ -23,16 +23,17 @@ class ConstantWorkspaceSize(Rule):
     """A FlashInfer workspace is sized by a bare constant instead of the engine's limits.
 
     What it checks
-        Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a
-        name with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size
-        is a literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``,
-        also imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the
-        instance (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a
-        constant (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default
-        (``int(os.environ.get("WS_BYTES", 128 << 20))``). Allocations behind project factories and caches are
+        Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a name
+        with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
+        literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
+        imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the instance
+        (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a constant
+        (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default, a number or a
+        string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB",
+        "128")) << 20``, ``int(os.getenv("WS") or 64 << 20)``). Allocations behind project factories and caches are
         traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
-        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code
-        in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
+        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code in
+        tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -123,21 +124,28 @@ def _is_test_or_benchmark(fn: FunctionInfo) -> bool:
     )
 
 
-def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int) -> bool:
+def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int, text: bool = False) -> bool:
+    """Whether `expr` is a fixed number; with `text` (inside ``int(...)``) a string of digits counts too
+    (``int(os.getenv("WS_MB", "128"))``)."""
     if depth > 5:
         return False
     if isinstance(expr, ast.Constant):
+        if text and isinstance(expr.value, str):
+            return expr.value.strip().lstrip("+-").isdigit()
         return isinstance(expr.value, int) and not isinstance(expr.value, bool)
     if isinstance(expr, ast.BinOp):
         return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
+    if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):  # os.getenv("WS") or 128 << 20
+        *env, fallback = expr.values
+        return all(_is_env(e) for e in env) and _is_constant(fallback, fn, project, depth + 1, text)
     if isinstance(expr, ast.Tuple | ast.List):
         return bool(expr.elts) and all(_is_constant(e, fn, project, depth + 1) for e in expr.elts)
     if isinstance(expr, ast.Call):
         name = dotted(expr.func) or ""
         if name == "int" and len(expr.args) == 1:
-            return _is_constant(expr.args[0], fn, project, depth + 1)
+            return _is_constant(expr.args[0], fn, project, depth + 1, text=True)
         if name in _ENV_GETTERS and len(expr.args) == 2:  # an environment variable with a constant default
-            return _is_constant(expr.args[1], fn, project, depth + 1)
+            return _is_constant(expr.args[1], fn, project, depth + 1, text)
         return False
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
@@ -147,15 +155,22 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int)
             return False
         values = scope.local_assigns.get(expr.id)
         if values:
-            return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1)
+            return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
         target = fn.module.imports.get(expr.id)
         if target:
             mod_name, _, const = target.rpartition(".")
             mod = project.lookup(mod_name)
             if isinstance(mod, ModuleInfo) and mod.body is not None:
                 vals = mod.body.local_assigns.get(const) or []
-                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1)
+                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1, text)
     return False
+
+
+def _is_env(expr: ast.expr) -> bool:
+    """An environment read: ``os.getenv("WS")``, ``os.environ.get("WS")``, ``int(...)`` of one."""
+    if isinstance(expr, ast.Call) and dotted(expr.func) == "int" and len(expr.args) == 1:
+        return _is_env(expr.args[0])
+    return isinstance(expr, ast.Call) and dotted(expr.func) in _ENV_GETTERS
 
 
 def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project, depth: int) -> bool:

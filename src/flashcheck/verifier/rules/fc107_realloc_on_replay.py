@@ -20,12 +20,16 @@ class ReallocOnReplayPath(Rule):
     """A persistent buffer (``self.<attr>``) is reallocated on a path that runs every step or before replay.
 
     What it checks
-        In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured
-        hot paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/...,
-        ``.clone()``, ``torch.cat``, ``x.new_*``) to ``self.<attr>`` or ``self.<attr>[key]``, and ``.resize_()`` of
-        a ``self`` buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` is not reported, nor is
-        ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
-        ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
+        In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured hot
+        paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
+        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>[key]`` or an attribute of an object ``self`` keeps
+        (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a buffer.
+        A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is not reported, but a guard
+        that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional
+        expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy,
+        ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step, nor a
+        host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host
+        buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -49,8 +53,9 @@ class ReallocOnReplayPath(Rule):
         new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose.
 
     What it cannot see
-        Rebinding through another object (``self.backend.buf = torch.zeros(...)``) or through ``setattr``, and
-        reallocations inside code that no configured or default root reaches.
+        Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in
+        per step is allowed), ``setattr`` with a computed name, and reallocations inside code that no configured or
+        default root reaches.
     """
 
     def check(self, ctx: Context) -> None:
@@ -76,6 +81,11 @@ class ReallocOnReplayPath(Rule):
                     and _is_self_buffer(call.func.value)
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
+                elif _is_setattr_of_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
+                    value = call.args[2]
+                    if _is_fresh_tensor(value, fn) and ctx.prov.of(value, fn) is not Where.HOST:
+                        name = call.args[1].value  # type: ignore[attr-defined]
+                        self._hit(ctx, fn, call, step, f"rebinds `self.{name}` to `{snippet(value, 50)}` (setattr)")
 
     def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, reach: dict[FunctionInfo, Hop], what: str) -> None:
         root = reach[fn].root
@@ -92,6 +102,14 @@ class ReallocOnReplayPath(Rule):
 
 
 def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
+    """A new tensor, also as a branch of ``a if test else b`` that runs when the buffer exists (the branch taken
+    only while it is missing, ``torch.zeros(n) if self.x is None else self.x``, and ``self.x or torch.zeros(n)``,
+    are lazy first allocations)."""
+    if isinstance(value, ast.IfExp):
+        body = _is_fresh_tensor(value.body, fn) and not _is_lazy_test(value.test)
+        return body or (_is_fresh_tensor(value.orelse, fn) and not _is_present_test(value.test))
+    if isinstance(value, ast.BoolOp):
+        return isinstance(value.op, ast.And) and any(_is_fresh_tensor(v, fn) for v in value.values)
     if not isinstance(value, ast.Call):
         return False
     name = torch_name(value.func, fn) or ""
@@ -103,27 +121,58 @@ def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
 
 
 def _is_self_buffer(t: ast.expr) -> bool:
+    """``self.buf``, ``self.bufs["k"]`` and attributes of objects ``self`` keeps (``self.backend.kv_indptr``):
+    storage that outlives the step."""
     if isinstance(t, ast.Subscript):
         if not (isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)):
             return False  # self.buf[:n] = ... writes into the buffer, which is the fix
         t = t.value
-    return isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    if not isinstance(t, ast.Attribute):
+        return False
+    base = t.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    return isinstance(base, ast.Name) and base.id == "self"
+
+
+def _is_setattr_of_self(call: ast.Call) -> bool:
+    """``setattr(self, "name", value)`` (or of an object ``self`` keeps) with a literal name."""
+    return (
+        isinstance(call.func, ast.Name)
+        and call.func.id == "setattr"
+        and len(call.args) == 3
+        and isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1].value, str)
+        and ((isinstance(call.args[0], ast.Name) and call.args[0].id == "self") or _is_self_buffer(call.args[0]))
+    )
 
 
 def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
-    """Assignments inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
+    """Assignments (and ``setattr`` calls) inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
     out: set[int] = set()
     if isinstance(fn.node, ast.Module):
         return out
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_lazy_test(node.test):
             for inner in node.body:
-                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign))
+                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call))
     return out
 
 
+def _is_present_test(test: ast.expr) -> bool:
+    """A test that holds once the buffer exists: ``x is not None``, ``hasattr(self, "x")``."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot):
+        c = test.comparators[0]
+        return isinstance(c, ast.Constant) and c.value is None
+    return isinstance(test, ast.Call) and dotted(test.func) == "hasattr"
+
+
 def _is_lazy_test(test: ast.expr) -> bool:
+    """A test that holds only while the buffer does not exist yet: ``x is None``, ``not hasattr(...)``, and those
+    joined by ``and`` (any of them) or ``or`` (all of them; ``x is None or x.numel() < n`` also grows)."""
     if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.Or):
+            return all(_is_lazy_test(v) for v in test.values)
         return any(_is_lazy_test(v) for v in test.values)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
         c = test.comparators[0]

@@ -31,7 +31,10 @@ class NonGraphWrapperInCapture(Rule):
         ``use_cuda_graph=True`` (absent or ``False``; ``CUDAGraph*`` wrappers are graph-mode), whose ``run()`` /
         ``forward()`` / ``run_return_lse()`` is called in a function reachable from a capture root
         (``capture_one_batch_size``, ``init_forward_metadata_capture_cuda_graph``, ``capture-paths``). A receiver
-        that is also bound to a graph-mode wrapper, or whose mode is a variable, is not reported.
+        that is also bound to a graph-mode wrapper, or whose mode is a variable, is not reported. Receivers are
+        matched to constructions by where they are stored and, failing that, by the value flow: a wrapper returned
+        by a factory function, passed in by a caller, kept in another object, or chosen by a conditional
+        expression.
 
     Why it breaks serving
         A wrapper outside graph mode reallocates its index buffers on every ``plan()`` and lets ``run()`` pick
@@ -57,8 +60,8 @@ class NonGraphWrapperInCapture(Rule):
         reported; suppress with a reason.
 
     What it cannot see
-        Wrappers handed in from outside the project or built by a factory function, and run calls reached only
-        through objects whose type the analysis cannot resolve.
+        Wrappers handed in from outside the project, and run calls reached only through objects whose type the
+        analysis cannot resolve.
     """
 
     def check(self, ctx: Context) -> None:
@@ -76,17 +79,14 @@ class NonGraphWrapperInCapture(Rule):
                         local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
                         for key in storage_keys(t, fn) or local:
                             built.setdefault(key, []).append(Built(fn, call, cls_name, graph_mode(call, cls_name)))
-        if not built:
-            return
         capture = ctx.hot.reach("capture")
         for fn in capture:
             for call in fn.calls:
                 func = call.func
                 if not isinstance(func, ast.Attribute) or func.attr not in RUN_METHODS:
                     continue
-                for key in _receiver_keys(func.value, fn, built):
-                    found = built.get(key, [])
-                    if not found or any(b.graph is not False for b in found):
+                for found in _receiver_builds(ctx, func.value, fn, built):
+                    if any(b.graph is not False for b in found):
                         continue
                     b = found[0]
                     root = capture[fn].root
@@ -101,6 +101,20 @@ class NonGraphWrapperInCapture(Rule):
                         chain=HotPaths.chain(fn, capture),
                         evidence={"built_at": f"{b.fn.source.relpath}:{b.call.lineno}", "wrapper": b.wrapper},
                     )
+
+
+def _receiver_builds(
+    ctx: Context, recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]
+) -> list[list[Built]]:
+    """The constructions a run() receiver may be: by its storage key, else by the value flow (a wrapper returned
+    by a factory, passed in by a caller, or kept in another object)."""
+    for key in _receiver_keys(recv, fn, built):
+        if built.get(key):
+            return [built[key]]
+    flows = [
+        Built(where, call, cls, graph_mode(call, cls)) for call, where, cls in ctx.wrappers.constructions(recv, fn)
+    ]
+    return [flows] if flows else []
 
 
 def _receiver_keys(recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]) -> list[Key]:

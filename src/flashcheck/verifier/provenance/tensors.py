@@ -1,0 +1,131 @@
+"""What says a value is a tensor, whatever its device: annotations, public torch operations, tensor methods, and
+how a function uses a name (a tensor-only method called on it, or passed to a torch operation or ``copy_``).
+
+FC101 reports host reads of values known to be tensors whose device no project code decides at low confidence;
+these facts are the "known to be a tensor" part, kept apart from where a value lives (`Provenance`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.project import FunctionInfo, torch_name
+
+__all__ = ["NOT_TENSOR_TORCH", "TENSOR_METHODS", "TensorUses", "is_tensor_annotation", "is_tensor_op"]
+
+NOT_TENSOR_TORCH = frozenset(
+    {
+        *("device", "dtype", "Size", "is_tensor", "numel", "Stream", "Event", "CUDAGraph", "Generator", "compile"),
+        *("no_grad", "enable_grad", "inference_mode", "autocast", "manual_seed", "finfo", "iinfo", "typename"),
+        *("promote_types", "result_type", "broadcast_shapes", "sym_int", "sym_float", "sym_max", "sym_min"),
+        *("sym_not", "load", "save", "equal", "allclose"),  # torch.equal / allclose return a Python bool
+    }
+)
+# Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
+TENSOR_METHODS = frozenset(
+    {
+        *("sum", "max", "min", "mean", "amax", "amin", "any", "all", "prod", "argmax", "argmin", "count_nonzero"),
+        *("flatten", "view", "reshape", "squeeze", "unsqueeze", "contiguous", "clone", "cumsum", "diff", "abs"),
+        *("clamp", "int", "long", "float", "double", "half", "bfloat16", "type_as"),
+    }
+)
+
+
+# Methods that only torch tensors have (numpy arrays, lists and modules do not; ``.cuda()``/``.half()`` are also
+# nn.Module methods): calling one on a name says it is a tensor.
+_TORCH_ONLY_METHODS = frozenset(
+    {
+        *("int", "long", "numel", "element_size", "unsqueeze", "masked_fill", "masked_fill_", "index_select"),
+        *("new_zeros", "new_empty", "new_ones", "new_full", "type_as", "view_as", "expand_as", "copy_", "fill_"),
+        *("zero_", "clamp_", "add_", "sub_", "mul_", "div_", "record_stream", "is_contiguous", "data_ptr", "narrow"),
+        *("index_copy_", "scatter_"),
+    }
+)
+# torch functions whose first argument is a size, a host array or a seed, not a tensor.
+_FACTORIES = frozenset(
+    {
+        *("tensor", "as_tensor", "asarray", "from_numpy", "frombuffer", "empty", "zeros", "ones", "full", "arange"),
+        *("rand", "randn", "randint", "randperm", "empty_strided", "linspace", "logspace", "eye", "range", "normal"),
+        *("Tensor", "IntTensor", "LongTensor", "FloatTensor", "BoolTensor"),
+    }
+)
+
+
+class TensorUses:
+    """Names and attribute chains a function uses as tensors (cached per function)."""
+
+    def __init__(self) -> None:
+        self._uses: dict[int, frozenset[str]] = {}
+
+    def used_as_tensor(self, expr: ast.expr, fn: FunctionInfo) -> bool:
+        """`expr` (``x``, ``self.x``, ``meta.x``) has a tensor-only method called on it in `fn`, or is passed (or a
+        slice of it is) to a public torch operation other than a factory, or to ``copy_``."""
+        text = dotted(expr)
+        return text is not None and text in self._of(fn)
+
+    def _of(self, fn: FunctionInfo) -> frozenset[str]:
+        found = self._uses.get(id(fn))
+        if found is None:
+            found = self._uses[id(fn)] = frozenset(self._collect(fn))
+        return found
+
+    @staticmethod
+    def _collect(fn: FunctionInfo) -> set[str]:
+        out: set[str] = set()
+        for call in fn.calls:
+            f = call.func
+            if isinstance(f, ast.Attribute) and f.attr in _TORCH_ONLY_METHODS:
+                d = dotted(_base(f.value))
+                if d is not None:
+                    out.add(d)
+            name = torch_name(f, fn) or ""
+            consumes = f.attr == "copy_" if isinstance(f, ast.Attribute) else False
+            if call.args and (consumes or (is_tensor_op(name) and name.rsplit(".", 1)[-1] not in _FACTORIES)):
+                first = call.args[0]  # the tensor operand (later arguments may be sizes, dims or scalars)
+                for item in first.elts if isinstance(first, ast.List | ast.Tuple) else [first]:
+                    d = dotted(_base(item))
+                    if d is not None:
+                        out.add(d)
+        return out
+
+
+def _base(expr: ast.expr) -> ast.expr:
+    """``x`` for ``x[:n]`` (a slice of a tensor is one, and says the base is one)."""
+    while isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice | ast.Tuple):
+        expr = expr.value
+    return expr
+
+
+def is_tensor_annotation(ann: ast.expr) -> bool:
+    """``torch.Tensor``, ``Tensor``, ``Optional[torch.Tensor]``, ``torch.Tensor | None`` (not a list of tensors)."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
+        return is_tensor_annotation(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        sides = [ann.left, ann.right]
+        return any(is_tensor_annotation(x) for x in sides) and all(
+            is_tensor_annotation(x) or (isinstance(x, ast.Constant) and x.value is None) for x in sides
+        )
+    return terminal_name(ann) == "Tensor" if isinstance(ann, ast.Name | ast.Attribute) else False
+
+
+# Namespaces whose public functions are tensor operations (``torch.cat``, ``torch.nn.functional.pad``); torch's
+# other modules (``torch.cuda``, ``torch._C``, ``torch._guards``...) mostly return flags, handles and contexts.
+_TENSOR_OP_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft"})
+_NOT_TENSOR_PREFIXES = ("_", "is_", "get_", "set_", "use_", "are_", "has_", "can_")
+
+
+def is_tensor_op(name: str) -> bool:
+    """``torch.cat``, ``torch.nn.functional.pad``: a public tensor operation by its dotted name."""
+    namespace, _, last = name.rpartition(".")
+    return (
+        namespace in _TENSOR_OP_NAMESPACES
+        and bool(last)
+        and not last.startswith(_NOT_TENSOR_PREFIXES)
+        and last not in NOT_TENSOR_TORCH
+    )
