@@ -304,6 +304,7 @@ def test_two_nodes_share_one_corpus_directory(tmp_path: Path) -> None:
         (["--target", "nomodule_xyz:Cls", "--steps", "1"], "cannot import module 'nomodule_xyz'"),
         (["--target", "cpu-reference", "--select", "FC301,FC999", "--steps", "1"], "unknown check 'FC999'"),
         (["--target", "cpu-reference", "--time", "ten minutes"], "--time 'ten minutes' does not parse"),
+        (["--target", "cpu-reference", "--steps", "1", "--warm-up-scale", "0.5"], "--warm-up-scale must be at least 1"),
         (["--target", "cpu-reference", "--steps", "1", "--out", "{file}/sub"], "cannot be written"),
         (["--resume", "{tmp}/nothing"], "no such directory"),
         (["--resume", "{tmp}"], "no run.json"),

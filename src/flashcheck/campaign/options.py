@@ -149,6 +149,8 @@ class CampaignConfig:
         layers: runtime detection layers.
         device: ``auto``, ``cpu`` or ``cuda``.
         step_timeout: seconds without progress after which a busy worker counts as hung.
+        warm_up_scale: the first eager, capture and replay step of each worker process may take this many step
+            timeouts (lazy imports and first-use JIT compiles); 1 where the kernels are compiled ahead of time.
         node_index, num_nodes: this node's place in a multi-node campaign.
         gpus: device ids workers are pinned to (round-robin); empty on CPU.
         select: check IDs to report (empty: all). FC251 is always reported.
@@ -167,6 +169,7 @@ class CampaignConfig:
     layers: str = "all"
     device: str = "auto"
     step_timeout: float = 600.0
+    warm_up_scale: float = 5.0
     node_index: int = 0
     num_nodes: int = 1
     gpus: tuple[str, ...] = ()
@@ -185,6 +188,8 @@ class CampaignConfig:
             raise InvalidArgument(f"--steps must be >= 1, got {self.step_budget}")
         if self.step_timeout <= 0:
             raise InvalidArgument(f"--step-timeout must be positive, got {self.step_timeout}")
+        if not self.warm_up_scale >= 1:
+            raise InvalidArgument(f"--warm-up-scale must be at least 1, got {self.warm_up_scale}")
         if self.layers not in ("off", "cheap", "all", "races"):
             raise InvalidArgument(f"--layers must be off, cheap, all or races, got {self.layers!r}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -86,7 +86,7 @@ class Worker:
         return tgt, Scenario(spec, tuple(steps), seed, dict(self.cfg.target_config))
 
     def run_job(self, cmd: Mapping[str, Any], stop: threading.Event) -> None:
-        from flashcheck.driver import WARM_UP_SCALE, warms_up
+        from flashcheck.driver import warms_up
         from flashcheck.session import open_session
 
         job = cmd["job"]
@@ -123,7 +123,7 @@ class Worker:
                 step_timeout=timeout,
                 hang_file=self.dir / HANG_FILE,
                 hard_exit=True,
-                warm_up_scale=WARM_UP_SCALE,
+                warm_up_scale=self.cfg.warm_up_scale,
                 async_pressure_us=self.cfg.async_pressure_us,
             ) as drv:
                 self.emit("target", job=job, name=drv.target.name, environment={**environment(), **drv.layer_facts()})
@@ -132,7 +132,7 @@ class Worker:
                     if stop.is_set():
                         break
                     if warms_up(step.op):  # the first step of its kind here: the supervisor waits as long as we do
-                        self.emit("leash", job=job, i=i, scale=WARM_UP_SCALE)
+                        self.emit("leash", job=job, i=i, scale=self.cfg.warm_up_scale)
                     r = drv.execute(step, i)
                     executed += 1
                     sent = self.exercised(job, drv, sent)

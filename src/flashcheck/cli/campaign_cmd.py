@@ -61,7 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ledger", help="quarantine ledger (JSON or TOML): known crashers skipped before launch")
     g.add_argument("--corpus", help="corpus: a (shared) directory or redis://host:port/db (default RUN_DIR/corpus)")
     g.add_argument("--chunk-steps", type=int, help="steps per scenario chunk, the unit of durability (default 50)")
-    g.add_argument("--step-timeout", help="a busy worker silent this long is hung (default 10m; JIT compiles count)")
+    g.add_argument("--step-timeout", help="a step that takes longer is hung (default 10m)")
+    g.add_argument(
+        "--warm-up-scale",
+        type=float,
+        help="the first eager, capture and replay step of each worker may take this many step timeouts (default 5: "
+        "first-use JIT compiles; 1 with kernels compiled ahead of time)",
+    )
     g = p.add_argument_group("several machines (see docs/campaigns.md)")
     g.add_argument(
         "--node-index",
@@ -166,6 +172,7 @@ def _new_config(args: argparse.Namespace) -> Any:
         layers=args.layers or "all",
         device=args.device or "auto",
         step_timeout=parse_duration(args.step_timeout, "--step-timeout") if args.step_timeout else 600.0,
+        warm_up_scale=args.warm_up_scale if args.warm_up_scale is not None else 5.0,
         node_index=node,
         num_nodes=nodes,
         gpus=tuple(gpus),
