@@ -95,7 +95,7 @@ def test_the_first_step_of_its_kind_in_a_worker_gets_the_warm_up_leash(
     tmp_path: Path, target: str, hangs: bool
 ) -> None:
     """A first-use JIT compile longer than the step timeout is not a hang (the worker and the supervisor both give
-    a process's first step of each kind `WARM_UP_SCALE` timeouts); the same delay in a later step is one."""
+    a process's first step of each kind `--warm-up-scale` timeouts); the same delay in a later step is one."""
     out = tmp_path / "run"
     rc = campaign(
         "--target",
@@ -107,7 +107,9 @@ def test_the_first_step_of_its_kind_in_a_worker_gets_the_warm_up_leash(
         "--seed",
         "4",
         "--step-timeout",
-        "5s",
+        "3s",
+        "--warm-up-scale",
+        "3",
         "--out",
         str(out),
     )
@@ -177,7 +179,7 @@ def test_kill_9_of_the_whole_campaign_then_resume_loses_and_duplicates_nothing(t
         "--layers",
         "off",
         "--steps",
-        "300",
+        "150",
         "--chunk-steps",
         "10",
         "--seed",
@@ -203,7 +205,7 @@ def test_kill_9_of_the_whole_campaign_then_resume_loses_and_duplicates_nothing(t
         proc.wait()
     before = {f["signature"] for f in findings_of(out)}
     steps_before = read_json(out / "run.json")["stats"]["steps"]
-    assert 40 <= steps_before < 300
+    assert 40 <= steps_before < 150
 
     assert main(["campaign", "--resume", str(out), "--log-every", "3600"]) == 1
     meta = read_json(out / "run.json")
@@ -212,10 +214,10 @@ def test_kill_9_of_the_whole_campaign_then_resume_loses_and_duplicates_nothing(t
     assert len(sigs) == len(set(sigs))  # nothing duplicated
     assert before <= set(sigs)  # nothing lost
     assert all((out / f["repro"]).is_file() for f in after)
-    assert meta["stats"]["steps"] == 300 and meta["campaign"]["sessions"] == 2
+    assert meta["stats"]["steps"] == 150 and meta["campaign"]["sessions"] == 2
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     keys = [(s["worker"], s["step"]) for s in samples]
-    assert len(keys) == len(set(keys)) and all(s["step"] < 300 for s in samples)
+    assert len(keys) == len(set(keys)) and all(s["step"] < 150 for s in samples)
     assert {"FC251", "FC301"} <= {f["id"] for f in after}
 
 
