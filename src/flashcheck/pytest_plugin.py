@@ -44,7 +44,9 @@ _PREVIOUS_PROFILE = pytest.StashKey[str]()
 _PREVIOUS_LOG = pytest.StashKey[dict[str, Any]]()
 _WORKER_FINDINGS = pytest.StashKey[list[list[str]]]()
 _WORKER_LAYERS = pytest.StashKey[list[dict[str, str]]]()
+_WORKER_CHECKS = pytest.StashKey[list[dict[str, Any]]]()
 _XDIST_SEED, _XDIST_FINDINGS, _XDIST_LAYERS = "flashcheck_seed", "flashcheck_findings", "flashcheck_layers"
+_XDIST_CHECKS = "flashcheck_checks"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -294,6 +296,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if output is not None:
         output[_XDIST_FINDINGS] = _finding_lines()
         output[_XDIST_LAYERS] = _layer_facts()
+        output[_XDIST_CHECKS] = _checks_record()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -304,6 +307,9 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     facts = getattr(node, "workeroutput", {}).get(_XDIST_LAYERS, {})
     if facts:
         node.config.stash.setdefault(_WORKER_LAYERS, []).append(facts)
+    checks = getattr(node, "workeroutput", {}).get(_XDIST_CHECKS, {})
+    if checks:
+        node.config.stash.setdefault(_WORKER_CHECKS, []).append(checks)
 
 
 def _layer_facts() -> dict[str, str]:
@@ -319,6 +325,49 @@ def _layer_lines(config: pytest.Config) -> list[str]:
 
     merged = merge_facts(_layer_facts(), *config.stash.get(_WORKER_LAYERS, []))
     return [f"{key}: {value}" for key, value in merged.items()]
+
+
+def _checks_record() -> dict[str, Any]:
+    """Per target name, what this process's fuzz sessions selected and exercised of the checks (JSON, for xdist)."""
+    stateful = sys.modules.get("flashcheck.fuzzing.stateful")
+    if stateful is None:
+        return {}
+    exercised = stateful.session_exercised()
+    return {
+        name: {"selected": sorted(ids), "record": exercised[name].to_dict() if name in exercised else {}}
+        for name, ids in stateful.session_selected().items()
+    }
+
+
+def _check_lines(config: pytest.Config) -> tuple[list[str], bool]:
+    """Per target, the checks the fuzz tests exercised, those that cannot apply here (with why) and those selected
+    but never exercised, merged over this process and the xdist workers; and whether any was not exercised (no
+    finding then means "clean" only for the checks that ran)."""
+    from flashcheck.exercised import Exercised, merge_by_target
+
+    selected: dict[str, set[str]] = {}
+    records: list[dict[str, Exercised]] = []
+    for rec in (_checks_record(), *config.stash.get(_WORKER_CHECKS, [])):
+        for name, entry in rec.items():
+            selected.setdefault(name, set()).update(entry["selected"])
+            records.append({name: Exercised.from_dict(entry["record"])})
+    merged = merge_by_target(*records)
+    lines: list[str] = []
+    missing_any = False
+    for name in sorted(selected):
+        got = merged.get(name, Exercised())
+        ran = sorted(selected[name] & got.exercised)
+        na = {c: why for c, why in sorted(got.not_applicable.items()) if c in selected[name] and c not in got.exercised}
+        missing = sorted(selected[name] - got.exercised - set(na))
+        missing_any = missing_any or bool(missing)
+        lines.append(f"{name}: exercised {', '.join(ran) or 'none'}")
+        lines += [f"{name}: not applicable here: {c} ({why})" for c, why in na.items()]
+        if missing:
+            lines.append(
+                f"{name}: selected but NOT EXERCISED: {', '.join(missing)} (no step reached them: a larger budget or "
+                "other shapes; no finding says nothing of these)"
+            )
+    return lines, missing_any
 
 
 def _finding_lines() -> list[list[str]]:
@@ -340,6 +389,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if layers:
         tr.section("flashcheck detection layers", sep="-", yellow=any(ln.startswith("layers skipped") for ln in layers))
         for line in layers:
+            tr.write_line(line)
+    checks, missing = _check_lines(config)
+    if checks:
+        tr.section("flashcheck checks", sep="-", yellow=missing)
+        for line in checks:
             tr.write_line(line)
     entries = _finding_lines() + config.stash.get(_WORKER_FINDINGS, [])
     if not entries:

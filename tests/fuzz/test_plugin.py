@@ -152,6 +152,9 @@ def test_fuzz_tests_are_marked_and_findings_are_a_report_section(pytester: pytes
             "*- flashcheck detection layers -*",  # what watched the fuzz tests, and what could not run here
             "detection layers: *graph_replay, dispatch*",
             "layers skipped: *cupti: no CUDA device*",
+            "*- flashcheck checks -*",  # what the fuzz tests exercised, per target
+            "cpu-reference: exercised *FC250*FC301*FC303*",
+            "cpu-reference: not applicable here: FC202 (no active detection layer sees it here*",
             "*= flashcheck findings =*",  # the terminal summary
             "[[]test_backend.py::test_faulty_backend[]] FC304 plan-info-stable*",
             "seed *: rerun with --flashcheck-seed last",
@@ -159,6 +162,18 @@ def test_fuzz_tests_are_marked_and_findings_are_a_report_section(pytester: pytes
     )
     assert list(out.glob("*.json"))
     assert settings.get_current_profile_name() == before  # --flashcheck-profile is undone at the end of the run
+
+
+def test_checks_no_step_reached_are_named_never_passed_over(pytester: pytest.Pytester) -> None:
+    """A fuzz test whose target declines every batch finds nothing; the summary says which selected checks never
+    ran instead of letting a green test stand for them."""
+    pytester.makepyfile(
+        test_backend=FAULTY.replace("faulty_targets:PlanInfoVaries", "faulty_verdicts:RejectsEveryInput")
+    )
+    result = pytester.runpytest("-m", "fuzz", "-k", "faulty", "--flashcheck-profile", "ci")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*- flashcheck checks -*", "rejects-every-input: selected but NOT EXERCISED: *FC303*"])
+    assert "cpu-reference: selected but NOT EXERCISED" not in result.stdout.str()
 
 
 def test_fuzz_marker_deselects_plain_tests(pytester: pytest.Pytester) -> None:

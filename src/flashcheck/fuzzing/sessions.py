@@ -82,6 +82,7 @@ class _Sessions:
         self._open: dict[tuple[Any, ...], tuple[contextlib.ExitStack, Driver | IsolatedDriver]] = {}
         self._facts: list[dict[str, str]] = []  # layer facts of the sessions closed so far
         self._exercised: dict[str, Exercised] = {}  # per target name: what the sessions closed so far exercised
+        self._selected: dict[str, set[str]] = {}  # per target name: the checks its sessions' configurations run
 
     def layer_facts(self) -> dict[str, str]:
         """The detection layers of every session of this process so far (`Driver.layer_facts`), merged: a fact
@@ -91,6 +92,10 @@ class _Sessions:
     def exercised(self) -> dict[str, Exercised]:
         """Per target name, the checks every session of this process so far exercised (`Driver.exercised`)."""
         return merge_by_target(self._exercised, *({d.target.name: d.exercised()} for _, d in self._open.values()))
+
+    def selected(self) -> dict[str, set[str]]:
+        """Per target name, the checks the configurations of its sessions so far select (`driver.checks_run`)."""
+        return {name: set(ids) for name, ids in self._selected.items()}
 
     def driver(self, cfg: MachineConfig) -> Driver | IsolatedDriver:
         key = cfg.key()
@@ -119,10 +124,11 @@ class _Sessions:
             stack.close()
             raise
         self._open[key] = (stack, drv)
+        self._selected.setdefault(drv.target.name, set()).update(_selected_checks(cfg))
         return drv
 
     def forget_layer_facts(self) -> None:
-        self._facts, self._exercised = [], {}
+        self._facts, self._exercised, self._selected = [], {}, {}
 
     def drop(self, key: tuple[Any, ...]) -> None:
         hit = self._open.pop(key, None)
@@ -136,6 +142,16 @@ class _Sessions:
     def close(self) -> None:
         for key in list(self._open):
             self.drop(key)
+
+
+def _selected_checks(cfg: MachineConfig) -> list[str]:
+    """The checks a session of `cfg` runs on every step (`driver.checks_run`)."""
+    from flashcheck.driver import checks_run
+    from flashcheck.session import default_device
+
+    device = str(cfg.device or default_device())
+    timeout = cfg.step_timeout if cfg.step_timeout != "auto" else default_step_timeout(device)
+    return checks_run(cfg.layers, watchdog=timeout is not None, cuda=device.startswith("cuda"))
 
 
 SESSIONS = _Sessions()

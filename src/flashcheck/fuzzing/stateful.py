@@ -60,6 +60,7 @@ __all__ = [
     "replay_machine",
     "session_exercised",
     "session_layer_facts",
+    "session_selected",
 ]
 
 
@@ -98,6 +99,12 @@ def session_exercised() -> dict[str, Exercised]:
     """Per target name, the checks the fuzz sessions of this process exercised (``run.json``
     ``"checks_by_target"``, `flashcheck.exercised`)."""
     return SESSIONS.exercised()
+
+
+def session_selected() -> dict[str, set[str]]:
+    """Per target name, the checks the fuzz sessions of this process selected (what `session_exercised` is
+    measured against)."""
+    return SESSIONS.selected()
 
 
 def session_layer_facts() -> dict[str, str]:
