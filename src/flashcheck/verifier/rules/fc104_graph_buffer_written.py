@@ -39,11 +39,13 @@ class GraphBufferWrittenElsewhere(Rule):
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
         ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
-        through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
+        through slices, views, local aliases, ``self.<attr>`` (in a method of a base class or mixin, also the
+        attribute of each subclass that inherits it), module globals, other objects' attributes
         (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own
         private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
-        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``, a launch of a project
+        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method,
+        ``out=buf``, ``buf += ...``, a launch of a project
         ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through
         a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
         binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
