@@ -168,7 +168,9 @@ class Project(ProjectIndex):
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if isinstance(value, ast.Call):
             target = self.resolve_def(value.func, fn, depth + 1)
-            return target if isinstance(target, ClassInfo) else None
+            if isinstance(target, ClassInfo):
+                return target
+            return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             if fn.params[value.id] is not None:
                 return self._annotation_class(fn.params[value.id], fn, depth + 1)
@@ -182,6 +184,33 @@ class Project(ProjectIndex):
         if isinstance(value, ast.Attribute | ast.Name):
             return self.instance_type(value, fn, depth + 1)
         return None
+
+    def _class_held(
+        self, func: ast.expr, fn: FunctionInfo, depth: int, target: FunctionInfo | ClassInfo | ModuleInfo | None
+    ) -> ClassInfo | None:
+        """The class a called expression holds: an attribute assigned a class (``state_class = StateInfo`` in the
+        class body, ``self.meta_cls = Metadata``), or a call of a factory whose returns all name one class
+        (``state_class_for(cfg)()``); None when the values disagree or are not classes."""
+        if depth > 4:
+            return None
+        values: list[tuple[ast.expr, FunctionInfo]] = []
+        if isinstance(func, ast.Attribute) and target is None:
+            cls = self.instance_type(func.value, fn, depth + 1)
+            for c in [cls, *cls.bases] if cls is not None else []:
+                values.extend(c.attr_assigns.get(func.attr, []))
+        elif isinstance(func, ast.Call):  # factory()(...)
+            factory = self.resolve_def(func.func, fn, depth + 1)
+            if isinstance(factory, FunctionInfo):
+                values = [(r, factory) for r in factory.returns]
+        found: dict[int, ClassInfo] = {}
+        for v, where in values[:8]:
+            if isinstance(v, ast.Constant) and v.value is None:
+                continue
+            t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
+            if not isinstance(t, ClassInfo):
+                return None
+            found[id(t)] = t
+        return next(iter(found.values())) if len(found) == 1 else None
 
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if ann is None or depth > 6:
