@@ -25,6 +25,7 @@ __all__ = [
     "allocations",
     "arg_for_param",
     "owner",
+    "param_storage_keys",
     "storage_keys",
     "with_bases",
 ]
@@ -102,12 +103,29 @@ def storage_keys(
                 for v, where in c.attr_assigns.get(root.attr, []):
                     if isinstance(v, ast.Attribute) and not _is_allocation(v):
                         keys.extend(storage_keys(v, where, depth + 1, project, typer))
+                    else:  # self.kv_indptr = kv_indptr_row: what the constructor's callers pass (a row of theirs)
+                        keys.extend(param_storage_keys(v, where, depth, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = typer(root.value, fn) if typer is not None else None
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def param_storage_keys(
+    value: ast.expr, fn: FunctionInfo, depth: int, project: Project, typer: Typer | None
+) -> list[Key]:
+    """Keys of the storage a parameter (or a view of one) holds: the arguments the project's callers pass."""
+    root = storage_root(value)
+    if not isinstance(root, ast.Name) or root.id not in fn.params or root.id in fn.local_assigns:
+        return []
+    keys: list[Key] = []
+    for caller, call in project.callers(fn)[:8]:
+        arg = arg_for_param(call, fn, root.id)
+        if arg is not None:
+            keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
+    return keys
 
 
 def _descendants(cls: ClassInfo) -> list[ClassInfo]:
