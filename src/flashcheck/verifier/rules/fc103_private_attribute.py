@@ -107,8 +107,10 @@ class FlashinferPrivateAttribute(Rule):
 
 def _enclosing_loop(fn: FunctionInfo, node: ast.AST, name: ast.expr) -> ast.expr | None:
     """The iterable of the innermost ``for name in ...`` of `fn` whose body holds `node`."""
-    if not isinstance(name, ast.Name):
+    if not isinstance(name, ast.Name) or name.id not in fn.loop_vars:
         return None
+    if len(fn.loop_vars[name.id]) == 1:  # one loop (or comprehension) binds the name
+        return fn.loop_vars[name.id][0]
     line = getattr(node, "lineno", 0)
     found: ast.expr | None = None
     for loop in ast.walk(fn.node):
@@ -122,25 +124,29 @@ def _enclosing_loop(fn: FunctionInfo, node: ast.AST, name: ast.expr) -> ast.expr
     return found
 
 
-def _constant_names(
-    ctx: Context, arg: ast.expr, fn: FunctionInfo, depth: int = 0, *, iterable: bool = False
-) -> dict[str, None]:
+_NAME_BUDGET = 64  # expressions visited per reflection call
+
+
+def _constant_names(ctx: Context, arg: ast.expr, fn: FunctionInfo, *, iterable: bool = False) -> list[str]:
     """Attribute names a reflection call may use: string constants the value flow connects to `arg` (a literal,
     a local or module/class constant, a loop variable over a tuple of them, a parameter its callers fill); with
-    `iterable`, the constants among the items of `arg`."""
-    if iterable:
-        out: dict[str, None] = {}  # ordered: findings follow the constants' order
-        for src, where in ctx.prov.flow.element_sources(arg, fn)[:16]:
-            out.update(_constant_names(ctx, src, where, depth + 1))
-        return out
-    if isinstance(arg, ast.Constant):
-        return {arg.value: None} if isinstance(arg.value, str) else {}
-    if depth > 6 or not isinstance(arg, ast.Name | ast.Attribute | ast.Subscript):
-        return {}
-    out = {}
-    for src, where in ctx.prov.flow.sources(arg, fn)[:16]:
-        out.update(_constant_names(ctx, src, where, depth + 1))
-    return out
+    `iterable`, the constants among the items of `arg`. In the order found, each once."""
+    flow = ctx.prov.flow
+    start = flow.element_sources(arg, fn) if iterable else [(arg, fn)]
+    stack = list(reversed(start[:16]))
+    seen: set[int] = set()
+    out: dict[str, None] = {}
+    while stack and len(seen) < _NAME_BUDGET:
+        expr, where = stack.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        if isinstance(expr, ast.Constant):
+            if isinstance(expr.value, str):
+                out[expr.value] = None
+        elif isinstance(expr, ast.Name | ast.Attribute | ast.Subscript):
+            stack.extend(reversed(flow.sources(expr, where)[:16]))
+    return list(out)
 
 
 def _dict_owner(expr: ast.expr) -> ast.expr | None:
