@@ -40,22 +40,21 @@ class GraphBufferWrittenElsewhere(Rule):
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
         ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
-        through slices, views, local aliases, ``self.<attr>`` (in a method of a base class or mixin, also the
-        attribute of each subclass that inherits it), module globals, other objects' attributes
-        (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
-        (``metadata.kv_indptr`` returning ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor
-        parameters (a backend built with ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own
-        private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
-        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method
-        but ``resize_``, a reallocation that FC107 reports,
-        ``out=buf``, ``buf += ...``, a launch of a project
-        ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through
-        a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
-        binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
-        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
-        call that plans) is reported, and a write before it is the required pattern. Each write is reported once: at the
-        line that writes when its function is itself reported there, else at the call (a helper that writes its
-        parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
+        through slices, views, local aliases, ``self.<attr>`` (in a method of a base class or mixin, also the attribute
+        of each subclass that inherits it), module globals, other objects' attributes (``self.backend.kv_indptr``),
+        ``@property`` getters that return the buffer or a view of it (``metadata.kv_indptr`` returning
+        ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
+        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
+        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
+        reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
+        ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
+        ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
+        reported, and a write before it is the required pattern. Each write is reported once: at the line that writes
+        when its function is itself reported there, else at the call (a helper that writes its parameter, a replay-prep
+        helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
