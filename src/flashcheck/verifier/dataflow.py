@@ -1,6 +1,7 @@
 """Where storage comes from: the persistent buffer an expression views, and the allocation that made it.
 
-Both follow slices, views, local aliases, ``self.<attr>`` assignments anywhere in the class (and its bases),
+Both follow slices, views, local aliases, ``self.<attr>`` assignments anywhere in the class (and its bases; in a
+method of a base class or mixin, ``self.<attr>`` is also the attribute of each subclass that inherits it),
 module globals and, given the project, other objects' attributes whose type is known (``self.backend.kv_indptr``
 is the backend class's ``self.kv_indptr``) and ``self.x = other.y`` aliases. `allocations` also follows project
 functions that return an allocation (factories, ``lru_cache``'d getters) and caches (``_CACHE[key] = torch.empty``).
@@ -24,6 +25,7 @@ __all__ = [
     "allocations",
     "arg_for_param",
     "owner",
+    "param_storage_keys",
     "storage_keys",
     "with_bases",
 ]
@@ -94,18 +96,48 @@ def storage_keys(
             if via_property:
                 return via_property
         text = ast.unparse(root)
-        keys = [("self", c.qualname, text) for c in with_bases(cls)]
+        # self in a method of a base class or mixin is also an instance of each subclass that inherits it
+        keys = [("self", c.qualname, text) for c in [*with_bases(cls), *_descendants(cls)]]
         if project is not None and isinstance(root, ast.Attribute) and depth < 3:
             for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
                 for v, where in c.attr_assigns.get(root.attr, []):
                     if isinstance(v, ast.Attribute) and not _is_allocation(v):
                         keys.extend(storage_keys(v, where, depth + 1, project, typer))
+                    else:  # self.kv_indptr = kv_indptr_row: what the constructor's callers pass (a row of theirs)
+                        keys.extend(param_storage_keys(v, where, depth, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = typer(root.value, fn) if typer is not None else None
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def param_storage_keys(
+    value: ast.expr, fn: FunctionInfo, depth: int, project: Project, typer: Typer | None
+) -> list[Key]:
+    """Keys of the storage a parameter (or a view of one) holds: the arguments the project's callers pass."""
+    root = storage_root(value)
+    if not isinstance(root, ast.Name) or root.id not in fn.params or root.id in fn.local_assigns:
+        return []
+    keys: list[Key] = []
+    for caller, call in project.callers(fn)[:8]:
+        arg = arg_for_param(call, fn, root.id)
+        if arg is not None:
+            keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
+    return keys
+
+
+def _descendants(cls: ClassInfo) -> list[ClassInfo]:
+    """The project classes derived from `cls`, directly or not (each once, at most 32)."""
+    out: list[ClassInfo] = []
+    stack = list(cls.subclasses)
+    while stack and len(out) < 32:
+        c = stack.pop()
+        if c not in out and c is not cls:
+            out.append(c)
+            stack.extend(c.subclasses)
+    return out
 
 
 def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:

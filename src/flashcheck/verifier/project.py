@@ -90,7 +90,7 @@ class Project(ProjectIndex):
         self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
     ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
         """What a Name/Attribute expression refers to (a function, class or module of the project)."""
-        if fn is None or depth > 6:
+        if fn is None or depth > 9:
             return None
         if isinstance(expr, ast.Name):
             scope: FunctionInfo | None = fn
@@ -131,7 +131,7 @@ class Project(ProjectIndex):
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so."""
-        if depth > 4:
+        if depth > 6:
             return None
         if isinstance(expr, ast.Name):
             if expr.id in ("self", "cls"):
@@ -140,6 +140,8 @@ class Project(ProjectIndex):
             if expr.id in fn.params:
                 return self._value_type(expr, fn, depth + 1)
             scope, values = fn, fn.local_assigns.get(expr.id, [])
+            if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
+                return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
             if not values and fn.module.body is not None:  # a module global, or one imported from a project module
                 scope, values = fn.module.body, fn.module.body.local_assigns.get(expr.id, [])
                 target = fn.module.imports.get(expr.id)
@@ -149,6 +151,8 @@ class Project(ProjectIndex):
                         scope, values = mod.body, mod.body.local_assigns.get(target.rpartition(".")[2], [])
             types = {id(t): t for v in values if (t := self._value_type(v, scope, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None
+        if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+            return self._element_type(expr.value, fn, depth)  # self.backends[0], self.by_name["decode"]
         if isinstance(expr, ast.Attribute):
             cls = self.instance_type(expr.value, fn, depth + 1)
             if cls is None:
@@ -168,7 +172,9 @@ class Project(ProjectIndex):
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if isinstance(value, ast.Call):
             target = self.resolve_def(value.func, fn, depth + 1)
-            return target if isinstance(target, ClassInfo) else None
+            if isinstance(target, ClassInfo):
+                return target
+            return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             if fn.params[value.id] is not None:
                 return self._annotation_class(fn.params[value.id], fn, depth + 1)
@@ -183,8 +189,70 @@ class Project(ProjectIndex):
             return self.instance_type(value, fn, depth + 1)
         return None
 
+    def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in
+        a local, a module global or an attribute of an object of known type)."""
+        if depth > 4:
+            return None
+        values: list[tuple[ast.expr, FunctionInfo]] = []
+        if isinstance(container, ast.Name):
+            values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
+            body = fn.module.body
+            if not values and body is not None:
+                values = [(v, body) for v in body.local_assigns.get(container.id, [])]
+        elif isinstance(container, ast.Attribute):
+            cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
+            for c in [cls, *cls.bases] if cls is not None else []:
+                values.extend(c.attr_assigns.get(container.attr, []))
+        else:
+            values = [(container, fn)]
+        items: list[tuple[ast.expr, FunctionInfo]] = []
+        for v, where in values[:8]:
+            if isinstance(v, ast.List | ast.Tuple | ast.Set):
+                items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
+            elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+                items.append((v.elt, where))
+            elif isinstance(v, ast.Dict):
+                items.extend((e, where) for e in v.values)
+            elif isinstance(v, ast.DictComp):
+                items.append((v.value, where))
+        return self._same_class([self._value_type(e, where, depth + 1) for e, where in items[:16]])
+
+    @staticmethod
+    def _same_class(types: list[ClassInfo | None]) -> ClassInfo | None:
+        """The class when every entry names the same one (None when one is unknown or they differ)."""
+        found = {id(t): t for t in types if t is not None}
+        return next(iter(found.values())) if len(found) == 1 and None not in types else None
+
+    def _class_held(
+        self, func: ast.expr, fn: FunctionInfo, depth: int, target: FunctionInfo | ClassInfo | ModuleInfo | None
+    ) -> ClassInfo | None:
+        """The class a called expression holds: an attribute assigned a class (``state_class = StateInfo`` in the
+        class body, ``self.meta_cls = Metadata``), or a call of a factory whose returns all name one class
+        (``state_class_for(cfg)()``); None when the values disagree or are not classes."""
+        if depth > 4:
+            return None
+        values: list[tuple[ast.expr, FunctionInfo]] = []
+        if isinstance(func, ast.Attribute) and target is None:
+            cls = self.instance_type(func.value, fn, depth + 1)
+            for c in [cls, *cls.bases] if cls is not None else []:
+                values.extend(c.attr_assigns.get(func.attr, []))
+        elif isinstance(func, ast.Call):  # factory()(...)
+            factory = self.resolve_def(func.func, fn, depth + 1)
+            if isinstance(factory, FunctionInfo):
+                values = [(r, factory) for r in factory.returns]
+        found: dict[int, ClassInfo] = {}
+        for v, where in values[:8]:
+            if isinstance(v, ast.Constant) and v.value is None:
+                continue
+            t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
+            if not isinstance(t, ClassInfo):
+                return None
+            found[id(t)] = t
+        return next(iter(found.values())) if len(found) == 1 else None
+
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
-        if ann is None or depth > 6:
+        if ann is None or depth > 9:
             return None
         if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
             try:

@@ -55,7 +55,11 @@ class HostSyncInHotPath(Rule):
         ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
         names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
         ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
-        sit around the capture, not inside it).
+        sit around the capture, not inside it). A function that is itself a capture root (by ``capture-paths`` or
+        the default ``capture`` pattern) is judged as capture code even when a per-step root also calls it (a
+        ``forward`` that captures each new batch size on first sight): its device-to-host reads are reported, its
+        ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a per-step root
+        reaches them.
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -92,12 +96,16 @@ class HostSyncInHotPath(Rule):
     """
 
     def check(self, ctx: Context) -> None:
+        # A capture root is capture code even where a per-step root also reaches it (an engine's forward that
+        # captures a batch size on first sight): its synchronize() calls sit around the capture it makes.
+        capture_roots = {r.fn for r in ctx.hot.roots if r.kind == "capture"}
         step = ctx.hot.reach("step")
         for fn in step:
-            self._check_fn(ctx, fn, step, "step")
+            if fn not in capture_roots:
+                self._check_fn(ctx, fn, step, "step")
         capture = ctx.hot.reach("capture")
         for fn in capture:
-            if fn not in step:
+            if fn not in step or fn in capture_roots:
                 self._check_fn(ctx, fn, capture, "capture")
 
     def _check_fn(self, ctx: Context, fn: FunctionInfo, reach: dict[FunctionInfo, Hop], kind: RootKind) -> None:

@@ -26,7 +26,8 @@ class FlashinferPrivateAttribute(Rule):
         Reads and writes of FlashInfer's private state from outside FlashInfer: ``_plan_info``,
         ``_cached_module``, ``_int_workspace_buffer``, ``_float_workspace_buffer``, ``_paged_kv_indptr_buf``,
         ``_use_cuda_graph``, ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
-        ``getattr``/``setattr``/``hasattr`` with a literal name or a loop variable over a literal tuple, and through
+        ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a
+        local, module or class constant, a loop variable over a tuple of them, also a module-level tuple), and through
         ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are
         reported only on a receiver that is a wrapper (by dataflow from its constructor, or named ``*wrapper*``),
         also a parameter of a shim of any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or
@@ -71,7 +72,10 @@ class FlashinferPrivateAttribute(Rule):
                     self._check(ctx, fn, attr, attr.value, attr.attr)
             for call in fn.calls:
                 if isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and len(call.args) >= 2:
-                    for name in _literal_names(call.args[1], fn):
+                    arg = call.args[1]
+                    loop = _enclosing_loop(fn, call, arg)  # the loop this call runs in, not every loop of `name`
+                    names = _constant_names(ctx, arg if loop is None else loop, fn, iterable=loop is not None)
+                    for name in names:
                         self._check(ctx, fn, call, call.args[0], name)
             for sub in fn.subscripts:  # vars(w)["_plan_info"], w.__dict__["_plan_info"]
                 key = sub.slice
@@ -101,17 +105,48 @@ class FlashinferPrivateAttribute(Rule):
         )
 
 
-def _literal_names(arg: ast.expr, fn: FunctionInfo) -> list[str]:
-    """Attribute names a reflection call uses: a literal, or a loop variable over a literal tuple/list."""
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return [arg.value]
-    if isinstance(arg, ast.Name):
-        out: list[str] = []
-        for it in fn.loop_vars.get(arg.id, []):
-            if isinstance(it, ast.Tuple | ast.List | ast.Set):
-                out.extend(e.value for e in it.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-        return out
-    return []
+def _enclosing_loop(fn: FunctionInfo, node: ast.AST, name: ast.expr) -> ast.expr | None:
+    """The iterable of the innermost ``for name in ...`` of `fn` whose body holds `node`."""
+    if not isinstance(name, ast.Name) or name.id not in fn.loop_vars:
+        return None
+    if len(fn.loop_vars[name.id]) == 1:  # one loop (or comprehension) binds the name
+        return fn.loop_vars[name.id][0]
+    line = getattr(node, "lineno", 0)
+    found: ast.expr | None = None
+    for loop in ast.walk(fn.node):
+        if (
+            isinstance(loop, ast.For | ast.AsyncFor)
+            and isinstance(loop.target, ast.Name)
+            and loop.target.id == name.id
+            and loop.body[0].lineno <= line <= (loop.body[-1].end_lineno or 0)
+        ):
+            found = loop.iter  # ast.walk is breadth-first: a later match is nested deeper
+    return found
+
+
+_NAME_BUDGET = 64  # expressions visited per reflection call
+
+
+def _constant_names(ctx: Context, arg: ast.expr, fn: FunctionInfo, *, iterable: bool = False) -> list[str]:
+    """Attribute names a reflection call may use: string constants the value flow connects to `arg` (a literal,
+    a local or module/class constant, a loop variable over a tuple of them, a parameter its callers fill); with
+    `iterable`, the constants among the items of `arg`. In the order found, each once."""
+    flow = ctx.prov.flow
+    start = flow.element_sources(arg, fn) if iterable else [(arg, fn)]
+    stack = list(reversed(start[:16]))
+    seen: set[int] = set()
+    out: dict[str, None] = {}
+    while stack and len(seen) < _NAME_BUDGET:
+        expr, where = stack.pop()
+        if id(expr) in seen:
+            continue
+        seen.add(id(expr))
+        if isinstance(expr, ast.Constant):
+            if isinstance(expr.value, str):
+                out[expr.value] = None
+        elif isinstance(expr, ast.Name | ast.Attribute | ast.Subscript):
+            stack.extend(reversed(flow.sources(expr, where)[:16]))
+    return list(out)
 
 
 def _dict_owner(expr: ast.expr) -> ast.expr | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashcheck.verifier.astutil import dotted, is_in_place_method, kwarg, storage_root
-from flashcheck.verifier.dataflow import Key, storage_keys
+from flashcheck.verifier.dataflow import Key, param_storage_keys, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
@@ -18,6 +18,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
+from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -39,18 +40,21 @@ class GraphBufferWrittenElsewhere(Rule):
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
         ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
-        through slices, views, local aliases, ``self.<attr>``, module globals, other objects' attributes
-        (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
-        (``metadata.kv_indptr`` returning ``self._kv_indptr``) and ``self.x = other.y`` aliases; the wrapper's own
-        private buffers (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage
-        (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``out=buf``, ``buf += ...``, a launch of a project
-        ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through
-        a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in the
-        binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
-        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
-        call that plans) is reported, and a write before it is the required pattern. Each write is reported once: at the
-        line that writes when its function is itself reported there, else at the call (a helper that writes its
-        parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
+        through slices, views, local aliases, ``self.<attr>`` (in a method of a base class or mixin, also the attribute
+        of each subclass that inherits it), module globals, other objects' attributes (``self.backend.kv_indptr``),
+        ``@property`` getters that return the buffer or a view of it (``metadata.kv_indptr`` returning
+        ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
+        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
+        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
+        reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
+        ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
+        ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
+        reported, and a write before it is the required pattern. Each write is reported once: at the line that writes
+        when its function is itself reported there, else at the call (a helper that writes its parameter, a replay-prep
+        helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -91,8 +95,13 @@ class GraphBufferWrittenElsewhere(Rule):
                 cls_name = wrapper_class_of_call(call, fn)
                 if cls_name is None or graph_mode(call, cls_name) is not True:
                     continue
+                bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}
                 for param, expr in wrapper_buffer_args(call, cls_name):
-                    for key in storage_keys(expr, fn, project=ctx.project, typer=ctx.prov.flow.instance_type)[:1]:
+                    typer = ctx.prov.flow.instance_type
+                    keys = storage_keys(expr, fn, project=ctx.project, typer=typer)
+                    keys = keys or param_storage_keys(expr, fn, 0, ctx.project, typer)  # a constructor's parameter
+                    # the buffer itself and the storage it aliases (a caller's row), not the same name in bases
+                    for key in keys[:1] + [k for k in keys[1:] if k[1] not in bases]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
         if not bindings:
             return
@@ -361,8 +370,10 @@ def _writes(fn: FunctionInfo) -> list[tuple[ast.AST, ast.expr]]:
             elif isinstance(a, ast.AugAssign):
                 out.append((a, t))
     for call in fn.calls:
-        if isinstance(call.func, ast.Attribute) and is_in_place_method(call.func.attr):
-            out.append((call, call.func.value))
+        f = call.func
+        # resize_ reallocates rather than writes: FC107 reports it on per-step and replay paths
+        if isinstance(f, ast.Attribute) and is_in_place_method(f.attr) and f.attr != "resize_":
+            out.append((call, f.value))
         o = kwarg(call, "out")
         if o is not None:
             out.append((call, o))
