@@ -53,6 +53,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "sglang_async_registry",
         "sglang_multistep_draft",
     ),
+    "batch 4": (
+        "sglang_fi_mla_enum",
+        "vllm_input_batch",
+        "trtllm_graph_ctx",
+        "lmdeploy_fi_graph",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
