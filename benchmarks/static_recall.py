@@ -200,9 +200,10 @@ def render(doc: dict[str, Any]) -> str:
         "the analysis, by someone who reads the rule pages but not the analysis; a batch measures recall on unseen",
         "code until its misses guide a change. Batch 2 was measured blind in the run `blind (batch 2 unseen)`, and",
         "its misses guided the fixes that followed; batch 3 was written after those fixes and measured blind in",
-        "`blind (batch 3 unseen)`, the latest estimate for code the analysis has not seen; its misses then guided the",
-        "fixes measured in `current`. Every run is measured over every batch, so a row shows what a later batch would",
-        "have found at that commit.",
+        "`blind (batch 3 unseen)`; its misses guided the fixes that followed; batch 4 was written after those and",
+        "measured blind in `blind (batch 4 unseen)`, the latest estimate for code the analysis has not seen (one of",
+        "its labels was corrected after its writer saw the output: a line that read no data, marked as a sync). Every",
+        "run is measured over every batch, so a row shows what a later batch would have found at that commit.",
         "",
         "| run | date | commit | engine recall | engine near-miss FP | held-out recall | held-out near-miss FP "
         "| all fixtures recall | all fixtures near-miss FP |",
