@@ -10,11 +10,11 @@ and the load average is recorded before and after. Writes ``reports/raw/static_s
 ``reports/static-speed.md``. Timed assertions do not belong in tests; this script only measures.
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_speed.py [PATH ...] [--repeat N] [--jobs N]
-        [--before-src DIR --before-label REV]
+        [--before REV]
 
-``--before-src`` adds a column for an older verifier (``git archive REV src | tar -x -C /tmp/before``, then
-``--before-src /tmp/before/src``), run the same number of times in between, so a change is measured against its
-base under the same load.
+``--before REV`` adds a column for the verifier of commit REV of this repository (its ``src/``, unpacked with
+``git archive`` into a temporary directory), run the same number of times in between, so a change is measured
+against its base under the same load.
 """
 
 from __future__ import annotations
@@ -106,11 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--repeat", type=int, default=2, help="runs per tool (the best one is reported)")
     ap.add_argument("--jobs", type=int, default=0, help="flashcheck's processes (default 0: one per CPU)")
-    ap.add_argument("--before-src", help="the src directory of an older flashcheck to run alongside (no cache)")
-    ap.add_argument("--before-label", default="before", help="what to call it in the report (a commit)")
+    ap.add_argument("--before", metavar="REV", help="a commit whose verifier runs alongside (no cache)")
     ap.add_argument("--json", default=str(ROOT / "reports" / "raw" / "static_speed.json"))
     ap.add_argument("--md", default=str(ROOT / "reports" / "static-speed.md"))
     args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="flashcheck-before-") as before_dir:
+        if args.before:
+            archive = subprocess.run(["git", "archive", args.before, "src"], cwd=ROOT, capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", before_dir], input=archive.stdout, check=True)
+        args.before_src = str(Path(before_dir) / "src") if args.before else None
+        args.before_label = args.before
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
     paths = args.paths or [torch_sources()]
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     load_before = os.getloadavg()
