@@ -166,6 +166,32 @@ def test_what_is_not_a_regular_file_is_never_replaced(tmp_path: Path) -> None:
     assert a_file.read_text() == "not a directory"
 
 
+def test_only_regular_files_are_read_as_entries_and_no_link_is_written_through(tmp_path: Path) -> None:
+    """A FIFO where an entry goes would block a plain read forever, and a link would be read through: both are
+    misses. A link where the cache's own directory goes turns the cache off rather than writing through it."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("def check(n):\n    assert n > 0\n")
+    cache = tmp_path / "cache"
+    key = cache_key((project / "a.py").read_bytes(), "a", False)
+    where = SummaryCache(cache).path(key)
+    where.parent.mkdir(parents=True)
+    os.mkfifo(where)
+    assert SummaryCache(cache).get(key) is None  # returns at once: the FIFO is not opened for a blocking read
+    assert len(findings(project, cache_dir=str(cache))) == 1
+    where.unlink()
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"anything")
+    where.symlink_to(decoy)
+    assert SummaryCache(cache).get(key) is None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    linked = tmp_path / "linked-cache"
+    linked.symlink_to(elsewhere, target_is_directory=True)
+    assert len(findings(project, cache_dir=str(linked))) == 1
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link
+
+
 def test_an_unwritable_cache_is_only_slower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = engine(tmp_path)
     plain = findings(project)

@@ -69,13 +69,10 @@ class _Handle:
         self.status = "starting"
         self.job: Job | None = None
         self.scenario: Scenario | None = None
-        self.began = False
-        self.executed = 0
-        self.last_event = time.monotonic()
+        self.began, self.executed, self.last_event = False, 0, time.monotonic()
         self.leash = 1.0  # the step in flight may take this many step timeouts (a worker's first of its kind)
         self.hung = self.poisoned = self.asked_to_stop = self.setup_failed = self.stop_killed = False
-        self.target_name = ""  # the name the target reports findings under (its spec may differ)
-        self.steps_session = 0
+        self.target_name, self.steps_session = "", 0  # the name findings use (its spec may differ), steps run
         self.window: collections.deque[tuple[float, int]] = collections.deque(maxlen=64)
 
     def send(self, cmd: dict[str, Any]) -> None:

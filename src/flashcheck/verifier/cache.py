@@ -87,11 +87,21 @@ class SummaryCache:
         reader's to detect; it calls `put` again)."""
         if not self.enabled:
             return None
+        try:  # never follow a link, never block on a FIFO: only a regular file is an entry
+            fd = os.open(self.path(key), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return None
         try:
-            with open(self.path(key), "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(fd, "rb") as f:
+                fd = -1
                 data = f.read()
         except OSError:
             return None
+        finally:
+            if fd >= 0:
+                os.close(fd)
         if not data.startswith(_MAGIC):
             return None
         return data[len(_MAGIC) :]
@@ -135,11 +145,12 @@ class SummaryCache:
             return self.enabled
         self._prepared = True
         try:
-            if self.root.exists() and not self.root.is_dir():
-                self.enabled = False
-                return False
             fresh = not self.root.exists()
-            self.dir.mkdir(parents=True, exist_ok=True)
+            for d in (self.root, self.dir):
+                d.mkdir(parents=True, exist_ok=True)
+                if not stat.S_ISDIR(os.lstat(d).st_mode):
+                    self.enabled = False  # a file or a link where the cache's directories go: never written through
+                    return False
             if fresh:
                 for name, text in (("CACHEDIR.TAG", _TAG), (".gitignore", b"# created by flashcheck static\n*\n")):
                     p = self.root / name

@@ -246,7 +246,8 @@ def _slice_bounds(
 
 
 _FORMATTERS = frozenset({"str", "repr", "print", "format"})
-_FORMAT_MARKS = ('f"', "f'", 'F"', "F'", "%", "str(", "repr(", "print(", "format(")
+# prefixes of f-strings (``rf"`` contains ``f"``), the % operator and the formatting builtins
+_FORMAT_MARKS = ('f"', "f'", 'F"', "F'", 'r"', "r'", 'R"', "R'", "%", "str(", "repr(", "print(", "format(")
 
 
 def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
@@ -285,8 +286,11 @@ def _comprehension_ifs(fn: FunctionInfo) -> list[ast.expr]:
     if isinstance(node, ast.Module):
         return []
     lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
-    if not any(" for " in line and " if " in line for line in lines):
-        return []
+    if not (
+        any(" for " in line for line in lines)
+        and any(" if " in line or line.lstrip().startswith("if ") for line in lines)
+    ):
+        return []  # no comprehension with a condition can be here (it may span lines): skip the walk
     out: list[ast.expr] = []
     stack: list[ast.AST] = list(node.body)
     while stack:
