@@ -247,7 +247,10 @@ def _slice_bounds(
 
 _FORMATTERS = frozenset({"str", "repr", "print", "format"})
 # prefixes of f-strings (``rf"`` contains ``f"``), the % operator and the formatting builtins
-_FORMAT_MARKS = ('f"', "f'", 'F"', "F'", 'r"', "r'", 'R"', "R'", "%", "str(", "repr(", "print(", "format(")
+_FORMAT_MARKS = (
+    *(p + q for p in ("f", "F", "fr", "fR", "Fr", "FR") for q in ('"', "'")),
+    *("%", "str(", "repr(", "print(", "format("),
+)
 
 
 def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
