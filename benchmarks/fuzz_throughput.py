@@ -29,7 +29,8 @@ def _sync(device: str) -> None:
 
 
 def bench_driver(target: str, device: str, layers: str, seconds: float, seed: int) -> dict[str, Any]:
-    """Bulk-numpy scenarios (captures, replays below buckets, eager steps) through the Driver: every property."""
+    """Bulk-numpy scenarios (captures, replays below buckets, eager steps) through the Driver: every property. Each
+    step is submitted before the previous one settles (`Driver.submit`), as the session and worker loops run them."""
     from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.known import split_known
     from flashcheck.session import open_session
@@ -50,10 +51,10 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
             if i % _CHUNK == 0:
                 steps = random_steps(drv.cap, _CHUNK, seed + i, capture_first=False)
             step = steps[i % _CHUNK]
-            r = drv.execute(step, i)
-            unexpected, documented = split_known(r.findings, drv.target.name)
-            findings += len(unexpected)
-            known += len(documented)
+            for _, r in drv.submit(step, i):  # the step before settles while this one is prepared
+                unexpected, documented = split_known(r.findings, drv.target.name)
+                findings += len(unexpected)
+                known += len(documented)
             bs.append(len(step.kv_lens))
             kv.append(sum(step.kv_lens))
             ops[step.op] += 1
@@ -62,6 +63,10 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
                 now = time.perf_counter()
                 windows.append(round(250 / (now - t_win), 1))
                 t_win = now
+        for _, r in drv.finish():
+            unexpected, documented = split_known(r.findings, drv.target.name)
+            findings += len(unexpected)
+            known += len(documented)
         _sync(device)
         dt = time.perf_counter() - t0
     n = i - n_warm

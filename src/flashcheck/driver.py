@@ -14,14 +14,10 @@ queued device work as in an overlapped scheduler.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from flashcheck.batch import BatchSpec
 from flashcheck.campaign.checks import WORKER_CRASHED
@@ -31,6 +27,7 @@ from flashcheck.campaign.checks import WORKER_CRASHED
 # imported but leaves the package's attribute); its properties then declare the phases of a `Phase` class that is no
 # longer this module's, and no property would ever run
 from flashcheck.catalogue import CHECKS, PROPERTIES, properties
+from flashcheck.deferred import Pending, Transfer
 from flashcheck.errors import (
     ContextPoisoned,
     EnvironmentUnavailable,
@@ -40,17 +37,17 @@ from flashcheck.errors import (
 )
 from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding, Location
-from flashcheck.layout import PaddingPolicy, PagedLayout, build_paged_layout
 from flashcheck.pressure import AsyncPressure
-from flashcheck.properties.phases import AfterPlan, BeforeReplay, Compare, OnOutput, Phase
+from flashcheck.properties.phases import Phase
 from flashcheck.rundir import Sample
 from flashcheck.runtime.api import CheckerLike, Region
 from flashcheck.runtime.checks.workspace import WORKSPACE_WITHIN_BOUNDS
 from flashcheck.runtime.hooks import PRESETS
 from flashcheck.scenario import Step, StepResult
+from flashcheck.step_ops import StepOps, _TargetRaised
 from flashcheck.targets.classify import TARGET_RAISED, classify_exception, finding_from_exception
 from flashcheck.targets.protocol import Target, TargetEnv
-from flashcheck.watchdog import STEP_HUNG, StepHung, Watchdog, hang_finding
+from flashcheck.watchdog import STEP_HUNG, StepHung, Watchdog
 
 __all__ = ["Driver", "checks_run"]
 
@@ -61,7 +58,6 @@ _NO_PHASE = {
     Phase.COMPARE: "the target captures no CUDA graphs and the session does not compare with the reference",
 }
 
-_POOL_ROWS, _POOL_SLACK = 2048, 512  # query pool: rows for the largest batch (capped) + room for distinct windows
 WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a process, times this
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
@@ -92,8 +88,9 @@ def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: boo
     return sorted(ids)
 
 
-class Driver:
-    """Runs steps against a target under a checker. Create, `setup()`, then `execute()` each step.
+class Driver(StepOps):
+    """Runs steps against a target under a checker. Create, `setup()`, then `execute()` each step, or `submit()`
+    each and `finish()` at the end, to let the host prepare a step while the device finishes the one before.
 
     Args:
         target: the code under test.
@@ -149,6 +146,7 @@ class Driver:
         self._q_pool: Any = None
         self._graphed_ref: Any = None
         self._exercised = Exercised()
+        self._pending: Pending | None = None
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -187,6 +185,8 @@ class Driver:
 
     def reset_example(self) -> None:
         """Forget captured graphs' plan_info and pending detector events (a new fuzz example starts)."""
+        if self._pending is not None:
+            raise InvalidArgument("reset_example() while a submitted step is pending: call finish() first")
         self.captured.clear()
         with self.checker.checker_read():
             self.checker.drain_findings()
@@ -230,49 +230,28 @@ class Driver:
         return out.merged()
 
     def close(self) -> None:
-        """The end of the session: stop the step watchdog and remove its hang file."""
+        """The end of the session: stop the step watchdog and remove its hang file (a step still pending is not
+        read: call `finish` first)."""
+        self._pending = None
         if self._watchdog is not None:
             self._watchdog.close()
 
     # ---- one step --------------------------------------------------------------------------------------------
-    def spec_for(self, step: Step) -> BatchSpec:
-        return self.cap.template.with_lengths(step.qo_lens, step.kv_lens)
-
-    def layout_for(self, step: Step, pad_to: int | None = None, spec: BatchSpec | None = None) -> PagedLayout:
-        spec = spec or self.spec_for(step)
-        pad = pad_to if pad_to is not None and pad_to > spec.batch_size else None
-        return build_paged_layout(
-            spec,
-            num_pages=self.cap.max_pages,
-            allocator=step.allocator if self.cap.paged else "contiguous",
-            pad_to=pad,
-            padding=self.cap.padding if pad else PaddingPolicy.NONE,
-            seed=step.seed,
-        )
-
-    def queries(self, spec: BatchSpec, seed: int) -> Any:
-        """Query rows for a batch: a seeded window of a random pool made once per session on the device (no
-        per-step RNG or host-to-device copy). The rows depend only on the session seed, the capacity and `seed`."""
-        torch = self._torch
-        rows = spec.total_qo
-        shape = (spec.num_qo_heads, spec.head_dim_qk)
-        dtype = getattr(torch, spec.q_dtype)
-        n = min(self.cap.max_total_qo, _POOL_ROWS) + _POOL_SLACK
-        if rows > n:  # a batch larger than the pool: draw it directly
-            gen = torch.Generator(device="cpu").manual_seed(seed ^ 0x5EED)
-            return torch.randn((rows, *shape), generator=gen).to(dtype).to(self.device)
-        pool = self._q_pool
-        if pool is None or tuple(pool.shape[1:]) != shape or pool.dtype != dtype:
-            gen = torch.Generator(device="cpu").manual_seed(self.seed ^ 0x5EED)
-            pool = torch.randn((n, *shape), generator=gen).to(dtype).to(self.device)
-            self._q_pool = pool
-        start = int(np.random.default_rng(seed & 0xFFFFFFFF).integers(0, n - rows + 1))
-        return pool[start : start + rows].clone()
-
     def execute(self, step: Step, index: int) -> StepResult:
-        """Run one step and check it. Raises `ContextPoisoned` once a fault or hang left the process unusable,
-        `EnvironmentUnavailable` for an explicit environment cause, `InvalidArgument` for a step outside the
-        target's capacity; every error of the code under test is a finding in the result."""
+        """Run one step and check it, and return its result. Raises `ContextPoisoned` once a fault or hang left the
+        process unusable, `EnvironmentUnavailable` for an explicit environment cause, `InvalidArgument` for a step
+        outside the target's capacity; every error of the code under test is a finding in the result."""
+        if self._pending is not None:
+            raise InvalidArgument("execute() while a submitted step is pending: call finish() first")
+        done = self.submit(step, index) + self.finish()
+        return done[-1][1]
+
+    def submit(self, step: Step, index: int) -> list[tuple[int, StepResult]]:
+        """Start step `index` and return the results this call completed, in step order: the step submitted before
+        it, which settles once this one's host preparation is done (`flashcheck.deferred`), and this one only if it
+        ended at once (a step outside the target's input contract). `finish` returns the rest. When settling the
+        earlier step poisoned the process, this step does not run: its result is absent and `poisoned` is set.
+        Raises like `execute`."""
         if self.poisoned:
             raise ContextPoisoned(
                 f"{self.target.name}: an earlier step faulted or hung and left this process unusable; restart it"
@@ -283,35 +262,110 @@ class Driver:
         padded = spec.batch_size if step.op == "eager" else self._bucket(step, spec)
         contract = self._input_contract(spec)
         if contract is not None:  # the target declared this input outside its contract: a skip, counted
-            return StepResult([], None, rejected=contract)
+            return [*self.finish(), (index, StepResult([], None, rejected=contract))]
+        # host preparation, while the device may still run the previous step's checks
+        layout = self.layout_for(step, pad_to=None if step.op == "eager" else padded, spec=spec)
+        q = self.queries(spec, step.seed)
+        done = self.finish()
+        if self.poisoned:
+            return done
         loc = Location(target=self.target.name, step=index, step_name=name)
         self._last_region = None
-        findings: list[Finding] = []
-        usage: dict[str, tuple[int, int]] = {}
         # the first step of each kind in a process pays for lazy imports and kernel JIT compiles: a longer leash
         warm = warms_up(step.op)
         _WARMED.add(step.op)
+        label = f"step {index} ({name}) of {self.target.name}"
+        pending = Pending(index, name, label, warm, loc, step.op, spec, padded, [], None)
+        self._pending = pending
+
+        def launch() -> list[Finding]:
+            try:
+                if step.op == "eager":
+                    found = self._eager(spec, index, name, loc, layout, q)
+                elif step.op == "capture":
+                    found = self._capture(step, spec, padded, index, name, loc, layout, q)
+                else:
+                    found = self._replay(step, spec, padded, index, name, loc, layout, q)
+            except _TargetRaised as raised:
+                found = [self._target_error(raised.exc, loc)]
+            if not self.poisoned:  # the step's one transfer: the arena scan and the comparisons' screens
+                with self.checker.checker_read():
+                    pending.probe = self.checker.arena.probe()
+                    flags = [f for s in pending.screens for f in s.flags if f is not None]
+                    pending.transfer = Transfer(self._torch, [*pending.probe.results, *flags])
+            return found
+
+        pending.findings = self._guarded(label, warm, loc, launch)
+        pending.last_region = self._last_region
+        self.steps_run += 1
+        return done
+
+    def finish(self) -> list[tuple[int, StepResult]]:
+        """Settle the submitted step, if any: read its device-side checks and return its result."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return []
+        if p.transfer is not None and not self.poisoned:
+            self._last_region = p.last_region
+            p.findings += self._guarded(p.label, p.warm, p.loc, lambda: self._settle(p))
+        findings = self._merge_detector_findings(p.findings, p.index, p.name)
+        sample = Sample(
+            t=time.perf_counter() - self.t0,
+            step=p.index,
+            op=p.op,
+            target=self.target.name,
+            batch_size=p.spec.batch_size,
+            padded=p.padded,
+            total_qo=p.spec.total_qo,
+            total_kv=p.spec.total_kv,
+            workspaces=p.usage,
+            findings=tuple(f.id for f in findings),
+            worker=self.worker,
+        )
+        return [(p.index, StepResult(findings, sample))]
+
+    def pending_ready(self) -> bool:
+        """Whether `finish` would return without waiting for the device (also when nothing is pending)."""
+        p = self._pending
+        return p is None or p.transfer is None or p.transfer.ready()
+
+    def _settle(self, p: Pending) -> list[Finding]:
+        """Read a step's one transfer, run the comparisons whose screen is set, then account the arena scan (scanned
+        again where an eager check ran after the probe, so that its writes are covered as before)."""
+        assert p.transfer is not None and p.probe is not None
+        found: list[Finding] = []
+        with self.checker.checker_read():
+            values = p.transfer.read()
+        n = len(p.probe.results)
+        flags = iter(values[n:])
+        rescan = False
+        for s in p.screens:
+            if any(f is None or bool(next(flags)[0]) for f in s.flags):
+                got = self._compare(s.obs)
+                rescan = rescan or (bool(got) and s.then is not None)
+                found += s.then(got) if s.then is not None else got
+            else:  # every screen ran on the device and passed: the properties were evaluated
+                self._exercised.mark(*(prop.check.id for prop in properties(Phase.COMPARE)))
+        with self.checker.checker_read():
+            if rescan or self.poisoned:
+                arena_found, p.usage = ([], {}) if self.poisoned else self.checker.arena.scan(p.index)
+            else:
+                rows = [[v[i : i + 3] for i in range(0, len(v), 3)] for v in values[:n]]
+                arena_found, p.usage = self.checker.arena.account(p.probe, rows, p.index)
+        if p.usage:
+            self._exercised.mark(WORKSPACE_WITHIN_BOUNDS.id)
+        elif not self.poisoned:
+            self._exercised.cannot_apply(WORKSPACE_WITHIN_BOUNDS.id, _NO_WORKSPACE)
+        return found + arena_found
+
+    def _guarded(self, label: str, warm: bool, loc: Location, body: Callable[[], list[Finding]]) -> list[Finding]:
+        """`body` under the step watchdog; a hang is FC252, a fault that surfaces in flashcheck's own reads is a
+        late fault of the step's last target region, any other error of flashcheck's own propagates."""
         try:
-            with self._watched(f"step {index} ({name}) of {self.target.name}", warm=warm):
-                try:
-                    if step.op == "eager":
-                        findings += self._eager(step, spec, index, name, loc)
-                    elif step.op == "capture":
-                        findings += self._capture(step, spec, padded, index, name, loc)
-                    else:
-                        findings += self._replay(step, spec, padded, index, name, loc)
-                except _TargetRaised as raised:
-                    findings.append(self._target_error(raised.exc, loc))
-                if not self.poisoned:
-                    with self.checker.checker_read():
-                        arena_findings, usage = self.checker.arena.scan(index)
-                    findings += arena_findings
-                    if usage:
-                        self._exercised.mark(WORKSPACE_WITHIN_BOUNDS.id)
-                    else:
-                        self._exercised.cannot_apply(WORKSPACE_WITHIN_BOUNDS.id, _NO_WORKSPACE)
+            with self._watched(label, warm=warm):
+                return body()
         except StepHung:
-            findings.append(self._hang(index, name))
+            return [self._hang(loc.step if loc.step is not None else -1, loc.step_name or "")]
         except FlashcheckError:
             raise
         except Exception as exc:  # surfaced in flashcheck's own reads (reference, checks, scan) after target work
@@ -319,167 +373,7 @@ class Driver:
             if not cls.poisons_context:
                 raise  # flashcheck's own bug: never disguised as a finding against the target
             self.poisoned = True
-            findings.append(self._late_fault(exc, cls, loc))
-        self.steps_run += 1
-        findings = self._merge_detector_findings(findings, index, name)
-        sample = Sample(
-            t=time.perf_counter() - self.t0,
-            step=index,
-            op=step.op,
-            target=self.target.name,
-            batch_size=spec.batch_size,
-            padded=padded,
-            total_qo=spec.total_qo,
-            total_kv=spec.total_kv,
-            workspaces=usage,
-            findings=tuple(f.id for f in findings),
-            worker=self.worker,
-        )
-        return StepResult(findings, sample)
-
-    # ---- the three operations --------------------------------------------------------------------------------
-    def _eager(self, step: Step, spec: BatchSpec, index: int, name: str, loc: Location) -> list[Finding]:
-        layout = self.layout_for(step, spec=spec)
-        q = self.queries(spec, step.seed)
-        ref = self._reference(q, layout) if self.check_reference else None  # queued first: see `_reference`
-        self.checker.arena.arm()
-        self.pressure.before_host_prep()
-        with self._call("plan", index, name):
-            self.target.plan(layout)
-        with self._call("run", index, name):
-            out = self.target.run(q)
-        found, _ = self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))
-        contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "eager", self.device, loc))
-        found += contract
-        if blocked:
-            return found
-        if ref is not None:
-            found += self._compare(out, ref, "eager vs reference", layout, loc)
-        return found
-
-    def _capture(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
-        layout = self.layout_for(step, pad_to=bucket, spec=spec)
-        q = self.queries(spec, step.seed)
-        self.checker.arena.arm()
-        with self._call("capture", index, name):
-            self.target.capture(bucket, layout, q)
-        with self.checker.checker_read(), self._call(None, index, name):
-            self.captured[bucket] = self.target.plan_info(bucket)
-        return self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))[0]
-
-    def _replay(self, step: Step, spec: BatchSpec, bucket: int, index: int, name: str, loc: Location) -> list[Finding]:
-        found: list[Finding] = []
-        if bucket not in self.captured:  # engines capture every bucket at start-up: do it implicitly
-            found += self._capture(step, spec, bucket, index, f"capture bs={bucket} (implicit)", loc)
-        layout = self.layout_for(step, pad_to=bucket, spec=spec)
-        q = self.queries(spec, step.seed)
-        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
-        # replay and the eager check; queued first (see `_reference`)
-        ref = self._reference(q, layout) if self.check_reference else None
-        self.checker.arena.arm()
-        self.pressure.before_host_prep()
-        with self._call("prepare_replay", index, name):
-            self.target.prepare_replay(bucket, layout)
-        replay_loc = Location(target=loc.target, step=index, step_name=name, region="replay")
-        with self.checker.checker_read(), self._call(None, index, name):
-            meta = self.target.graph_metadata(bucket)
-            current = self.target.plan_info(bucket)
-        before = BeforeReplay(bucket, meta, self.captured.get(bucket), current, replay_loc)
-        pre, blocked = self._properties(Phase.BEFORE_REPLAY, before)
-        found += pre
-        if blocked and not self.replay_malformed:
-            return found
-        with self._call("replay", index, name):
-            out = self.target.replay(bucket, q)
-        contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "replay", self.device, replay_loc))
-        found += contract
-        if blocked:
-            return found
-        if ref is not None and not self._compare(out, ref, "replay vs reference", layout, replay_loc):
-            return found  # the replay agrees with the fp32 reference
-        # no reference, or the replay disagrees with it: a fresh eager run of the same batch tells a replay bug
-        # ("replay vs eager") from a kernel or metadata that is wrong outside graphs too ("eager vs reference")
-        out_host = self._host(out)  # the eager run may reuse the graph's output buffer
-        eager_layout = self.layout_for(step, spec=spec)
-        with self._call("plan", index, name + " (eager check)"):
-            self.target.plan(eager_layout)
-        with self._call("run", index, name + " (eager check)"):
-            eager = self.target.run(q)
-        contract, blocked = self._properties(
-            Phase.ON_OUTPUT, OnOutput(eager, eager_layout, "eager", self.device, replay_loc)
-        )
-        found += contract
-        if blocked:
-            return found
-        found += self._compare(out_host, eager, "replay vs eager", eager_layout, replay_loc)
-        if ref is not None:
-            found += self._compare(eager, ref, "eager vs reference", eager_layout, replay_loc)
-        return found
-
-    # ---- error boundaries ------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _call(self, region: Region | None, index: int, name: str) -> Iterator[None]:
-        """Run target code inside `region`; its exceptions, and on CUDA the faults of the kernels it launched
-        (surfaced by a synchronize before the boundary closes), become `_TargetRaised`."""
-        with contextlib.ExitStack() as stack:
-            if region is not None:
-                self._last_region = (region, name)
-                stack.enter_context(self.checker.region(region, step=index, step_name=name))
-            try:
-                yield
-                self._sync()
-            except (FlashcheckError, StepHung):
-                raise
-            except Exception as exc:
-                raise _TargetRaised(exc) from exc
-
-    def _sync(self) -> None:
-        """Wait for the work just launched, as the checker's own read (never an FC201 of the target)."""
-        if self._cuda and self._torch is not None:
-            with self.checker.checker_read():
-                self._torch.cuda.synchronize()
-
-    @contextlib.contextmanager
-    def _watched(self, label: str, *, warm: bool) -> Iterator[None]:
-        if self._watchdog is None:
-            yield
-            return
-        self._watchdog.arm(label, scale=self.warm_up_scale if warm else 1.0)
-        self._exercised.mark(STEP_HUNG.id)
-        try:
-            yield
-        finally:
-            self._watchdog.disarm()
-
-    def _target_error(self, exc: Exception, loc: Location) -> Finding:
-        cls = classify_exception(exc)
-        if cls.verdict == "environment" and not self.poisoned:
-            raise EnvironmentUnavailable(f"{self.target.name}: {cls.reason}: {exc}") from exc
-        if cls.poisons_context:
-            self.poisoned = True
-        region = self._last_region[0] if self._last_region else None
-        return finding_from_exception(exc, cls, dataclasses.replace(loc, region=region))
-
-    def _late_fault(self, exc: Exception, cls: Any, loc: Location) -> Finding:
-        region, name = self._last_region or (None, loc.step_name or "")
-        f = finding_from_exception(exc, cls, dataclasses.replace(loc, region=region))
-        where = f"after `{region}` ({name})" if region else "before any target call returned"
-        return dataclasses.replace(
-            f,
-            message=f"{f.message} (surfaced in flashcheck's own reads {where})",
-            evidence={**dict(f.evidence), "surfaced": "flashcheck read", "after_region": region},
-        )
-
-    def _hang(self, index: int, name: str) -> Finding:
-        wd = self._watchdog
-        assert wd is not None
-        # the kernel may still be running, and the interrupt may have landed inside library code (an import, a
-        # lock): nothing else should run in this process
-        self.poisoned = True
-        region = self._last_region[0] if self._last_region else None
-        return hang_finding(
-            target=self.target.name, step=index, step_name=name, timeout=wd.limit, stacks=wd.stacks, region=region
-        )
+            return [self._late_fault(exc, cls, loc)]
 
     def _merge_detector_findings(self, findings: list[Finding], index: int, name: str) -> list[Finding]:
         """Add what the runtime detectors saw (the arena reports through scan() and, under a Checker, also
@@ -539,53 +433,3 @@ class Driver:
             raise InvalidArgument(
                 f"step {step.to_dict()} does not fit target {self.target.name}: {'; '.join(problems)}"
             )
-
-    # ---- reads -----------------------------------------------------------------------------------------------
-    def _host(self, x: Any) -> Any:
-        with self.checker.checker_read():
-            if hasattr(x, "detach"):
-                return x.detach().float().cpu().numpy()
-            return np.asarray(x, dtype=np.float32)
-
-    def _reference(self, q: Any, layout: PagedLayout) -> Any:
-        """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
-        CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
-        then a graph's static output, valid until the next call. A step queues it before the target's first call:
-        it depends only on the queries and the KV cache, so the device computes it while the host runs the
-        target's plan, and the output screen then waits only for the target's own kernels."""
-        from flashcheck.reference.torch_ref import paged_attention_torch
-
-        with self.checker.checker_read():
-            if not self._cuda:
-                return paged_attention_torch(q, self.k_cache, self.v_cache, layout)
-            if self._graphed_ref is None:
-                from flashcheck.reference.graphed import GraphedReference
-
-                self._graphed_ref = GraphedReference(self.k_cache, self.v_cache)
-            return self._graphed_ref(q, layout)
-
-    def _compare(self, got: Any, want: Any, what: str, layout: PagedLayout, loc: Location) -> list[Finding]:
-        """The properties of two outputs that must agree (FC303 screens on the device and copies to the host only
-        to explain a disagreement)."""
-        return self._properties(Phase.COMPARE, Compare(got, want, what, layout, loc))[0]
-
-    def _properties(self, phase: Phase, observation: object) -> tuple[list[Finding], bool]:
-        """Run every property of `phase` on `observation`, as the checker's own read (they may copy device buffers
-        to the host); also whether a blocking property found something (the step must not go on with it)."""
-        found: list[Finding] = []
-        blocked = False
-        with self.checker.checker_read():
-            for prop in properties(phase):
-                got = prop.run(observation)
-                self._exercised.mark(prop.check.id)
-                found += got
-                blocked = blocked or (prop.blocks and bool(got))
-        return found, blocked
-
-
-class _TargetRaised(Exception):
-    """Carries an exception raised by the code under test (as opposed to one of flashcheck's own)."""
-
-    def __init__(self, exc: Exception) -> None:
-        super().__init__(str(exc))
-        self.exc = exc

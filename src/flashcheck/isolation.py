@@ -15,12 +15,13 @@ import contextlib
 import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -341,26 +342,43 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
         ) as drv:
             sent = drv.exercised().to_dict()
             emit(ev="ready", pid=os.getpid(), layers=drv.layer_facts(), exercised=sent)
-            for line in sys.stdin:
+
+            def results(done: list[tuple[int, StepResult]]) -> None:
+                nonlocal sent
+                for n, (_, r) in enumerate(done, 1):
+                    exercised = drv.exercised().to_dict()
+                    changed, sent = exercised != sent, exercised
+                    last = drv.poisoned and n == len(done)  # the step that poisoned the process is the last
+                    emit(
+                        ev="result",
+                        findings=[f.to_dict() for f in r.findings],
+                        sample=r.sample.to_dict() if r.sample else None,
+                        rejected=r.rejected,
+                        poisoned=last,
+                        exercised=exercised if changed else None,
+                    )
+                    if last:
+                        out.flush()
+                        os._exit(0)  # nothing can run in this context, not even a clean teardown
+
+            def settled() -> bool:
+                # no step waiting in the pipe: send the submitted step's result once the device finished it
+                if not drv.pending_ready():
+                    return False
+                results(drv.finish())
+                return True
+
+            commands = _Lines(sys.stdin.fileno())
+            while (line := commands.next(idle=settled)) is not None:
                 cmd = json.loads(line)
                 if cmd.get("cmd") == "reset":
+                    results(drv.finish())
                     drv.reset_example()
                     emit(ev="ok")
                     continue
-                r = drv.execute(Step.from_dict(cmd["step"]), int(cmd["i"]))
-                exercised = drv.exercised().to_dict()
-                changed, sent = exercised != sent, exercised
-                emit(
-                    ev="result",
-                    findings=[f.to_dict() for f in r.findings],
-                    sample=r.sample.to_dict() if r.sample else None,
-                    rejected=r.rejected,
-                    poisoned=drv.poisoned,
-                    exercised=exercised if changed else None,
-                )
-                if drv.poisoned:
-                    out.flush()
-                    os._exit(0)  # nothing can run in this context, not even a clean teardown
+                done = drv.submit(Step.from_dict(cmd["step"]), int(cmd["i"]))  # the step before settles here
+                results(done + drv.finish() if drv.poisoned else done)
+            results(drv.finish())
     except EnvironmentUnavailable as exc:
         emit(ev="env", message=exc.reason)
     except ViolationFound as exc:  # the target's own setup raised: a finding, not an error of ours
@@ -371,6 +389,29 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
         emit(ev="error", message="".join(traceback.format_exception(exc)))
         return 4
     return 0
+
+
+class _Lines:
+    """The lines of a file descriptor, read without Python's buffering so that `select` tells whether one waits."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+
+    def next(self, idle: Callable[[], bool]) -> bytes | None:
+        """The next line (None at the end). Until one arrives, `idle` is called between waits of 0.2 ms until it
+        returns True; then the wait blocks."""
+        waiting = True
+        while b"\n" not in self.buf:
+            if waiting and not select.select([self.fd], [], [], 0.0002)[0]:
+                waiting = not idle()
+                continue
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
 
 
 def main(argv: Sequence[str] | None = None) -> int:

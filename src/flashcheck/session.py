@@ -124,20 +124,26 @@ def run_scenario(
     target: Target | None = None,
     async_pressure_us: float | None = None,
 ) -> list[StepResult]:
-    """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result."""
+    """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result. Each step
+    settles while the next is prepared (`Driver.submit`): `on_step` sees a result then, in step order."""
     results: list[StepResult] = []
     tgt: str | Target = target if target is not None else scenario.target
     cfg = None if target is not None else scenario.target_config
     with open_session(
         tgt, config=cfg, device=device, layers=layers, seed=scenario.seed, async_pressure_us=async_pressure_us
     ) as drv:
+
+        def take(done: list[tuple[int, StepResult]]) -> None:
+            for i, r in done:
+                results.append(r)
+                if on_step is not None:
+                    on_step(i, r)
+
         for i, step in enumerate(scenario.steps):
             if stop_at is not None and i > stop_at:
                 break
-            r = drv.execute(step, i)
-            results.append(r)
-            if on_step is not None:
-                on_step(i, r)
+            take(drv.submit(step, i))  # the step before settles while this one is prepared
             if drv.poisoned:  # a fault or hang was reported; nothing after it can run in this process
                 break
+        take(drv.finish())
     return results

@@ -148,7 +148,7 @@ def test_output_finding_names_the_output_and_its_region(what: str, region: str) 
 
 torch = pytest.importorskip("torch")
 
-from flashcheck.properties.equivalence import ON_COMPARE, _violates, tolerance_for  # noqa: E402
+from flashcheck.properties.equivalence import ON_COMPARE  # noqa: E402
 
 
 def compare(got: Any, want: Any, spec: BatchSpec = SPEC) -> list[Any]:
@@ -193,15 +193,21 @@ def test_compare_of_host_arrays_and_mixed_inputs() -> None:
     assert compare(want.numpy(), want) == [] and compare(want.numpy().tolist(), want.numpy()) == []
 
 
+def screen(got: Any, want: Any) -> Any:
+    assert ON_COMPARE.screen is not None
+    return ON_COMPARE.screen(Compare(got, want, "replay vs eager", layout(), WHERE))
+
+
 def test_device_screen_answers_compare_fully_unless_both_are_tensors_of_one_shape_and_device() -> None:
     got, want = outputs()
-    tol = tolerance_for("float32", "float32")
-    assert _violates(got, want, tol, 6) is False
-    assert _violates(got.numpy(), want, tol, 6) is True
-    assert _violates(got, want.numpy(), tol, 6) is True
-    assert _violates(got[:-1], want, tol, 6) is True
-    assert _violates(got, want.to("meta"), tol, 6) is True
+    assert layout().real_qo_rows() == 6
+    assert bool(screen(got, want)) is False
+    assert screen(got.numpy(), want) is None  # None: the property must run in full
+    assert screen(got, want.numpy()) is None
+    assert screen(got[:-1], want) is None
+    assert screen(got, want.to("meta")) is None
     got[6, 0, 0] = 1.0  # beyond the real rows
-    assert _violates(got, want, tol, 6) is False
+    assert bool(screen(got, want)) is False
     got[5, 0, 0] = 1.0
-    assert _violates(got, want, tol, 6) is True
+    assert bool(screen(got, want)) is True
+    assert compare(got, want)  # a set screen: the property finds it

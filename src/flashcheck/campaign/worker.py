@@ -128,29 +128,39 @@ class Worker:
             ) as drv:
                 self.emit("target", job=job, name=drv.target.name, environment={**environment(), **drv.layer_facts()})
                 sent = self.exercised(job, drv, {})
+
+                def report(done: list[tuple[int, Any]]) -> None:
+                    nonlocal sent
+                    for i, r in done:
+                        sent = self.exercised(job, drv, sent)
+                        # documented upstream behaviours (flashcheck.known) are counted, not reported as findings
+                        unexpected, known = split_known(r.findings, drv.target.name)
+                        self.emit(
+                            "step",
+                            job=job,
+                            i=i,
+                            sample=r.sample.to_dict() if r.sample else None,
+                            findings=[f.to_dict() for f in unexpected],
+                            rejected=r.rejected,
+                            known=[k.key for _, k in known],
+                        )
+                        if drv.poisoned and i == done[-1][0]:
+                            self.emit("poisoned", job=job, i=i)
+                            self.out.flush()
+                            os._exit(EXIT_POISONED)
+
                 for i, step in enumerate(scen.steps):
                     if stop.is_set():
                         break
                     if warms_up(step.op):  # the first step of its kind here: the supervisor waits as long as we do
+                        report(drv.finish())  # the step before settles first: its event is not held back
                         self.emit("leash", job=job, i=i, scale=self.cfg.warm_up_scale)
-                    r = drv.execute(step, i)
+                    done = drv.submit(step, i)  # the step before settles while this one is prepared
                     executed += 1
-                    sent = self.exercised(job, drv, sent)
-                    # documented upstream behaviours (flashcheck.known) are counted, not reported as findings
-                    unexpected, known = split_known(r.findings, drv.target.name)
-                    self.emit(
-                        "step",
-                        job=job,
-                        i=i,
-                        sample=r.sample.to_dict() if r.sample else None,
-                        findings=[f.to_dict() for f in unexpected],
-                        rejected=r.rejected,
-                        known=[k.key for _, k in known],
-                    )
-                    if drv.poisoned:
-                        self.emit("poisoned", job=job, i=i)
-                        self.out.flush()
-                        os._exit(EXIT_POISONED)
+                    if drv.poisoned:  # reported with the step that did it (this one did not run if the one before)
+                        done += drv.finish()
+                    report(done)
+                report(drv.finish())
         except EnvironmentUnavailable as exc:  # an explicit cause, established by the classification table
             self.emit("env", job=job, target=scen.target, reason=exc.reason)
         except ViolationFound as exc:  # the target's own setup raised: a finding; a fresh process for what follows

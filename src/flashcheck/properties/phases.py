@@ -84,9 +84,15 @@ class Property(Generic[Obs]):
     `blocks`: a finding means the rest of the step must not use what was observed: before replay, the graph is not
     replayed (the kernel could fault on the metadata); on an output, it is not compared (it is not an attention
     output of this batch).
+
+    `screen`: the same test evaluated on the device, without a host transfer: a 0-d bool tensor that is true when
+    `run` may find something, or None when it cannot screen this observation. The driver reads the screens of a
+    step in its one transfer, together with the arena scan, while the host prepares the next step, and runs `run`
+    only where a screen is set (or None).
     """
 
     check: Check
     phase: Phase
     run: Callable[[Obs], list[Finding]]
     blocks: bool = False
+    screen: Callable[[Obs], Any] | None = None

@@ -38,6 +38,16 @@ class ArenaLike(Protocol):
         """After run / replay: (FC302 findings, name -> (used bytes, allocated bytes))."""
         ...
 
+    def probe(self) -> Any:
+        """A scan's first half: launch the device-side reductions (`flashcheck.runtime.arena.ArenaProbe`)."""
+        ...
+
+    def account(
+        self, probe: Any, rows: list[list[list[int]]], step: int | None = None
+    ) -> tuple[list[Finding], dict[str, tuple[int, int]]]:
+        """A scan's second half: the findings and usage of `probe`'s results, read to the host (`rows`)."""
+        ...
+
 
 @runtime_checkable
 class CheckerLike(Protocol):

@@ -63,6 +63,16 @@ class WorkspaceUsage:
     overflow_bytes: int
 
 
+@dataclass(frozen=True)
+class ArenaProbe:
+    """A scan's launched device reductions (`Arena.probe`): per device, its workspaces, the byte each held before
+    the step, and the [workspaces, 3] int64 result tensor."""
+
+    groups: list[list[_Workspace]]
+    bases: list[list[int | None]]
+    results: list[Any]
+
+
 class Arena:
     """Workspaces with guard zones and high-water-mark measurement (implements `ArenaLike`).
 
@@ -184,26 +194,54 @@ class Arena:
 
         Every workspace is reduced on its own device, down to its exact high-water mark, and the results come back
         in one transfer per device: a scan costs one host sync, not a few per workspace (on CUDA, one graph launch
-        once the sentinel pattern repeats).
+        once the sentinel pattern repeats). `probe` and `account` are its two halves, for a caller that reads the
+        reductions later, together with its own.
         """
+        with self._read():
+            probe = self._probe()
+            return self._account_all(probe, [t.cpu().tolist() for t in probe.results], step)
+
+    def probe(self) -> ArenaProbe:
+        """Launch the device-side reductions of a scan (one [workspaces, 3] int64 tensor per device); nothing is
+        read yet. Valid until the next `probe` or `arm`."""
+        with self._read():
+            return self._probe()
+
+    def account(
+        self, probe: ArenaProbe, rows: list[list[list[int]]], step: int | None = None
+    ) -> tuple[list[Finding], dict[str, tuple[int, int]]]:
+        """The findings and usage of a `probe` whose results (`rows`, one list per device) were read to the host."""
+        with self._read():
+            return self._account_all(probe, rows, step)
+
+    def _probe(self) -> ArenaProbe:
+        groups, bases, results = [], [], []
+        for dev, group in self._by_device().items():
+            b = [self._base(ws) for ws in group]
+            probe = functools.partial(_probe_all, group, b, dev)
+            # pragma: no mutate start (CUDA only: the GPU tests run the recorded scan)
+            if self.graphs is not None and dev.startswith("cuda"):
+                key = ("scan", dev, *((x, ws.guard_byte) for ws, x in zip(group, b, strict=True)))
+                result = self.graphs.run(key, probe)
+            else:
+                result = probe()
+            # pragma: no mutate end
+            groups.append(group)
+            bases.append(b)
+            results.append(result)
+        return ArenaProbe(groups, bases, results)
+
+    def _account_all(
+        self, probe: ArenaProbe, rows: list[list[list[int]]], step: int | None
+    ) -> tuple[list[Finding], dict[str, tuple[int, int]]]:
         findings: list[Finding] = []
         usage: dict[str, tuple[int, int]] = {}
-        with self._read():
-            for dev, group in self._by_device().items():
-                bases = [self._base(ws) for ws in group]
-                probe = functools.partial(_probe_all, group, bases, dev)
-                # pragma: no mutate start (CUDA only: the GPU tests run the recorded scan)
-                if self.graphs is not None and dev.startswith("cuda"):
-                    key = ("scan", dev, *((b, ws.guard_byte) for ws, b in zip(group, bases, strict=True)))
-                    result = self.graphs.run(key, probe)
-                else:
-                    result = probe()
-                # pragma: no mutate end
-                for ws, base, p in zip(group, bases, result.cpu().tolist(), strict=True):
-                    f, u = self._account(ws, step, base, p, p[2])
-                    findings.extend(f)
-                    usage[ws.name] = (u.used, u.allocated)
-                    self.last_usage[ws.name] = u
+        for group, bases, result in zip(probe.groups, probe.bases, rows, strict=True):
+            for ws, base, p in zip(group, bases, result, strict=True):
+                f, u = self._account(ws, step, base, p, p[2])
+                findings.extend(f)
+                usage[ws.name] = (u.used, u.allocated)
+                self.last_usage[ws.name] = u
         if findings and self._sink is not None:
             self._sink(findings)
         return findings, usage
