@@ -59,6 +59,13 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "trtllm_graph_ctx",
         "lmdeploy_fi_graph",
     ),
+    "batch 5": (
+        "vllm_fi_dispatch",
+        "sglang_piecewise",
+        "trtllm_autodeploy",
+        "spec_tree_verify",
+        "disagg_overlap",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
