@@ -225,9 +225,10 @@ def render(doc: dict[str, Any]) -> str:
         f"- **Machine:** {doc['cpus']} CPU cores, shared with other work: load average "
         f"{doc['load_average_before']} before and {doc['load_average_after']} after. Wall times depend on that "
         "load; CPU time does not.",
-        f"- **flashcheck:** `--jobs {doc['jobs']}`: files are parsed in the main process; with a cache, further "
-        "processes pickle and write the new entries while it goes on (their CPU time is counted). ruff may use "
-        "several threads.",
+        f"- **flashcheck:** `--jobs {doc['jobs']}`: one forked process parses every file and holds the model (it "
+        "leaves without freeing it); FC101 runs in a process forked from it beside the other rules; with a cache, "
+        "further processes pickle and write the new entries (the CPU time of every process is counted). ruff may "
+        "use several threads.",
         "",
         "| best run of each | "
         + (f"before ({doc['before_label']}), no cache | " if before else "")

@@ -87,7 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-j",
         type=_jobs,
         metavar="N",
-        help="processes to use (default: one per CPU); beyond the first, they write new summary-cache entries",
+        help="processes to use (default: one per CPU): with more than one, the model is built in a forked process, "
+        "FC101 runs beside the other rules, and new summary-cache entries are written meanwhile",
     )
     p.add_argument(
         "--cache-dir",

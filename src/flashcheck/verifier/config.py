@@ -42,7 +42,8 @@ class StaticConfig:
         host_names: extra fnmatch patterns of variable/attribute names that always hold host data.
         zeroed_workspace_consumers: extra callables (last name) whose workspace must start zeroed.
         root: directory that reported paths are relative to (the pyproject.toml's, or the current one).
-        jobs: worker processes that parse and index files (0: one per CPU; 1: none, all in this process).
+        jobs: processes the run may use (0: one per CPU; 1: none but this one). With more, the model is built in a
+            forked child, FC101 runs in a process forked from it and further ones write new cache entries.
         cache_dir: directory of the summary cache (`flashcheck.verifier.cache`); None: no cache. The command line
             sets it to ``.flashcheck_cache`` next to the pyproject.toml unless ``--no-cache``.
     """

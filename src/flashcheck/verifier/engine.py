@@ -14,6 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -25,7 +26,8 @@ from flashcheck.verifier.baseline import apply_baseline, load_baseline
 from flashcheck.verifier.cache import SummaryCache
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.frontend import Summary, default_jobs, summarise_files
-from flashcheck.verifier.hotpath import HotPaths, find_roots
+from flashcheck.verifier.hotpath import HotPaths, Root, find_roots
+from flashcheck.verifier.isolated import can_fork, run_isolated, start_isolated
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance import Provenance, ValueFlow, Wrappers
 from flashcheck.verifier.source import SourceFile, discover
@@ -211,25 +213,100 @@ def check_paths(paths: Sequence[str], config: StaticConfig) -> StaticResult:
 
 
 def _check(paths: Sequence[str], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float) -> StaticResult:
-    root = Path(config.root).resolve()
-    cache = SummaryCache(config.cache_dir) if config.cache_dir else None
     jobs = config.jobs if config.jobs > 0 else default_jobs()
-    summaries = summarise_files(discover(paths, config.exclude, root), root, jobs=jobs, cache=cache)
-    try:  # new cache entries are written while the rules run
-        result = _run_rules(summaries.summaries, config, rules, start)
-    finally:
-        summaries.finish()
-    result.cached, result.jobs = summaries.loaded, jobs
+    if jobs > 1 and can_fork():  # the model lives and dies in a child: this process never frees it
+        result = run_isolated(lambda: _analyse(paths, config, rules, start, jobs, release=False))
+    else:
+        result = _analyse(paths, config, rules, start, jobs, release=True)
     result.seconds = time.perf_counter() - start
     return result
 
 
+def _analyse(
+    paths: Sequence[str],
+    config: StaticConfig,
+    rules: Mapping[str, type[Rule]],
+    start: float,
+    jobs: int,
+    *,
+    release: bool,
+) -> StaticResult:
+    root = Path(config.root).resolve()
+    cache = SummaryCache(config.cache_dir) if config.cache_dir else None
+    summaries = summarise_files(discover(paths, config.exclude, root), root, jobs=jobs, cache=cache)
+    try:  # new cache entries are written while the rules run
+        fork = jobs > 1 and can_fork()
+        result = _run_rules(summaries.summaries, config, rules, start, fork=fork, release=release)
+    finally:
+        summaries.finish()
+    result.cached, result.jobs = summaries.loaded, jobs
+    return result
+
+
 def _run_rules(
-    summaries: list[Summary], config: StaticConfig, rules: Mapping[str, type[Rule]], start: float
+    summaries: list[Summary],
+    config: StaticConfig,
+    rules: Mapping[str, type[Rule]],
+    start: float,
+    *,
+    fork: bool,
+    release: bool,
 ) -> StaticResult:
     sources = [sf for sf, _ in summaries]
     project = Project(sources, [mi for _, mi in summaries])
-    hot = HotPaths(project, find_roots(project, config))
+    roots = find_roots(project, config)
+    project.calls_by_name()  # shared by every group (it depends on the model alone)
+    chosen = [(rid, cls) for rid, cls in rules.items() if selected(rid, cls.name, config)]
+    groups = [
+        g for g in ([r for r in chosen if r[0] in _OWN_GROUP], [r for r in chosen if r[0] not in _OWN_GROUP]) if g
+    ]
+    # Each group of rules runs from the model as it was built (no analysis state carried over from another group),
+    # so groups may run in forked processes while this one runs the last, and find the same.
+    forked = [start_isolated(partial(_run_group, project, roots, config, g)) for g in groups[:-1]] if fork else []
+    try:
+        outcomes = [_run_group(project, roots, config, g) for g in groups[len(forked) :]]
+        outcomes = [pending.result() for pending in forked] + outcomes
+    finally:
+        for pending in forked:
+            pending.cancel()  # only one still at work (this process was interrupted) is stopped
+    found = [f for group_findings, _ in outcomes for f in group_findings]
+    order = {rid: i for i, (rid, _) in enumerate(chosen)}
+    errors = [e for _, e in sorted((err for _, errs in outcomes for err in errs), key=lambda re: order[re[0]])]
+    ran = [rid for rid, _ in chosen]
+    raw = found + _parse_findings(sources)
+    kept, suppressed = _apply_suppressions(raw, sources, set(rules))
+    kept = [f for f in kept if selected(f.id, f.name, config)]
+    kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
+    if release:  # findings are plain data: the model and its trees can go (a child leaves without freeing them)
+        project.release()
+    new, baselined = kept, 0
+    if config.baseline and Path(config.baseline).exists():
+        new, baselined = apply_baseline(kept, load_baseline(config.baseline))
+    return StaticResult(
+        findings=new,
+        files=[s.relpath for s in sources],
+        lines=sum(len(s.lines) for s in sources),
+        roots=len(roots),
+        suppressed=suppressed,
+        baselined=baselined,
+        internal_errors=errors,
+        seconds=time.perf_counter() - start,
+        all_findings=kept,
+        rules_run=sorted(ran),
+    )
+
+
+# FC101 alone takes about as long as the other rules together: it runs in a group of its own.
+_OWN_GROUP = frozenset({"FC101"})
+
+
+def _run_group(
+    project: Project, roots: list[Root], config: StaticConfig, group: Sequence[tuple[str, type[Rule]]]
+) -> tuple[list[Finding], list[tuple[str, str]]]:
+    """Run `group`'s rules in order with an analysis state fresh from the model; their findings and internal
+    errors (with the rule's ID)."""
+    project.forget_answers()
+    hot = HotPaths(project, roots)
     flow = ValueFlow(project)
     ctx = Context(
         project,
@@ -239,37 +316,14 @@ def _run_rules(
         config,
         Wrappers(flow),
     )
-    errors: list[str] = []
-    ran: list[str] = []
-    for rid, cls in rules.items():
-        if not selected(rid, cls.name, config):
-            continue
-        ran.append(rid)
+    errors: list[tuple[str, str]] = []
+    for rid, cls in group:
         try:
             cls().check(ctx)
         except Exception:  # a broken rule must not hide the others' findings; the run exits 2
             tb = traceback.format_exc().splitlines()
-            errors.append(f"rule {rid} ({cls.name}) crashed:\n" + "\n".join(tb[-12:]))
-    raw = ctx.findings + _parse_findings(sources)
-    kept, suppressed = _apply_suppressions(raw, sources, set(rules))
-    kept = [f for f in kept if selected(f.id, f.name, config)]
-    kept.sort(key=lambda f: (f.location.file or "", f.location.line or 0, f.location.column or 0, f.id))
-    project.release()  # findings are plain data: the model and its trees can go
-    new, baselined = kept, 0
-    if config.baseline and Path(config.baseline).exists():
-        new, baselined = apply_baseline(kept, load_baseline(config.baseline))
-    return StaticResult(
-        findings=new,
-        files=[s.relpath for s in sources],
-        lines=sum(len(s.lines) for s in sources),
-        roots=len(hot.roots),
-        suppressed=suppressed,
-        baselined=baselined,
-        internal_errors=errors,
-        seconds=time.perf_counter() - start,
-        all_findings=kept,
-        rules_run=sorted(ran),
-    )
+            errors.append((rid, f"rule {rid} ({cls.name}) crashed:\n" + "\n".join(tb[-12:])))
+    return ctx.findings, errors
 
 
 def _parse_findings(sources: Iterable[SourceFile]) -> list[Finding]:

@@ -7,12 +7,13 @@ with their expressions). It depends only on the file's bytes, module name and wh
 that changed. A summary loaded from the cache is the one parsing would give (a pickle of it), so findings do not
 depend on the cache; an entry that cannot be loaded is made again and rewritten.
 
-Parsing happens in the main process, because the model holds the trees: a tree sent from another process costs
-about as much to unpickle as to parse (``docs/design.md``). Writing new entries (pickling, which costs about as
-much again) is what other processes do: with ``jobs`` above 1, batches of new summaries are handed to forked
-writer processes (at most ``jobs - 1`` at a time) that pickle and write them while the main process carries on;
-`Summaries.finish` waits for them. With ``jobs`` 1, where ``fork`` is missing, or when other threads run, the main
-process writes them itself.
+Parsing happens in the process that holds the model (with ``jobs`` above 1, a forked child of the caller:
+`flashcheck.verifier.engine`), because the model holds the trees: a tree sent from another process costs about as
+much to unpickle as to parse (``docs/design.md``). Writing new entries (pickling, which costs about as much again)
+is what other processes do: with ``jobs`` above 1, batches of new summaries are handed to forked writer processes
+(at most ``jobs - 1`` at a time) that pickle and write them while the parsing process carries on;
+`Summaries.finish` waits for them. With ``jobs`` 1, where ``fork`` is missing, or when other threads run, the
+parsing process writes them itself.
 """
 
 from __future__ import annotations

@@ -26,6 +26,15 @@ class Project(ProjectIndex):
         self._callers_active: set[int] = set()
         self._link_classes()
 
+    def forget_answers(self) -> None:
+        """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
+        answered as in a model fresh from the files: an answer found while another question was under way may be
+        cut short by the recursion guards, so what was asked before may matter. The name index stays: it depends
+        on the files alone."""
+        self._callee_cache.clear()
+        self._callers.clear()
+        self._callers_active.clear()
+
     def _link_classes(self) -> None:
         for ci in self.classes.values():
             for b in ci.node.bases:
