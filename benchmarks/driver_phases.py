@@ -1,10 +1,12 @@
-"""Where a driver step spends its wall time: milliseconds per step in each phase of `Driver.execute`, per
+"""Where a driver step spends its wall time: milliseconds per step in each phase of `Driver.submit`, per
 detection-layer setting, in one run over the same generated steps.
 
 The phases do not nest (a phase called inside another counts as the outer one's time; their sum and "rest of the
 step" make up the step); a phase that reads a device result
-includes the wait for the device work queued before it (the output screen waits for the replay and the reference,
-the arena scan for its own reductions), so the table shows where the host stands still as well as where it works.
+includes the wait for the device work queued before it (a region's synchronize waits for everything queued, the
+settling of a step for its arena scan and output screens), so the table shows where the host stands still as well
+as where it works. Steps run as sessions run them: each is submitted, and the one before settles once its host
+preparation is done (`Driver.submit`).
 Timing wrappers around the driver's methods add about a microsecond per call.
 
     python benchmarks/driver_phases.py --target decode-tc --steps 600 --out reports/raw/driver_phases-0.7.2.json
@@ -36,6 +38,7 @@ _DRIVER_PHASES = (
     ("_sync", "synchronize at each region's end"),
     ("_host", "host copies of outputs"),
     ("_merge_detector_findings", "drain and merge detector findings"),
+    ("_compare_later", "output screens vs reference (launch)"),
 )
 _TARGET_PHASES = (
     ("plan", "target plan (eager)"),
@@ -46,12 +49,17 @@ _TARGET_PHASES = (
     ("plan_info", "target plan info"),
     ("replay", "target replay"),
 )
-_ARENA_PHASES = (("arm", "arena arm"), ("scan", "arena scan (waits for its reductions)"))
+_ARENA_PHASES = (
+    ("arm", "arena arm"),
+    ("probe", "arena scan (launch)"),
+    ("account", "arena scan (accounting)"),
+    ("scan", "arena scan again after an eager check"),
+)
 _PROPERTY_LABELS = {
     "AFTER_PLAN": "properties after plan (CSR of the plan inputs)",
     "BEFORE_REPLAY": "properties before replay (graph-bound CSR, plan info)",
     "ON_OUTPUT": "properties on each output (shape, finiteness)",
-    "COMPARE": "output screen vs reference (waits for replay and reference)",
+    "COMPARE": "comparisons whose screen was set (host copies)",
 }
 
 
@@ -89,16 +97,16 @@ class _Clock:
 
 @contextlib.contextmanager
 def _timed(clock: _Clock, driver_cls: Any, target_cls: Any, arena_cls: Any) -> Iterator[None]:
+    from flashcheck.deferred import Transfer
+
     undo: list[Callable[[], None]] = []
-    for name, label in _DRIVER_PHASES:
-        undo.append(clock.wrap(driver_cls, name, label))
-    for name, label in _TARGET_PHASES:
-        owner = next((c for c in target_cls.__mro__ if name in c.__dict__), None)
-        if owner is not None:
-            undo.append(clock.wrap(owner, name, label))
-    for name, label in _ARENA_PHASES:
-        undo.append(clock.wrap(arena_cls, name, label))
-    original = driver_cls.__dict__["_properties"]
+    for cls, names in ((driver_cls, _DRIVER_PHASES), (target_cls, _TARGET_PHASES), (arena_cls, _ARENA_PHASES)):
+        for name, label in names:
+            owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+            if owner is not None:
+                undo.append(clock.wrap(owner, name, label))
+    undo.append(clock.wrap(Transfer, "read", "settle: wait for the step's one transfer (scan and screens)"))
+    original = next(c for c in driver_cls.__mro__ if "_properties" in c.__dict__).__dict__["_properties"]
 
     def properties(self: Any, phase: Any, observation: object) -> Any:
         label = _PROPERTY_LABELS.get(phase.name, f"properties {phase.name}")
@@ -128,8 +136,9 @@ def measure(target: str, device: str, layers: str, steps: int, seed: int) -> dic
         ops = collections.Counter(s.op for s in plan[n_warm:])
         with _timed(clock, Driver, type(drv.target), Arena):
             t0 = time.perf_counter()
-            for i in range(n_warm, len(plan)):
-                drv.execute(plan[i], i)
+            for i in range(n_warm, len(plan)):  # each step settles while the next is prepared, as sessions run
+                drv.submit(plan[i], i)
+            drv.finish()
             wall = time.perf_counter() - t0
     phases = {
         label: {"ms_per_step": clock.seconds[label] / steps * 1e3, "calls": clock.calls[label]}

@@ -32,8 +32,16 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
         rec["setup_s"] = round(time.perf_counter() - t0, 2)
         t1 = time.perf_counter()
         other: dict[str, int] = {}
-        for i, s in enumerate(random_steps(target.capacity, budget, seed)):
-            r = drv.execute(s, i)
+        steps = random_steps(target.capacity, budget, seed)
+
+        def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
+            for i, s in enumerate(steps):
+                yield from drv.submit(s, i)
+                if drv.poisoned:
+                    break
+            yield from drv.finish()
+
+        for i, r in results():
             for f in r.findings:
                 other[f.id] = other.get(f.id, 0) + 1
             hit = [f for f in r.findings if f.id == cls.intended]
@@ -46,7 +54,7 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
                     message=hit[0].message,
                     location=str(hit[0].location),
                     stack_top=str(top) if top else None,
-                    step=s.to_dict(),
+                    step=steps[i].to_dict(),
                 )
                 break
         else:

@@ -75,8 +75,15 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
             rejected: Counter[str] = Counter()
             ops: Counter[str] = Counter()
             t1 = time.perf_counter()
-            for i, st in enumerate(plan):
-                r = drv.execute(st, i)
+            def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
+                for i, st in enumerate(plan):
+                    yield from drv.submit(st, i)
+                    if drv.poisoned:
+                        break
+                yield from drv.finish()
+
+            for i, r in results():
+                st = plan[i]
                 ops[st.op] += 1
                 if r.rejected:
                     rejected[r.rejected[:120]] += 1

@@ -55,6 +55,7 @@ class Pending:
     screens: list[Screened] = field(default_factory=list)
     transfer: Transfer | None = None
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    values: list[list[int]] | None = None  # the transfer's values, once read
 
 
 class Transfer:

@@ -14,6 +14,7 @@ queued device work as in an overlapped scheduler.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -307,7 +308,13 @@ class Driver(StepOps):
             return []
         if p.transfer is not None and not self.poisoned:
             self._last_region = p.last_region
-            p.findings += self._guarded(p.label, p.warm, p.loc, lambda: self._settle(p))
+            # under the step watchdog only where settling can block: a wait for the device, a comparison to explain
+            p.findings += self._guarded(p.label, p.warm, p.loc, lambda: self._read(p), watch=not p.transfer.ready())
+            if p.values is not None:
+                screens = self._screens_set(p)
+                p.findings += self._guarded(
+                    p.label, p.warm, p.loc, lambda: self._settle(p, screens), watch=any(screens)
+                )
         findings = self._merge_detector_findings(p.findings, p.index, p.name)
         sample = Sample(
             t=time.perf_counter() - self.t0,
@@ -329,18 +336,28 @@ class Driver(StepOps):
         p = self._pending
         return p is None or p.transfer is None or p.transfer.ready()
 
-    def _settle(self, p: Pending) -> list[Finding]:
-        """Read a step's one transfer, run the comparisons whose screen is set, then account the arena scan (scanned
-        again where an eager check ran after the probe, so that its writes are covered as before)."""
-        assert p.transfer is not None and p.probe is not None
-        found: list[Finding] = []
+    def _read(self, p: Pending) -> list[Finding]:
+        """Wait for a step's one transfer and keep its values."""
+        assert p.transfer is not None
         with self.checker.checker_read():
-            values = p.transfer.read()
-        n = len(p.probe.results)
-        flags = iter(values[n:])
+            p.values = p.transfer.read()
+        return []
+
+    def _screens_set(self, p: Pending) -> list[bool]:
+        """Per `Screened` of the step: is a screen set (or absent), so that its properties must run on the host?"""
+        assert p.values is not None and p.probe is not None
+        flags = iter(p.values[len(p.probe.results) :])
+        return [any(f is None or bool(next(flags)[0]) for f in s.flags) for s in p.screens]
+
+    def _settle(self, p: Pending, screens: list[bool]) -> list[Finding]:
+        """Run the comparisons whose screen is set, then account the arena scan (scanned again where an eager check
+        ran after the probe, so that its writes are covered as before)."""
+        assert p.values is not None and p.probe is not None
+        found: list[Finding] = []
+        values, n = p.values, len(p.probe.results)
         rescan = False
-        for s in p.screens:
-            if any(f is None or bool(next(flags)[0]) for f in s.flags):
+        for s, is_set in zip(p.screens, screens, strict=True):
+            if is_set:
                 got = self._compare(s.obs)
                 rescan = rescan or (bool(got) and s.then is not None)
                 found += s.then(got) if s.then is not None else got
@@ -358,11 +375,13 @@ class Driver(StepOps):
             self._exercised.cannot_apply(WORKSPACE_WITHIN_BOUNDS.id, _NO_WORKSPACE)
         return found + arena_found
 
-    def _guarded(self, label: str, warm: bool, loc: Location, body: Callable[[], list[Finding]]) -> list[Finding]:
-        """`body` under the step watchdog; a hang is FC252, a fault that surfaces in flashcheck's own reads is a
-        late fault of the step's last target region, any other error of flashcheck's own propagates."""
+    def _guarded(
+        self, label: str, warm: bool, loc: Location, body: Callable[[], list[Finding]], *, watch: bool = True
+    ) -> list[Finding]:
+        """`body` (under the step watchdog with `watch`); a hang is FC252, a fault that surfaces in flashcheck's own
+        reads is a late fault of the step's last target region, any other error of flashcheck's own propagates."""
         try:
-            with self._watched(label, warm=warm):
+            with self._watched(label, warm=warm) if watch else contextlib.nullcontext():
                 return body()
         except StepHung:
             return [self._hang(loc.step if loc.step is not None else -1, loc.step_name or "")]

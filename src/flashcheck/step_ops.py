@@ -97,7 +97,6 @@ class StepOps:
     def _eager(
         self, spec: BatchSpec, index: int, name: str, loc: Location, layout: PagedLayout, q: Any
     ) -> list[Finding]:
-        ref = self._reference(q, layout) if self.check_reference else None  # queued first: see `_reference`
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("plan", index, name):
@@ -107,7 +106,8 @@ class StepOps:
         found, _ = self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))
         contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "eager", self.device, loc))
         found += contract
-        if not blocked and ref is not None:
+        if not blocked and self.check_reference:  # queued after the target's last call: see `_reference`
+            ref = self._reference(q, layout)
             self._compare_later(Compare(out, ref, "eager vs reference", layout, loc))
         return found
 
@@ -145,9 +145,6 @@ class StepOps:
         found: list[Finding] = []
         if bucket not in self.captured:  # engines capture every bucket at start-up: do it implicitly
             found += self._capture(step, spec, bucket, index, f"capture bs={bucket} (implicit)", loc)
-        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
-        # replay and the eager check; queued first (see `_reference`)
-        ref = self._reference(q, layout) if self.check_reference else None
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("prepare_replay", index, name):
@@ -167,6 +164,9 @@ class StepOps:
         found += contract
         if blocked:
             return found
+        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
+        # replay and the eager check; queued after the target's last call (see `_reference`)
+        ref = self._reference(q, layout) if self.check_reference else None
 
         def explain(disagree: list[Finding]) -> list[Finding]:
             # the replay disagrees with the fp32 reference (or there is none): a fresh eager run of the same batch
@@ -283,9 +283,10 @@ class StepOps:
     def _reference(self, q: Any, layout: PagedLayout) -> Any:
         """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
         CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
-        then a graph's static output, valid until the next call. A step queues it before the target's first call:
-        it depends only on the queries and the KV cache, so the device computes it while the host runs the
-        target's plan, and the output screen then waits only for the target's own kernels."""
+        then a graph's static output, valid until the next call. A step queues it after the target's last call, with
+        the output screens and the arena scan that follow it: each target call ends with a synchronize (the error
+        boundary), which would otherwise wait for the reference too, while from there on nothing waits for it until
+        the step settles, during the next step's host preparation (`flashcheck.deferred`)."""
         from flashcheck.reference.torch_ref import paged_attention_torch
 
         with self.checker.checker_read():

@@ -84,7 +84,11 @@ def any_violation(got: Any, want: Any, *, tol: Tolerance, rows: int) -> Any:
     with it and copies outputs to the host only to explain a failure. Both are torch tensors of one shape."""
     g = got[:rows].float()
     w = want[:rows].float()
-    return (g.isfinite().logical_not() | ((g - w).abs() > tol.atol + tol.rtol * w.abs())).any()
+    # every element within |g - w| - rtol * |w| <= atol, with 1% of atol to spare so that rounding never makes the
+    # screen laxer than the host's test; NaN and infinities compare false, so non-finite elements fail it too.
+    # Eight kernel launches: the screen runs on every output.
+    d = (g - w).abs_().sub_(w.abs(), alpha=tol.rtol)
+    return d.le_(tol.atol * 0.99).all().logical_not_()
 
 
 def compare_outputs(
