@@ -38,6 +38,7 @@ from flashcheck.errors import (
 )
 from flashcheck.exercised import Exercised
 from flashcheck.findings import Finding, Location
+from flashcheck.layout import PagedLayout
 from flashcheck.pressure import AsyncPressure
 from flashcheck.properties.phases import Phase
 from flashcheck.rundir import Sample
@@ -148,6 +149,7 @@ class Driver(StepOps):
         self._graphed_ref: Any = None
         self._exercised = Exercised()
         self._pending: Pending | None = None
+        self._prepared: Callable[[], None] | None = None
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -186,7 +188,7 @@ class Driver(StepOps):
 
     def reset_example(self) -> None:
         """Forget captured graphs' plan_info and pending detector events (a new fuzz example starts)."""
-        if self._pending is not None:
+        if self._pending is not None or self._prepared is not None:
             raise InvalidArgument("reset_example() while a submitted step is pending: call finish() first")
         self.captured.clear()
         with self.checker.checker_read():
@@ -233,7 +235,7 @@ class Driver(StepOps):
     def close(self) -> None:
         """The end of the session: stop the step watchdog and remove its hang file (a step still pending is not
         read: call `finish` first)."""
-        self._pending = None
+        self._pending = self._prepared = None
         if self._watchdog is not None:
             self._watchdog.close()
 
@@ -242,21 +244,29 @@ class Driver(StepOps):
         """Run one step and check it, and return its result. Raises `ContextPoisoned` once a fault or hang left the
         process unusable, `EnvironmentUnavailable` for an explicit environment cause, `InvalidArgument` for a step
         outside the target's capacity; every error of the code under test is a finding in the result."""
-        if self._pending is not None:
+        if self._pending is not None or self._prepared is not None:
             raise InvalidArgument("execute() while a submitted step is pending: call finish() first")
         done = self.submit(step, index) + self.finish()
         return done[-1][1]
 
     def submit(self, step: Step, index: int) -> list[tuple[int, StepResult]]:
-        """Start step `index` and return the results this call completed, in step order: the step submitted before
-        it, which settles once this one's host preparation is done (`flashcheck.deferred`), and this one only if it
-        ended at once (a step outside the target's input contract). `finish` returns the rest. When settling the
-        earlier step poisoned the process, this step does not run: its result is absent and `poisoned` is set.
+        """`prepare` step `index`, then `launch` it; returns what `prepare` completed."""
+        done = self.prepare(step, index)
+        self.launch()
+        return done
+
+    def prepare(self, step: Step, index: int) -> list[tuple[int, StepResult]]:
+        """Prepare step `index` on the host (batch, layout, queries), then settle the step launched before it
+        (`flashcheck.deferred`); `launch` runs it. Returns the results this call completed, in step order: the
+        earlier step's, and this one's only if it ended at once (outside the target's input contract). When settling
+        the earlier step poisoned the process, this step will not run: its result is absent and `poisoned` is set.
         Raises like `execute`."""
         if self.poisoned:
             raise ContextPoisoned(
                 f"{self.target.name}: an earlier step faulted or hung and left this process unusable; restart it"
             )
+        if self._prepared is not None:
+            raise InvalidArgument("prepare() while a prepared step was not launched: call launch() first")
         spec = self.spec_for(step)
         self._validate(step, spec)
         name = f"{step.op} bs={spec.batch_size}" + (f" bucket={step.bucket}" if step.bucket else "")
@@ -268,8 +278,20 @@ class Driver(StepOps):
         layout = self.layout_for(step, pad_to=None if step.op == "eager" else padded, spec=spec)
         q = self.queries(spec, step.seed)
         done = self.finish()
-        if self.poisoned:
-            return done
+        if not self.poisoned:
+            self._prepared = lambda: self._launch(step, index, spec, name, padded, layout, q)
+        return done
+
+    def launch(self) -> None:
+        """Run the prepared step's target calls and queue its checks; they settle at the next `prepare` or at
+        `finish`. Nothing when no step is prepared (it ended at once, or will not run)."""
+        run, self._prepared = self._prepared, None
+        if run is not None:
+            run()
+
+    def _launch(
+        self, step: Step, index: int, spec: BatchSpec, name: str, padded: int, layout: PagedLayout, q: Any
+    ) -> None:
         loc = Location(target=self.target.name, step=index, step_name=name)
         self._last_region = None
         # the first step of each kind in a process pays for lazy imports and kernel JIT compiles: a longer leash
@@ -299,10 +321,11 @@ class Driver(StepOps):
         pending.findings = self._guarded(label, warm, loc, launch)
         pending.last_region = self._last_region
         self.steps_run += 1
-        return done
 
     def finish(self) -> list[tuple[int, StepResult]]:
-        """Settle the submitted step, if any: read its device-side checks and return its result."""
+        """Settle the launched step, if any: read its device-side checks and return its result."""
+        if self._prepared is not None:
+            raise InvalidArgument("finish() while a prepared step was not launched: call launch() first")
         p, self._pending = self._pending, None
         if p is None:
             return []

@@ -376,8 +376,11 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
                     drv.reset_example()
                     emit(ev="ok")
                     continue
-                done = drv.submit(Step.from_dict(cmd["step"]), int(cmd["i"]))  # the step before settles here
-                results(done + drv.finish() if drv.poisoned else done)
+                # the step before settles once this one is prepared, and is sent before this one runs
+                results(drv.prepare(Step.from_dict(cmd["step"]), int(cmd["i"])))
+                drv.launch()
+                if drv.poisoned:  # this step faulted or hung: sent at once
+                    results(drv.finish())
             results(drv.finish())
     except EnvironmentUnavailable as exc:
         emit(ev="env", message=exc.reason)

@@ -145,3 +145,31 @@ def test_a_transfer_reads_each_tensor_in_order() -> None:
     t = Transfer(torch, [torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor(True), torch.tensor(False)])
     assert t.ready()
     assert t.read() == [[1, 2, 3, 4, 5, 6], [1], [0]]
+
+
+def test_prepare_settles_the_step_before_without_running_the_next_one_and_launch_runs_it() -> None:
+    """Workers send a step's result once the next one is prepared, before it runs: a slow next step (a JIT compile)
+    never holds back the result of the one before."""
+    calls: list[str] = []
+
+    class Counted(ReferenceTarget):
+        def plan(self, layout: Any) -> None:
+            calls.append("plan")
+            super().plan(layout)
+
+    t = Counted()
+    eager = Step("eager", (1,), (5,))
+    with open_session(t, device="cpu", layers="off", seed=1) as drv:
+        assert drv.prepare(eager, 0) == [] and calls == []
+        drv.launch()
+        assert calls == ["plan"]
+        assert [i for i, _ in drv.prepare(eager, 1)] == [0] and calls == ["plan"]
+        with pytest.raises(InvalidArgument, match="call launch"):
+            drv.prepare(eager, 2)
+        with pytest.raises(InvalidArgument, match="call launch"):
+            drv.finish()
+        drv.launch()
+        assert calls == ["plan", "plan"]
+        assert [i for i, _ in drv.finish()] == [1]
+        drv.launch()  # nothing prepared: nothing runs
+        assert calls == ["plan", "plan"]

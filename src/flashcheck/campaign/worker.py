@@ -155,11 +155,12 @@ class Worker:
                     if warms_up(step.op):  # the first step of its kind here: the supervisor waits as long as we do
                         report(drv.finish())  # the step before settles first: its event is not held back
                         self.emit("leash", job=job, i=i, scale=self.cfg.warm_up_scale)
-                    done = drv.submit(step, i)  # the step before settles while this one is prepared
+                    # the step before settles once this one is prepared, and is reported before this one runs
+                    report(drv.prepare(step, i))  # when it poisoned the process, this one will not run
+                    drv.launch()
                     executed += 1
-                    if drv.poisoned:  # reported with the step that did it (this one did not run if the one before)
-                        done += drv.finish()
-                    report(done)
+                    if drv.poisoned:  # this step faulted or hung: reported at once
+                        report(drv.finish())
                 report(drv.finish())
         except EnvironmentUnavailable as exc:  # an explicit cause, established by the classification table
             self.emit("env", job=job, target=scen.target, reason=exc.reason)
