@@ -11,6 +11,11 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 
+# One OpenMP thread in this process and in every process a test starts (campaign and isolated workers, the CLI):
+# the CPU targets run tiny ops, and on a busy 2-core host each torch process's spinning thread pool steals the cores
+# the others need (a campaign test ran 10x slower beside the rest of the suite). Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
