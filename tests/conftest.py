@@ -44,7 +44,25 @@ if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     stacks.is_internal_file = lambda path: path.startswith(_MUTMUT_DIR) or _is_internal(path)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which names the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` run first: in a parallel run (``-n``) the long ones start at once on every worker
-    instead of leaving one worker busy at the end (the order is otherwise kept)."""
+    instead of leaving one worker busy at the end (the order is otherwise kept). Under ``--dist loadgroup`` every
+    test marked ``xdist_group`` carries its group in its node ID, which is what keeps a group on one worker."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            _name_group(item)
+
+
+def _name_group(item: pytest.Item) -> None:
+    """pytest-xdist 3.8 appends ``@group`` to ``item._nodeid``, which pytest 9.2 no longer reads (the ID lives in
+    ``item._id``): the group's tests were spread over the workers and each ran its module-scoped setup
+    (pytest-dev/pytest-xdist#1386). Append it where the ID now lives; a no-op where xdist's suffix took."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    node_id = getattr(item, "_id", None)
+    if not names or node_id is None or "@" in item.nodeid.rpartition("]")[2]:
+        return
+    item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")
