@@ -7,6 +7,8 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -42,6 +44,41 @@ if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     _MUTMUT_DIR = os.path.dirname(os.path.abspath(mutmut.__file__)) + os.sep
     _is_internal = stacks.is_internal_file
     stacks.is_internal_file = lambda path: path.startswith(_MUTMUT_DIR) or _is_internal(path)
+
+
+# Tests that share `stale_last_page_len_failure` carry this group: under --dist loadgroup they run on one worker,
+# which runs the fuzz once.
+STALE_LAST_PAGE_LEN = pytest.mark.xdist_group("stale_last_page_len")
+
+
+@pytest.fixture(scope="session")
+def stale_last_page_len_failure(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The `FuzzFailure` of one fuzz run of the planted stale-kv_last_page_len bug (seed 1, 60 examples, shrunk),
+    its reproducers written into their own directory (``exc.log_dir``): tests/quality checks what the run found
+    and how far it shrank, tests/fuzz/test_repro_replay.py replays the reproducer it left."""
+    quality = str(Path(__file__).resolve().parent / "quality")
+    if quality not in sys.path:
+        sys.path.insert(0, quality)
+    import faulty_targets
+
+    from flashcheck.fuzzing.recorder import FindingLog
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
+
+    out = tmp_path_factory.mktemp("stale-last-page-len")
+    small = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(
+            faulty_targets.StaleLastPageLen(**small),
+            budget=60,
+            seed=1,
+            profile="ci",
+            device="cpu",
+            database=None,
+            log=FindingLog(out),
+        )
+    exc = info.value
+    exc.log_dir = out
+    return exc
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which names the groups
