@@ -7,9 +7,16 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# One OpenMP thread in this process and in every process a test starts (campaign and isolated workers, the CLI):
+# the CPU targets run tiny ops, and on a busy 2-core host each torch process's spinning thread pool steals the cores
+# the others need (a campaign test ran 10x slower beside the rest of the suite). Set before anything imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -39,7 +46,60 @@ if "mutmut" in sys.modules:  # under `python benchmarks/mutation.py`
     stacks.is_internal_file = lambda path: path.startswith(_MUTMUT_DIR) or _is_internal(path)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Tests that share `stale_last_page_len_failure` carry this group: under --dist loadgroup they run on one worker,
+# which runs the fuzz once.
+STALE_LAST_PAGE_LEN = pytest.mark.xdist_group("stale_last_page_len")
+
+
+@pytest.fixture(scope="session")
+def stale_last_page_len_failure(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The `FuzzFailure` of one fuzz run of the planted stale-kv_last_page_len bug (seed 1, 60 examples, shrunk),
+    its reproducers written into their own directory (``exc.log_dir``): tests/quality checks what the run found
+    and how far it shrank, tests/fuzz/test_repro_replay.py replays the reproducer it left."""
+    quality = str(Path(__file__).resolve().parent / "quality")
+    if quality not in sys.path:
+        sys.path.insert(0, quality)
+    import faulty_targets
+
+    from flashcheck.fuzzing.recorder import FindingLog
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
+
+    out = tmp_path_factory.mktemp("stale-last-page-len")
+    small = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(
+            faulty_targets.StaleLastPageLen(**small),
+            budget=60,
+            seed=1,
+            profile="ci",
+            device="cpu",
+            database=None,
+            log=FindingLog(out),
+        )
+    exc = info.value
+    exc.log_dir = out
+    return exc
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which names the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` run first: in a parallel run (``-n``) the long ones start at once on every worker
-    instead of leaving one worker busy at the end (the order is otherwise kept)."""
+    instead of leaving one worker busy at the end (the order is otherwise kept). Under ``--dist loadgroup`` every
+    test marked ``xdist_group`` carries its group in its node ID, which is what keeps a group on one worker."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if getattr(config.option, "loadgroup", False):
+        for item in items:
+            _name_group(item)
+
+
+def _name_group(item: pytest.Item) -> None:
+    """pytest-xdist 3.8 appends ``@group`` to ``item._nodeid``, which pytest 9.2 no longer reads (the ID lives in
+    ``item._id``): the group's tests were spread over the workers and each ran its module-scoped setup
+    (pytest-dev/pytest-xdist#1386). Append it where the ID now lives; a no-op where xdist's suffix took."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    node_id = getattr(item, "_id", None)
+    if not names or node_id is None or "@" in item.nodeid.rpartition("]")[2]:
+        return
+    item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")

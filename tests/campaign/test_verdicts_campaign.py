@@ -1,18 +1,18 @@
 """One campaign over faulty targets of every verdict family and a clean control (CPU analogs of the GPU evidence):
 it runs its whole budget, finds each faulty target by its intended check, finds nothing in the clean one, drops no
-target as unavailable, and every reproducer replays to the same finding in a fresh process."""
+target as unavailable, and every reproducer replays to the same finding: `flashcheck replay` (run in-process here)
+replays the faults and the hang in a fresh worker process, the rest in a fresh session. tests/fuzz/test_repro_replay.py
+runs `flashcheck replay` end to end in a fresh process."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flashcheck.cli import main
-from tests.campaign.conftest import findings_of, read_json, subprocess_env
+from tests.campaign.conftest import findings_of, read_json
 
 QUALITY = Path(__file__).resolve().parents[1] / "quality"
 FAULTY = {
@@ -26,11 +26,14 @@ FAULTY = {
 
 @pytest.mark.slow
 def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_the_clean_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.syspath_prepend(str(QUALITY))
     out = tmp_path / "run"
     targets = [*FAULTY, "cpu-reference"]
+    # one 20-step chunk of each target: a faulty one's chunk and the continuation of its rest in a fresh worker take
+    # at most 20 steps between them, so the clean control, last, gets its full chunk (asserted below)
+    steps = 20 * len(targets) - 20
     small = json.dumps({"max_kv_len": 256, "chunk": 32, "max_pages": 256})
     rc = main(
         [
@@ -42,7 +45,7 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
             "--layers",
             "all",
             "--steps",
-            "120",
+            str(steps),
             "--chunk-steps",
             "20",
             "--seed",
@@ -59,8 +62,8 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
     )
     assert rc == 1
     meta = read_json(out / "run.json")
-    assert meta["stats"]["steps"] >= 120 - len(targets)  # the whole budget (hung steps are not counted as run)
-    assert meta["campaign"].get("dropped", {}) == {}, "no target may be dropped as unavailable"
+    assert meta["stats"]["steps"] >= steps - len(targets)  # the whole budget (hung steps are not counted as run)
+    assert meta["campaign"]["dropped_targets"] == {}, "no target may be dropped as unavailable"
     found = findings_of(out)
     by_target: dict[str, set[str]] = {}
     for f in found:
@@ -72,16 +75,8 @@ def test_a_multi_target_campaign_finds_every_faulty_target_and_stays_quiet_on_th
         name = getattr(fv, names[spec]).name
         assert check in by_target.get(name, set()), (spec, by_target)
     assert "cpu-reference" not in by_target
-    env = subprocess_env()
-    env["PYTHONPATH"] = f"{QUALITY}:{env['PYTHONPATH']}"
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sum(s["target"] == "cpu-reference" for s in samples) == 20, "the clean control ran one whole chunk"
     for f in found:
-        repro = out / f["repro"]
-        res = subprocess.run(
-            [sys.executable, "-m", "flashcheck", "replay", str(repro), "--no-snippet"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        assert res.returncode == 1, (f["id"], f["message"], res.stdout[-2000:], res.stderr[-2000:])
+        rc = main(["replay", str(out / f["repro"]), "--no-snippet"])
+        assert rc == 1, (f["id"], f["message"], capsys.readouterr().out[-2000:])

@@ -72,13 +72,15 @@ def test_a_known_upstream_behaviour_does_not_fail_the_run(monkeypatch: pytest.Mo
     assert "FC304" in seen  # the finding happened, and the run still passed
 
 
-@pytest.mark.slow
 def test_the_same_finding_fails_the_run_when_it_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
     other = KnownBehaviour(check="FC201", targets="*", where="", reason="test: another check")
     monkeypatch.setattr(stateful, "split_known", functools.partial(split_known, known=[other]))
     try:
         with pytest.raises(FuzzFailure) as info:
-            fuzz_target(TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None)
+            # the first failing example ends the run (shrink_seconds=0): shrinking it is the next test's
+            fuzz_target(
+                TARGET, config=SMALL, budget=15, seed=5, profile="ci", device="cpu", database=None, shrink_seconds=0
+            )
     finally:
         close_sessions()
     assert {f.id for f in info.value.findings} == {"FC304"}

@@ -11,16 +11,17 @@ from pathlib import Path
 import faulty_targets as ft
 import pytest
 
-from flashcheck.fuzzing.recorder import FindingLog
-from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
+from flashcheck.fuzzing.stateful import FuzzFailure
 from flashcheck.targets.registry import make_target, target_spec
+from tests.conftest import STALE_LAST_PAGE_LEN
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
 
-# one worker builds the module-scoped reproducer for both tests when the suite runs in parallel (--dist loadgroup)
-pytestmark = pytest.mark.xdist_group("repro_replay")
+# the reproducer comes from the fuzz run tests/quality/test_find_faulty.py checks: one worker runs it once for both
+# (--dist loadgroup)
+pytestmark = STALE_LAST_PAGE_LEN
 
 
 def _replay(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -37,19 +38,8 @@ def _replay(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def repro_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("repros")
-    with pytest.raises(FuzzFailure) as info:
-        fuzz_target(
-            ft.StaleLastPageLen(**SMALL),
-            budget=60,
-            seed=1,
-            profile="ci",
-            device="cpu",
-            database=None,
-            log=FindingLog(out),
-        )
-    rec = info.value.records[0]
+def repro_path(stale_last_page_len_failure: FuzzFailure) -> Path:
+    rec = stale_last_page_len_failure.records[0]
     assert rec.path is not None
     return rec.path
 

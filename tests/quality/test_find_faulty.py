@@ -12,6 +12,7 @@ import pytest
 from flashcheck.fuzzing.recorder import FindingLog
 from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
 from flashcheck.targets.reference import ReferenceTarget
+from tests.conftest import STALE_LAST_PAGE_LEN
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
@@ -19,22 +20,30 @@ SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 @pytest.mark.parametrize(
     ("cls", "check_id"),
     [
-        (ft.StaleLastPageLen, "FC303"),
+        pytest.param(ft.StaleLastPageLen, "FC303", marks=STALE_LAST_PAGE_LEN),
         (ft.PollutedIndptr, "FC301"),
         (ft.PlanInfoVaries, "FC304"),
     ],
 )
 @pytest.mark.slow
-def test_finds_planted_bug_and_shrinks(cls: type[ReferenceTarget], check_id: str, tmp_path: Path) -> None:
-    log = FindingLog(tmp_path)
-    with pytest.raises(FuzzFailure) as info:
-        fuzz_target(cls(**SMALL), budget=60, seed=1, profile="ci", device="cpu", database=None, log=log)
-    exc = info.value
+def test_finds_planted_bug_and_shrinks(
+    cls: type[ReferenceTarget], check_id: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if cls is ft.StaleLastPageLen:  # the same run (seed 1, 60 examples) test_repro_replay.py replays: run once
+        exc = request.getfixturevalue("stale_last_page_len_failure")
+        log_dir = exc.log_dir
+    else:
+        log_dir = tmp_path
+        with pytest.raises(FuzzFailure) as info:
+            fuzz_target(
+                cls(**SMALL), budget=60, seed=1, profile="ci", device="cpu", database=None, log=FindingLog(log_dir)
+            )
+        exc = info.value
     assert check_id in {f.id for f in exc.findings}, f"seed 1: {[str(f) for f in exc.findings]}"
     program = [n for n in getattr(exc, "__notes__", []) if n.startswith("state.") and "teardown" not in n]
     assert 2 <= len(program) <= 4, "\n".join(program)  # capture + the replays that expose it
     rec = next(r for r in exc.records if r.finding.id == check_id)
-    assert rec.path is not None and rec.path.parent == tmp_path
+    assert rec.path is not None and rec.path.parent == log_dir
     # the reproducer holds the shrunk scenario, cut after the failing step: one step per rule, plus a replay burst's
     # `more` batches, plus at most one implicit capture of a new bucket
     bursts = sum(int(m) for line in program for m in re.findall(r"\bmore=(\d+)", line))
