@@ -36,7 +36,8 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
 
         def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
             for i, s in enumerate(steps):
-                yield from drv.submit(s, i)
+                yield from drv.prepare(s, i)  # the step before, settled once this one is prepared
+                drv.launch()
                 if drv.poisoned:
                     break
             yield from drv.finish()

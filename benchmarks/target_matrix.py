@@ -75,9 +75,11 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
             rejected: Counter[str] = Counter()
             ops: Counter[str] = Counter()
             t1 = time.perf_counter()
+
             def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
                 for i, st in enumerate(plan):
-                    yield from drv.submit(st, i)
+                    yield from drv.prepare(st, i)  # the step before, settled once this one is prepared
+                    drv.launch()
                     if drv.poisoned:
                         break
                 yield from drv.finish()

@@ -56,6 +56,8 @@ class Pending:
     transfer: Transfer | None = None
     usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     values: list[list[int]] | None = None  # the transfer's values, once read
+    spent: float = 0.0  # seconds the step spent under its watchdog so far (its phases share one step timeout)
+    launched: float = 0.0  # `time.monotonic()` when its launch ended
 
 
 class Transfer:
@@ -78,8 +80,19 @@ class Transfer:
             self._tensors = []
 
     def ready(self) -> bool:
-        """Whether `read` would return without waiting for the device."""
-        return self._event is None or bool(self._event.query())
+        """Whether `read` would return without waiting for the device. False when asking raises (a fault of the
+        device work before it): `read` then raises it, where the driver attributes it to the step."""
+        if self._event is None:
+            return not self.blocking
+        try:
+            return bool(self._event.query())
+        except Exception:
+            return False
+
+    @property
+    def blocking(self) -> bool:
+        """Whether `read` may wait for a device: CUDA tensors copied without an event (tensors of several devices)."""
+        return self._event is None and any(str(t.device).startswith("cuda") for t in self._tensors)
 
     def read(self) -> list[list[int]]:
         """Each tensor's values, flattened, in the order given."""

@@ -273,13 +273,14 @@ class Driver(StepOps):
         padded = spec.batch_size if step.op == "eager" else self._bucket(step, spec)
         contract = self._input_contract(spec)
         if contract is not None:  # the target declared this input outside its contract: a skip, counted
-            return [*self.finish(), (index, StepResult([], None, rejected=contract))]
-        # host preparation, while the device may still run the previous step's checks
+            done = self.finish()
+            return done if self.poisoned else [*done, (index, StepResult([], None, rejected=contract))]
+        # host preparation, while the device may still run the previous step's checks; no device work before the
+        # previous step settled (a fault of its device work surfaces on the next CUDA call)
         layout = self.layout_for(step, pad_to=None if step.op == "eager" else padded, spec=spec)
-        q = self.queries(spec, step.seed)
         done = self.finish()
         if not self.poisoned:
-            self._prepared = lambda: self._launch(step, index, spec, name, padded, layout, q)
+            self._prepared = lambda: self._launch(step, index, spec, name, padded, layout)
         return done
 
     def launch(self) -> None:
@@ -289,9 +290,7 @@ class Driver(StepOps):
         if run is not None:
             run()
 
-    def _launch(
-        self, step: Step, index: int, spec: BatchSpec, name: str, padded: int, layout: PagedLayout, q: Any
-    ) -> None:
+    def _launch(self, step: Step, index: int, spec: BatchSpec, name: str, padded: int, layout: PagedLayout) -> None:
         loc = Location(target=self.target.name, step=index, step_name=name)
         self._last_region = None
         # the first step of each kind in a process pays for lazy imports and kernel JIT compiles: a longer leash
@@ -302,6 +301,7 @@ class Driver(StepOps):
         self._pending = pending
 
         def launch() -> list[Finding]:
+            q = self.queries(spec, step.seed)
             try:
                 if step.op == "eager":
                     found = self._eager(spec, index, name, loc, layout, q)
@@ -318,7 +318,10 @@ class Driver(StepOps):
                     pending.transfer = Transfer(self._torch, [*pending.probe.results, *flags])
             return found
 
+        t0 = time.monotonic()
         pending.findings = self._guarded(label, warm, loc, launch)
+        pending.launched = time.monotonic()
+        pending.spent = pending.launched - t0
         pending.last_region = self._last_region
         self.steps_run += 1
 
@@ -331,12 +334,16 @@ class Driver(StepOps):
             return []
         if p.transfer is not None and not self.poisoned:
             self._last_region = p.last_region
-            # under the step watchdog only where settling can block: a wait for the device, a comparison to explain
-            p.findings += self._guarded(p.label, p.warm, p.loc, lambda: self._read(p), watch=not p.transfer.ready())
+            # under the step watchdog (what the launch left of its timeout) only where settling can block: a wait
+            # for the device, a comparison to explain
+            t0 = time.monotonic()
+            wait = not p.transfer.ready() or p.transfer.blocking
+            p.findings += self._guarded(p.label, p.warm, p.loc, lambda: self._read(p), watch=wait, spent=p.spent)
+            p.spent += time.monotonic() - t0 if wait else 0.0
             if p.values is not None:
                 screens = self._screens_set(p)
                 p.findings += self._guarded(
-                    p.label, p.warm, p.loc, lambda: self._settle(p, screens), watch=any(screens)
+                    p.label, p.warm, p.loc, lambda: self._settle(p, screens), watch=any(screens), spent=p.spent
                 )
         findings = self._merge_detector_findings(p.findings, p.index, p.name)
         sample = Sample(
@@ -355,9 +362,13 @@ class Driver(StepOps):
         return [(p.index, StepResult(findings, sample))]
 
     def pending_ready(self) -> bool:
-        """Whether `finish` would return without waiting for the device (also when nothing is pending)."""
+        """Whether `finish` should run now: it would not wait for the device (also when nothing is pending), or the
+        launched step has waited half its timeout, so that `finish` waits under the step watchdog."""
         p = self._pending
-        return p is None or p.transfer is None or p.transfer.ready()
+        if p is None or p.transfer is None or p.transfer.ready():
+            return True
+        wd = self._watchdog
+        return wd is not None and time.monotonic() - p.launched > wd.timeout / 2
 
     def _read(self, p: Pending) -> list[Finding]:
         """Wait for a step's one transfer and keep its values."""
@@ -370,7 +381,8 @@ class Driver(StepOps):
         """Per `Screened` of the step: is a screen set (or absent), so that its properties must run on the host?"""
         assert p.values is not None and p.probe is not None
         flags = iter(p.values[len(p.probe.results) :])
-        return [any(f is None or bool(next(flags)[0]) for f in s.flags) for s in p.screens]
+        read = [[f is None or bool(next(flags)[0]) for f in s.flags] for s in p.screens]  # every flag, in order
+        return [any(r) for r in read]
 
     def _settle(self, p: Pending, screens: list[bool]) -> list[Finding]:
         """Run the comparisons whose screen is set, then account the arena scan (scanned again where an eager check
@@ -399,12 +411,20 @@ class Driver(StepOps):
         return found + arena_found
 
     def _guarded(
-        self, label: str, warm: bool, loc: Location, body: Callable[[], list[Finding]], *, watch: bool = True
+        self,
+        label: str,
+        warm: bool,
+        loc: Location,
+        body: Callable[[], list[Finding]],
+        *,
+        watch: bool = True,
+        spent: float = 0.0,
     ) -> list[Finding]:
-        """`body` (under the step watchdog with `watch`); a hang is FC252, a fault that surfaces in flashcheck's own
-        reads is a late fault of the step's last target region, any other error of flashcheck's own propagates."""
+        """`body` (under the step watchdog with `watch`, for what is left of the step's timeout after `spent`); a
+        hang is FC252, a fault that surfaces in flashcheck's own reads is a late fault of the step's last target
+        region, any other error of flashcheck's own propagates."""
         try:
-            with self._watched(label, warm=warm) if watch else contextlib.nullcontext():
+            with self._watched(label, warm=warm, spent=spent) if watch else contextlib.nullcontext():
                 return body()
         except StepHung:
             return [self._hang(loc.step if loc.step is not None else -1, loc.step_name or "")]

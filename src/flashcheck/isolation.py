@@ -377,7 +377,12 @@ def _serve(spec: Mapping[str, Any], out: IO[str]) -> int:
                     emit(ev="ok")
                     continue
                 # the step before settles once this one is prepared, and is sent before this one runs
-                results(drv.prepare(Step.from_dict(cmd["step"]), int(cmd["i"])))
+                try:
+                    done = drv.prepare(Step.from_dict(cmd["step"]), int(cmd["i"]))
+                except FlashcheckError:  # a step we were called wrong with: the one before is still sent
+                    results(drv.finish())
+                    raise
+                results(done)
                 drv.launch()
                 if drv.poisoned:  # this step faulted or hung: sent at once
                     results(drv.finish())

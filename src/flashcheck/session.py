@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from flashcheck.driver import WARM_UP_SCALE, Driver
-from flashcheck.errors import EnvironmentUnavailable, InvalidArgument
+from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument
 from flashcheck.runtime.api import CheckerLike, NullChecker
 from flashcheck.scenario import Scenario, StepResult
 from flashcheck.targets.protocol import Target, check_target
@@ -142,7 +142,13 @@ def run_scenario(
         for i, step in enumerate(scenario.steps):
             if stop_at is not None and i > stop_at:
                 break
-            take(drv.submit(step, i))  # the step before settles while this one is prepared
+            try:
+                done = drv.prepare(step, i)  # the step before settles once this one is prepared
+            except FlashcheckError:  # a step we were called wrong with: the one before still counts
+                take(drv.finish())
+                raise
+            take(done)
+            drv.launch()
             if drv.poisoned:  # a fault or hang was reported; nothing after it can run in this process
                 break
         take(drv.finish())

@@ -97,6 +97,7 @@ class StepOps:
     def _eager(
         self, spec: BatchSpec, index: int, name: str, loc: Location, layout: PagedLayout, q: Any
     ) -> list[Finding]:
+        ref = self._reference(q, layout) if self.check_reference else None  # before the target: see `_reference`
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("plan", index, name):
@@ -106,8 +107,7 @@ class StepOps:
         found, _ = self._properties(Phase.AFTER_PLAN, AfterPlan(layout, loc))
         contract, blocked = self._properties(Phase.ON_OUTPUT, OnOutput(out, layout, "eager", self.device, loc))
         found += contract
-        if not blocked and self.check_reference:  # queued after the target's last call: see `_reference`
-            ref = self._reference(q, layout)
+        if not blocked and ref is not None:
             self._compare_later(Compare(out, ref, "eager vs reference", layout, loc))
         return found
 
@@ -145,6 +145,9 @@ class StepOps:
         found: list[Finding] = []
         if bucket not in self.captured:  # engines capture every bucket at start-up: do it implicitly
             found += self._capture(step, spec, bucket, index, f"capture bs={bucket} (implicit)", loc)
+        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
+        # replay and the eager check; queued before the target's calls (see `_reference`)
+        ref = self._reference(q, layout) if self.check_reference else None
         self.checker.arena.arm()
         self.pressure.before_host_prep()
         with self._call("prepare_replay", index, name):
@@ -164,9 +167,6 @@ class StepOps:
         found += contract
         if blocked:
             return found
-        # `layout`'s real rows and pages are the unpadded batch's (same allocator seed): one reference serves the
-        # replay and the eager check; queued after the target's last call (see `_reference`)
-        ref = self._reference(q, layout) if self.check_reference else None
 
         def explain(disagree: list[Finding]) -> list[Finding]:
             # the replay disagrees with the fp32 reference (or there is none): a fresh eager run of the same batch
@@ -232,11 +232,14 @@ class StepOps:
                 self._torch.cuda.synchronize()
 
     @contextlib.contextmanager
-    def _watched(self, label: str, *, warm: bool) -> Iterator[None]:
+    def _watched(self, label: str, *, warm: bool, spent: float = 0.0) -> Iterator[None]:
+        """Watch `label` for one step timeout (`warm_up_scale` of them when `warm`), less the seconds the step's
+        earlier phases `spent` under the watchdog: the phases of a step (its launch, its settling) share one."""
         if self._watchdog is None:
             yield
             return
-        self._watchdog.arm(label, scale=self.warm_up_scale if warm else 1.0)
+        scale = self.warm_up_scale if warm else 1.0
+        self._watchdog.arm(label, scale=max(scale - spent / self._watchdog.timeout, 0.01))
         self._exercised.mark(STEP_HUNG.id)
         try:
             yield
@@ -283,10 +286,10 @@ class StepOps:
     def _reference(self, q: Any, layout: PagedLayout) -> Any:
         """The fp32 reference output, on the device of the KV cache (no host copy until a comparison fails). On
         CUDA it is padded to power-of-two shapes and replayed as CUDA graphs (`reference.graphed`): its result is
-        then a graph's static output, valid until the next call. A step queues it after the target's last call, with
-        the output screens and the arena scan that follow it: each target call ends with a synchronize (the error
-        boundary), which would otherwise wait for the reference too, while from there on nothing waits for it until
-        the step settles, during the next step's host preparation (`flashcheck.deferred`)."""
+        then a graph's static output, valid until the next call. A step queues it before the target's first call,
+        so that it reads the queries and the KV cache as they were before the target ran: a target that writes
+        either in place still disagrees with it (queued after the target, it measured no faster: the device work of
+        a step bounds it either way)."""
         from flashcheck.reference.torch_ref import paged_attention_torch
 
         with self.checker.checker_read():

@@ -108,3 +108,21 @@ def test_a_finding_judged_after_an_overrun_is_raised_by_the_run(
                 assert [r.finding.id for r in machine.unraised] == ["FC304"]
     finally:
         close_sessions()
+
+
+def test_a_step_we_are_called_wrong_with_still_leaves_the_result_before_it() -> None:
+    """The worker settles a step when the next one is prepared; a next step outside the target's capacity is a
+    usage error, and the result of the step before it still comes back."""
+    b = 1
+    steps = [
+        Step("capture", (1,), (8,), bucket=b),
+        Step("replay", (1,), (9,), bucket=b, seed=7),
+        Step("eager", (1,) * 99, (5,) * 99),  # more requests than the target takes
+    ]
+    with IsolatedDriver("seed_bugs_cpu:QueryFrozenAtCapture", device="cpu", layers="off") as drv:
+        for i, s in enumerate(steps):
+            drv.submit(s, i)
+        assert drv.collect().findings == []
+        assert "FC303" in [f.id for f in drv.collect().findings]
+        with pytest.raises(Exception, match="max_batch_size"):
+            drv.collect()

@@ -173,3 +173,86 @@ def test_prepare_settles_the_step_before_without_running_the_next_one_and_launch
         assert [i for i, _ in drv.finish()] == [1]
         drv.launch()  # nothing prepared: nothing runs
         assert calls == ["plan", "plan"]
+
+
+class ScalesQueriesInPlace(ReferenceTarget):
+    """Scales the queries it is given in place before attending: its output disagrees with attention over the
+    queries it was given."""
+
+    def run(self, q: Any) -> Any:
+        q.mul_(2.0)
+        return super().run(q)
+
+
+@pytest.mark.parametrize("mode", ["execute", "submit"])
+def test_the_reference_reads_the_queries_as_they_were_before_the_target_ran(mode: str) -> None:
+    step = Step("eager", (3,), (40,))
+    with open_session(ScalesQueriesInPlace(), device="cpu", layers="off", seed=1) as drv:
+        if mode == "execute":
+            found = drv.execute(step, 0).findings
+        else:
+            found = [f for _, r in drv.submit(step, 0) + drv.finish() for f in r.findings]
+    assert [f.id for f in found] == ["FC303"] and "eager vs reference" in found[0].message
+
+
+def test_a_fault_that_surfaces_when_asking_whether_the_transfer_is_done_is_the_settled_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CUDA a fault of the step's own device work surfaces on the next CUDA call, which may be the event query
+    of `Transfer.ready`: the worker's idle loop asks it, and `finish` asks it before reading."""
+    t = ReferenceTarget()
+    steps = random_steps(t.capacity, 3, seed=3)
+    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def raises(self: Transfer) -> Any:
+        raise fault
+
+    with open_session(t, device="cpu", layers="off", seed=1) as drv:
+        drv.submit(steps[0], 0)
+        drv.submit(steps[1], 1)
+        monkeypatch.setattr(Transfer, "blocking", property(lambda self: True))  # as a CUDA transfer: ready() asks
+        monkeypatch.setattr(Transfer, "read", raises)
+        assert drv.pending_ready() is False  # asking does not raise
+        (i, r), *rest = drv.finish()
+        assert i == 1 and rest == [] and drv.poisoned
+        assert [f.id for f in r.findings] == ["FC250"] and r.findings[0].location.step == 1
+
+
+def test_a_step_whose_transfer_never_completes_is_settled_under_the_watchdog_after_half_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t = ReferenceTarget()
+    with open_session(t, device="cpu", layers="off", seed=1, step_timeout=30.0) as drv:
+        drv.submit(Step("eager", (1,), (5,)), 0)
+        monkeypatch.setattr(Transfer, "ready", lambda self: False)
+        assert drv.pending_ready() is False
+        assert drv._pending is not None
+        drv._pending.launched -= 16.0  # more than half the timeout ago
+        assert drv.pending_ready() is True
+        assert [i for i, _ in drv.finish()] == [0]
+
+
+def test_the_launch_and_the_settling_of_a_step_share_one_step_timeout() -> None:
+    """A replay's prepare_replay and the eager run that explains its disagreement each take 0.6 timeouts: the step
+    took 1.2 and is FC252, as it was when both ran in one phase."""
+    import time
+
+    calls: list[str] = []
+
+    class Slow(CPU_SEED_BUGS["query-frozen-at-capture"]):  # type: ignore[misc]
+        def prepare_replay(self, bucket: int, layout: Any) -> None:
+            calls.append("prepare_replay")
+            time.sleep(0.6)
+            super().prepare_replay(bucket, layout)
+
+        def plan(self, layout: Any) -> None:
+            if calls:  # the explaining eager run, at settling
+                time.sleep(0.6)
+            super().plan(layout)
+
+    t = Slow()
+    b = t.capacity.buckets[0]
+    with open_session(t, device="cpu", layers="off", seed=1, step_timeout=1.0, warm_up_scale=1.0) as drv:
+        drv.execute(Step("capture", (1,), (8,), bucket=b), 0)
+        r = drv.execute(Step("replay", (1,), (9,), bucket=b, seed=7), 1)
+    assert "FC252" in [f.id for f in r.findings], r.findings

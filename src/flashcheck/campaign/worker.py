@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from flashcheck.campaign.ledger import Ledger, load_ledger
 from flashcheck.campaign.options import CampaignConfig
-from flashcheck.errors import EnvironmentUnavailable, ViolationFound
+from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, ViolationFound
 from flashcheck.findings import atomic_write_text
 from flashcheck.known import split_known
 from flashcheck.rundir import environment
@@ -156,7 +156,12 @@ class Worker:
                         report(drv.finish())  # the step before settles first: its event is not held back
                         self.emit("leash", job=job, i=i, scale=self.cfg.warm_up_scale)
                     # the step before settles once this one is prepared, and is reported before this one runs
-                    report(drv.prepare(step, i))  # when it poisoned the process, this one will not run
+                    try:  # when it poisoned the process, this one will not run
+                        done = drv.prepare(step, i)
+                    except FlashcheckError:  # a step we were called wrong with: the one before is still reported
+                        report(drv.finish())
+                        raise
+                    report(done)
                     drv.launch()
                     executed += 1
                     if drv.poisoned:  # this step faulted or hung: reported at once
