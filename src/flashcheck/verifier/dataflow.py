@@ -4,7 +4,8 @@ Both follow slices, views, local aliases, ``self.<attr>`` assignments anywhere i
 method of a base class or mixin, ``self.<attr>`` is also the attribute of each subclass that inherits it),
 module globals and, given the project, other objects' attributes whose type is known (``self.backend.kv_indptr``
 is the backend class's ``self.kv_indptr``) and ``self.x = other.y`` aliases. `allocations` also follows project
-functions that return an allocation (factories, ``lru_cache``'d getters) and caches (``_CACHE[key] = torch.empty``).
+functions that return an allocation (factories, ``lru_cache``'d getters), caches (``_CACHE[key] = torch.empty``) and
+module globals that functions set (``global _WS; _WS = torch.empty(...)``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted, storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
+from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
 
 __all__ = [
     "ALLOCATORS",
@@ -32,7 +33,6 @@ __all__ = [
 
 Key = tuple[str, str, str]
 Typer = Callable[[ast.expr, FunctionInfo], ClassInfo | None]
-PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 ALLOCATORS = frozenset(
     {
         "empty",
@@ -72,8 +72,7 @@ def storage_keys(
         if values and root.id not in fn.params:
             keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
             return keys if len(values) == 1 else []
-        mod_body = fn.module.body
-        if mod_body is not None and root.id in mod_body.local_assigns and root.id not in fn.params:
+        if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]
         return []
     base = root
@@ -210,13 +209,12 @@ def allocations(
                 if (arg := arg_for_param(call, fn, name)) is not None
                 for a in allocations(arg, caller, depth + 1, project)
             ]
-        values = fn.local_assigns.get(name)
-        scope = fn
-        if values is None and fn.module.body is not None and fn is not fn.module.body:
-            values = fn.module.body.local_assigns.get(name)
-            scope = fn.module.body
-        found = [a for v in values or [] for a in allocations(v, scope, depth + 1, project)]
-        if project is not None and values and all(isinstance(v, ast.Dict | ast.List) for v in values):
+        local = fn.local_assigns.get(name)
+        values = [(v, fn) for v in local] if local is not None else []
+        if local is None and fn is not fn.module.body:  # a module global, also one a function sets (global X)
+            values = fn.module.global_values(name)
+        found = [a for v, scope in values for a in allocations(v, scope, depth + 1, project)]
+        if project is not None and values and all(isinstance(v, ast.Dict | ast.List) for v, _ in values):
             # a cache: _CACHE[key] = torch.empty(...) in any function of the module
             found.extend(
                 a

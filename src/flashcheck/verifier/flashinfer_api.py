@@ -29,6 +29,7 @@ __all__ = [
     "needs_zeroed_workspace",
     "workspace_arg",
     "wrapper_buffer_args",
+    "wrapper_buffer_for",
     "wrapper_class_of_call",
 ]
 
@@ -102,6 +103,52 @@ ZEROED_WORKSPACE_BACKENDS = frozenset({"trtllm-gen", "trtllm", "trtllm-gen-mla",
 _WORKSPACE_KWARGS = ("workspace_buffer", "float_workspace_buffer", "workspace")
 # Buffers a graph-mode BatchMLAPagedAttentionWrapper keeps by reference (its constructor's keyword names).
 _MLA_BUFFERS = frozenset({"qo_indptr", "kv_indptr", "kv_indices", "kv_len_arr"})
+# Constructor parameters by position (FlashInfer's signatures), for buffers passed positionally.
+_POSITIONAL: dict[str, tuple[str, ...]] = {
+    "BatchDecodeWithPagedKVCacheWrapper": (
+        "float_workspace_buffer",
+        "kv_layout",
+        "use_cuda_graph",
+        "use_tensor_cores",
+        "paged_kv_indptr_buffer",
+        "paged_kv_indices_buffer",
+        "paged_kv_last_page_len_buffer",
+    ),
+    "CUDAGraphBatchDecodeWithPagedKVCacheWrapper": (
+        "workspace_buffer",
+        "indptr_buffer",
+        "indices_buffer",
+        "last_page_len_buffer",
+    ),
+    "BatchPrefillWithPagedKVCacheWrapper": (
+        "float_workspace_buffer",
+        "kv_layout",
+        "use_cuda_graph",
+        "qo_indptr_buf",
+        "paged_kv_indptr_buf",
+        "paged_kv_indices_buf",
+        "paged_kv_last_page_len_buf",
+        "custom_mask_buf",
+        "mask_indptr_buf",
+    ),
+    "BatchPrefillWithRaggedKVCacheWrapper": (
+        "float_workspace_buffer",
+        "kv_layout",
+        "use_cuda_graph",
+        "qo_indptr_buf",
+        "kv_indptr_buf",
+        "custom_mask_buf",
+        "mask_indptr_buf",
+    ),
+    "BatchMLAPagedAttentionWrapper": (
+        "float_workspace_buffer",
+        "use_cuda_graph",
+        "qo_indptr",
+        "kv_indptr",
+        "kv_indices",
+        "kv_len_arr",
+    ),
+}
 
 
 def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
@@ -180,20 +227,45 @@ def graph_mode(call: ast.Call, cls_name: str) -> bool | None:
 
 
 def wrapper_buffer_args(call: ast.Call, cls_name: str) -> list[tuple[str, ast.expr]]:
-    """Persistent buffers handed to a wrapper constructor: ``(parameter name, expression)``."""
+    """Persistent buffers handed to a wrapper constructor: ``(parameter name, expression)`` (a positional argument
+    is named by the constructor's signature where it is known, else ``positional argument <i>``)."""
+    names = _POSITIONAL.get(cls_name, ())
     out = [
         (kw.arg, kw.value)
         for kw in call.keywords
-        if kw.arg
-        and (kw.arg.endswith(("_buf", "_buffer")) or ("MLA" in cls_name and kw.arg in _MLA_BUFFERS))
-        and "workspace" not in kw.arg
-        and not isinstance(kw.value, ast.Constant)
+        if kw.arg and _is_buffer_param(kw.arg, cls_name) and not isinstance(kw.value, ast.Constant)
     ]
     first = 1 if cls_name.startswith("CUDAGraph") else 2 if "MLA" in cls_name else 3
     for i, a in enumerate(call.args[first:], start=first):
-        if not isinstance(a, ast.Constant):
-            out.append((f"positional argument {i}", a))
+        if isinstance(a, ast.Constant) or (i < len(names) and not _is_buffer_param(names[i], cls_name)):
+            continue  # a layout or flag known by its position (use_tensor_cores)
+        out.append((names[i] if i < len(names) else f"positional argument {i}", a))
     return out
+
+
+def _is_buffer_param(name: str, cls_name: str) -> bool:
+    return (name.endswith(("_buf", "_buffer")) or ("MLA" in cls_name and name in _MLA_BUFFERS)) and (
+        "workspace" not in name
+    )
+
+
+def wrapper_buffer_for(call: ast.Call, cls_name: str, private: str) -> ast.expr | None:
+    """The constructor argument a wrapper keeps as private buffer `private` (``_paged_kv_indices_buf`` is what
+    ``paged_kv_indices_buffer=``, ``paged_kv_indices_buf=`` or a ``CUDAGraph*Wrapper``'s ``indices_buffer`` was);
+    None when the call does not pass it."""
+    want = _buffer_stem(private)
+    for param, expr in wrapper_buffer_args(call, cls_name):
+        stem = _buffer_stem(param)
+        if want == stem or want.endswith("_" + stem):
+            return expr
+    return None
+
+
+def _buffer_stem(name: str) -> str:
+    stem = name.lstrip("_")
+    for suffix in ("_buffer", "_buf"):
+        stem = stem.removesuffix(suffix)
+    return stem
 
 
 def workspace_arg(call: ast.Call) -> ast.expr | None:

@@ -3,8 +3,9 @@
 A root is a function that runs every step or before every graph replay (kind ``step``), or while CUDA graphs are
 captured (kind ``capture``). Roots come from configuration, from the ``@flashcheck.hot_path`` decorator, and from
 default name patterns of serving engines (see `default_category`). Reachability is a breadth-first walk of the call
-graph (plus calls through callables kept in attributes and locals: bound methods, ``functools.partial``), so each
-reachable function keeps its shortest call chain from a root; findings print that chain.
+graph (plus calls through callables kept in attributes and locals: bound methods, ``functools.partial``; and reads of
+``@property`` attributes, which run the getter), so each reachable function keeps its shortest call chain from a root;
+findings print that chain.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
+from flashcheck.verifier.astutil import name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, Project
@@ -39,7 +40,6 @@ _KIND: dict[Category, RootKind] = {
 METADATA_CATEGORIES: frozenset[Category] = frozenset({"replay", "metadata", "plan"})
 
 
-_PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 # Words that make a function with ``plan`` in its name a helper around plans, not a plan (stats, benchmarks, tests).
 _NOT_PLAN_WORDS = frozenset(
     {
@@ -177,9 +177,11 @@ class HotPaths:
         while queue:
             fn = queue.popleft()
             hop = seen[fn]
-            for callee, call in [*self.project.callees(fn), *self._alias_callees(fn)]:
+            edges: list[tuple[FunctionInfo, ast.expr]] = [*self.project.callees(fn), *self._alias_callees(fn)]
+            edges.extend(self.project.property_reads(fn))
+            for callee, node in edges:
                 if callee not in seen:
-                    seen[callee] = Hop(fn, call.lineno, hop.root)
+                    seen[callee] = Hop(fn, node.lineno, hop.root)
                     queue.append(callee)
         self._cache[categories] = seen
         return seen
@@ -202,24 +204,9 @@ class HotPaths:
             else:
                 continue
             for value, where in values[:8]:
-                for target in self._callables(value, where):
+                for target in self.project.callables(value, where, partials=True):
                     out.append((target, call))
         return out
-
-    def _callables(self, value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[FunctionInfo]:
-        """The project functions a callable expression names: ``self._forward_decode``, ``helper``,
-        ``functools.partial(helper, ...)``, either branch of ``a if c else b``."""
-        if depth > 3:
-            return []
-        if isinstance(value, ast.IfExp):
-            return self._callables(value.body, fn, depth + 1) + self._callables(value.orelse, fn, depth + 1)
-        if isinstance(value, ast.Call) and value.args and dotted(value.func) in _PARTIALS:
-            return self._callables(value.args[0], fn, depth + 1)
-        if isinstance(value, ast.Name | ast.Attribute):
-            target = self.project.resolve_def(value, fn)
-            if isinstance(target, FunctionInfo):
-                return [target]
-        return []
 
     @staticmethod
     def chain(fn: FunctionInfo, reach: dict[FunctionInfo, Hop]) -> list[Frame]:

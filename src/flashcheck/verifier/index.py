@@ -43,6 +43,7 @@ _KINDS: dict[type, str] = {
     ast.AsyncFor: "for",
     ast.comprehension: "for",
     ast.With: "with",
+    ast.Global: "global",
 }
 _SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
 _LEAVES = frozenset(
@@ -56,7 +57,6 @@ _LEAVES = frozenset(
         ast.Break,
         ast.Continue,
         ast.alias,
-        ast.Global,
         ast.Nonlocal,
         *ast.operator.__subclasses__(),
         *ast.unaryop.__subclasses__(),
@@ -178,6 +178,17 @@ class ModuleInfo:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)  # local alias -> dotted target
     body: FunctionInfo | None = None
+    # global X; X = value in a function (a lazily initialised module global), with that function
+    global_stores: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)
+
+    def global_values(self, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What module global `name` may hold: its top-level assignments and those of functions that declare it
+        ``global``, each with the code that assigns it."""
+        body = self.body
+        top = body.local_assigns.get(name) if body is not None else None
+        late = self.global_stores.get(name)
+        out = [(v, body) for v in top] if top and body is not None else []
+        return out + late if late else out
 
 
 @dataclass(eq=False)
@@ -264,6 +275,7 @@ class _Indexer:
         mod = ModuleInfo(name, sf)
         self.out = ModuleIndex(mod)
         self.attr_stores = self.out.attr_stores
+        self._globals: set[str] = set()  # names the function being walked declares global
         body = FunctionInfo(f"{name}.<module>", "<module>", tree, mod)
         mod.body = body
         self._walk(body, tree.body, None)
@@ -277,6 +289,8 @@ class _Indexer:
         else:
             qual, parent = f"{owner.qualname}.<locals>.{node.name}", owner
         fn = FunctionInfo(qual, node.name, node, mod, cls, parent)
+        declared = self._globals
+        self._globals = set()
         self.out.functions.append(fn)
         if cls is not None:
             cls.methods[node.name] = fn
@@ -285,6 +299,9 @@ class _Indexer:
         else:
             owner.local_defs[node.name] = fn
         self._walk(fn, node.body, None)
+        for name in sorted(self._globals):  # global X: its assignments here are the module's
+            mod.global_stores.setdefault(name, []).extend((v, fn) for v in fn.local_assigns.get(name, []))
+        self._globals = declared
         for d in node.decorator_list:
             self._walk_expr(owner, d)
         for default in [*node.args.defaults, *node.args.kw_defaults]:
@@ -383,6 +400,8 @@ class _Indexer:
             for n in ast.walk(node.target):
                 if isinstance(n, ast.Name):
                     fn.loop_vars.setdefault(n.id, []).append(node.iter)
+        elif kind == "global":
+            self._globals.update(node.names)
         elif kind == "with":
             for item in node.items:
                 c = item.context_expr

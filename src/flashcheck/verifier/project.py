@@ -3,7 +3,9 @@
 Calls are resolved on demand, intra-project only: plain names, nested and imported functions, ``self.method()``
 (including overrides in subclasses), ``super().method()``, attributes whose type is known from ``self.x =
 Class(...)``, an annotation, a dataclass field or the arguments callers pass, module aliases (also across
-namespace packages) and simple local aliases.
+namespace packages), simple local aliases, and callables an attribute holds (``self.update =
+self.update_single_wrapper``: ``obj.update()`` calls it). `Project.property_reads` lists the ``@property`` getters a
+function runs by reading attributes, which hot-path reachability follows as calls.
 """
 
 from __future__ import annotations
@@ -12,10 +14,30 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleIndex, ModuleInfo, ProjectIndex, owner_of
+from flashcheck.verifier.index import (
+    ClassInfo,
+    FunctionInfo,
+    ModuleIndex,
+    ModuleInfo,
+    ProjectIndex,
+    owner_of,
+    with_bases,
+)
 from flashcheck.verifier.source import SourceFile
 
-__all__ = ["ClassInfo", "FunctionInfo", "ModuleInfo", "Project", "imported_name", "torch_name"]
+PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
+
+__all__ = [
+    "PARTIALS",
+    "PROPERTIES",
+    "ClassInfo",
+    "FunctionInfo",
+    "ModuleInfo",
+    "Project",
+    "imported_name",
+    "torch_name",
+]
 
 
 class Project(ProjectIndex):
@@ -24,6 +46,9 @@ class Project(ProjectIndex):
     def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
         super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
+        self._held: dict[str, set[str]] | None = None
+        self._property_names: frozenset[str] | None = None
+        self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._link_classes()
 
     def forget_answers(self) -> None:
@@ -32,6 +57,7 @@ class Project(ProjectIndex):
         cut short by the recursion guards, so what was asked before may matter. The name index stays: it depends
         on the files alone."""
         self._callee_cache.clear()
+        self._property_cache.clear()
         self._callers.clear()
         self._callers_active.clear()
 
@@ -131,11 +157,19 @@ class Project(ProjectIndex):
             inst = self.instance_type(base, fn, depth + 1)
             if inst is not None:
                 return self.method(inst, expr.attr)
-            target = self.resolve_def(base, fn, depth + 1)
-            if isinstance(target, (ModuleInfo, ClassInfo)):
-                return self._member(target, expr.attr)
-            if target is None and isinstance(base, ast.Name) and base.id in fn.module.imports:
-                return self.lookup(f"{fn.module.imports[base.id]}.{expr.attr}")
+            return self._untyped_member(expr, fn, depth)
+        return None
+
+    def _untyped_member(
+        self, expr: ast.Attribute, fn: FunctionInfo, depth: int
+    ) -> FunctionInfo | ClassInfo | ModuleInfo | None:
+        """``mod.f``, ``Class.method``, ``imported_mod.f``: an attribute of a receiver that is no known instance."""
+        base = expr.value
+        target = self.resolve_def(base, fn, depth + 1)
+        if isinstance(target, (ModuleInfo, ClassInfo)):
+            return self._member(target, expr.attr)
+        if target is None and isinstance(base, ast.Name) and base.id in fn.module.imports:
+            return self.lookup(f"{fn.module.imports[base.id]}.{expr.attr}")
         return None
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
@@ -148,17 +182,17 @@ class Project(ProjectIndex):
                 return owner.cls if expr.id in owner.params else None
             if expr.id in fn.params:
                 return self._value_type(expr, fn, depth + 1)
-            scope, values = fn, fn.local_assigns.get(expr.id, [])
+            values = [(v, fn) for v in fn.local_assigns.get(expr.id, [])]
             if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
                 return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
-            if not values and fn.module.body is not None:  # a module global, or one imported from a project module
-                scope, values = fn.module.body, fn.module.body.local_assigns.get(expr.id, [])
+            if not values:  # a module global, or one imported from a project module
+                values = fn.module.global_values(expr.id)
                 target = fn.module.imports.get(expr.id)
                 if not values and target:
                     mod = self.lookup(target.rpartition(".")[0])
-                    if isinstance(mod, ModuleInfo) and mod.body is not None:
-                        scope, values = mod.body, mod.body.local_assigns.get(target.rpartition(".")[2], [])
-            types = {id(t): t for v in values if (t := self._value_type(v, scope, depth)) is not None}
+                    if isinstance(mod, ModuleInfo):
+                        values = mod.global_values(target.rpartition(".")[2])
+            types = {id(t): t for v, scope in values if (t := self._value_type(v, scope, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
             return self._element_type(expr.value, fn, depth)  # self.backends[0], self.by_name["decode"]
@@ -329,9 +363,23 @@ class Project(ProjectIndex):
                         self._calls_by_name.setdefault(name, []).append((caller, call))
         return self._calls_by_name
 
+    def _held_names(self) -> dict[str, set[str]]:
+        """Attribute names that may hold a function, by the function's name (``update`` for ``update_single_wrapper``
+        after ``self.update = self.update_single_wrapper``): calls through them may call it."""
+        if self._held is None:
+            self._held = {}
+            for ci in self.classes.values():
+                for attr, values in ci.attr_assigns.items():
+                    for value, _ in values:
+                        for v in [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]:
+                            name = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else attr
+                            if name != attr:
+                                self._held.setdefault(name, set()).add(attr)
+        return self._held
+
     def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         calls_by_name = self.calls_by_name()
-        names = [fn.name]
+        names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name == "__init__" and fn.cls is not None:
             names = [fn.cls.name, *(c.name for c in fn.cls.subclasses)]
         out: list[tuple[FunctionInfo, ast.Call]] = []
@@ -358,7 +406,16 @@ class Project(ProjectIndex):
         func = call.func
         if not isinstance(func, (ast.Name, ast.Attribute)):
             return
-        target = self.resolve_def(func, fn)
+        base = func.value if isinstance(func, ast.Attribute) else None
+        if base is None or (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
+            target = self.resolve_def(func, fn)
+        else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
+            assert isinstance(func, ast.Attribute)
+            inst = self.instance_type(base, fn, 1)
+            target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
+            if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
+                yield from self.held_callables(inst, func.attr)
+                return
         if isinstance(target, ClassInfo):
             init = self.method(target, "__init__")
             if init is not None:
@@ -371,6 +428,63 @@ class Project(ProjectIndex):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self._overrides(target.cls, target.name)
+
+    def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
+        """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
+        of an object whose class is known: a read is a call of the getter (and, on ``self``, of its overrides)."""
+        cached = self._property_cache.get(id(fn))
+        if cached is not None:
+            return cached
+        if self._property_names is None:
+            self._property_names = frozenset(
+                name
+                for ci in self.classes.values()
+                for name, m in ci.methods.items()
+                if any(dotted(d) in PROPERTIES for d in m.decorators)
+            )
+        names = self._property_names
+        called = {id(c.func) for c in fn.calls} if names else set()
+        out: list[tuple[FunctionInfo, ast.Attribute]] = []
+        for node in fn.attributes if names else ():
+            if node.attr not in names or not isinstance(node.ctx, ast.Load) or id(node) in called:
+                continue
+            cls = self.instance_type(node.value, fn)
+            getter = self.method(cls, node.attr) if cls is not None else None
+            if getter is None or not any(dotted(d) in PROPERTIES for d in getter.decorators):
+                continue
+            out.append((getter, node))
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and getter.cls is not None:
+                out.extend((o, node) for o in self._overrides(getter.cls, node.attr))
+        self._property_cache[id(fn)] = out
+        return out
+
+    def held_callables(self, cls: ClassInfo, attr: str) -> list[FunctionInfo]:
+        """The project functions attribute `attr` of an instance of `cls` holds when it is not a method: a bound
+        method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
+        either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
+        values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
+        return [t for value, where in values[:8] for t in self.callables(value, where)]
+
+    def callables(
+        self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
+    ) -> list[FunctionInfo]:
+        """The project functions a callable expression names: ``self._forward_decode``, ``helper``, either branch of
+        ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)`` (whose
+        arguments no longer line up with the call's)."""
+        if depth > 3:
+            return []
+        if isinstance(value, ast.IfExp):
+            return [
+                *self.callables(value.body, fn, partials=partials, depth=depth + 1),
+                *self.callables(value.orelse, fn, partials=partials, depth=depth + 1),
+            ]
+        if partials and isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS:
+            return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
+        if isinstance(value, ast.Name | ast.Attribute):
+            target = self.resolve_def(value, fn)
+            if isinstance(target, FunctionInfo):
+                return [target]
+        return []
 
     def _overrides(self, ci: ClassInfo, name: str) -> Iterator[FunctionInfo]:
         stack, seen = list(ci.subclasses), set()

@@ -1,8 +1,9 @@
 """Where a value comes from, across the project: the expressions a reference may hold.
 
 `ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
-and across function boundaries: locals and globals, parameters filled by their callers (and bound by
-``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the class and its bases, attributes of
+and across function boundaries: locals and globals (also what functions assign after ``global X``), parameters filled
+by their callers (and bound by ``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the class
+and its bases, attributes of
 other objects (through their type, known from annotations or by following the value to a constructor call: dataclass
 fields by keyword or position, stores after construction, ``@property`` results; or every ``obj.x = ...`` of the
 project when the type is unknown), items of lists and dicts (literals, comprehensions, ``append``, ``d[k] = v``),
@@ -19,14 +20,13 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
-PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 _PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
 
 
@@ -145,10 +145,7 @@ class ValueFlow:
             if scope is not fn and name in scope.params:
                 return self.param_sources(scope, name)
             scope = scope.parent
-        body = fn.module.body
-        if body is not None and body is not fn and name in body.local_assigns:
-            return [(v, body) for v in body.local_assigns[name]]
-        return []
+        return fn.module.global_values(name) if fn is not fn.module.body else []
 
     def _unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
         """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->

@@ -48,18 +48,20 @@ class HostSyncInHotPath(Rule):
         before any event or stream sync, branches, asserts and comprehension conditions on a device tensor (``if
         t:``, ``if (t > 0).any():``, ``assert t.all()``, ``[i for i in ids if t[i] > 0]``), and a
         device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
-        or assert messages).
+        or assert messages). Reachability includes ``@property`` getters the hot path runs by reading the attribute
+        (``self.num_sequences``, ``info.sequence_lengths`` on an object whose class is known) and methods called through
+        an attribute that holds them (``self.update = self.update_single_wrapper``).
         Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
-        fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects
-        that project functions return, built by keyword or position, ``@property`` results, return values,
-        ``with torch.device(...)``). Host data is not reported: ``*_cpu``/``*_host``/``*_np``
-        names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a device, results of
-        ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are allowed (they
-        sit around the capture, not inside it). A function that is itself a capture root (by ``capture-paths`` or
-        the default ``capture`` pattern) is judged as capture code even when a per-step root also calls it (a
-        ``forward`` that captures each new batch size on first sight): its device-to-host reads are reported, its
-        ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a per-step root
-        reaches them.
+        fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects that
+        project functions return, built by keyword or position, ``@property`` results, return values,
+        ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
+        reported: ``*_cpu``/``*_host``/``*_np`` names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or
+        without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()``
+        calls are allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
+        ``capture-paths`` or the default ``capture`` pattern) is judged as capture code even when a per-step root also
+        calls it (a ``forward`` that captures each new batch size on first sight): its device-to-host reads are
+        reported, its ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a
+        per-step root reaches them.
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -92,7 +94,8 @@ class HostSyncInHotPath(Rule):
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
         project (an unannotated argument no project code passes), lazy logging arguments (``logger.debug("%s", t)``,
-        formatted only when the level is enabled), and hot paths no root reaches (configure ``hot-paths``).
+        formatted only when the level is enabled), properties read from objects whose class the analysis cannot
+        tell (or through ``getattr``), and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:

@@ -15,6 +15,7 @@ from flashcheck.verifier.flashinfer_api import (
     flashinfer_call_sites,
     graph_mode,
     wrapper_buffer_args,
+    wrapper_buffer_for,
     wrapper_class_of_call,
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
@@ -45,16 +46,20 @@ class GraphBufferWrittenElsewhere(Rule):
         ``@property`` getters that return the buffer or a view of it (``metadata.kv_indptr`` returning
         ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
         ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
-        (``w._paged_kv_indptr_buf``) count too. Then every in-place write of the same storage (``buf[...] = ...``,
+        (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds the
+        wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
+        argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
+        found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``,
         ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
         reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
         ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
         parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
         ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
         ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
-        reported, and a write before it is the required pattern. Each write is reported once: at the line that writes
-        when its function is itself reported there, else at the call (a helper that writes its parameter, a replay-prep
-        helper or ``init_*`` function called from elsewhere).
+        reported, and a write before it is the required pattern (a call of a function that plans counts as a plan,
+        also through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is
+        reported once: at the line that writes when its function is itself reported there, else at the call (a helper
+        that writes its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -216,10 +221,30 @@ class _Flow:
             b = self.bindings.get(key)
             if b is not None:
                 return b, key
-        root = storage_root(target)
+        root = _alias_root(storage_root(target), fn)
         if isinstance(root, ast.Attribute) and root.attr in WRAPPER_BUFFERS:  # the wrapper's own graph buffers
+            return self._wrapper_buffer(root, fn)
+        return None
+
+    def _wrapper_buffer(self, root: ast.Attribute, fn: FunctionInfo) -> tuple[Binding, Key] | None:
+        """The binding behind a wrapper's private buffer (``w._paged_kv_indices_buf``): the storage its constructor
+        was given, where the value flow finds the wrapper (an attribute, an item of a dict or list of wrappers, a
+        parameter); none when every wrapper found is out of graph mode; any binding when none is found."""
+        built = self.ctx.wrappers.constructions(root.value, fn)
+        graph = [(call, where, cls) for call, where, cls in built if graph_mode(call, cls) is not False]
+        typer = self.ctx.prov.flow.instance_type
+        for call, where, cls in graph:
+            arg = wrapper_buffer_for(call, cls, root.attr)
+            for key in storage_keys(arg, where, project=self.ctx.project, typer=typer) if arg is not None else []:
+                if key in self.bindings:
+                    return self.bindings[key], key
             for b in self.bindings.values():
-                return b, ("wrapper", b.wrapper, root.attr)
+                if b.call is call:
+                    return b, ("wrapper", cls, root.attr)
+        if built:
+            return None
+        for b in self.bindings.values():
+            return b, ("wrapper", b.wrapper, root.attr)
         return None
 
     def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
@@ -346,16 +371,21 @@ def _kernel_writes(kernel: FunctionInfo) -> set[str]:
 
 def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:
     """The parameter a storage root is (``buf``, or a local view ``v = buf[1:]``)."""
+    root = _alias_root(root, fn)
+    return root.id if isinstance(root, ast.Name) and root.id in fn.params else None
+
+
+def _alias_root(root: ast.expr, fn: FunctionInfo) -> ast.expr:
+    """A storage root with local aliases and views followed (``v = w._paged_kv_indices_buf[1:]``: the attribute),
+    as long as each local has one value; a parameter stays itself."""
     for _ in range(4):
-        if not isinstance(root, ast.Name):
-            return None
-        if root.id in fn.params:
-            return root.id
+        if not isinstance(root, ast.Name) or root.id in fn.params:
+            return root
         values = fn.local_assigns.get(root.id, [])
         if len(values) != 1:
-            return None
+            return root
         root = storage_root(values[0])
-    return None
+    return root
 
 
 def _writes(fn: FunctionInfo) -> list[tuple[ast.AST, ast.expr]]:

@@ -33,7 +33,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         backends do not need a zeroed workspace and are not reported. The workspace is traced through aliases,
         ``self.<attr>``, attributes of other objects of known type (``self.buffers.workspace``), parameters filled by
         the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
-        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``) and both branches of conditional
+        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``), module globals that a function assigns
+        after ``global _WS`` (lazy initialisation read elsewhere) and both branches of conditional
         expressions (``shared or torch.empty(...)``) to its allocation. An allocation with
         ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed (``.zero_()``,
         ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:`` (or the
