@@ -22,7 +22,7 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
     from tests.quality.seed_bugs_gpu import SEED_BUG_TARGETS
 
     from flashcheck.fuzzing.scenarios import random_steps
-    from flashcheck.session import open_session
+    from flashcheck.session import open_session, run_steps
 
     cls = SEED_BUG_TARGETS[name]
     target = cls()
@@ -33,16 +33,7 @@ def one(name: str, budget: int, seed: int) -> dict[str, object]:
         t1 = time.perf_counter()
         other: dict[str, int] = {}
         steps = random_steps(target.capacity, budget, seed)
-
-        def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
-            for i, s in enumerate(steps):
-                yield from drv.prepare(s, i)  # the step before, settled once this one is prepared
-                drv.launch()
-                if drv.poisoned:
-                    break
-            yield from drv.finish()
-
-        for i, r in results():
+        for i, r in run_steps(drv, steps):  # as sessions and workers run them
             for f in r.findings:
                 other[f.id] = other.get(f.id, 0) + 1
             hit = [f for f in r.findings if f.id == cls.intended]

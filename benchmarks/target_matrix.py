@@ -46,6 +46,7 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
     from flashcheck.errors import EnvironmentUnavailable
     from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.known import split_known
+    from flashcheck.session import run_steps
 
     try:
         import flashinfer
@@ -76,15 +77,7 @@ def run_target(name: str, steps: int, seed: int, mode: str, device: str) -> dict
             ops: Counter[str] = Counter()
             t1 = time.perf_counter()
 
-            def results() -> Any:  # each step settles while the next is prepared, as sessions and workers run them
-                for i, st in enumerate(plan):
-                    yield from drv.prepare(st, i)  # the step before, settled once this one is prepared
-                    drv.launch()
-                    if drv.poisoned:
-                        break
-                yield from drv.finish()
-
-            for i, r in results():
+            for i, r in run_steps(drv, plan):  # as sessions and workers run them
                 st = plan[i]
                 ops[st.op] += 1
                 if r.rejected:

@@ -7,19 +7,19 @@ reproduces under exactly the machinery that found it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from flashcheck.driver import WARM_UP_SCALE, Driver
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument
 from flashcheck.runtime.api import CheckerLike, NullChecker
-from flashcheck.scenario import Scenario, StepResult
+from flashcheck.scenario import Scenario, Step, StepResult
 from flashcheck.targets.protocol import Target, check_target
 from flashcheck.targets.registry import make_target
 from flashcheck.watchdog import default_step_timeout
 
-__all__ = ["Layers", "default_device", "make_checker", "open_session", "run_scenario"]
+__all__ = ["Layers", "default_device", "make_checker", "open_session", "run_scenario", "run_steps"]
 
 Layers = Literal["off", "cheap", "all", "races"]
 
@@ -125,31 +125,34 @@ def run_scenario(
     async_pressure_us: float | None = None,
 ) -> list[StepResult]:
     """Run `scenario` (steps ``0..stop_at`` inclusive) in a fresh session; returns every step's result. Each step
-    settles while the next is prepared (`Driver.submit`): `on_step` sees a result then, in step order."""
+    settles while the next is prepared (`run_steps`): `on_step` sees a result then, in step order."""
     results: list[StepResult] = []
     tgt: str | Target = target if target is not None else scenario.target
     cfg = None if target is not None else scenario.target_config
     with open_session(
         tgt, config=cfg, device=device, layers=layers, seed=scenario.seed, async_pressure_us=async_pressure_us
     ) as drv:
-
-        def take(done: list[tuple[int, StepResult]]) -> None:
-            for i, r in done:
-                results.append(r)
-                if on_step is not None:
-                    on_step(i, r)
-
-        for i, step in enumerate(scenario.steps):
-            if stop_at is not None and i > stop_at:
-                break
-            try:
-                done = drv.prepare(step, i)  # the step before settles once this one is prepared
-            except FlashcheckError:  # a step we were called wrong with: the one before still counts
-                take(drv.finish())
-                raise
-            take(done)
-            drv.launch()
-            if drv.poisoned:  # a fault or hang was reported; nothing after it can run in this process
-                break
-        take(drv.finish())
+        steps = scenario.steps if stop_at is None else scenario.steps[: stop_at + 1]
+        for i, r in run_steps(drv, steps):
+            results.append(r)
+            if on_step is not None:
+                on_step(i, r)
     return results
+
+
+def run_steps(drv: Driver, steps: Sequence[Step]) -> Iterator[tuple[int, StepResult]]:
+    """Run `steps` (indices from 0) in `drv` as sessions and workers run them, yielding each step's result in step
+    order: a step settles once the next one is prepared, and its result comes before the next one runs
+    (`Driver.prepare`). Stops after a fault or hang left the process unusable; a step the target cannot take raises
+    `InvalidArgument` after the results before it."""
+    for i, step in enumerate(steps):
+        try:
+            done = drv.prepare(step, i)
+        except FlashcheckError:  # a step we were called wrong with: the one before still counts
+            yield from drv.finish()
+            raise
+        yield from done
+        drv.launch()
+        if drv.poisoned:  # a fault or hang was reported; nothing after it can run in this process
+            break
+    yield from drv.finish()
