@@ -66,6 +66,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "spec_tree_verify",
         "disagg_overlap",
     ),
+    "batch 6": (
+        "fwdctx_ext_shim",
+        "lora_adapter_buckets",
+        "radix_prefix_offload",
+        "pp_actor_microbatch",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
