@@ -215,8 +215,10 @@ def render(doc: dict[str, Any]) -> str:
         "its misses guided the fixes that followed; batch 3 was written after those fixes and measured blind in",
         "`blind (batch 3 unseen)`; its misses guided the fixes that followed; batch 4 was written after those and",
         "measured blind in `blind (batch 4 unseen)` (one of its labels was corrected after its writer saw the output:",
-        "a line that read no data, marked as a sync), and batch 5 (66 bug sites, 82 near misses, no label corrected)",
-        "in `blind (batch 5 unseen)`, the latest estimate for code the analysis has not seen: 61/66 (92.4%), 0/82.",
+        "a line that read no data, marked as a sync), batch 5 (66 bug sites, 82 near misses, no label corrected) in",
+        "`blind (batch 5 unseen)` (61/66, 0/82), whose misses guided the fixes that followed, and batch 6 (49 bug",
+        "sites, 58 near misses, no label corrected) in `blind (batch 6 unseen)`, the latest estimate for code the",
+        "analysis has not seen.",
         "Every run is measured over every batch, so a row shows what a later batch would have found at that commit.",
         "",
         "| run | date | commit | engine recall | engine near-miss FP | held-out recall | held-out near-miss FP "
