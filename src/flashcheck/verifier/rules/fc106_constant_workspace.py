@@ -14,6 +14,7 @@ from flashcheck.verifier.flashinfer_api import (
     workspace_arg,
     wrapper_class_of_call,
 )
+from flashcheck.verifier.index import ClassInfo
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -32,8 +33,11 @@ class ConstantWorkspaceSize(Rule):
         string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB",
         "128")) << 20``, ``int(os.getenv("WS") or 64 << 20)``). Allocations behind project factories and caches are
         traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
-        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor is code in
-        tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
+        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
+        of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
+        with a constant default (``cfg.workspace_bytes``: each instance may be built with another value; a
+        ``ClassVar`` is still reported), nor is code in tests and benchmarks (``tests/``, ``test_*.py``,
+        ``benchmarks/``, ``bench_*.py``).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -58,7 +62,8 @@ class ConstantWorkspaceSize(Rule):
 
     What it cannot see
         Constants defined outside the project (an installed package's default), sizes read from a config file at
-        run time (not constant, so not reported), and workspaces allocated by C++ extensions.
+        run time (not constant, so not reported), a configuration dataclass that every caller builds with its default
+        (the field is treated as configuration), and workspaces allocated by C++ extensions.
     """
 
     def check(self, ctx: Context) -> None:
@@ -182,9 +187,30 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     cls = project.instance_type(expr.value, fn)
     if cls is None:
         return False
-    assigns = [(v, where) for c in [cls, *cls.bases] for v, where in c.attr_assigns.get(expr.attr, [])]
+    classes = [cls, *cls.bases]
+    if any(_constructor_field(c, expr.attr) for c in classes):
+        return False  # a field's default is only what instances built without it hold: configuration
+    assigns = [(v, where) for c in classes for v, where in c.attr_assigns.get(expr.attr, [])]
     return len(assigns) == 1 and _is_constant(assigns[0][0], assigns[0][1], project, depth + 1)
 
 
+def _constructor_field(cls: ClassInfo, attr: str) -> bool:
+    """Whether `attr` is a field of a class whose constructor is generated from its fields (``@dataclass``,
+    attrs, ``NamedTuple``, pydantic models): each instance may be built with another value (``from_args``,
+    ``replace``, a caller passing it), so the class-body default is not a fixed size."""
+    if attr not in cls.fields:
+        return False
+    for stmt in cls.node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == attr:
+            ann = stmt.annotation.value if isinstance(stmt.annotation, ast.Subscript) else stmt.annotation
+            if (terminal_name(ann) or "") == "ClassVar":
+                return False
+    decorators = {terminal_name(d.func if isinstance(d, ast.Call) else d) for d in cls.node.decorator_list}
+    bases = {terminal_name(b) for b in cls.node.bases}
+    return bool(decorators & _FIELD_DECORATORS or bases & _FIELD_BASES)
+
+
+_FIELD_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
+_FIELD_BASES = frozenset({"NamedTuple", "BaseModel", "BaseSettings", "Struct"})
 _WORKSPACE_WORDS = frozenset({"workspace", "ws"})
 _ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv"})
