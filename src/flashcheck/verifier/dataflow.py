@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, storage_root
+from flashcheck.verifier.astutil import dotted, kwarg, storage_root
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
@@ -177,6 +177,9 @@ def _is_allocation(v: ast.expr) -> bool:
     return isinstance(v, ast.Call)
 
 
+_FIELD_FUNCS = frozenset({"field", "dataclasses.field", "attr.ib", "attrs.field", "attr.field", "Field"})
+
+
 def allocations(
     expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None
 ) -> list[tuple[ast.Call, FunctionInfo]]:
@@ -189,10 +192,15 @@ def allocations(
     if isinstance(root, ast.IfExp | ast.BoolOp):  # ws if ws is not None else torch.empty(...), cached or torch.empty
         branches = [root.body, root.orelse] if isinstance(root, ast.IfExp) else root.values
         return [a for b in branches for a in allocations(b, fn, depth + 1, project)]
+    if isinstance(root, ast.ListComp):  # [torch.zeros(128 << 20, ...) for _ in range(m)], read as ws[i]
+        return allocations(root.elt, fn, depth + 1, project)
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:
             return [(root, fn)]
+        factory = kwarg(root, "default_factory") if dotted(root.func) in _FIELD_FUNCS else None
+        if isinstance(factory, ast.Lambda):  # a dataclass field: field(default_factory=lambda: torch.empty(...))
+            return allocations(factory.body, fn, depth + 1, project)
         if isinstance(root.func, ast.Attribute) and root.func.attr.startswith("new_"):
             return [(root, fn)]
         if project is not None and isinstance(root.func, ast.Name | ast.Attribute):

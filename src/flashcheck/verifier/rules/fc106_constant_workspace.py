@@ -28,10 +28,12 @@ class ConstantWorkspaceSize(Rule):
         with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
         literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
         imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the instance
-        (``self.WORKSPACE_BYTES``), an attribute of a module-level config object that is set once to a constant
-        (``global_config.flashinfer_workspace_size``), or an environment variable with a constant default, a number or a
-        string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB",
-        "128")) << 20``, ``int(os.getenv("WS") or 64 << 20)``). Allocations behind project factories and caches are
+        (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``), an attribute of
+        a module-level config object that is set once to a constant (``global_config.flashinfer_workspace_size``), or
+        an environment variable with a constant default, a number or a string of digits read with ``int()``
+        (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``,
+        ``int(os.getenv("WS") or 64 << 20)``), also built in a list comprehension or a dataclass field's
+        ``default_factory``. Allocations behind project factories and caches are
         traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
         configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
         of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
@@ -73,7 +75,7 @@ class ConstantWorkspaceSize(Rule):
         for fn in project.all_functions():
             candidates: list[tuple[ast.Call, FunctionInfo]] = []
             for a in fn.assigns:
-                if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call):
+                if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call | ast.ListComp):
                     targets = a.targets if isinstance(a, ast.Assign) else [a.target]
                     if any(_names_workspace(terminal_name(t) or "") for t in targets):
                         candidates.extend(allocations(a.value, fn, project=project))
@@ -184,7 +186,11 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     if isinstance(base, ModuleInfo) and base.body is not None:
         vals = base.body.local_assigns.get(expr.attr) or []
         return len(vals) == 1 and _is_constant(vals[0], base.body, project, depth + 1)
-    cls = project.instance_type(expr.value, fn)
+    if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value
+        inner = project.resolve_def(expr.value.value, fn)
+        if isinstance(inner, ClassInfo):
+            return _attribute_constant(expr.value, fn, project, depth + 1)
+    cls = base if isinstance(base, ClassInfo) else project.instance_type(expr.value, fn)  # WsSize.DECODE, self.X
     if cls is None:
         return False
     classes = [cls, *cls.bases]
@@ -212,5 +218,5 @@ def _constructor_field(cls: ClassInfo, attr: str) -> bool:
 
 _FIELD_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
 _FIELD_BASES = frozenset({"NamedTuple", "BaseModel", "BaseSettings", "Struct"})
-_WORKSPACE_WORDS = frozenset({"workspace", "ws"})
+_WORKSPACE_WORDS = frozenset({"workspace", "workspaces", "ws"})
 _ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv"})
