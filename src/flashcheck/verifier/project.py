@@ -23,6 +23,7 @@ from flashcheck.verifier.index import (
     owner_of,
     with_bases,
 )
+from flashcheck.verifier.returns import returned_class, yielded_class
 from flashcheck.verifier.source import SourceFile
 
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
@@ -49,6 +50,7 @@ class Project(ProjectIndex):
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
+        self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._link_classes()
 
     def forget_answers(self) -> None:
@@ -58,6 +60,7 @@ class Project(ProjectIndex):
         on the files alone."""
         self._callee_cache.clear()
         self._property_cache.clear()
+        self._return_types.clear()
         self._callers.clear()
         self._callers_active.clear()
 
@@ -217,6 +220,8 @@ class Project(ProjectIndex):
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return target
+            if isinstance(target, FunctionInfo):  # meta = self.backend.build_metadata(...)
+                return returned_class(self, target)
             return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             if fn.params[value.id] is not None:
@@ -247,6 +252,9 @@ class Project(ProjectIndex):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
             for c in [cls, *cls.bases] if cls is not None else []:
                 values.extend(c.attr_assigns.get(container.attr, []))
+        elif isinstance(container, ast.Call):  # for mb in self._split_microbatches(batch)
+            gen = self.resolve_def(container.func, fn, depth + 1)
+            return yielded_class(self, gen) if isinstance(gen, FunctionInfo) else None
         else:
             values = [(container, fn)]
         items: list[tuple[ast.expr, FunctionInfo]] = []
@@ -480,6 +488,10 @@ class Project(ProjectIndex):
             ]
         if partials and isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS:
             return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
+        if partials and isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute):
+            factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
+            rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
+            return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
         if isinstance(value, ast.Name | ast.Attribute):
             target = self.resolve_def(value, fn)
             if isinstance(target, FunctionInfo):

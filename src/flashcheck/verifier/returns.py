@@ -1,0 +1,102 @@
+"""The project class a project function returns, or the one its generator yields.
+
+A call of a project function is typed by its return annotation (``-> AttnMetadata``, ``Optional[...]``), else by
+what its ``return`` statements give when they all agree (``return AttnMetadata(...)``, a local built so). The items
+of a loop over a call of a generator function (``for mb in self._split(batch)``) are typed by its annotation
+(``Iterator[MicroBatch]``, ``Generator[MicroBatch, None, None]``, ``Iterable[...]``), else by the classes its own
+``yield`` statements construct when they agree. Answers are memoised on the project per function.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import ClassInfo, FunctionInfo
+
+if TYPE_CHECKING:
+    from flashcheck.verifier.project import Project
+
+__all__ = ["returned_class", "yielded_class", "yields_of"]
+
+_ITERATORS = frozenset(
+    f"{prefix}{name}"
+    for prefix in ("", "typing.", "collections.abc.", "abc.", "t.")
+    for name in ("Iterator", "Iterable", "Generator", "AsyncIterator", "AsyncIterable", "AsyncGenerator")
+)
+# answers are asked at one depth whatever the caller's, so that a memoised answer does not depend on who asked first
+# (a function's own recursion guard bounds chains of calls)
+_DEPTH = 3
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def yields_of(fn: FunctionInfo) -> list[ast.expr]:
+    """The values of the function's own ``yield`` statements (not those of nested functions); a bare ``yield``
+    gives a None constant."""
+    if isinstance(fn.node, ast.Module):
+        return []
+    out: list[ast.expr] = []
+    stack: list[ast.AST] = list(fn.node.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES):
+            continue
+        if isinstance(node, ast.Yield):
+            out.append(node.value if node.value is not None else ast.Constant(None))
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def returned_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
+    """The class a call of `fn` returns (None for a generator, an unknown or a disagreeing return)."""
+    key = ("return", id(fn))
+    if key in project._return_types:
+        return project._return_types[key]
+    project._return_types[key] = None  # recursion guard
+    found: ClassInfo | None = None
+    if not isinstance(fn.node, ast.Module) and not yields_of(fn):
+        ann = fn.node.returns
+        if ann is not None:
+            found = project._annotation_class(ann, fn, _DEPTH)
+        else:
+            found = _agreeing(project, fn.returns, fn)
+    project._return_types[key] = found
+    return found
+
+
+def yielded_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
+    """The class of the items a generator function `fn` yields (None when it is no generator or they differ)."""
+    key = ("yield", id(fn))
+    if key in project._return_types:
+        return project._return_types[key]
+    project._return_types[key] = None  # recursion guard
+    found: ClassInfo | None = None
+    yields = yields_of(fn)
+    if yields and not isinstance(fn.node, ast.Module):
+        ann = fn.node.returns
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                ann = ast.parse(ann.value, mode="eval").body
+            except SyntaxError:
+                ann = None
+        if isinstance(ann, ast.Subscript) and dotted(ann.value) in _ITERATORS:
+            item = ann.slice.elts[0] if isinstance(ann.slice, ast.Tuple) and ann.slice.elts else ann.slice
+            found = project._annotation_class(item, fn, _DEPTH)
+        elif ann is None:
+            found = _agreeing(project, yields, fn)
+    project._return_types[key] = found
+    return found
+
+
+def _agreeing(project: Project, values: list[ast.expr], fn: FunctionInfo) -> ClassInfo | None:
+    """The one class the values (returned or yielded; None constants aside) are instances of, else None."""
+    found: dict[int, ClassInfo] = {}
+    for v in values[:8]:
+        if isinstance(v, ast.Constant) and v.value is None:
+            continue
+        t = project._value_type(v, fn, _DEPTH)
+        if t is None:
+            return None
+        found[id(t)] = t
+    return next(iter(found.values())) if len(found) == 1 else None
