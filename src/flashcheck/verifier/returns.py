@@ -57,10 +57,7 @@ def returned_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
     found: ClassInfo | None = None
     if not isinstance(fn.node, ast.Module) and not yields_of(fn):
         ann = fn.node.returns
-        if ann is not None:
-            found = project._annotation_class(ann, fn, _DEPTH)
-        else:
-            found = _agreeing(project, fn.returns, fn)
+        found = project._annotation_class(ann, fn, _DEPTH) if ann is not None else _agreeing(project, fn.returns, fn)
     project._return_types[key] = found
     return found
 

@@ -112,7 +112,11 @@ class HostSyncInHotPath(Rule):
                 self._check_fn(ctx, fn, capture, "capture")
 
     def _check_fn(self, ctx: Context, fn: FunctionInfo, reach: dict[FunctionInfo, Hop], kind: RootKind) -> None:
+        stored = {id(n) for lam in _stored_lambdas(fn) for n in ast.walk(lam.body)}
+
         def hit(node: ast.AST, what: str, where: Where, confidence: Confidence | None = None) -> None:
+            if id(node) in stored:
+                return  # the body of a callback handed over to be run later, not here
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(
@@ -400,3 +404,16 @@ def _is_mask(index: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         values = fn.local_assigns.get(index.id, [])
         return bool(values) and all(_is_mask(v, fn, depth + 1) for v in values)
     return False
+
+
+def _stored_lambdas(fn: FunctionInfo) -> list[ast.Lambda]:
+    """Lambdas handed to a call as a keyword argument (``python_lambda=lambda x: x.item()``, a callback the callee
+    keeps and runs later), except ``key=`` (``sorted``/``min``/``max`` run it at once)."""
+    if isinstance(fn.node, ast.Module):
+        return []
+    return [
+        kw.value
+        for call in fn.calls
+        for kw in call.keywords
+        if isinstance(kw.value, ast.Lambda) and kw.arg not in (None, "key")
+    ]
