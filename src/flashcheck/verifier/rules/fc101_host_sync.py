@@ -95,7 +95,9 @@ class HostSyncInHotPath(Rule):
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
         project (an unannotated argument no project code passes), lazy logging arguments (``logger.debug("%s", t)``,
         formatted only when the level is enabled), properties read from objects whose class the analysis cannot
-        tell (or through ``getattr``), and hot paths no root reaches (configure ``hot-paths``).
+        tell (or through ``getattr``; objects project functions return and items project generators yield are typed
+        by annotations and constructors), syncs in a lambda handed to a call as a keyword argument other than
+        ``key=`` (taken for a callback run later), and hot paths no root reaches (configure ``hot-paths``).
     """
 
     def check(self, ctx: Context) -> None:

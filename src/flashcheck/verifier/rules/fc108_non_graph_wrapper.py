@@ -61,7 +61,8 @@ class NonGraphWrapperInCapture(Rule):
 
     What it cannot see
         Wrappers handed in from outside the project, and run calls reached only through objects whose type the
-        analysis cannot resolve.
+        analysis cannot resolve (closures a project function returns are followed: ``fn = make_stage_fn(w); fn(q)``
+        runs the returned nested function, with `w` bound).
     """
 
     def check(self, ctx: Context) -> None:
