@@ -32,7 +32,6 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
     """Bulk-numpy scenarios (captures, replays below buckets, eager steps) through the Driver: every property. Each
     step is submitted before the previous one settles (`Driver.submit`), as the session and worker loops run them."""
     from flashcheck.fuzzing.scenarios import random_steps
-    from flashcheck.known import split_known
     from flashcheck.session import open_session
 
     with open_session(target, device=device, layers=layers, seed=seed) as drv:  # type: ignore[arg-type]
@@ -52,9 +51,7 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
                 steps = random_steps(drv.cap, _CHUNK, seed + i, capture_first=False)
             step = steps[i % _CHUNK]
             for _, r in drv.submit(step, i):  # the step before settles while this one is prepared
-                unexpected, documented = split_known(r.findings, drv.target.name)
-                findings += len(unexpected)
-                known += len(documented)
+                findings, known = _count(r, drv.target.name, findings, known)
             bs.append(len(step.kv_lens))
             kv.append(sum(step.kv_lens))
             ops[step.op] += 1
@@ -64,9 +61,7 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
                 windows.append(round(250 / (now - t_win), 1))
                 t_win = now
         for _, r in drv.finish():
-            unexpected, documented = split_known(r.findings, drv.target.name)
-            findings += len(unexpected)
-            known += len(documented)
+            findings, known = _count(r, drv.target.name, findings, known)
         _sync(device)
         dt = time.perf_counter() - t0
     n = i - n_warm
@@ -84,6 +79,14 @@ def bench_driver(target: str, device: str, layers: str, seconds: float, seed: in
 
 
 _CHUNK = 1000
+
+
+def _count(r: Any, target: str, findings: int, known: int) -> tuple[int, int]:
+    """The running counts of findings and of documented upstream behaviours (`flashcheck.known`), with `r`'s."""
+    from flashcheck.known import split_known
+
+    unexpected, documented = split_known(r.findings, target)
+    return findings + len(unexpected), known + len(documented)
 
 
 def _means(bs: list[int], kv: list[int]) -> dict[str, float]:

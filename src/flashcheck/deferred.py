@@ -3,8 +3,8 @@ outputs' comparisons, brought to the host in one transfer.
 
 A step launches its target's work, then the reductions that judge it (`Arena.probe`, each `Property.screen`), and
 queues one non-blocking copy of all their results into page-locked memory behind a CUDA event. The driver reads it
-when the step *settles*: at once for `Driver.execute`, or, for `Driver.submit`, when the next step has done its host
-preparation (batch, layout, queries), so that the host prepares step i+1 while the device finishes step i. Nothing
+when the step *settles*: at once for `Driver.execute`, or, for `Driver.prepare`/`submit`, when the next step has
+done its host preparation (batch, layout), so that the host prepares step i+1 while the device finishes step i. Nothing
 of step i+1 that can overwrite what step i left to read (the reference's graph output, the target's outputs, the
 workspaces) runs before step i settled, and what settling finds is step i's, at step i. Without CUDA the copy is
 synchronous and the order of events is the same.

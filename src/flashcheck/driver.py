@@ -256,8 +256,8 @@ class Driver(StepOps):
         return done
 
     def prepare(self, step: Step, index: int) -> list[tuple[int, StepResult]]:
-        """Prepare step `index` on the host (batch, layout, queries), then settle the step launched before it
-        (`flashcheck.deferred`); `launch` runs it. Returns the results this call completed, in step order: the
+        """Prepare step `index` on the host (batch, layout; nothing on the device), then settle the step launched
+        before it (`flashcheck.deferred`); `launch` runs it. Returns the results this call completed, in step order: the
         earlier step's, and this one's only if it ended at once (outside the target's input contract). When settling
         the earlier step poisoned the process, this step will not run: its result is absent and `poisoned` is set.
         Raises like `execute`."""

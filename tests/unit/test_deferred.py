@@ -195,23 +195,24 @@ def test_the_reference_reads_the_queries_as_they_were_before_the_target_ran(mode
     assert [f.id for f in found] == ["FC303"] and "eager vs reference" in found[0].message
 
 
-def test_a_fault_that_surfaces_when_asking_whether_the_transfer_is_done_is_the_settled_steps(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_fault_that_surfaces_when_asking_whether_the_transfer_is_done_is_the_settled_steps() -> None:
     """On CUDA a fault of the step's own device work surfaces on the next CUDA call, which may be the event query
-    of `Transfer.ready`: the worker's idle loop asks it, and `finish` asks it before reading."""
+    of `Transfer.ready`: the worker's idle loop asks it, and `finish` asks it before reading. The event here is one
+    whose query and synchronize raise the fault, as a CUDA event does in a poisoned context."""
     t = ReferenceTarget()
     steps = random_steps(t.capacity, 3, seed=3)
-    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    def raises(self: Transfer) -> Any:
-        raise fault
+    class FaultedEvent:
+        def query(self) -> bool:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        synchronize = query
 
     with open_session(t, device="cpu", layers="off", seed=1) as drv:
         drv.submit(steps[0], 0)
         drv.submit(steps[1], 1)
-        monkeypatch.setattr(Transfer, "blocking", property(lambda self: True))  # as a CUDA transfer: ready() asks
-        monkeypatch.setattr(Transfer, "read", raises)
+        assert drv._pending is not None and drv._pending.transfer is not None
+        drv._pending.transfer._event = FaultedEvent()
         assert drv.pending_ready() is False  # asking does not raise
         (i, r), *rest = drv.finish()
         assert i == 1 and rest == [] and drv.poisoned
