@@ -3,9 +3,10 @@
 The watchdog works in two tiers. At the timeout it records the Python stacks of every thread and raises `StepHung`
 in the thread running the step; a step stuck in Python code (a busy loop, a lock) comes back with the finding and
 the run goes on. A step stuck where Python cannot interrupt it (a kernel spinning on the GPU, a blocking CUDA call)
-does not come back: after a grace period the C-level `faulthandler` watchdog writes every thread's stack to the hang
-file and, in isolated workers (``hard_exit``), ends the process, so the parent turns the hang file into the same
-finding and starts a fresh worker. No torch here.
+does not come back: after a grace period (and at most a quarter of the timeout and grace more: the C-level timer is kept
+armed across steps, `_HardTimer`) the C-level `faulthandler` watchdog writes every thread's stack to the hang file
+and, in isolated workers (``hard_exit``), ends the process, so the parent turns the hang file into the same finding
+and starts a fresh worker. No torch here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -92,42 +93,94 @@ def _thread_stacks(skip_thread: int | None = None) -> dict[str, list[Frame]]:
 
 class _Timers:
     """One daemon thread for every watchdog of the process: arming a step costs a lock and a notify, not a new
-    thread (a `threading.Timer` per step cost about 0.2 ms, a few percent of a step)."""
+    thread (a `threading.Timer` per step cost about 0.2 ms, a few percent of a step). An entry is a deadline and
+    what to call then, under a key (a watchdog's step timer, or its guard of the C-level timer)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._due: dict[Watchdog, tuple[float, int]] = {}  # armed watchdogs: (monotonic deadline, arm generation)
+        self._due: dict[tuple[Watchdog, str], tuple[float, Callable[[], None]]] = {}
         self._thread: threading.Thread | None = None
 
-    def set(self, wd: Watchdog, deadline: float, gen: int) -> None:
+    def set(self, key: tuple[Watchdog, str], deadline: float, call: Callable[[], None]) -> None:
         with self._cond:
-            self._due[wd] = (deadline, gen)
+            self._due[key] = (deadline, call)
             if self._thread is None or not self._thread.is_alive():  # first use, or a forked child
                 self._thread = threading.Thread(target=self._loop, name="flashcheck-watchdog", daemon=True)
                 self._thread.start()
             self._cond.notify()
 
-    def clear(self, wd: Watchdog) -> None:
+    def clear(self, key: tuple[Watchdog, str]) -> None:
         with self._cond:  # no notify: the thread wakes at the old deadline, finds nothing due, and waits on
-            self._due.pop(wd, None)
+            self._due.pop(key, None)
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 while True:
                     now = time.monotonic()
-                    expired = [(wd, gen) for wd, (deadline, gen) in self._due.items() if deadline <= now]
+                    expired = [(key, call) for key, (deadline, call) in self._due.items() if deadline <= now]
                     if expired:
-                        for wd, _ in expired:
-                            del self._due[wd]
+                        for key, _ in expired:
+                            del self._due[key]
                         break
                     nearest = min((deadline for deadline, _ in self._due.values()), default=None)
                     self._cond.wait(None if nearest is None else nearest - now)
-            for wd, gen in expired:  # outside the condition: a watchdog takes its own lock
-                wd._expire(gen)
+            for _, call in expired:  # outside the condition: a watchdog takes its own lock
+                call()
 
 
+class _HardTimer:
+    """The process's one C-level timer (`faulthandler.dump_traceback_later`), kept armed across steps.
+
+    Arming and cancelling it starts and joins a thread in CPython (about 0.1 ms a pair on a GPU node's host, two
+    pairs a step). So a step leaves it armed when its deadline lies between the step's limit plus grace and a
+    quarter more (`_SLACK`), and re-arms it otherwise; a watchdog that is disarmed has its timer thread cancel the
+    C-level timer shortly before it would fire (`_GUARD`), so nothing is written, and no worker ends, while no step
+    runs. An uninterruptible hang is therefore written out between the limit plus grace and a quarter more after its
+    step began; the Python-level tier fires at the limit as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: Watchdog | None = None
+        self.deadline = 0.0  # monotonic time at which the armed C-level timer fires (0: none armed)
+        self.steps = 0  # steps armed so far: a guard set before the latest one is stale
+
+    def ensure(self, wd: Watchdog, span: float, out: IO[str] | int, exit: bool) -> None:
+        """The C-level timer armed for `wd`, firing between `span` and `span` * (1 + `_SLACK`) seconds from now."""
+        _TIMERS.clear((wd, "hard"))
+        with self._lock:
+            self.steps += 1
+            now = time.monotonic()
+            if self.owner is wd and now + span <= self.deadline <= now + span * (1 + _SLACK):
+                return
+            faulthandler.dump_traceback_later(span * (1 + _SLACK), repeat=False, file=out, exit=exit)
+            self.owner, self.deadline = wd, now + span * (1 + _SLACK)
+
+    def guard(self, wd: Watchdog) -> None:
+        """Have the timer thread cancel `wd`'s C-level timer before it fires, unless a step is armed by then."""
+        with self._lock:
+            if self.owner is not wd:
+                return
+            margin = min(_GUARD, max(self.deadline - time.monotonic(), 0.0) / 2)
+            due, steps = self.deadline - margin, self.steps
+        _TIMERS.set((wd, "hard"), due, lambda: self._cancel(wd, steps))
+
+    def cancel(self, wd: Watchdog) -> None:
+        """Cancel the C-level timer if it is `wd`'s."""
+        _TIMERS.clear((wd, "hard"))
+        self._cancel(wd, None)
+
+    def _cancel(self, wd: Watchdog, steps: int | None) -> None:
+        with self._lock:
+            if self.owner is wd and (steps is None or steps == self.steps):
+                faulthandler.cancel_dump_traceback_later()
+                self.owner, self.deadline = None, 0.0
+
+
+_SLACK = 0.25  # how much later than its step's limit plus grace the kept C-level timer may fire
+_GUARD = 1.0  # seconds before a kept C-level timer fires at which an idle watchdog cancels it
 _TIMERS = _Timers()
+_HARD = _HardTimer()
 
 
 class Watchdog:
@@ -170,7 +223,7 @@ class Watchdog:
         self._arm_hard(label)  # first: if the hang file cannot be written, no timer is left armed behind the error
         with self._lock:
             self._armed = True
-        _TIMERS.set(self, time.monotonic() + self._limit, gen)
+        _TIMERS.set((self, "step"), time.monotonic() + self._limit, lambda: self._expire(gen))
 
     @property
     def limit(self) -> float:
@@ -184,14 +237,15 @@ class Watchdog:
         whole process runs many times slower."""
         with self._lock:
             self._armed = False
-        _TIMERS.clear(self)
-        faulthandler.cancel_dump_traceback_later()
+        _TIMERS.clear((self, "step"))
+        _HARD.guard(self)  # the C-level timer stays armed for the next step, and is cancelled if none comes in time
         # the hang file stays open for the next step, holding only its header: `read_hang_file` reads no dump
 
     def close(self) -> None:
         """Disarm and remove the hang file (the end of a session that ends normally; a worker that exits at once
         after a fault leaves it holding only its header, which `read_hang_file` reads as no dump)."""
         self.disarm()
+        _HARD.cancel(self)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -221,7 +275,7 @@ class Watchdog:
             out = self._fd
         # no usable file descriptor (a captured stderr): the first tier alone
         with contextlib.suppress(ValueError, OSError, AttributeError):
-            faulthandler.dump_traceback_later(self._limit + self.grace, repeat=False, file=out, exit=self.hard_exit)
+            _HARD.ensure(self, self._limit + self.grace, out, self.hard_exit)
 
     def _expire(self, gen: int) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import threading
 import time
@@ -106,3 +107,36 @@ def test_a_session_removes_its_hang_file_when_it_ends(tmp_path: Path) -> None:
         assert drv.execute(random_steps(t.capacity, 1, seed=1)[0], 0).findings == []
         assert read_hang_file(hang) is None and hang.exists()  # open for the session, holding a header
     assert not hang.exists()
+
+
+def test_the_c_level_timer_is_kept_across_steps_never_fires_while_idle_and_fires_on_a_stuck_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arms: list[float] = []
+    real = faulthandler.dump_traceback_later
+
+    def counted(timeout: float, **kw: object) -> None:
+        arms.append(timeout)
+        real(timeout, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(faulthandler, "dump_traceback_later", counted)
+    hang = tmp_path / "hang.txt"
+    wd = Watchdog(0.4, grace=0.4, hang_file=hang)
+    for i in range(20):
+        wd.arm(f"step {i}")
+        wd.disarm()
+    assert len(arms) == 1, arms  # one C-level arm serves every quick step (each re-arm starts and joins a thread)
+    assert 0.8 <= arms[0] <= 1.0  # it fires between the limit plus grace and a quarter more
+    time.sleep(1.5)  # idle past that deadline: the timer thread cancels it first
+    assert read_hang_file(hang) is None, "an idle watchdog wrote a hang"
+    wd.arm("step stuck")
+    try:
+        time.sleep(1.4)  # a C call that the Python-level tier cannot interrupt
+        _spin(0.2)  # where the StepHung it raised meanwhile is delivered
+    except StepHung:
+        pass
+    finally:
+        wd.disarm()
+    label, stacks = read_hang_file(hang) or ("", "")
+    assert label.startswith("step stuck") and "test_watchdog.py" in stacks
+    wd.close()
