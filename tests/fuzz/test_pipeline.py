@@ -126,3 +126,32 @@ def test_a_step_we_are_called_wrong_with_still_leaves_the_result_before_it() -> 
         assert "FC303" in [f.id for f in drv.collect().findings]
         with pytest.raises(Exception, match="max_batch_size"):
             drv.collect()
+
+
+@pytest.mark.slow
+def test_the_next_step_is_sent_before_the_one_before_it_is_judged(tmp_path: Path) -> None:
+    """The worker finds the next step waiting when it finishes one: while a step is judged, the step after it is
+    already in flight (the last one, judged when the example ends, has none behind it)."""
+    behind: list[int] = []
+    machine = replay_machine(
+        "cpu-reference",
+        config=SMALL,
+        device="cpu",
+        isolate=True,
+        pipeline=True,
+        log=FindingLog(tmp_path),
+        check=lambda step, result: behind.append(m.driver.in_flight),
+    )
+    steps = [
+        Step("capture", (1, 1), (9, 17), bucket=2),
+        Step("replay", (1,), (40,), bucket=2),
+        Step("eager", (1, 1, 1), (5, 30, 7)),
+    ]
+    try:
+        m = machine()
+        for s in steps:
+            m.run_step(s)
+        m.settle()  # as the example's teardown does
+    finally:
+        close_sessions()
+    assert behind == [1, 1, 0]

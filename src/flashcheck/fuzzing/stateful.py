@@ -14,6 +14,7 @@ and the reproducer of the final (smallest) example is left in the finding log's 
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.driver.reset_example()  # this example captures every bucket it replays
         self.steps: list[Step] = []
         self.pipelined = cfg.pipeline and isinstance(self.driver, IsolatedDriver)
-        self._in_flight: tuple[int, Step] | None = None
+        self._in_flight: collections.deque[tuple[int, Step]] = collections.deque()
         self.captured: set[int] = set()
         self.ws_fraction = 0.0
         self.ws_bytes = 0
@@ -146,24 +147,37 @@ class ReplayMachine(RuleBasedStateMachine):
     def run_step(self, step: Step) -> None:
         """Run `step` and judge its result (`fail` on findings). Pipelined (`MachineConfig.pipeline`), the step is
         sent to the worker and judged when the next step is sent or the example ends, so the worker runs it while
-        Hypothesis draws the next; the example and the step a finding names are the same either way."""
+        Hypothesis draws the next; the next step is sent before the one before it is judged, so the worker finds it
+        waiting when it finishes a step. The example and the step a finding names are the same either way (a step
+        sent after a failing one runs, and its result belongs to no example)."""
         index = len(self.steps)
         self.steps.append(step)
         if not self.pipelined:
             self._judge(step, index, self.driver.execute(step, index))
             return
         assert isinstance(self.driver, IsolatedDriver)
-        self.settle()
-        self.driver.submit(step, index)
-        self._in_flight = (index, step)
+        try:
+            self.driver.submit(step, index)
+        except BaseException:
+            self.settle()  # the steps sent before it are judged first, as unpipelined
+            raise
+        self._in_flight.append((index, step))
+        while len(self._in_flight) > 1:
+            self._settle_oldest()
 
     def settle(self) -> None:
-        """Judge the step in flight, if any (pipelined runs)."""
-        if self._in_flight is None:
-            return
-        (index, step), self._in_flight = self._in_flight, None
+        """Judge every step in flight, oldest first (pipelined runs)."""
+        while self._in_flight:
+            self._settle_oldest()
+
+    def _settle_oldest(self) -> None:
+        index, step = self._in_flight.popleft()
         assert isinstance(self.driver, IsolatedDriver)
-        self._judge(step, index, self.driver.collect())
+        try:
+            self._judge(step, index, self.driver.collect())
+        except BaseException:
+            self._in_flight.clear()  # sent after a failing step: no example's (`reset_example` drains them)
+            raise
 
     def _judge(self, step: Step, index: int, result: StepResult) -> None:
         if step.op == "capture" and step.bucket is not None and result.rejected is None:
@@ -227,7 +241,7 @@ class ReplayMachine(RuleBasedStateMachine):
         bucket = self.cap.bucket_for(p.batch_size)
         if bucket is None:
             return
-        if self._in_flight is not None and self._in_flight[1].op == "capture" and self._in_flight[1].bucket == bucket:
+        if any(s.op == "capture" and s.bucket == bucket for _, s in self._in_flight):
             self.settle()  # whether the bucket is captured depends on the capture in flight
         if bucket not in self.captured:  # grow to a new bucket: the engine captures it on first use
             self.run_step(self.make_step("capture", p, alloc, bucket))
