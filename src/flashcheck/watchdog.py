@@ -3,7 +3,7 @@
 The watchdog works in two tiers. At the timeout it records the Python stacks of every thread and raises `StepHung`
 in the thread running the step; a step stuck in Python code (a busy loop, a lock) comes back with the finding and
 the run goes on. A step stuck where Python cannot interrupt it (a kernel spinning on the GPU, a blocking CUDA call)
-does not come back: after a grace period (and at most a quarter of the timeout and grace more: the C-level timer is kept
+does not come back: after a grace period (and at most a tenth of the timeout and grace more: the C-level timer is kept
 armed across steps, `_HardTimer`) the C-level `faulthandler` watchdog writes every thread's stack to the hang file
 and, in isolated workers (``hard_exit``), ends the process, so the parent turns the hang file into the same finding
 and starts a fresh worker. No torch here.
@@ -133,11 +133,11 @@ class _HardTimer:
     """The process's one C-level timer (`faulthandler.dump_traceback_later`), kept armed across steps.
 
     Arming and cancelling it starts and joins a thread in CPython (about 0.1 ms a pair on a GPU node's host, two
-    pairs a step). So a step leaves it armed when its deadline lies between the step's limit plus grace and a
-    quarter more (`_SLACK`), and re-arms it otherwise; a watchdog that is disarmed has its timer thread cancel the
-    C-level timer shortly before it would fire (`_GUARD`), so nothing is written, and no worker ends, while no step
-    runs. An uninterruptible hang is therefore written out between the limit plus grace and a quarter more after its
-    step began; the Python-level tier fires at the limit as before."""
+    pairs a step). So a step leaves it armed when it fires no earlier than the step's limit plus grace and at most
+    `_SLACK` of the watchdog's timeout plus grace later, and re-arms it otherwise; a watchdog that is disarmed has its
+    timer thread cancel the C-level timer shortly before it would fire (`_GUARD`), so nothing is written, and no
+    worker ends, while no step runs. An uninterruptible hang is therefore written out at most that much later than
+    its limit plus grace; the Python-level tier fires at the limit as before."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -146,15 +146,16 @@ class _HardTimer:
         self.steps = 0  # steps armed so far: a guard set before the latest one is stale
 
     def ensure(self, wd: Watchdog, span: float, out: IO[str] | int, exit: bool) -> None:
-        """The C-level timer armed for `wd`, firing between `span` and `span` * (1 + `_SLACK`) seconds from now."""
+        """The C-level timer armed for `wd`, firing between `span` seconds from now and `wd`'s slack later."""
         _TIMERS.clear((wd, "hard"))
+        slack = _SLACK * (wd.timeout + wd.grace)
         with self._lock:
             self.steps += 1
             now = time.monotonic()
-            if self.owner is wd and now + span <= self.deadline <= now + span * (1 + _SLACK):
+            if self.owner is wd and now + span <= self.deadline <= now + span + slack:
                 return
-            faulthandler.dump_traceback_later(span * (1 + _SLACK), repeat=False, file=out, exit=exit)
-            self.owner, self.deadline = wd, now + span * (1 + _SLACK)
+            faulthandler.dump_traceback_later(span + slack, repeat=False, file=out, exit=exit)
+            self.owner, self.deadline = wd, now + span + slack
 
     def guard(self, wd: Watchdog) -> None:
         """Have the timer thread cancel `wd`'s C-level timer before it fires, unless a step is armed by then."""
@@ -177,7 +178,7 @@ class _HardTimer:
                 self.owner, self.deadline = None, 0.0
 
 
-_SLACK = 0.25  # how much later than its step's limit plus grace the kept C-level timer may fire
+_SLACK = 0.1  # how much later than its step's limit plus grace the kept C-level timer may fire (of timeout + grace)
 _GUARD = 1.0  # seconds before a kept C-level timer fires at which an idle watchdog cancels it
 _TIMERS = _Timers()
 _HARD = _HardTimer()
