@@ -140,10 +140,14 @@ class _HardTimer:
     its limit plus grace; the Python-level tier fires at the limit as before."""
 
     def __init__(self) -> None:
+        self.steps = 0  # steps armed so far: a guard set before the latest one is stale
+        self.forget()
+
+    def forget(self) -> None:
+        """No C-level timer armed (also a forked child's state: the parent's timer threads do not run in it)."""
         self._lock = threading.Lock()
         self.owner: Watchdog | None = None
         self.deadline = 0.0  # monotonic time at which the armed C-level timer fires (0: none armed)
-        self.steps = 0  # steps armed so far: a guard set before the latest one is stale
 
     def ensure(self, wd: Watchdog, span: float, out: IO[str] | int, exit: bool) -> None:
         """The C-level timer armed for `wd`, firing between `span` seconds from now and `wd`'s slack later."""
@@ -182,6 +186,8 @@ _SLACK = 0.1  # how much later than its step's limit plus grace the kept C-level
 _GUARD = 1.0  # seconds before a kept C-level timer fires at which an idle watchdog cancels it
 _TIMERS = _Timers()
 _HARD = _HardTimer()
+# a forked child has no C-level timer thread (nor the timer thread that guards it): its first step arms afresh
+os.register_at_fork(after_in_child=_HARD.forget)
 
 
 class Watchdog:
