@@ -131,4 +131,4 @@ class SlowSecondCapture(SlowFirstCapture):
     slow_call = 2
 
 
-SLOW_SECONDS = 4.0  # above a 3 s step timeout (the worker's watchdog at 1.8 s + 0.6 s grace), below 3x that
+SLOW_SECONDS = 2.6  # above a 2 s step timeout (the worker's watchdog at 1.2 s + 0.4 s grace), below 3x its 1.2 s

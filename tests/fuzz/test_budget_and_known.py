@@ -14,6 +14,7 @@ import pytest
 from flashcheck.fuzzing import stateful
 from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
 from flashcheck.known import KnownBehaviour, split_known
+from tests.conftest import PLANTED_BUG_LAYERS
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
@@ -91,6 +92,7 @@ def test_shrinking_stops_at_its_time_limit_with_the_smallest_failure_so_far() ->
     """With `shrink_seconds=0` the run ends at the first failing example (as a GPU run does once shrinking a
     faulting step has used its time), still as a FuzzFailure with its reproducer; with no limit it is shrunk."""
     kw: dict[str, Any] = {"config": SMALL, "budget": 15, "seed": 5, "profile": "ci", "device": "cpu"}
+    kw["layers"] = PLANTED_BUG_LAYERS
     try:
         with pytest.raises(FuzzFailure) as stopped:
             fuzz_target(TARGET, database=None, shrink_seconds=0, **kw)

@@ -17,6 +17,9 @@ from flashcheck.scenario import Step, StepResult
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 FAULTY = "faulty_targets:PlanInfoVaries"  # FC304 on replay
+# No detection layers in the workers: what is compared here is which steps are judged, in which order, and the
+# properties' findings (FC304); a worker with layers imports torch's dynamo too (~2 s on 2 CPU cores).
+LAYERS = "off"
 
 
 @pytest.mark.slow
@@ -53,6 +56,7 @@ def _run(target: str, *, pipeline: bool, **kw: Any) -> tuple[list[tuple[str, tup
             isolate=True,
             pipeline=pipeline,
             check=record,
+            layers=LAYERS,
             **kw,
         )
     except FuzzFailure as exc:
@@ -88,7 +92,9 @@ def test_a_finding_judged_after_an_overrun_is_raised_by_the_run(
 ) -> None:
     """An example that ends on an overrun can take no failure in Hypothesis: the last step's findings are kept for
     the run to raise; an example that ends normally fails at teardown."""
-    machine = replay_machine(FAULTY, config=SMALL, device="cpu", isolate=True, pipeline=True, log=FindingLog(tmp_path))
+    machine = replay_machine(
+        FAULTY, config=SMALL, device="cpu", layers=LAYERS, isolate=True, pipeline=True, log=FindingLog(tmp_path)
+    )
     steps = [Step("capture", (1, 1), (9, 17), bucket=2), Step("replay", (1,), (40,), bucket=2)]
     try:
         for frozen, expect_raise in ((False, True), (True, False)):
@@ -137,6 +143,7 @@ def test_the_next_step_is_sent_before_the_one_before_it_is_judged(tmp_path: Path
         "cpu-reference",
         config=SMALL,
         device="cpu",
+        layers=LAYERS,
         isolate=True,
         pipeline=True,
         log=FindingLog(tmp_path),

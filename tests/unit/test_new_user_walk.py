@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -42,10 +43,19 @@ def fuzz(out: Path, *extra: str, target: str = "cpu-reference") -> int:
 
 
 # ---- outputs: nothing but a regular file is replaced; modes follow the umask -----------------------------------
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def _clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One clean fuzz run (default layers) in this process, made once for the module's tests that read one."""
+    out = tmp_path_factory.mktemp("clean-run") / "run"
     assert fuzz(out) == 0
+    return out
+
+
+@pytest.fixture
+def run_dir(_clean_run: Path, tmp_path: Path) -> Path:
+    """A clean run directory of the test's own (a copy of `_clean_run`): a test may change it."""
+    out = tmp_path / "run"
+    shutil.copytree(_clean_run, out, symlinks=True)
     return out
 
 
@@ -362,7 +372,7 @@ def test_a_fuzz_run_records_its_detection_layers_and_every_report_shows_the_skip
 
 def test_a_second_fuzz_run_in_one_process_records_only_its_own_layers(run_dir: Path, tmp_path: Path) -> None:
     second = tmp_path / "second"
-    assert fuzz(second, "--layers", "off") == 0  # run_dir ran the default layers in this process just before
+    assert fuzz(second, "--layers", "off") == 0  # run_dir's run had the default layers, in this process before
     env = json.loads((second / "run.json").read_text())["environment"]
     assert env["detection layers"] == "none (layers off)" and "layers skipped" not in env
 

@@ -119,6 +119,7 @@ def test_an_uninterruptible_hang_in_an_isolated_worker_is_fc252_and_the_run_goes
         device="cpu",
         layers="off",
         step_timeout=1.0,
+        warm_up_scale=2.0,  # the hung replay is the worker's first: a CPU target compiles nothing, 2 s is plenty
         setup_timeout=120.0,
     )
     steps = [
