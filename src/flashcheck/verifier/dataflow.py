@@ -14,8 +14,8 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, storage_root
+from flashcheck.verifier.index import loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
 
 __all__ = [
@@ -72,6 +72,9 @@ def storage_keys(
         if values and root.id not in fn.params:
             keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
             return keys if len(values) == 1 else []
+        containers = loop_containers(root.id, fn)
+        if containers:  # for buf in self.kv_indices: an item shares its container's key
+            return [k for c in containers for k in storage_keys(c, fn, depth + 1, project, typer)]
         if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]
         return []

@@ -21,6 +21,7 @@ __all__ = [
     "ModuleInfo",
     "ProjectIndex",
     "index_module",
+    "loop_containers",
     "owner_of",
     "with_bases",
 ]
@@ -118,6 +119,9 @@ class FunctionInfo:
     local_defs: dict[str, FunctionInfo] = field(default_factory=dict)
     returns: list[ast.expr] = field(default_factory=list)
     loop_vars: dict[str, list[ast.expr]] = field(default_factory=dict)  # for/comprehension target -> iterable
+    # for/comprehension target -> (iterable, position of the name in a tuple target: ``for i, (a, b) in ...`` binds
+    # b at (1, 1)); `dataflow.loop_container` reads it
+    loop_items: dict[str, list[tuple[ast.expr, tuple[int, ...]]]] = field(default_factory=dict)
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
 
@@ -400,6 +404,8 @@ class _Indexer:
             for n in ast.walk(node.target):
                 if isinstance(n, ast.Name):
                     fn.loop_vars.setdefault(n.id, []).append(node.iter)
+            for name, path in _target_paths(node.target, ()):
+                fn.loop_items.setdefault(name, []).append((node.iter, path))
         elif kind == "global":
             self._globals.update(node.names)
         elif kind == "with":
@@ -478,3 +484,56 @@ def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
             out.append(c)
             stack.extend(c.bases)
     return out
+
+
+def _target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """The names a loop target binds, each with its position in the (nested) tuple target."""
+    if isinstance(target, ast.Name):
+        return [(target.id, path)]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [p for i, e in enumerate(target.elts) for p in _target_paths(e, (*path, i))]
+    return []
+
+
+def loop_containers(name: str, fn: FunctionInfo) -> list[ast.expr] | None:
+    """The containers whose items the loop variable `name` holds, one per loop that binds it (None when one of them
+    is not known): ``X`` for ``for v in X``, ``for i, v in enumerate(X)``, ``for k, v in X.items()``, ``for v in
+    X.values()``, the matching argument of ``zip(A, B, ...)`` (nested tuple targets too), through a local name bound
+    once (``groups = zip(...)``)."""
+    loops = fn.loop_items.get(name)
+    if not loops or name in fn.params or name in fn.local_assigns:
+        return None
+    found = [_container(it, path, fn) for it, path in loops]
+    return [c for c in found if c is not None] if all(c is not None for c in found) else None
+
+
+def _container(it: ast.expr, path: tuple[int, ...], fn: FunctionInfo) -> ast.expr | None:
+    for _ in range(4):
+        if isinstance(it, ast.Name) and it.id not in fn.params:
+            values = fn.local_assigns.get(it.id)
+            if not values or len(values) != 1:
+                return it if not values and not path else None
+            it = values[0]
+            continue
+        if not isinstance(it, ast.Call):
+            return it if not path else None
+        name_of = dotted(it.func)
+        if name_of in ("enumerate", "reversed", "sorted", "list", "tuple") and it.args:
+            if name_of == "enumerate":
+                if not path or path[0] != 1:
+                    return None
+                path = path[1:]
+            it = it.args[0]
+            continue
+        if name_of == "zip" and path and path[0] < len(it.args):
+            it, path = it.args[path[0]], path[1:]
+            continue
+        if isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values") and not it.args:
+            if it.func.attr == "items":
+                if not path or path[0] != 1:
+                    return None
+                path = path[1:]
+            it = it.func.value
+            continue
+        return None
+    return None

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
+from flashcheck.verifier.index import loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
@@ -134,7 +134,9 @@ class ValueFlow:
         if name in fn.params:
             return self.param_sources(fn, name)
         if name in fn.loop_vars:
-            return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+            # zip/enumerate/items: the container at the name's position in each loop that binds it
+            its = loop_containers(name, fn) or fn.loop_vars[name]
+            return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)

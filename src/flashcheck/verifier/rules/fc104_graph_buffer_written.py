@@ -41,23 +41,25 @@ class GraphBufferWrittenElsewhere(Rule):
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
         ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
-        through slices, views, local aliases, ``self.<attr>`` (in a method of a base class or mixin, also the attribute
-        of each subclass that inherits it), module globals, other objects' attributes (``self.backend.kv_indptr``),
-        ``@property`` getters that return the buffer or a view of it (``metadata.kv_indptr`` returning
-        ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
-        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
-        (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds the
-        wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
-        argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
-        found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``,
+        through slices, views, local aliases, loop variables over lists and dicts of buffers (``for buf in
+        self.kv_indices``; each name of a ``zip``, ``enumerate`` or ``.items()`` loop at its own position, so a host
+        mirror zipped beside a bound buffer stays its own), ``self.<attr>`` (in a method of a base class or mixin, also
+        the attribute of each subclass that inherits it), module globals, other objects' attributes
+        (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
+        (``metadata.kv_indptr`` returning ``self._kv_indptr``), ``self.x = other.y`` aliases and constructor parameters
+        (a backend built with ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's
+        own private buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value
+        flow finds the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter),
+        as the argument its constructor was given for that buffer (keyword or position), and not at all when every
+        wrapper found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``,
         ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
         reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
         ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
         parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
         ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
         ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
-        reported, and a write before it is the required pattern (a call of a function that plans counts as a plan,
-        also through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is
+        reported, and a write before it is the required pattern (a call of a function that plans counts as a plan, also
+        through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is
         reported once: at the line that writes when its function is itself reported there, else at the call (a helper
         that writes its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
