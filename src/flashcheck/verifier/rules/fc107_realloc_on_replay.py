@@ -22,10 +22,14 @@ class ReallocOnReplayPath(Rule):
     What it checks
         In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured hot
         paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
-        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>[key]`` or an attribute of an object ``self`` keeps
+        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute that holds a
+        list or dict of buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
+        torch.empty_like(x)``; not a list of ``None`` slots filled lazily) or an attribute of an object ``self`` keeps
         (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a buffer.
-        A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``) is not reported, but a guard
-        that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional
+        A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None)
+        is None``, also through a local bound to the attribute) is not reported when the test asks about the attribute
+        the block sets (``if params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also
+        lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional
         expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy,
         ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step, nor a
         host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host
@@ -72,7 +76,7 @@ class ReallocOnReplayPath(Rule):
                 if ctx.prov.of(a.value, fn) is Where.HOST:
                     continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
-                    if _is_self_buffer(t):
+                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
                 if (
@@ -135,6 +139,33 @@ def _is_self_buffer(t: ast.expr) -> bool:
     return isinstance(base, ast.Name) and base.id == "self"
 
 
+def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
+    """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) is a list or dict of
+    buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead)."""
+    if not isinstance(t, ast.Subscript) or isinstance(t.slice, ast.Slice) or not _is_self_buffer(t.value):
+        return False
+    return any(
+        (isinstance(v, _CONTAINERS) and not _placeholders(v)) or _is_dict_call(v)
+        for v, _ in ctx.prov.flow.sources(t.value, fn)
+    )
+
+
+_CONTAINERS = (ast.List, ast.Dict, ast.ListComp, ast.DictComp)
+
+
+def _placeholders(v: ast.expr) -> bool:
+    """A list of ``None`` slots (``[None, None]``): a cache filled lazily, not buffers a graph was captured with."""
+    return (
+        isinstance(v, ast.List)
+        and bool(v.elts)
+        and all(isinstance(e, ast.Constant) and e.value is None for e in v.elts)
+    )
+
+
+def _is_dict_call(v: ast.expr) -> bool:
+    return isinstance(v, ast.Call) and dotted(v.func) in ("dict", "list", "collections.defaultdict", "defaultdict")
+
+
 def _is_setattr_of_self(call: ast.Call) -> bool:
     """``setattr(self, "name", value)`` (or of an object ``self`` keeps) with a literal name."""
     return (
@@ -148,15 +179,63 @@ def _is_setattr_of_self(call: ast.Call) -> bool:
 
 
 def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
-    """Assignments (and ``setattr`` calls) inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks."""
+    """Assignments (and ``setattr`` calls) inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks that
+    set what the test asks about (``self.x`` or an item of it, also through a local bound to it): a test of another
+    value (``if params.top_k is None: self.top_k = torch.full(...)``) guards a per-step choice, not a first
+    allocation."""
     out: set[int] = set()
     if isinstance(fn.node, ast.Module):
         return out
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_lazy_test(node.test):
+            subjects = {_through_local(x, fn) for x in _lazy_subjects(node.test)}
             for inner in node.body:
-                out.update(id(n) for n in ast.walk(inner) if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call))
+                for n in ast.walk(inner):
+                    if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call) and _sets_subject(n, subjects):
+                        out.add(id(n))
     return out
+
+
+def _lazy_subjects(test: ast.expr) -> set[str]:
+    """What a lazy test asks about: ``self.x`` for ``self.x is None`` and ``not hasattr(self, "x")``."""
+    if isinstance(test, ast.BoolOp):
+        return {s for v in test.values for s in _lazy_subjects(v)}
+    if isinstance(test, ast.Compare):
+        left = test.left  # getattr(self, "x", None) is None asks about self.x
+        if isinstance(left, ast.Call) and dotted(left.func) == "getattr" and len(left.args) >= 2:
+            name = left.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                return {f"{ast.unparse(left.args[0])}.{name.value}"}
+        return {ast.unparse(left)}
+    if isinstance(test, ast.UnaryOp) and isinstance(test.operand, ast.Call):
+        args = test.operand.args
+        if len(args) == 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+            return {f"{ast.unparse(args[0])}.{args[1].value}"}
+    return set()
+
+
+def _sets_subject(node: ast.AST, subjects: set[str]) -> bool:
+    """Whether an assignment (or ``setattr``) inside a lazy test's block sets what the test asks about."""
+    if isinstance(node, ast.Call):  # setattr(self, "x", ...)
+        if not _is_setattr_of_self(node):
+            return False
+        name = node.args[1].value  # type: ignore[attr-defined]
+        targets = [f"{ast.unparse(node.args[0])}.{name!s}"]
+    elif isinstance(node, ast.Assign):
+        targets = [ast.unparse(t) for t in node.targets]
+    elif isinstance(node, ast.AnnAssign):
+        targets = [ast.unparse(node.target)]
+    else:
+        return False
+    return any(t == s or t.startswith((s + "[", s + ".")) for t in targets for s in subjects)
+
+
+def _through_local(subject: str, fn: FunctionInfo) -> str:
+    """A tested local bound once to an attribute (``buf = self.buf; if buf is None:``) stands for that attribute."""
+    values = fn.local_assigns.get(subject, [])
+    if len(values) == 1 and subject not in fn.params and isinstance(values[0], ast.Attribute | ast.Subscript):
+        return ast.unparse(values[0])
+    return subject
 
 
 def _is_present_test(test: ast.expr) -> bool:
