@@ -43,7 +43,8 @@ class DeviceTensorToPlan(Rule):
         self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
         family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
         arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
-        and ``**kwargs`` from a dict literal or ``dict(...)`` key by key. The finding is on the call's first line.
+        ``**kwargs`` from a dict literal or ``dict(...)`` key by key, and ``*args`` of a tuple or list literal (also a
+        local bound once) in the positions it fills. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -71,7 +72,8 @@ class DeviceTensorToPlan(Rule):
     What it cannot see
         Arguments whose device is unknown and that nothing says are tensors (an unannotated value from outside the
         project, a C++ extension's result) are not reported; wrappers built by code outside the project and reached
-        under another name, and plan functions reached through ``getattr`` with a computed name, are not recognised.
+        under another name, and plan functions reached through ``getattr`` with a computed name, are not recognised;
+        positional arguments after a ``*args`` whose length is unknown are checked only by their names.
     """
 
     def check(self, ctx: Context) -> None:
@@ -118,7 +120,7 @@ class DeviceTensorToPlan(Rule):
         keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
         keywords += [kv for kw in call.keywords if kw.arg is None for kv in _splatted(kw.value, fn)]
         args: list[tuple[str, ast.expr]] = [(k, v) for k, v in keywords if _is_host_side_param(k)]
-        for i, a in enumerate(call.args):
+        for i, a in enumerate(_positional(call.args, fn)):
             n = positions.get(i) or terminal_name(a)
             if n is not None and _is_host_side_param(n):
                 args.append((n, a))
@@ -159,6 +161,24 @@ class DeviceTensorToPlan(Rule):
             evidence={"parameters": [p for p, _ in args]},
             confidence=confidence,
         )
+
+
+def _positional(args: list[ast.expr], fn: FunctionInfo) -> list[ast.expr]:
+    """The positional arguments with ``*args`` of a tuple or list literal spread in place (also through a local bound
+    once: ``args = (indptr, indices); w.plan(*args, ...)``)."""
+    out: list[ast.expr] = []
+    for a in args:
+        if not isinstance(a, ast.Starred):
+            out.append(a)
+            continue
+        v = a.value
+        if isinstance(v, ast.Name) and v.id not in fn.params:
+            values = fn.local_assigns.get(v.id, [])
+            v = values[0] if len(values) == 1 else v
+        if not isinstance(v, ast.Tuple | ast.List) or any(isinstance(e, ast.Starred) for e in v.elts):
+            break  # the positions after an unknown spread are unknown
+        out.extend(v.elts)
+    return out
 
 
 def _splatted(expr: ast.expr, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
