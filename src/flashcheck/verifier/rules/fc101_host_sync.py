@@ -45,7 +45,9 @@ class HostSyncInHotPath(Rule):
         ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
         dimension: ``t[:b, :n]``),
         ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync, branches, asserts and comprehension conditions on a device tensor (``if
+        before any event or stream sync (also one handed to a call that runs it: ``await
+        loop.run_in_executor(pool, done.synchronize)``), branches, asserts and comprehension conditions on a device
+        tensor (``if
         t:``, ``if (t > 0).any():``, ``assert t.all()``, ``[i for i in ids if t[i] > 0]``), and a
         device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
         or assert messages). Reachability includes ``@property`` getters the hot path runs by reading the attribute
@@ -360,13 +362,17 @@ def _cpu_positional(call: ast.Call, prov: Provenance, fn: FunctionInfo) -> bool:
 
 
 def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple[int, str, ast.Call]]:
-    """The first host read of each pending copy's value that no sync (``synchronize``/``wait``) precedes."""
+    """The first host read of each pending copy's value that no sync (``synchronize``/``wait``, also handed to a
+    call that runs it: ``await loop.run_in_executor(pool, done.synchronize)``, ``asyncio.to_thread(ev.wait)``)
+    precedes."""
     if not pending:
         return []
+    waits = ("synchronize", "wait", "wait_event", "query")
     syncs = [
         c.lineno
         for c in fn.calls
-        if isinstance(c.func, ast.Attribute) and c.func.attr in ("synchronize", "wait", "wait_event", "query")
+        if (isinstance(c.func, ast.Attribute) and c.func.attr in waits)
+        or any(isinstance(a, ast.Attribute) and a.attr in waits for a in c.args)
     ]
     out: list[tuple[int, str, ast.Call]] = []
     for line, text in pending:
