@@ -179,12 +179,23 @@ class HotPaths:
             hop = seen[fn]
             edges: list[tuple[FunctionInfo, ast.expr]] = [*self.project.callees(fn), *self._alias_callees(fn)]
             edges.extend(self.project.property_reads(fn))
+            edges.extend(self._decorator_wrappers(fn))
             for callee, node in edges:
                 if callee not in seen:
                     seen[callee] = Hop(fn, node.lineno, hop.root)
                     queue.append(callee)
         self._cache[categories] = seen
         return seen
+
+    def _decorator_wrappers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.expr]]:
+        """The functions a project decorator puts around `fn`, which run whenever it is called: the closure that
+        ``@timed`` returns, or that the decorator made by ``@step_timer("decode")`` returns."""
+        out: list[tuple[FunctionInfo, ast.expr]] = []
+        for d in fn.decorators:
+            for deco in self.project.callables(d, fn, partials=True):
+                for r in deco.returns[:4]:
+                    out.extend((w, d) for w in self.project.callables(r, deco) if w.parent is deco)
+        return out
 
     def _alias_callees(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         """Project functions called through an alias the call graph does not resolve: a bound method or function
