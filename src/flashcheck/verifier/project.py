@@ -322,7 +322,7 @@ class Project(ProjectIndex):
         """A regular package inside namespace folders: ``a.b.pkg.mod`` names the module indexed as ``pkg.mod``
         when ``pkg`` sits in folders ``a/b/`` (without ``__init__.py``, so the index names it from ``pkg`` down)."""
         parts = name.split(".")
-        for i in range(1, len(parts) - 1):
+        for i in range(1, len(parts)):  # the package itself too: a.b.pkg is pkg's __init__.py
             mod = self.modules.get(".".join(parts[i:]))
             if mod is None:
                 continue
