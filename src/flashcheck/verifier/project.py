@@ -422,7 +422,8 @@ class Project(ProjectIndex):
             inst = self.instance_type(base, fn, 1)
             target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
-                yield from self.held_callables(inst, func.attr)
+                held = self.held_callables(inst, func.attr)
+                yield from held or self._dunder_call(func, fn)
                 return
         if isinstance(target, ClassInfo):
             init = self.method(target, "__init__")
@@ -430,12 +431,24 @@ class Project(ProjectIndex):
                 yield init
             return
         if not isinstance(target, FunctionInfo):
+            if target is None:  # attn(q, k, v) on an instance: its class's __call__
+                yield from self._dunder_call(func, fn)
             return
         yield target
         # self.method() may run an override defined in a subclass.
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self._overrides(target.cls, target.name)
+
+    def _dunder_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
+        TreeAttention(...)``), and its overrides in subclasses."""
+        cls = self.instance_type(func, fn, 1)
+        call = self.method(cls, "__call__") if cls is not None else None
+        if call is not None:
+            yield call
+            if call.cls is not None:
+                yield from self._overrides(call.cls, "__call__")
 
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
         """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
