@@ -131,4 +131,20 @@ class SlowSecondCapture(SlowFirstCapture):
     slow_call = 2
 
 
+class SlowSetup(ReferenceTarget):
+    """Setting the target up takes `SLOW_SECONDS` in each worker process, as compiling its kernels when the session
+    opens does: longer than the step timeout, shorter than the warm-up leash (not a dead worker)."""
+
+    name = "crashy-slow-setup"
+
+    def setup(self, env: Any) -> None:
+        if not _SETUPS:
+            _SETUPS.append(1)
+            time.sleep(SLOW_SECONDS)
+        super().setup(env)
+
+
+_SETUPS: list[int] = []
+
+
 SLOW_SECONDS = 2.6  # above a 2 s step timeout (the worker's watchdog at 1.2 s + 0.4 s grace), below 3x its 1.2 s

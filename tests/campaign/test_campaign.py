@@ -90,12 +90,16 @@ def test_a_hung_worker_is_reported_once_with_its_stacks(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("target", "hangs"), [("crashy:SlowFirstCapture", False), ("crashy:SlowSecondCapture", True)])
+@pytest.mark.parametrize(
+    ("target", "hangs"),
+    [("crashy:SlowFirstCapture", False), ("crashy:SlowSecondCapture", True), ("crashy:SlowSetup", False)],
+)
 def test_the_first_step_of_its_kind_in_a_worker_gets_the_warm_up_leash(
     tmp_path: Path, target: str, hangs: bool
 ) -> None:
     """A first-use JIT compile longer than the step timeout is not a hang (the worker and the supervisor both give
-    a process's first step of each kind `--warm-up-scale` timeouts); the same delay in a later step is one."""
+    a process's first step of each kind, and the set-up of its session, `--warm-up-scale` timeouts); the same delay
+    in a later step is one."""
     out = tmp_path / "run"
     rc = campaign(
         "--target",

@@ -271,6 +271,7 @@ class Supervisor:
         elif kind == "skipped":
             self.store.skipped_steps += int(ev.get("steps", 0))
         elif kind == "target":  # set up: the environment now names the backend it loaded (FlashInfer's version)
+            h.leash = 1.0  # the set-up's leash ends here
             h.target_name = str(ev.get("name") or "")
             self.ran_targets.add(h.target_name)
             if isinstance(ev.get("environment"), dict):

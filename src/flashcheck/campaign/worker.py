@@ -110,6 +110,9 @@ class Worker:
         if reasons:
             self.emit("skipped", job=job, steps=len(reasons), reasons=sorted(set(reasons)))
         self.emit("begin", job=job, steps=len(scen.steps))
+        # setting the session up (lazy imports, the target's kernels compiled on first use) is waited for as long as
+        # a first step of its kind; the supervisor goes back to one timeout when the target is set up
+        self.emit("leash", job=job, i=-1, scale=self.cfg.warm_up_scale)
         executed = 0
         # the worker's own watchdog fires first (its stacks become FC252); the supervisor's kill is the backstop
         timeout = self.cfg.step_timeout * WATCHDOG_SHARE
