@@ -422,6 +422,11 @@ class ValueFlow:
             name = dotted(container.func)
             if name in ("list", "tuple", "sorted", "reversed", "iter") and container.args:
                 return self.element_sources(container.args[0], fn, depth + 1)
+            if name in ("itertools.chain", "chain") and not container.keywords:  # chain(a, b): the items of each
+                return [s for a in container.args for s in self.element_sources(a, fn, depth + 1)][:_MAX_SOURCES]
+            if name in ("itertools.chain.from_iterable", "chain.from_iterable") and container.args:
+                inner = self.element_sources(container.args[0], fn, depth + 1)  # the items of each item
+                return [s for e, where in inner for s in self.element_sources(e, where, depth + 1)][:_MAX_SOURCES]
             f = container.func
             if isinstance(f, ast.Attribute) and f.attr == "values":
                 return self.element_sources(f.value, fn, depth + 1)
