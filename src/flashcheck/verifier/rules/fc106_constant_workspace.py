@@ -28,18 +28,18 @@ class ConstantWorkspaceSize(Rule):
         with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
         literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
         imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the instance
-        (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``), an attribute of
-        a module-level config object that is set once to a constant (``global_config.flashinfer_workspace_size``), or
-        an environment variable with a constant default, a number or a string of digits read with ``int()``
-        (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``,
-        ``int(os.getenv("WS") or 64 << 20)``), also built in a list comprehension or a dataclass field's
-        ``default_factory``. Allocations behind project factories and caches are
-        traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
-        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
-        of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
-        with a constant default (``cfg.workspace_bytes``: each instance may be built with another value; a
-        ``ClassVar`` is still reported), nor is code in tests and benchmarks (``tests/``, ``test_*.py``,
-        ``benchmarks/``, ``bench_*.py``).
+        (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``), an attribute of a
+        module-level config object that is set once to a constant (``global_config.flashinfer_workspace_size``), an
+        entry of a module-level dict or tuple literal that no code stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``),
+        or an environment variable with a constant default, a number or a string of digits read with ``int()``
+        (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
+        or 64 << 20)``), also built in a list comprehension or a dataclass field's ``default_factory``. Allocations
+        behind project factories and caches are traced; so are functions with ``workspace`` in their name that return an
+        allocation. Sizes computed from configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``)
+        are not reported, nor are fields of a class whose constructor is built from its fields (``@dataclass``, attrs,
+        ``NamedTuple``, pydantic) even with a constant default (``cfg.workspace_bytes``: each instance may be built with
+        another value; a ``ClassVar`` is still reported), nor is code in tests and benchmarks (``tests/``,
+        ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -156,6 +156,9 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         return False
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, ast.Constant):
+        item = _table_item(expr.value, expr.slice.value, fn)  # _WS_BYTES["full"] of a module-level table
+        return item is not None and _is_constant(item[0], item[1], project, depth + 1, text)
     if isinstance(expr, ast.Name):
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
@@ -171,6 +174,26 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
                 vals = mod.body.local_assigns.get(const) or []
                 return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1, text)
     return False
+
+
+def _table_item(name: ast.Name, key: object, fn: FunctionInfo) -> tuple[ast.expr, FunctionInfo] | None:
+    """The entry under `key` of a module-level dict or tuple literal bound once and never stored into by item."""
+    body = fn.module.body
+    if body is None or name.id in fn.params or name.id in fn.local_assigns:
+        return None
+    values = body.local_assigns.get(name.id, [])
+    mod = fn.module
+    code = [body, *mod.functions.values(), *(m for c in mod.classes.values() for m in c.methods.values())]
+    if len(values) != 1 or any(name.id in f.item_stores for f in code):
+        return None
+    table = values[0]
+    if isinstance(table, ast.Dict):
+        pairs = zip(table.keys, table.values, strict=False)
+        found = [v for k, v in pairs if isinstance(k, ast.Constant) and k.value == key]
+        return (found[0], body) if len(found) == 1 else None
+    if isinstance(table, ast.Tuple) and isinstance(key, int) and -len(table.elts) <= key < len(table.elts):
+        return table.elts[key], body
+    return None
 
 
 def _is_env(expr: ast.expr) -> bool:
