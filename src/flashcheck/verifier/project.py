@@ -213,6 +213,9 @@ class Project(ProjectIndex):
                     t = self._value_type(value, where, depth + 1)
                     if t is not None:
                         return t
+                getter = c.methods.get(expr.attr)  # a @property: what it returns, or says it returns
+                if getter is not None and any(dotted(d) in PROPERTIES for d in getter.decorators):
+                    return returned_class(self, getter)
         return None
 
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
@@ -311,7 +314,7 @@ class Project(ProjectIndex):
             except SyntaxError:
                 return None
         if isinstance(ann, ast.Subscript) and dotted(ann.value) in ("Optional", "typing.Optional"):
-            ann = ann.slice
+            return self._annotation_class(ann.slice, fn, depth + 1)  # Optional["KVCacheManager"] too
         if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
             left = self._annotation_class(ann.left, fn, depth + 1)
             return left if left is not None else self._annotation_class(ann.right, fn, depth + 1)
