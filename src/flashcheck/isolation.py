@@ -112,6 +112,12 @@ class IsolatedDriver:
 
         The worker runs the steps one after another, so the caller can prepare the next step meanwhile. A step sent
         to a worker that an earlier step's fault or hang took down runs again in a fresh worker when collected."""
+        proc = self._proc
+        if proc is not None and proc.poll() is not None and any(p.pid == proc.pid for p in self._pending):
+            # the worker died with steps in flight: its fault (and its hang file) belongs to the oldest of them, so
+            # no fresh worker starts before they are collected; this step is sent when it is (`collect`)
+            self._pending.append(_Pending(step, index, proc.pid, None))
+            return
         setup = self._ensure_started()
         if setup is not None:  # the target's setup raised: this step's finding; the next step tries again
             self._pending.append(_Pending(step, index, None, StepResult(setup, None)))
@@ -149,7 +155,7 @@ class IsolatedDriver:
         limit = (self.step_timeout * self.warm_up_scale + 15.0 + _GRACE) if self.step_timeout else self.setup_timeout
         ev = self._receive(limit)
         if ev is None:  # the worker died or hung past every watchdog
-            return self._lost(step, index, hung=self._proc is not None and self._proc.poll() is None)
+            return self._lost(step, index, hung=self._still_running())
         kind = ev.get("ev")
         if kind == "result":
             if ev.get("exercised") is not None:  # sent when it changed
@@ -277,6 +283,18 @@ class IsolatedDriver:
             proc.kill()
             proc.wait()
         self._proc = proc  # keep it for `restarts` accounting; poll() is not None now
+
+    def _still_running(self) -> bool:
+        """Whether the worker is still running once its output ended or went silent (a process that closed its
+        output is given a moment to be reaped: a crash is not a hang)."""
+        proc = self._proc
+        if proc is None:
+            return False
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def _lost(self, step: Step, index: int, *, hung: bool) -> StepResult:
         from flashcheck.campaign.checks import crash_cause, crash_finding

@@ -101,6 +101,12 @@ class _Timers:
         self._due: dict[tuple[Watchdog, str], tuple[float, Callable[[], None]]] = {}
         self._thread: threading.Thread | None = None
 
+    def forget(self) -> None:
+        """No timer thread and nothing due (a forked child: the parent's thread, and maybe its lock, are gone)."""
+        self._cond = threading.Condition()
+        self._due = {}
+        self._thread = None
+
     def set(self, key: tuple[Watchdog, str], deadline: float, call: Callable[[], None]) -> None:
         with self._cond:
             self._due[key] = (deadline, call)
@@ -148,18 +154,42 @@ class _HardTimer:
         self._lock = threading.Lock()
         self.owner: Watchdog | None = None
         self.deadline = 0.0  # monotonic time at which the armed C-level timer fires (0: none armed)
+        self.where: tuple[IO[str] | int, bool] | None = None  # where it writes, and whether it ends the process
+        self._forked: tuple[Watchdog, float, IO[str] | int, bool] | None = None
 
     def ensure(self, wd: Watchdog, span: float, out: IO[str] | int, exit: bool) -> None:
-        """The C-level timer armed for `wd`, firing between `span` seconds from now and `wd`'s slack later."""
+        """The C-level timer armed for `wd`, firing between `span` seconds from now and `wd`'s slack later, writing
+        to `out`."""
         _TIMERS.clear((wd, "hard"))
         slack = _SLACK * (wd.timeout + wd.grace)
         with self._lock:
             self.steps += 1
             now = time.monotonic()
-            if self.owner is wd and now + span <= self.deadline <= now + span + slack:
+            kept = self.where is not None and self.where[0] is out and self.where[1] == exit
+            if self.owner is wd and kept and now + span <= self.deadline <= now + span + slack:
                 return
             faulthandler.dump_traceback_later(span + slack, repeat=False, file=out, exit=exit)
-            self.owner, self.deadline = wd, now + span + slack
+            self.owner, self.deadline, self.where = wd, now + span + slack, (out, exit)
+
+    def before_fork(self) -> None:
+        """Cancel the C-level timer across a fork: a child would inherit its thread's lock held, and hang in its
+        first arm or at exit. The parent re-arms it for what is left (`after_fork_in_parent`)."""
+        self._lock.acquire()
+        if self.owner is not None and self.where is not None:
+            faulthandler.cancel_dump_traceback_later()
+            self._forked = (self.owner, self.deadline, *self.where)
+            self.owner, self.deadline = None, 0.0
+
+    def after_fork_in_parent(self) -> None:
+        forked, self._forked = self._forked, None
+        if forked is not None:
+            wd, deadline, out, exit = forked
+            left = deadline - time.monotonic()
+            if left > 0:
+                with contextlib.suppress(ValueError, OSError):
+                    faulthandler.dump_traceback_later(left, repeat=False, file=out, exit=exit)
+                    self.owner, self.deadline = wd, deadline
+        self._lock.release()
 
     def guard(self, wd: Watchdog) -> None:
         """Have the timer thread cancel `wd`'s C-level timer before it fires, unless a step is armed by then."""
@@ -187,7 +217,16 @@ _GUARD = 1.0  # seconds before a kept C-level timer fires at which an idle watch
 _TIMERS = _Timers()
 _HARD = _HardTimer()
 # a forked child has no C-level timer thread (nor the timer thread that guards it): its first step arms afresh
-os.register_at_fork(after_in_child=_HARD.forget)
+
+
+def _forget_in_child() -> None:
+    _HARD.forget()
+    _TIMERS.forget()
+
+
+os.register_at_fork(
+    before=_HARD.before_fork, after_in_parent=_HARD.after_fork_in_parent, after_in_child=_forget_in_child
+)
 
 
 class Watchdog:

@@ -3,6 +3,7 @@ judged, in order, with the same findings at the same step as an unpipelined run.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,43 @@ def test_the_next_step_is_sent_before_the_one_before_it_is_judged(tmp_path: Path
     finally:
         close_sessions()
     assert behind == [1, 1, 0]
+
+
+@pytest.mark.slow
+def test_a_worker_that_died_with_its_step_in_flight_fails_that_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker dies in a replay while Hypothesis draws the next step: the next step is sent to no fresh worker
+    before the dead one's step is judged, so the crash is that step's finding and no later step is judged with
+    another step's result."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "campaign"))
+    judged: list[tuple[str, str | None]] = []
+    machine = replay_machine(
+        "crashy:ExitOnShape",
+        config={"max_kv_len": 96, "max_pages": 64, "max_qo_len": 4},
+        device="cpu",
+        layers="off",
+        isolate=True,
+        pipeline=True,
+        step_timeout=3.0,
+        log=FindingLog(tmp_path),
+        check=lambda step, result: judged.append((step.op, result.sample.op if result.sample else None)),
+    )
+    steps = [
+        Step("capture", (1, 1, 1), (10, 17, 5), bucket=4),
+        Step("eager", (1, 1), (5, 7)),
+        Step("replay", (1, 1, 1), (9, 10, 11), bucket=4),  # the worker exits in prepare_replay
+        Step("eager", (1, 1), (6, 8)),
+        Step("eager", (1, 1), (4, 8)),
+    ]
+    try:
+        m = machine()
+        with pytest.raises(FuzzFailure) as info:
+            for s in steps:
+                m.run_step(s)
+                time.sleep(0.3)  # Hypothesis drawing the next rule meanwhile: the worker is dead by the next send
+    finally:
+        close_sessions()
+    assert judged == [("capture", "capture"), ("eager", "eager")]
+    (record,) = info.value.records
+    assert record.finding.id == "FC251" and record.finding.location.step == 2

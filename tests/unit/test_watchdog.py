@@ -6,6 +6,7 @@ import faulthandler
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -139,4 +140,40 @@ def test_the_c_level_timer_is_kept_across_steps_never_fires_while_idle_and_fires
         wd.disarm()
     label, stacks = read_hang_file(hang) or ("", "")
     assert label.startswith("step stuck") and "test_watchdog.py" in stacks
+    wd.close()
+
+
+def test_a_child_forked_after_a_step_arms_its_own_timer_and_exits(tmp_path: Path) -> None:
+    """The kept C-level timer is cancelled across a fork (a child would inherit its thread's lock held and hang in
+    its first arm or at exit) and re-armed in the parent for what was left of it."""
+    wd = Watchdog(5.0, hang_file=tmp_path / "parent.txt")
+    wd.arm("parent step")
+    wd.disarm()
+    time.sleep(0.2)  # the timer thread is waiting on the kept timer
+    with warnings.catch_warnings():  # Python 3.12+: forking a process that runs threads is deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: a step of its own, then a normal exit
+        code = 1
+        try:
+            child = Watchdog(5.0, hang_file=tmp_path / "child.txt")
+            child.arm("child step")
+            child.disarm()
+            child.close()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung arming its watchdog")
+    assert os.waitstatus_to_exitcode(status) == 0
+    wd.arm("parent step after the fork")  # the parent's timer is still usable
+    wd.disarm()
     wd.close()
