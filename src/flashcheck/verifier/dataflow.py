@@ -72,7 +72,7 @@ def storage_keys(
         if values and root.id not in fn.params:
             keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
             return keys if len(values) == 1 else []
-        containers = loop_containers(root.id, fn)
+        containers = loop_containers(root.id, fn, root.lineno)
         if containers:  # for buf in self.kv_indices: an item shares its container's key
             return [k for c in containers for k in storage_keys(c, fn, depth + 1, project, typer)]
         if fn.module.global_values(root.id) and root.id not in fn.params:

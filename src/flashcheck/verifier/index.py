@@ -120,8 +120,8 @@ class FunctionInfo:
     returns: list[ast.expr] = field(default_factory=list)
     loop_vars: dict[str, list[ast.expr]] = field(default_factory=dict)  # for/comprehension target -> iterable
     # for/comprehension target -> (iterable, position of the name in a tuple target: ``for i, (a, b) in ...`` binds
-    # b at (1, 1)); `dataflow.loop_container` reads it
-    loop_items: dict[str, list[tuple[ast.expr, tuple[int, ...]]]] = field(default_factory=dict)
+    # b at (1, 1), first and last line of the loop); `loop_containers` reads it
+    loop_items: dict[str, list[tuple[ast.expr, tuple[int, ...], int, int]]] = field(default_factory=dict)
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
 
@@ -404,8 +404,10 @@ class _Indexer:
             for n in ast.walk(node.target):
                 if isinstance(n, ast.Name):
                     fn.loop_vars.setdefault(n.id, []).append(node.iter)
+            span = (node, node) if isinstance(node, ast.For | ast.AsyncFor) else (node.target, node.iter)
+            first, last = span[0].lineno, span[1].end_lineno or span[1].lineno
             for name, path in _target_paths(node.target, ()):
-                fn.loop_items.setdefault(name, []).append((node.iter, path))
+                fn.loop_items.setdefault(name, []).append((node.iter, path, first, last))
         elif kind == "global":
             self._globals.update(node.names)
         elif kind == "with":
@@ -495,15 +497,20 @@ def _target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tu
     return []
 
 
-def loop_containers(name: str, fn: FunctionInfo) -> list[ast.expr] | None:
-    """The containers whose items the loop variable `name` holds, one per loop that binds it (None when one of them
-    is not known): ``X`` for ``for v in X``, ``for i, v in enumerate(X)``, ``for k, v in X.items()``, ``for v in
-    X.values()``, the matching argument of ``zip(A, B, ...)`` (nested tuple targets too), through a local name bound
-    once (``groups = zip(...)``)."""
+def loop_containers(name: str, fn: FunctionInfo, line: int | None = None) -> list[ast.expr] | None:
+    """The containers whose items the loop variable `name` holds, one per loop that binds it, or only the innermost
+    loop around `line` when given (None when one of them is not known): ``X`` for ``for v in X``, ``for i, v in
+    enumerate(X)``, ``for k, v in X.items()``, ``for v in X.values()``, the matching argument of ``zip(A, B, ...)``
+    (nested tuple targets too), through a local name bound once (``groups = zip(...)``)."""
     loops = fn.loop_items.get(name)
     if not loops or name in fn.params or name in fn.local_assigns:
         return None
-    found = [_container(it, path, fn) for it, path in loops]
+    if line is not None:
+        around = [loop for loop in loops if loop[2] <= line <= loop[3]]
+        loops = [min(around, key=lambda loop: loop[3] - loop[2])] if around else []
+        if not loops:
+            return None
+    found = [_container(it, path, fn) for it, path, _, _ in loops]
     return [c for c in found if c is not None] if all(c is not None for c in found) else None
 
 

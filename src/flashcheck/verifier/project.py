@@ -446,6 +446,8 @@ class Project(ProjectIndex):
     def _dunder_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
         TreeAttention(...)``), and its overrides in subclasses."""
+        if isinstance(func, ast.Name) and func.id == "cls":  # cls(...) in a classmethod builds an instance
+            return
         cls = self.instance_type(func, fn, 1)
         call = self.method(cls, "__call__") if cls is not None else None
         if call is not None:

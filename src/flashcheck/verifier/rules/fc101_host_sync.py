@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.findings import Confidence
-from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
 from flashcheck.verifier.project import FunctionInfo, torch_name
@@ -361,6 +361,9 @@ def _cpu_positional(call: ast.Call, prov: Provenance, fn: FunctionInfo) -> bool:
     return any(prov.device_value(a, fn) is Where.HOST for a in call.args if not (dotted(a) or "").startswith("torch."))
 
 
+_RUNNERS = frozenset({"run_in_executor", "to_thread", "submit", "call_soon", "call_soon_threadsafe", "apply_async"})
+
+
 def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple[int, str, ast.Call]]:
     """The first host read of each pending copy's value that no sync (``synchronize``/``wait``, also handed to a
     call that runs it: ``await loop.run_in_executor(pool, done.synchronize)``, ``asyncio.to_thread(ev.wait)``)
@@ -372,7 +375,10 @@ def _early_reads(fn: FunctionInfo, pending: list[tuple[int, str]]) -> list[tuple
         c.lineno
         for c in fn.calls
         if (isinstance(c.func, ast.Attribute) and c.func.attr in waits)
-        or any(isinstance(a, ast.Attribute) and a.attr in waits for a in c.args)
+        or (
+            terminal_name(c.func) in _RUNNERS
+            and any(isinstance(a, ast.Attribute) and a.attr in waits[:3] for a in c.args)
+        )
     ]
     out: list[tuple[int, str, ast.Call]] = []
     for line, text in pending:

@@ -157,7 +157,7 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, ast.Constant):
-        item = _table_item(expr.value, expr.slice.value, fn)  # _WS_BYTES["full"] of a module-level table
+        item = _table_item(expr.value, expr.slice.value, fn, project)  # _WS_BYTES["full"] of a module-level table
         return item is not None and _is_constant(item[0], item[1], project, depth + 1, text)
     if isinstance(expr, ast.Name):
         scope = fn if expr.id in fn.local_assigns else fn.module.body
@@ -176,15 +176,16 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
     return False
 
 
-def _table_item(name: ast.Name, key: object, fn: FunctionInfo) -> tuple[ast.expr, FunctionInfo] | None:
-    """The entry under `key` of a module-level dict or tuple literal bound once and never stored into by item."""
+def _table_item(
+    name: ast.Name, key: object, fn: FunctionInfo, project: Project
+) -> tuple[ast.expr, FunctionInfo] | None:
+    """The entry under `key` of a module-level dict or tuple literal bound once that no code of the project changes
+    (an item stored, ``update``/``setdefault``/``pop``/``clear``, here or where it is imported)."""
     body = fn.module.body
     if body is None or name.id in fn.params or name.id in fn.local_assigns:
         return None
     values = body.local_assigns.get(name.id, [])
-    mod = fn.module
-    code = [body, *mod.functions.values(), *(m for c in mod.classes.values() for m in c.methods.values())]
-    if len(values) != 1 or any(name.id in f.item_stores for f in code):
+    if len(values) != 1 or _changed(name.id, fn.module.name, project):
         return None
     table = values[0]
     if isinstance(table, ast.Dict):
@@ -194,6 +195,31 @@ def _table_item(name: ast.Name, key: object, fn: FunctionInfo) -> tuple[ast.expr
     if isinstance(table, ast.Tuple) and isinstance(key, int) and -len(table.elts) <= key < len(table.elts):
         return table.elts[key], body
     return None
+
+
+_MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
+
+
+def _changed(table: str, module: str, project: Project) -> bool:
+    """Whether code of `module`, or of a module that imports `table` from it, stores into or updates `table`."""
+    for f in project.all_functions():
+        local = table if f.module.name == module else None
+        if local is None:
+            local = next((a for a, t in f.module.imports.items() if t == f"{module}.{table}"), None)
+        if local is None:
+            continue
+        if local in f.item_stores:
+            return True
+        for c in f.calls:
+            g = c.func
+            if (
+                isinstance(g, ast.Attribute)
+                and g.attr in _MUTATORS
+                and isinstance(g.value, ast.Name)
+                and g.value.id == local
+            ):
+                return True
+    return False
 
 
 def _is_env(expr: ast.expr) -> bool:

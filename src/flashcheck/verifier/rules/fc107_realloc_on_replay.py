@@ -22,18 +22,19 @@ class ReallocOnReplayPath(Rule):
     What it checks
         In functions reachable from a per-step root (replay preparation, metadata build, plan wrappers, configured hot
         paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
-        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute that holds a
-        list or dict of buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
-        torch.empty_like(x)``; not a list of ``None`` slots filled lazily) or an attribute of an object ``self`` keeps
-        (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a buffer.
-        A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None)
-        is None``, also through a local bound to the attribute) is not reported when the test asks about the attribute
-        the block sets (``if params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also
-        lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional
-        expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy,
-        ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step, nor a
-        host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host
-        buffers), which no captured graph reads.
+        ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute built as a list
+        or dict of device buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
+        torch.empty_like(x)``; not a list of ``None`` slots or an empty dict filled as it goes) or an attribute of an
+        object ``self`` keeps (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and
+        ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not
+        hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to the attribute) is not reported,
+        nor are the buffers its block allocates beside it, when the block sets the attribute the test asks about (``if
+        params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through
+        (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional expressions (``torch.zeros(n)
+        if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else
+        self.x`` grows); nor is ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``,
+        pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph
+        reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -140,30 +141,24 @@ def _is_self_buffer(t: ast.expr) -> bool:
 
 
 def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
-    """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) is a list or dict of
-    buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead)."""
+    """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) was built as a list or
+    dict of buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead)."""
     if not isinstance(t, ast.Subscript) or isinstance(t.slice, ast.Slice) or not _is_self_buffer(t.value):
         return False
-    return any(
-        (isinstance(v, _CONTAINERS) and not _placeholders(v)) or _is_dict_call(v)
-        for v, _ in ctx.prov.flow.sources(t.value, fn)
-    )
+    return any(_holds_buffers(v, where) for v, where in ctx.prov.flow.sources(t.value, fn))
 
 
-_CONTAINERS = (ast.List, ast.Dict, ast.ListComp, ast.DictComp)
-
-
-def _placeholders(v: ast.expr) -> bool:
-    """A list of ``None`` slots (``[None, None]``): a cache filled lazily, not buffers a graph was captured with."""
-    return (
-        isinstance(v, ast.List)
-        and bool(v.elts)
-        and all(isinstance(e, ast.Constant) and e.value is None for e in v.elts)
-    )
-
-
-def _is_dict_call(v: ast.expr) -> bool:
-    return isinstance(v, ast.Call) and dotted(v.func) in ("dict", "list", "collections.defaultdict", "defaultdict")
+def _holds_buffers(v: ast.expr, fn: FunctionInfo) -> bool:
+    """A list or dict built holding device buffers (a literal or comprehension of allocations): the buffers a graph
+    may have been captured with. An empty one filled as it goes (per-request state, a cache of ``None`` slots) is
+    not."""
+    if isinstance(v, ast.ListComp | ast.DictComp):
+        items = [v.elt if isinstance(v, ast.ListComp) else v.value]
+    elif isinstance(v, ast.List | ast.Dict):
+        items = [e for e in (v.elts if isinstance(v, ast.List) else v.values) if e is not None]
+    else:
+        return False
+    return bool(items) and all(_is_fresh_tensor(e, fn) for e in items)
 
 
 def _is_setattr_of_self(call: ast.Call) -> bool:
@@ -180,19 +175,23 @@ def _is_setattr_of_self(call: ast.Call) -> bool:
 
 def _lazy_init_assigns(fn: FunctionInfo) -> set[int]:
     """Assignments (and ``setattr`` calls) inside ``if self.x is None:`` / ``if not hasattr(self, "x"):`` blocks that
-    set what the test asks about (``self.x`` or an item of it, also through a local bound to it): a test of another
-    value (``if params.top_k is None: self.top_k = torch.full(...)``) guards a per-step choice, not a first
-    allocation."""
+    set what the test asks about (``self.x`` or an item of it, also through a local bound to it), with the buffers
+    allocated beside it: a block that sets nothing the test asks about (``if params.top_k is None: self.top_k =
+    torch.full(...)``) guards a per-step choice, not a first allocation."""
     out: set[int] = set()
     if isinstance(fn.node, ast.Module):
         return out
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_lazy_test(node.test):
             subjects = {_through_local(x, fn) for x in _lazy_subjects(node.test)}
-            for inner in node.body:
-                for n in ast.walk(inner):
-                    if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call) and _sets_subject(n, subjects):
-                        out.add(id(n))
+            sets = [
+                n
+                for inner in node.body
+                for n in ast.walk(inner)
+                if isinstance(n, ast.Assign | ast.AnnAssign | ast.Call)
+            ]
+            if any(_sets_subject(n, subjects) for n in sets):  # the block makes what it tests for, and its siblings
+                out.update(id(n) for n in sets)
     return out
 
 
