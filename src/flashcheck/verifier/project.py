@@ -219,6 +219,9 @@ class Project(ProjectIndex):
         return None
 
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        if isinstance(value, ast.IfExp):  # A(...) if cond else None: the class of the branches that hold an object
+            branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+            return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
         if isinstance(value, ast.Call):
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
