@@ -55,6 +55,26 @@ STALE_LAST_PAGE_LEN = pytest.mark.xdist_group("stale_last_page_len")
 PLANTED_BUG_LAYERS = "off"
 
 
+def fuzz_planted_bug(target: Any, log_dir: Path) -> Any:
+    """The `FuzzFailure` of the fuzz run every planted-bug test makes (seed 1, 60 examples, shrunk, CPU, no
+    detection layers), its reproducers written into `log_dir`."""
+    from flashcheck.fuzzing.recorder import FindingLog
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
+
+    with pytest.raises(FuzzFailure) as info:
+        fuzz_target(
+            target,
+            budget=60,
+            seed=1,
+            profile="ci",
+            device="cpu",
+            layers=PLANTED_BUG_LAYERS,
+            database=None,
+            log=FindingLog(log_dir),
+        )
+    return info.value
+
+
 @pytest.fixture(scope="session")
 def stale_last_page_len_failure(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The `FuzzFailure` of one fuzz run of the planted stale-kv_last_page_len bug (seed 1, 60 examples, shrunk),
@@ -66,23 +86,9 @@ def stale_last_page_len_failure(tmp_path_factory: pytest.TempPathFactory) -> Any
         sys.path.insert(0, quality)
     import faulty_targets
 
-    from flashcheck.fuzzing.recorder import FindingLog
-    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
-
     out = tmp_path_factory.mktemp("stale-last-page-len")
     small = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
-    with pytest.raises(FuzzFailure) as info:
-        fuzz_target(
-            faulty_targets.StaleLastPageLen(**small),
-            budget=60,
-            seed=1,
-            profile="ci",
-            device="cpu",
-            layers=PLANTED_BUG_LAYERS,
-            database=None,
-            log=FindingLog(out),
-        )
-    exc = info.value
+    exc = fuzz_planted_bug(faulty_targets.StaleLastPageLen(**small), out)
     exc.log_dir = out
     return exc
 

@@ -12,7 +12,7 @@ import pytest
 from flashcheck.fuzzing.recorder import FindingLog
 from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
 from flashcheck.targets.reference import ReferenceTarget
-from tests.conftest import PLANTED_BUG_LAYERS, STALE_LAST_PAGE_LEN
+from tests.conftest import STALE_LAST_PAGE_LEN, fuzz_planted_bug
 
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
 
@@ -34,18 +34,7 @@ def test_finds_planted_bug_and_shrinks(
         log_dir = exc.log_dir
     else:
         log_dir = tmp_path
-        with pytest.raises(FuzzFailure) as info:
-            fuzz_target(
-                cls(**SMALL),
-                budget=60,
-                seed=1,
-                profile="ci",
-                device="cpu",
-                layers=PLANTED_BUG_LAYERS,
-                database=None,
-                log=FindingLog(log_dir),
-            )
-        exc = info.value
+        exc = fuzz_planted_bug(cls(**SMALL), log_dir)
     assert check_id in {f.id for f in exc.findings}, f"seed 1: {[str(f) for f in exc.findings]}"
     program = [n for n in getattr(exc, "__notes__", []) if n.startswith("state.") and "teardown" not in n]
     assert 2 <= len(program) <= 4, "\n".join(program)  # capture + the replays that expose it
