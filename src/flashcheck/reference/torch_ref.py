@@ -115,19 +115,19 @@ def attend_padded(
     b, lq = qp.shape[0], qp.shape[1]
     kh = k_cache.shape[2]
     g = spec.num_qo_heads // kh
-    # whole pages gathered straight into head-major order (KV head, request, token): each matmul batch is one
-    # (head, request) pair with no transposing copy; padding is masked below
-    k = k_cache.permute(2, 0, 1, 3).index_select(1, page_ids).view(kh * b, -1, k_cache.shape[-1])  # [KH*b, s, D]
-    v = v_cache.permute(2, 0, 1, 3).index_select(1, page_ids).view(kh * b, -1, v_cache.shape[-1])
+    # whole pages gathered as they lie in the cache (one contiguous copy per page: a permuted gather runs several
+    # times slower); each matmul reads one KV head of every request through a strided view, with no transposing
+    # copy. Padding (pages past a request's length) is masked below
+    k = k_cache.index_select(0, page_ids).view(b, -1, kh, k_cache.shape[-1])  # [b, s, KH, Dqk]
+    v = v_cache.index_select(0, page_ids).view(b, -1, kh, v_cache.shape[-1])  # [b, s, KH, Dvo]
     s = k.shape[1]
     # fp16/bf16 on CUDA: matmuls of the cache's own dtype with fp32 accumulation and output, the same products and
     # sums as fp32 math without fp32 copies of K and V; else fp32 copies
     low = _low_precision_ok(torch, qp, k_cache)
     dt = qp.dtype if low else torch.float32
-    kt = k.to(dt).transpose(1, 2)  # [KH*b, D, s]: read transposed by the matmul
-    vt = v.to(dt)
-    qf = qp.to(dt).view(b, lq, kh, g, -1).permute(2, 0, 3, 1, 4).reshape(kh * b, g * lq, -1)
-    logits = _mm(torch, qf, kt, low).view(kh, b, g, lq, s) * spec.scale
+    k, v = k.to(dt), v.to(dt)
+    qf = qp.to(dt).view(b, lq, kh, g, -1).permute(2, 0, 3, 1, 4).reshape(kh, b, g * lq, -1)  # [KH, b, g*lq, Dqk]
+    logits = _per_head(torch, qf, k, low, transpose=True).view(kh, b, g, lq, s) * spec.scale
     if spec.logits_soft_cap > 0:
         logits = spec.logits_soft_cap * torch.tanh(logits / spec.logits_soft_cap)
     key = torch.arange(s, device=dev)[None, None, :]
@@ -138,16 +138,26 @@ def attend_padded(
     if spec.window_left >= 0:
         visible = visible & (key >= pos[:, :, None] - spec.window_left)
     logits = logits.masked_fill(~visible[None, :, None], float("-inf"))
-    p = torch.softmax(logits, dim=-1).nan_to_num(0.0).view(kh * b, g * lq, s)
+    p = torch.softmax(logits, dim=-1).nan_to_num(0.0).view(kh, b, g * lq, s)
     if low:  # fp32 probabilities as a sum of cache-dtype terms (2 for fp16, 3 for bf16): one matmul, rows added
         parts, rest = [], p
         for _ in range(2 if dt == torch.float16 else 3):
             parts.append(rest.to(dt))
             rest = rest - parts[-1].float()
-        o = _mm(torch, torch.cat(parts, dim=1), vt, low).view(kh * b, len(parts), g * lq, -1).sum(dim=1)
+        o = _per_head(torch, torch.cat(parts, dim=2), v, low).view(kh, b, len(parts), g * lq, -1).sum(dim=2)
     else:
-        o = torch.bmm(p, vt)
+        o = _per_head(torch, p, v, low)
     return o.view(kh, b, g, lq, -1).permute(1, 3, 0, 2, 4).reshape(b, lq, spec.num_qo_heads, -1)
+
+
+def _per_head(torch: Any, a: Any, kv: Any, low: bool, *, transpose: bool = False) -> Any:
+    """[KH, b, i, k] @ KV head h of [b, s, KH, D] (as [b, D, s] when `transpose`, else [b, s, D]) for every head h ->
+    fp32 [KH, b, i, j]: one batched matmul per KV head over a strided view of the gathered pages."""
+    heads = []
+    for h in range(kv.shape[2]):
+        m = kv[:, :, h]
+        heads.append(_mm(torch, a[h], m.transpose(1, 2) if transpose else m, low))
+    return torch.stack(heads)
 
 
 _LOW_PRECISION: dict[str, bool] = {}  # per device type: does torch.bmm take out_dtype there (CUDA, torch >= 2.8)?
