@@ -29,7 +29,7 @@ __all__ = ["CACHE_ENV", "DEFAULT_DIR", "SCHEMA", "SUMMARY_MODULES", "SummaryCach
 
 DEFAULT_DIR = ".flashcheck_cache"
 CACHE_ENV = "FLASHCHECK_STATIC_CACHE_DIR"  # the command line's default directory, when set
-SCHEMA = 3  # raise whenever what an entry holds, or how it is built, changes
+SCHEMA = 4  # raise whenever what an entry holds, or how it is built, changes
 # The modules whose code makes a summary: their source is part of every key.
 SUMMARY_MODULES = (
     "flashcheck.verifier.astutil",

@@ -124,6 +124,7 @@ class FunctionInfo:
     loop_items: dict[str, list[tuple[ast.expr, tuple[int, ...], int, int]]] = field(default_factory=dict)
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
+    local_types: dict[str, ast.expr] = field(default_factory=dict)  # meta: Optional[Metadata] = ... (annotation)
 
     @property
     def source(self) -> SourceFile:
@@ -384,6 +385,8 @@ class _Indexer:
             fn.subscripts.append(node)
         elif kind == "assign":
             fn.assigns.append(node)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                fn.local_types.setdefault(node.target.id, node.annotation)
             if isinstance(node, ast.AugAssign) or node.value is None:
                 return
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -185,6 +185,9 @@ class Project(ProjectIndex):
                 return owner.cls if expr.id in owner.params else None
             if expr.id in fn.params:
                 return self._value_type(expr, fn, depth + 1)
+            declared = self._annotation_class(fn.local_types.get(expr.id), fn, depth + 1)  # meta: Optional[M] = ...
+            if declared is not None:
+                return declared
             values = [(v, fn) for v in fn.local_assigns.get(expr.id, [])]
             if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
                 return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
@@ -223,6 +226,8 @@ class Project(ProjectIndex):
             branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
             return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
         if isinstance(value, ast.Call):
+            if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
+                return self._value_type(value.args[0], fn, depth + 1)
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return target
@@ -294,15 +299,21 @@ class Project(ProjectIndex):
             cls = self.instance_type(func.value, fn, depth + 1)
             for c in [cls, *cls.bases] if cls is not None else []:
                 values.extend(c.attr_assigns.get(func.attr, []))
+        elif isinstance(func, ast.Name) and target is None:  # ref = weakref.ref(meta); ref()
+            values = [(v, fn) for v in fn.local_assigns.get(func.id, [])]
         elif isinstance(func, ast.Call):  # factory()(...)
             factory = self.resolve_def(func.func, fn, depth + 1)
             if isinstance(factory, FunctionInfo):
                 values = [(r, factory) for r in factory.returns]
+        values = [(b, where) for v, where in values for b in _branches(v)]
         found: dict[int, ClassInfo] = {}
         for v, where in values[:8]:
             if isinstance(v, ast.Constant) and v.value is None:
                 continue
-            t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
+            if isinstance(v, ast.Call) and imported_name(v.func, where, "weakref") in _WEAK_REFS and v.args:
+                t: object = self._value_type(v.args[0], where, depth + 1)  # self._meta_ref(): what it refers to
+            else:
+                t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
             if not isinstance(t, ClassInfo):
                 return None
             found[id(t)] = t
@@ -550,6 +561,17 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
         names = names[1:]
     i = names.index(param) if param in names else len(call.args)
     return call.args[i] if i < len(call.args) else None
+
+
+_WEAK_REFS = frozenset({"weakref.ref", "weakref.ReferenceType", "weakref.WeakMethod"})  # called: the object
+_WEAK_PROXIES = frozenset({"weakref.proxy"})  # used as the object itself
+
+
+def _branches(value: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression may take (``weakref.ref(m) if m is not None else None``), else itself."""
+    if isinstance(value, ast.IfExp):
+        return [*_branches(value.body), *_branches(value.orelse)]
+    return [value]
 
 
 def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
