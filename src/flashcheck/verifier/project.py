@@ -20,6 +20,7 @@ from flashcheck.verifier.index import (
     ModuleIndex,
     ModuleInfo,
     ProjectIndex,
+    loop_containers,
     owner_of,
     with_bases,
 )
@@ -189,6 +190,9 @@ class Project(ProjectIndex):
             if declared is not None:
                 return declared
             values = [(v, fn) for v in fn.local_assigns.get(expr.id, [])]
+            held = loop_containers(expr.id, fn, getattr(expr, "lineno", None)) if not values else None
+            if held:  # for layer, kv in zip(self.layers, caches): the items of the container at its position
+                return self._same_class([self._element_type(c, fn, depth + 1) for c in held])
             if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
                 return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
             if not values:  # a module global, or one imported from a project module
@@ -269,7 +273,10 @@ class Project(ProjectIndex):
         else:
             values = [(container, fn)]
         items: list[tuple[ast.expr, FunctionInfo]] = []
-        for v, where in values[:8]:
+        for value, where in values[:8]:
+            v = value
+            while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
+                v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
             if isinstance(v, ast.List | ast.Tuple | ast.Set):
                 items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
             elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
@@ -464,10 +471,12 @@ class Project(ProjectIndex):
             return
         cls = self.instance_type(func, fn, 1)
         call = self.method(cls, "__call__") if cls is not None else None
+        if call is None and cls is not None and _torch_module(cls):  # an nn.Module's __call__ runs its forward
+            call = self.method(cls, "forward")
         if call is not None:
             yield call
             if call.cls is not None:
-                yield from self._overrides(call.cls, "__call__")
+                yield from self._overrides(call.cls, call.name)
 
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
         """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
@@ -561,6 +570,26 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
         names = names[1:]
     i = names.index(param) if param in names else len(call.args)
     return call.args[i] if i < len(call.args) else None
+
+
+_MODULE_CONTAINERS = frozenset(
+    {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential", "list", "tuple", "dict", "set"}
+)
+
+
+def _module_container(func: ast.expr, fn: FunctionInfo) -> bool:
+    """Whether calling `func` builds a container holding its first argument's items (``nn.ModuleList([...])``)."""
+    return imported_name(func, fn, "torch") in _MODULE_CONTAINERS
+
+
+def _torch_module(cls: ClassInfo) -> bool:
+    """Whether `cls` or one of its project bases derives from ``torch.nn.Module`` (also ``nn.Module`` after ``from
+    torch import nn``): calling an instance runs its ``forward``."""
+    for c in with_bases(cls):
+        body = c.module.body
+        if body is not None and any(imported_name(b, body, "torch") == "torch.nn.Module" for b in c.node.bases):
+            return True
+    return False
 
 
 _WEAK_REFS = frozenset({"weakref.ref", "weakref.ReferenceType", "weakref.WeakMethod"})  # called: the object

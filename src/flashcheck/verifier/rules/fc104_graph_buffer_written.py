@@ -90,8 +90,9 @@ class GraphBufferWrittenElsewhere(Rule):
     What it cannot see
         Writes by kernels outside the project that take the buffer positionally (a C++/CUDA extension filling
         ``kv_indices``), storage reached through objects whose type neither annotations (of parameters, fields and
-        locals) nor the value flow (back to a constructor call, also through ``weakref.ref``/``weakref.proxy``) give, and ordering across functions beyond "this call plans": a write in one method that a
-        caller runs after ``plan()`` in another is judged where the call is.
+        locals) nor the value flow (back to a constructor call, also through ``weakref.ref``/``weakref.proxy``)
+        give, and ordering across functions beyond "this call plans": a write in one method that a caller runs after
+        ``plan()`` in another is judged where the call is.
     """
 
     def check(self, ctx: Context) -> None:
