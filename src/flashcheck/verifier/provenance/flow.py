@@ -130,6 +130,36 @@ class ValueFlow:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
+    def spread_values(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
+        """What ``**container`` passes as keyword `key`: the value under `key` of each dict literal or ``dict(...)``
+        the container may be, and string-keyed stores into it where it is a local (``kw = {...}; if c:
+        kw["backend"] = "trtllm-gen"; return kw``)."""
+        out: list[Source] = []
+        stack, seen = [(container, fn)], set()
+        while stack and len(seen) < _MAX_SOURCES:
+            v, where = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not _is_dict_call(v):
+                stack.extend(self.sources(v, where))  # backend_kw = self._backend_kwargs(): what it returns
+                continue
+            if isinstance(v, ast.Dict):
+                out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if _is_key(k, key))
+            elif _is_dict_call(v):
+                assert isinstance(v, ast.Call)
+                out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
+            else:
+                continue
+            names = {n for n, values in where.local_assigns.items() if any(x is v for x in values)}
+            for a in where.assigns if names else ():
+                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+                for t in targets:
+                    named = isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names
+                    if named and isinstance(t, ast.Subscript) and _is_key(t.slice, key) and a.value is not None:
+                        out.append((a.value, where))
+        return out
+
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:
             return self.param_sources(fn, name)
@@ -525,3 +555,11 @@ class ValueFlow:
             return owner(fn).cls is cls
         target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
         return target is cls
+
+
+def _is_key(node: ast.expr | None, key: str) -> bool:
+    return isinstance(node, ast.Constant) and node.value == key
+
+
+def _is_dict_call(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and dotted(node.func) == "dict"

@@ -29,17 +29,18 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
         functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
         ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute or
-        a caller's argument), plus the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN
-        backends do not need a zeroed workspace and are not reported. The workspace is traced through aliases,
-        ``self.<attr>``, attributes of other objects of known type (``self.buffers.workspace``), parameters filled by
-        the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
-        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``), module globals that a function assigns
-        after ``global _WS`` (lazy initialisation read elsewhere) and both branches of conditional
-        expressions (``shared or torch.empty(...)``) to its allocation. An allocation with
-        ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed (``.zero_()``,
-        ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:`` (or the
-        ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for ``zeroed``
-        does not count.
+        a caller's argument, or a ``**kwargs`` dict that holds one: a literal, ``dict(backend=...)``, or a helper's dict
+        with ``kw["backend"] = "trtllm-gen"`` stored under a flag), plus the names listed in
+        ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace and are
+        not reported. The workspace is traced through aliases, ``self.<attr>``, attributes of other objects of known
+        type (``self.buffers.workspace``), parameters filled by the project's callers, project factories
+        (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
+        (``_CACHE[key] = torch.empty(...)``), module globals that a function assigns after ``global _WS`` (lazy
+        initialisation read elsewhere) and both branches of conditional expressions (``shared or torch.empty(...)``) to
+        its allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same
+        storage is zeroed (``.zero_()``, ``.fill_(0)``) in the allocating function on a path that can run: a zeroing
+        under ``if zeroed:`` (or the ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a
+        false constant for ``zeroed`` does not count.
 
     Why it breaks serving
         These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh memory
@@ -100,10 +101,13 @@ def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | No
     value flow reaches ``"trtllm-gen"`` (a conditional expression, a default, a caller's argument)."""
     name = terminal_name(call.func)
     backend = kwarg(call, "backend")
-    if name is None or backend is None or isinstance(backend, ast.Constant) or not is_wrapper_class_name(name):
+    if name is None or isinstance(backend, ast.Constant) or not is_wrapper_class_name(name):
         return None
+    stack: list[tuple[ast.expr, FunctionInfo]] = [(backend, fn)] if backend is not None else []
+    for kw in call.keywords if backend is None else []:  # **self._backend_kwargs(): a dict that may hold backend=
+        if kw.arg is None:
+            stack.extend(ctx.prov.flow.spread_values(kw.value, "backend", fn))
     seen: set[int] = set()
-    stack: list[tuple[ast.expr, FunctionInfo]] = [(backend, fn)]
     while stack and len(seen) < 64:
         e, where = stack.pop()
         if id(e) in seen:
