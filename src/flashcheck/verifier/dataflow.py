@@ -33,6 +33,7 @@ __all__ = [
 
 Key = tuple[str, str, str]
 Typer = Callable[[ast.expr, FunctionInfo], ClassInfo | None]
+AttrValues = Callable[[ClassInfo, str], list[tuple[ast.expr, FunctionInfo]]]
 ALLOCATORS = frozenset(
     {
         "empty",
@@ -184,32 +185,41 @@ _FIELD_FUNCS = frozenset({"field", "dataclasses.field", "attr.ib", "attrs.field"
 
 
 def allocations(
-    expr: ast.expr, fn: FunctionInfo, depth: int = 0, project: Project | None = None
+    expr: ast.expr,
+    fn: FunctionInfo,
+    depth: int = 0,
+    project: Project | None = None,
+    attr_values: AttrValues | None = None,
 ) -> list[tuple[ast.Call, FunctionInfo]]:
     """The ``torch.<factory>(...)`` calls whose storage `expr` may be (through aliases, views, attributes of
     ``self`` and of other objects of known type, parameters filled by the project's callers, project factories and
-    caches)."""
+    caches). `attr_values` gives the values an attribute of a class may hold (default: what the class and its bases
+    assign; the provenance's answer adds stores through other objects, ``meta.ws = self._get_ws()``)."""
     if depth > 5:
         return []
+
+    def again(e: ast.expr, where: FunctionInfo) -> list[tuple[ast.Call, FunctionInfo]]:
+        return allocations(e, where, depth + 1, project, attr_values)
+
     root = storage_root(expr)
     if isinstance(root, ast.IfExp | ast.BoolOp):  # ws if ws is not None else torch.empty(...), cached or torch.empty
         branches = [root.body, root.orelse] if isinstance(root, ast.IfExp) else root.values
-        return [a for b in branches for a in allocations(b, fn, depth + 1, project)]
+        return [a for b in branches for a in again(b, fn)]
     if isinstance(root, ast.ListComp):  # [torch.zeros(128 << 20, ...) for _ in range(m)], read as ws[i]
-        return allocations(root.elt, fn, depth + 1, project)
+        return again(root.elt, fn)
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:
             return [(root, fn)]
         factory = kwarg(root, "default_factory") if dotted(root.func) in _FIELD_FUNCS else None
         if isinstance(factory, ast.Lambda):  # a dataclass field: field(default_factory=lambda: torch.empty(...))
-            return allocations(factory.body, fn, depth + 1, project)
+            return again(factory.body, fn)
         if isinstance(root.func, ast.Attribute) and root.func.attr.startswith("new_"):
             return [(root, fn)]
         if project is not None and isinstance(root.func, ast.Name | ast.Attribute):
             target = project.resolve_def(root.func, fn)
             if isinstance(target, FunctionInfo):  # a factory: what it returns
-                return [a for r in target.returns for a in allocations(r, target, depth + 1, project)]
+                return [a for r in target.returns for a in again(r, target)]
         return []
     if isinstance(root, ast.Name):
         name = root.id
@@ -218,20 +228,20 @@ def allocations(
                 a
                 for caller, call in project.callers(fn)[:16]
                 if (arg := arg_for_param(call, fn, name)) is not None
-                for a in allocations(arg, caller, depth + 1, project)
+                for a in again(arg, caller)
             ]
         local = fn.local_assigns.get(name)
         values = [(v, fn) for v in local] if local is not None else []
         if local is None and fn is not fn.module.body:  # a module global, also one a function sets (global X)
             values = fn.module.global_values(name)
-        found = [a for v, scope in values for a in allocations(v, scope, depth + 1, project)]
+        found = [a for v, scope in values for a in again(v, scope)]
         if project is not None and values and all(isinstance(v, ast.Dict | ast.List) for v, _ in values):
             # a cache: _CACHE[key] = torch.empty(...) in any function of the module
             found.extend(
                 a
                 for f in project.by_module.get(fn.module.name, [])
                 for v in f.item_stores.get(name, [])
-                for a in allocations(v, f, depth + 1, project)
+                for a in again(v, f)
             )
         return found
     if isinstance(root, ast.Attribute):
@@ -240,8 +250,11 @@ def allocations(
         else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
             cls = project.instance_type(root.value, fn) if project is not None else None
         out: list[tuple[ast.Call, FunctionInfo]] = []
-        for c in with_bases(cls) if cls is not None else []:
-            for v, where in c.attr_assigns.get(root.attr, []):
-                out.extend(allocations(v, where, depth + 1, project))
+        if cls is not None and attr_values is not None:
+            values = attr_values(cls, root.attr)
+        else:
+            values = [vw for c in with_bases(cls) for vw in c.attr_assigns.get(root.attr, [])] if cls else []
+        for v, where in values:
+            out.extend(again(v, where))
         return out
     return []

@@ -45,6 +45,7 @@ _KINDS: dict[type, str] = {
     ast.comprehension: "for",
     ast.With: "with",
     ast.Global: "global",
+    ast.NamedExpr: "walrus",
 }
 _SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
 _LEAVES = frozenset(
@@ -413,6 +414,9 @@ class _Indexer:
                 fn.loop_items.setdefault(name, []).append((node.iter, path, first, last))
         elif kind == "global":
             self._globals.update(node.names)
+        elif kind == "walrus":  # if decode := meta.decode_metadata: a local like any other assignment
+            if isinstance(node.target, ast.Name):
+                fn.local_assigns.setdefault(node.target.id, []).append(node.value)
         elif kind == "with":
             for item in node.items:
                 c = item.context_expr

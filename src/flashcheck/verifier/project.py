@@ -248,7 +248,7 @@ class Project(ProjectIndex):
                 t = self.instance_type(arg, caller, depth + 1) if arg is not None else None
                 if t is not None:
                     return t
-        if isinstance(value, ast.Attribute | ast.Name):
+        if isinstance(value, ast.Attribute | ast.Name | ast.Subscript):  # runner = self.graph_runners[ve][bs]
             return self.instance_type(value, fn, depth + 1)
         return None
 
@@ -257,6 +257,11 @@ class Project(ProjectIndex):
         a local, a module global or an attribute of an object of known type)."""
         if depth > 4:
             return None
+        declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
+        if declared is not None:
+            t = self._annotation_class(declared[0], declared[1], depth + 1)
+            if t is not None:
+                return t
         values: list[tuple[ast.expr, FunctionInfo]] = []
         if isinstance(container, ast.Name):
             values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
@@ -286,6 +291,31 @@ class Project(ProjectIndex):
             elif isinstance(v, ast.DictComp):
                 items.append((v.value, where))
         return self._same_class([self._value_type(e, where, depth + 1) for e, where in items[:16]])
+
+    def _declared_items(
+        self, container: ast.expr, fn: FunctionInfo, depth: int
+    ) -> tuple[ast.expr, FunctionInfo] | None:
+        """The annotation of a container's items, with the scope that resolves its names: ``X`` for an attribute,
+        parameter or local declared ``List[X]``/``Dict[K, X]``/``Optional[Sequence[X]]``, and for items of items
+        (``self.graph_runners[ve][bs]`` of ``List[Dict[int, X]]``)."""
+        if depth > 6:
+            return None
+        ann: ast.expr | None = None
+        scope = fn
+        if isinstance(container, ast.Name):
+            ann = fn.local_types.get(container.id) or fn.params.get(container.id)
+        elif isinstance(container, ast.Attribute):
+            cls = self.instance_type(container.value, fn, depth + 1)
+            for c in with_bases(cls):
+                if container.attr in c.attr_types and c.module.body is not None:
+                    ann, scope = c.attr_types[container.attr], c.module.body
+                    break
+        elif isinstance(container, ast.Subscript) and not isinstance(container.slice, ast.Slice):
+            outer = self._declared_items(container.value, fn, depth + 1)
+            if outer is not None:
+                ann, scope = outer
+        item = _item_annotation(ann) if ann is not None else None
+        return (item, scope) if item is not None else None
 
     @staticmethod
     def _same_class(types: list[ClassInfo | None]) -> ClassInfo | None:
@@ -570,6 +600,47 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
         names = names[1:]
     i = names.index(param) if param in names else len(call.args)
     return call.args[i] if i < len(call.args) else None
+
+
+_SEQUENCES = frozenset(
+    {
+        "List",
+        "list",
+        "Sequence",
+        "MutableSequence",
+        "Iterable",
+        "Set",
+        "set",
+        "FrozenSet",
+        "frozenset",
+        "Deque",
+        "deque",
+        "Tuple",
+        "tuple",
+    }
+)
+_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict", "defaultdict", "OrderedDict"})
+
+
+def _item_annotation(ann: ast.expr) -> ast.expr | None:
+    """The annotation of the items of a container annotation: ``X`` of ``List[X]``, ``Dict[K, X]``,
+    ``Tuple[X, ...]``, ``Optional[Sequence[X]]`` (also written as a string); None for anything else."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if not isinstance(ann, ast.Subscript):
+        return None
+    head = (dotted(ann.value) or "").rsplit(".", 1)[-1]
+    args = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    if head == "Optional" and len(args) == 1:
+        return _item_annotation(args[0])
+    if head in _MAPPINGS and len(args) == 2:
+        return args[1]
+    if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):
+        return None  # Tuple[A, B]: items of different types
+    return args[0] if head in _SEQUENCES and args else None
 
 
 _MODULE_CONTAINERS = frozenset(

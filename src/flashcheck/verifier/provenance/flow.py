@@ -135,7 +135,8 @@ class ValueFlow:
         the container may be, and string-keyed stores into it where it is a local (``kw = {...}; if c:
         kw["backend"] = "trtllm-gen"; return kw``)."""
         out: list[Source] = []
-        stack, seen = [(container, fn)], set()
+        stack: list[Source] = [(container, fn)]
+        seen: set[int] = set()
         while stack and len(seen) < _MAX_SOURCES:
             v, where = stack.pop()
             if id(v) in seen:

@@ -33,8 +33,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         with ``kw["backend"] = "trtllm-gen"`` stored under a flag), plus the names listed in
         ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace and are
         not reported. The workspace is traced through aliases, ``self.<attr>``, attributes of other objects of known
-        type (``self.buffers.workspace``), parameters filled by the project's callers, project factories
-        (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
+        type (``self.buffers.workspace``, also where other code stores them: ``meta.ws = self._get_ws()`` read back as
+        ``decode.ws`` after ``if decode := meta.decode_metadata``), parameters filled by the project's callers, project
+        factories (``lru_cache``'d getters, also imported from regular packages inside namespace folders), module caches
         (``_CACHE[key] = torch.empty(...)``), module globals that a function assigns after ``global _WS`` (lazy
         initialisation read elsewhere) and both branches of conditional expressions (``shared or torch.empty(...)``) to
         its allocation. An allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same
@@ -80,7 +81,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                 ws = workspace_arg(call)
                 if ws is None:
                     continue
-                for alloc, where in allocations(ws, fn, project=ctx.project):
+                for alloc, where in allocations(
+                    ws, fn, project=ctx.project, attr_values=ctx.prov.flow.class_attr_sources
+                ):
                     kind = (torch_name(alloc.func, where) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
                     if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(ctx, alloc, where):
                         continue

@@ -84,6 +84,7 @@ class ReallocOnReplayPath(Rule):
                     isinstance(call.func, ast.Attribute)
                     and call.func.attr == "resize_"
                     and _is_self_buffer(call.func.value)
+                    and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
                 elif _is_setattr_of_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
