@@ -83,13 +83,13 @@ class HostSyncInHotPath(Rule):
         ``query_start_loc_cpu``), compute sizes on the host before the step, or keep the value on the device.
 
     Known false positives
-        A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU)
-        is reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that
-        runs on a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin
-        reduction, slice bound or branch on a value that is certainly a tensor but whose device no project code
-        decides (a parameter or field declared ``torch.Tensor`` that only callers outside the project fill, a name
-        the function uses as a tensor: a tensor-only method called on it, or passed as the tensor operand of a
-        torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
+        A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU) is
+        reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that runs on
+        a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin reduction, slice
+        bound, branch or copy into host memory (``host.copy_(x)``) on a value that is certainly a tensor but whose
+        device no project code decides (a parameter or field declared ``torch.Tensor`` that only callers outside the
+        project fill, a name the function uses as a tensor: a tensor-only method called on it, or passed as the tensor
+        operand of a torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
         torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method over one, arithmetic with
         one, its elements) is reported with low confidence.
 
@@ -183,8 +183,8 @@ class HostSyncInHotPath(Rule):
                 continue
             method = func.attr
             if method == "copy_" and call.args and not _non_blocking(call):
-                if prov.of(func.value, fn) is Where.HOST and strict.of(call.args[0], fn) is Where.DEVICE:
-                    hit(call, "copies device data into host memory (blocking)", Where.DEVICE)
+                if prov.of(func.value, fn) is Where.HOST:  # into host memory: from a device or unknown tensor
+                    host_read(call.args[0], "copies a device tensor into host memory (blocking)", call)
                 continue
             if method in _D2H_METHODS or method in ("numpy", "to") or method in _NONZERO_METHODS:
                 if (
