@@ -207,6 +207,11 @@ def allocations(
         return [a for b in branches for a in again(b, fn)]
     if isinstance(root, ast.ListComp):  # [torch.zeros(128 << 20, ...) for _ in range(m)], read as ws[i]
         return again(root.elt, fn)
+    if isinstance(root, ast.DictComp):  # {g: torch.empty(n, ...) for g in groups}, read as ws[g]
+        return again(root.value, fn)
+    if isinstance(root, ast.Dict | ast.List | ast.Tuple):  # {"full": torch.empty(...), ...}, read as ws[key]
+        items = root.values if isinstance(root, ast.Dict) else root.elts
+        return [a for item in items[:16] if item is not None for a in again(item, fn)]
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:
