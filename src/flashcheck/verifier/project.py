@@ -50,6 +50,7 @@ class Project(ProjectIndex):
         self._callers_active: set[int] = set()
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
+        self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._link_classes()
@@ -475,6 +476,8 @@ class Project(ProjectIndex):
             assert isinstance(func, ast.Attribute)
             inst = self.instance_type(base, fn, 1)
             target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
+            if target is None and inst is None and not _imported_root(base, fn):
+                target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr)
                 yield from held or self._dunder_call(func, fn)
@@ -493,6 +496,22 @@ class Project(ProjectIndex):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self._overrides(target.cls, target.name)
+
+    def sole_method(self, name: str) -> FunctionInfo | None:
+        """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
+        that name and the name is compound (``forward_decode``, ``init_forward_metadata_capture_cuda_graph``; not
+        ``run``, ``plan`` or a dunder, which other libraries' objects share)."""
+        core = name.strip("_")
+        if "_" not in core or name.startswith("__") or name.endswith("_"):
+            return None
+        if self._methods_by_name is None:
+            index: dict[str, list[FunctionInfo]] = {}
+            for ci in self.classes.values():
+                for m in ci.methods.values():
+                    index.setdefault(m.name, []).append(m)
+            self._methods_by_name = index
+        found = self._methods_by_name.get(name, [])
+        return found[0] if len(found) == 1 else None
 
     def _dunder_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
@@ -646,6 +665,13 @@ def _item_annotation(ann: ast.expr) -> ast.expr | None:
 _MODULE_CONTAINERS = frozenset(
     {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential", "list", "tuple", "dict", "set"}
 )
+
+
+def _imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
+    """Whether an attribute chain starts at an imported name (``torch.cuda``, ``np.random``): not a project object."""
+    while isinstance(expr, ast.Attribute | ast.Subscript | ast.Call):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return isinstance(expr, ast.Name) and expr.id in fn.module.imports
 
 
 def _module_container(func: ast.expr, fn: FunctionInfo) -> bool:
