@@ -78,6 +78,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "medusa_lookahead",
         "chunked_sampler_graph",
     ),
+    "batch 8": (
+        "hybrid_mamba_attn",
+        "dbo_ubatch_runner",
+        "mlc_style_kvstate",
+        "trtllm_eagle3_onemodel",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""Attention backends (v1)."""

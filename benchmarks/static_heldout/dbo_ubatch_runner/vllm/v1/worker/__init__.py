@@ -1,0 +1,1 @@
+"""GPU worker: model runner, ubatch wrapper."""

@@ -1,0 +1,1 @@
+"""Executor: model engine, CUDA graph runner, resource managers."""
