@@ -147,7 +147,27 @@ def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: T
     """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
     returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
     keys = _property_keys(cls, attr, depth, project, typer)
-    return keys or [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+    own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+    return keys or own + _field_keys(cls, attr, depth, project, typer)
+
+
+def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+    """Keys of the storage that the project's constructor calls of `cls` pass for its field `attr`
+    (``FlashInferMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``: the builder's buffer)."""
+    chain = with_bases(cls)
+    if depth > 2 or not any(attr in c.fields for c in chain):
+        return []
+    fields = [f for c in reversed(chain) for f in c.fields]  # a dataclass's positional order: bases' fields first
+    keys: list[Key] = []
+    for caller, call in project.calls_by_name().get(cls.name, [])[:32]:
+        if project.resolve_def(call.func, caller) is not cls:
+            continue
+        arg = kwarg(call, attr)
+        if arg is None and fields.index(attr) < len(call.args):
+            arg = call.args[fields.index(attr)]
+        if arg is not None:
+            keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
+    return keys
 
 
 def _property_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:

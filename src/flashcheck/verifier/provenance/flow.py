@@ -20,7 +20,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
+from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -178,7 +178,13 @@ class ValueFlow:
             if scope is not fn and name in scope.params:
                 return self.param_sources(scope, name)
             scope = scope.parent
-        return fn.module.global_values(name) if fn is not fn.module.body else []
+        found = fn.module.global_values(name) if fn is not fn.module.body else []
+        target = fn.module.imports.get(name) if not found else None
+        if target and "." in target:  # from .backends import PLAN_INFO_ATTR: that module's global
+            mod = self.project.lookup(target.rpartition(".")[0])
+            if isinstance(mod, ModuleInfo):
+                found = mod.global_values(target.rpartition(".")[2])
+        return found
 
     def _unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
         """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->

@@ -27,16 +27,16 @@ class FlashinferPrivateAttribute(Rule):
         ``_int_workspace_buffer``, ``_float_workspace_buffer``, ``_paged_kv_indptr_buf``, ``_use_cuda_graph``,
         ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
         ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a local,
-        module or class constant, a loop variable over a tuple of them, also a module-level tuple), and through
-        ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported
-        only on a receiver that is a wrapper (by dataflow from its constructor, also as an item of lists and dicts of
-        wrappers, of their ``zip``/``enumerate``/``.items()`` loops and of ``itertools.chain``/``chain.from_iterable``
-        over them, or named ``*wrapper*``), also a parameter of a shim of any name that receives a wrapper: bound by
-        ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at any position or by keyword), the first
-        parameter of a function assigned onto a wrapper class (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or
-        passed a wrapper by callers. ``self._x`` is reported in a class that derives from a FlashInfer wrapper
-        (directly, through project classes or a module-level alias) and in free functions whose first parameter is
-        ``self`` (plan shims monkey-patched onto the wrapper).
+        module or class constant (also one imported from another project module), a loop variable over a tuple of them,
+        also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``,
+        ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by dataflow from its
+        constructor, also as an item of lists and dicts of wrappers, of their ``zip``/``enumerate``/``.items()`` loops
+        and of ``itertools.chain``/``chain.from_iterable`` over them, or named ``*wrapper*``), also a parameter of a
+        shim of any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or ``types.MethodType(shim,
+        w)`` (at any position or by keyword), the first parameter of a function assigned onto a wrapper class
+        (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or passed a wrapper by callers. ``self._x`` is reported in
+        a class that derives from a FlashInfer wrapper (directly, through project classes or a module-level alias) and
+        in free functions whose first parameter is ``self`` (plan shims monkey-patched onto the wrapper).
 
     Why it breaks serving
         These fields change meaning, type or existence between FlashInfer releases: ``_plan_info`` is a tensor in
