@@ -233,6 +233,11 @@ class Project(ProjectIndex):
         if isinstance(value, ast.Call):
             if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
                 return self._value_type(value.args[0], fn, depth + 1)
+            f = value.func
+            if isinstance(f, ast.Attribute) and f.attr in _ITEM_GETTERS and value.args:  # self.graphs.get(bs)
+                item = self._element_type(f.value, fn, depth + 1)
+                if item is not None:
+                    return item
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return target
@@ -621,6 +626,7 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
     return call.args[i] if i < len(call.args) else None
 
 
+_ITEM_GETTERS = frozenset({"get", "pop", "setdefault"})  # d.get(key): an item of d
 _SEQUENCES = frozenset(
     {
         "List",

@@ -508,7 +508,12 @@ class Provenance:
             short = name.rsplit(".", 1)[-1]
             if is_tensor_op(name) and short not in _FACTORIES | _LIKE_FACTORIES and expr.args:
                 first = expr.args[0]  # torch.cat([a, b]): the listed tensors
-                operands = list(first.elts) if isinstance(first, ast.List | ast.Tuple) else expr.args[:2]
+                if isinstance(first, ast.List | ast.Tuple):
+                    operands = list(first.elts)
+                elif isinstance(first, ast.ListComp | ast.GeneratorExp):
+                    operands = [first.elt]
+                else:
+                    operands = expr.args[:2]
                 return merge([self._in_context(a, callee, call, caller, depth + 1) for a in operands[:4]])
         return self.of(expr, callee)
 
@@ -538,6 +543,8 @@ class Provenance:
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):
             tensors = list(tensors[0].elts)
+        elif tensors and isinstance(tensors[0], ast.ListComp | ast.GeneratorExp):
+            tensors = [tensors[0].elt]  # torch.cat([h for _, h in results]): where the items live
         return merge([self.of(a, fn) for a in tensors[:2]])
 
     def _to_call(self, call: ast.Call, receiver: ast.expr, fn: FunctionInfo) -> Where:

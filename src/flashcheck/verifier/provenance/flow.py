@@ -166,8 +166,23 @@ class ValueFlow:
             return self.param_sources(fn, name)
         if name in fn.loop_vars:
             # zip/enumerate/items: the container at the name's position in each loop that binds it
-            its = loop_containers(name, fn) or fn.loop_vars[name]
-            return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+            its = loop_containers(name, fn)
+            if its:
+                return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+            loops = fn.loop_items.get(name)
+            if not loops:
+                return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+            out: list[Source] = []  # for _, h in results: item 1 of each tuple the list holds
+            for it, path, _, _ in loops:
+                for v, where in self.element_sources(it, fn):
+                    item: ast.expr | None = v
+                    for i in path:
+                        item = item.elts[i] if isinstance(item, ast.Tuple | ast.List) and i < len(item.elts) else None
+                        if item is None:
+                            break
+                    if item is not None:
+                        out.append((item, where))
+            return out[:_MAX_SOURCES]
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)

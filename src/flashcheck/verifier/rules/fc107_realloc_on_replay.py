@@ -8,6 +8,7 @@ from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
+from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -24,17 +25,18 @@ class ReallocOnReplayPath(Rule):
         paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
         ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute built as a list
         or dict of device buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
-        torch.empty_like(x)``; not a list of ``None`` slots or an empty dict filled as it goes) or an attribute of an
-        object ``self`` keeps (``self.backend.kv_indptr``), also through ``setattr(self, "name", ...)``, and
-        ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not
-        hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to the attribute) is not reported,
-        nor are the buffers its block allocates beside it, when the block sets the attribute the test asks about (``if
-        params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through
-        (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional expressions (``torch.zeros(n)
-        if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else
-        self.x`` grows); nor is ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``,
-        pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph
-        reads.
+        torch.empty_like(x)``; not a list of ``None`` slots or an empty dict filled as it goes) an attribute of an
+        object ``self`` keeps (``self.backend.kv_indptr``) or of an object that holds a captured
+        ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
+        entry.positions = x.clone()``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a
+        buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x",
+        None) is None``, also through a local bound to the attribute) is not reported, nor are the buffers its block
+        allocates beside it, when the block sets the attribute the test asks about (``if params.top_k is None:
+        self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through (``if self.x is None or
+        self.x.numel() < n:``) is; the same holds for conditional expressions (``torch.zeros(n) if self.x is None else
+        self.x`` and ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor
+        is ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
+        ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -77,7 +79,7 @@ class ReallocOnReplayPath(Rule):
                 if ctx.prov.of(a.value, fn) is Where.HOST:
                     continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
-                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx):
+                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx) or _is_graph_record_field(t, fn, ctx):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
                 if (
@@ -139,6 +141,26 @@ def _is_self_buffer(t: ast.expr) -> bool:
     while isinstance(base, ast.Attribute):
         base = base.value
     return isinstance(base, ast.Name) and base.id == "self"
+
+
+def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
+    """``entry.positions = ...`` on an object that holds a captured CUDA graph (an attribute or field declared or
+    built as ``torch.cuda.CUDAGraph``, as the records a runner keeps per batch size): its tensors are the graph's
+    static inputs and outputs, so rebinding one leaves the graph reading the old storage."""
+    if not isinstance(t, ast.Attribute) or not isinstance(t.value, ast.Name) or t.value.id in ("self", "cls"):
+        return False
+    cls = ctx.project.instance_type(t.value, fn)
+    for c in with_bases(cls):
+        body = c.module.body
+        if body is None:
+            continue
+        if any((dotted(ann) or "").endswith("CUDAGraph") for ann in c.attr_types.values()):
+            return True
+        for values in c.attr_assigns.values():
+            for v, where in values:
+                if isinstance(v, ast.Call) and (torch_name(v.func, where) or "").endswith("cuda.CUDAGraph"):
+                    return True
+    return False
 
 
 def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
