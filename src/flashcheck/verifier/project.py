@@ -196,6 +196,13 @@ class Project(ProjectIndex):
                 return self._same_class([self._element_type(c, fn, depth + 1) for c in held])
             if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
                 return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
+            outer = fn.parent
+            while not values and outer is not None and not isinstance(outer.node, ast.Module):
+                # a closure's free variable: model = self.model_runner.model; def run_once(): model.forward(...)
+                if expr.id in outer.params:
+                    return self._value_type(expr, outer, depth + 1)
+                values = [(v, outer) for v in outer.local_assigns.get(expr.id, [])]
+                outer = outer.parent
             if not values:  # a module global, or one imported from a project module
                 values = fn.module.global_values(expr.id)
                 target = fn.module.imports.get(expr.id)
@@ -238,6 +245,10 @@ class Project(ProjectIndex):
                 item = self._element_type(f.value, fn, depth + 1)
                 if item is not None:
                     return item
+            if isinstance(f, ast.Attribute) and f.attr in _MODULE_RETURNS_SELF:  # Model(cfg).to(device).eval()
+                inner = self._value_type(f.value, fn, depth + 1)
+                if inner is not None and _torch_module(inner):
+                    return inner
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return target
@@ -481,6 +492,12 @@ class Project(ProjectIndex):
             assert isinstance(func, ast.Attribute)
             inst = self.instance_type(base, fn, 1)
             target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
+            if target is None and inst is None and isinstance(base, ast.Name):
+                # for backend in (self.full, self.linear): backend.init(...) runs the method of each item's class
+                each = [m for c in self._item_classes(base, fn) if (m := self.method(c, func.attr)) is not None]
+                if each:
+                    yield from each
+                    return
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
@@ -501,6 +518,23 @@ class Project(ProjectIndex):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self._overrides(target.cls, target.name)
+
+    def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
+        differ (``for b in (self.full_backend, self.linear_backend)``); empty when one item's class is unknown."""
+        if name.id in fn.local_assigns or name.id in fn.params:
+            return []
+        containers = loop_containers(name.id, fn, name.lineno) or fn.loop_vars.get(name.id, [])
+        found: dict[int, ClassInfo] = {}
+        for c in containers:
+            if not isinstance(c, ast.Tuple | ast.List):
+                return []
+            for e in c.elts[:8]:
+                t = self._value_type(e, fn, 1) if not isinstance(e, ast.Starred) else None
+                if t is None:
+                    return []
+                found[id(t)] = t
+        return list(found.values())
 
     def sole_method(self, name: str) -> FunctionInfo | None:
         """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
@@ -626,6 +660,10 @@ def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | No
     return call.args[i] if i < len(call.args) else None
 
 
+# nn.Module methods that return the module itself
+_MODULE_RETURNS_SELF = frozenset(
+    {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_", "to_empty"}
+)
 _ITEM_GETTERS = frozenset({"get", "pop", "setdefault"})  # d.get(key): an item of d
 _SEQUENCES = frozenset(
     {
