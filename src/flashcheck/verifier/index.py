@@ -549,5 +549,5 @@ def _container(it: ast.expr, path: tuple[int, ...], fn: FunctionInfo) -> ast.exp
                 path = path[1:]
             it = it.func.value
             continue
-        return None
+        return it if not path else None  # the result of another call (num = self._verify(...)) is the container
     return None

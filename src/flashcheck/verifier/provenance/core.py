@@ -232,6 +232,9 @@ class Provenance:
                         fn,
                         lambda: self.merge_sources([s for it in here for s in self.flow.element_sources(it, fn)]),
                     )
+                inner = self.flow.loop_item_sources(expr.id, fn, expr.lineno)  # the for loop whose body holds it
+                if inner:
+                    return self._cached(expr, fn, lambda: self.merge_sources(inner))
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)
@@ -422,6 +425,9 @@ class Provenance:
                 here = [it for it in loops if it.lineno == expr.lineno]
                 if here:
                     return self._all_tensorish([s for it in here for s in self.flow.element_sources(it, fn)], depth)
+                inner = self.flow.loop_item_sources(expr.id, fn, expr.lineno)
+                if inner:
+                    return self._all_tensorish(inner, depth)
             return self._all_tensorish(self.flow.name_sources(expr.id, fn), depth)
         return False
 

@@ -130,6 +130,31 @@ class ValueFlow:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
+    def loop_item_sources(self, name: str, fn: FunctionInfo, line: int | None = None) -> list[Source] | None:
+        """What the loop variable `name` holds: the items of the container at its position in each loop that binds
+        it (zip/enumerate/items), or item i of each tuple the container holds (``for _, h in results``); with `line`,
+        only in the innermost loop around it (a name several loops reuse). None when no loop is known."""
+        its = loop_containers(name, fn, line)
+        if its:
+            return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
+        loops = fn.loop_items.get(name)
+        if loops and line is not None:
+            around = [loop for loop in loops if loop[2] <= line <= loop[3]]
+            loops = [min(around, key=lambda loop: loop[3] - loop[2])] if around else []
+        if not loops:
+            return None
+        out: list[Source] = []
+        for it, path, _, _ in loops:
+            for v, where in self.element_sources(it, fn):
+                item: ast.expr | None = v
+                for i in path:
+                    item = item.elts[i] if isinstance(item, ast.Tuple | ast.List) and i < len(item.elts) else None
+                    if item is None:
+                        break
+                if item is not None:
+                    out.append((item, where))
+        return out[:_MAX_SOURCES]
+
     def spread_values(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
         """What ``**container`` passes as keyword `key`: the value under `key` of each dict literal or ``dict(...)``
         the container may be, and string-keyed stores into it where it is a local (``kw = {...}; if c:
@@ -165,24 +190,10 @@ class ValueFlow:
         if name in fn.params:
             return self.param_sources(fn, name)
         if name in fn.loop_vars:
-            # zip/enumerate/items: the container at the name's position in each loop that binds it
-            its = loop_containers(name, fn)
-            if its:
-                return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
-            loops = fn.loop_items.get(name)
-            if not loops:
-                return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
-            out: list[Source] = []  # for _, h in results: item 1 of each tuple the list holds
-            for it, path, _, _ in loops:
-                for v, where in self.element_sources(it, fn):
-                    item: ast.expr | None = v
-                    for i in path:
-                        item = item.elts[i] if isinstance(item, ast.Tuple | ast.List) and i < len(item.elts) else None
-                        if item is None:
-                            break
-                    if item is not None:
-                        out.append((item, where))
-            return out[:_MAX_SOURCES]
+            found = self.loop_item_sources(name, fn)
+            if found is not None:
+                return found
+            return [s for it in fn.loop_vars[name] for s in self.element_sources(it, fn)][:_MAX_SOURCES]
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)

@@ -27,7 +27,10 @@ TENSOR_METHODS = frozenset(
     {
         *("sum", "max", "min", "mean", "amax", "amin", "any", "all", "prod", "argmax", "argmin", "count_nonzero"),
         *("flatten", "view", "reshape", "squeeze", "unsqueeze", "contiguous", "clone", "cumsum", "diff", "abs"),
-        *("clamp", "int", "long", "float", "double", "half", "bfloat16", "type_as"),
+        *("clamp", "int", "long", "float", "double", "half", "bfloat16", "type_as", "bool", "short", "byte"),
+        *("cumprod", "cummax", "logcumsumexp", "gather", "index_select", "masked_fill", "transpose", "permute", "t"),
+        *("expand", "expand_as", "repeat", "flip", "roll", "narrow", "sqrt", "exp", "log", "neg", "sign", "round"),
+        *("floor", "ceil", "pow", "softmax", "log_softmax", "eq", "ne", "lt", "le", "gt", "ge", "logical_not"),
     }
 )
 
