@@ -60,6 +60,7 @@ class ValueFlow:
         self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
+        self._replaces: list[tuple[FunctionInfo, ast.Call]] = []  # dataclasses.replace(obj, field=value)
         self._receivers: dict[int, list[ast.expr]] | None = None
         self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
         self._class_attr_names: frozenset[str] | None = None
@@ -344,6 +345,11 @@ class ValueFlow:
                         out.append((v, where))
         if field:
             out.extend(self._positional_fields(cls, attr))
+            self.keyword_index()  # scans the calls, dataclasses.replace among them
+            for f, call in self._replaces:  # dataclasses.replace(meta, is_cuda_graph=True): a copy with that field
+                value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
+                if value is not None and cls in with_bases(self.instance_type(call.args[0], f)):
+                    out.append((value, f))
         out.extend(self._late_stores(cls, attr))
         prop = self.project.method(cls, attr)
         if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
@@ -567,6 +573,7 @@ class ValueFlow:
         kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] = {}
         class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
         partials: list[tuple[FunctionInfo, ast.Call]] = []
+        replaces: list[tuple[FunctionInfo, ast.Call]] = []
         for f in self.project.all_functions():
             for call in f.calls:
                 callee = call.func
@@ -574,6 +581,8 @@ class ValueFlow:
                 maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
                 if maybe and call.args and is_partial(callee, f):
                     partials.append((f, call))
+                elif last == "replace" and call.args and call.keywords and _is_dataclass_replace(callee, f):
+                    replaces.append((f, call))
                 elif last[:1].isupper() or last == "cls":
                     class_calls.setdefault(last, []).append((f, call))
                     for kw in call.keywords:
@@ -581,6 +590,7 @@ class ValueFlow:
                             kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
                             kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
         self._kw_index, self._class_calls, self._partials = kw_index, class_calls, partials
+        self._replaces = replaces
 
     def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
         f = call.func
@@ -596,3 +606,10 @@ def _is_key(node: ast.expr | None, key: str) -> bool:
 
 def _is_dict_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and dotted(node.func) == "dict"
+
+
+def _is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
+    """``dataclasses.replace`` (also ``from dataclasses import replace``)."""
+    name = dotted(func) or ""
+    head = name.split(".")[0]
+    return name == "dataclasses.replace" or (name == "replace" and fn.module.imports.get(head) == "dataclasses.replace")

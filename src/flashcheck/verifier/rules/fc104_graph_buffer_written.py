@@ -39,7 +39,9 @@ class GraphBufferWrittenElsewhere(Rule):
 
     What it checks
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
+        ``use_cuda_graph=True`` (or a flag the value flow shows may be ``True``: ``use_cuda_graph=self.is_cuda_graph``
+        on metadata whose graph copy is ``dataclasses.replace(meta, is_cuda_graph=True)``) (``paged_kv_indptr_buffer=``,
+        ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
         through slices, views, local aliases, loop variables over lists and dicts of buffers (``for buf in
         self.kv_indices``; each name of a ``zip``, ``enumerate`` or ``.items()`` loop at its own position, so a host
@@ -103,7 +105,10 @@ class GraphBufferWrittenElsewhere(Rule):
         for fn in ctx.project.all_functions():
             for call in fn.calls if id(fn) in flashinfer_sites else ():
                 cls_name = wrapper_class_of_call(call, fn)
-                if cls_name is None or graph_mode(call, cls_name) is not True:
+                if cls_name is None:
+                    continue
+                mode = graph_mode(call, cls_name)
+                if mode is not True and not (mode is None and _may_be_graph_mode(ctx, call, fn)):
                     continue
                 bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}
                 for param, expr in wrapper_buffer_args(call, cls_name):
@@ -329,6 +334,30 @@ class _Flow:
 _TRITON_STORES = frozenset(
     {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or"}
 )
+
+
+def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
+    """A wrapper whose ``use_cuda_graph=`` is not a literal but may be ``True``: the value flow reaches a ``True``
+    (``use_cuda_graph=self.is_cuda_graph`` on metadata copied with ``dataclasses.replace(meta, is_cuda_graph=True)``,
+    a flag a caller passes)."""
+    flag = kwarg(call, "use_cuda_graph")
+    stack: list[tuple[ast.expr, FunctionInfo]] = [(flag, fn)] if flag is not None else []
+    seen: set[int] = set()
+    while stack and len(seen) < 32:
+        e, where = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ast.Constant):
+            if e.value is True:
+                return True
+        elif isinstance(e, ast.IfExp):
+            stack.extend([(e.body, where), (e.orelse, where)])
+        elif isinstance(e, ast.BoolOp):
+            stack.extend((v, where) for v in e.values)
+        elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+            stack.extend(ctx.prov.flow.sources(e, where))
+    return False
 
 
 def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:
