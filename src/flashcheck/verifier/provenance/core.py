@@ -168,6 +168,15 @@ _HOST_ANNOTATIONS = tuple(
 )
 
 
+_STR_PREDICATES = frozenset({"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isidentifier"})
+
+
+def _is_predicate(name: str) -> bool:
+    """A method or attribute that answers a Python bool (``t.is_contiguous()``, ``t._is_view()``, ``t.is_sparse``,
+    ``s.isdigit()``), not a tensor; ``is_nonzero`` reads the tensor's value (a sync of its own, not a tensor)."""
+    return (name.startswith(("is_", "_is_")) and name != "is_nonzero") or name in _STR_PREDICATES
+
+
 def merge(values: list[Where]) -> Where:
     if not values:
         return UNKNOWN
@@ -352,7 +361,7 @@ class Provenance:
         return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
-        if expr.attr in _HOST_ATTRS:
+        if expr.attr in _HOST_ATTRS or _is_predicate(expr.attr):
             return HOST
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
@@ -477,7 +486,7 @@ class Provenance:
                 return self.merge_sources(returned)
         if isinstance(func, ast.Attribute):
             method = func.attr
-            if method in _HOST_RESULT_METHODS:
+            if method in _HOST_RESULT_METHODS or _is_predicate(method):
                 return HOST
             if method == "cuda":
                 return DEVICE
