@@ -16,7 +16,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
 
 if TYPE_CHECKING:
-    from flashcheck.verifier.project import Project
+    from flashcheck.verifier.instances import InstanceTyping
 
 __all__ = ["returned_class", "yielded_class", "yields_of"]
 
@@ -48,7 +48,7 @@ def yields_of(fn: FunctionInfo) -> list[ast.expr]:
     return out
 
 
-def returned_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
+def returned_class(project: InstanceTyping, fn: FunctionInfo) -> ClassInfo | None:
     """The class a call of `fn` returns (None for a generator, an unknown or a disagreeing return)."""
     key = ("return", id(fn))
     if key in project._return_types:
@@ -62,7 +62,7 @@ def returned_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
     return found
 
 
-def yielded_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
+def yielded_class(project: InstanceTyping, fn: FunctionInfo) -> ClassInfo | None:
     """The class of the items a generator function `fn` yields (None when it is no generator or they differ)."""
     key = ("yield", id(fn))
     if key in project._return_types:
@@ -86,7 +86,7 @@ def yielded_class(project: Project, fn: FunctionInfo) -> ClassInfo | None:
     return found
 
 
-def _agreeing(project: Project, values: list[ast.expr], fn: FunctionInfo) -> ClassInfo | None:
+def _agreeing(project: InstanceTyping, values: list[ast.expr], fn: FunctionInfo) -> ClassInfo | None:
     """The one class the values (returned or yielded; None constants aside) are instances of, else None."""
     found: dict[int, ClassInfo] = {}
     for v in values[:8]:

@@ -1,0 +1,369 @@
+"""What project class an expression is an instance of, for the call graph and the rules: annotations (parameters,
+fields, locals, containers' items), constructor calls and factories, ``self``, the arguments callers pass, the items of
+literal containers and loops, weak references, and ``nn.Module`` methods that return the module. `Project` inherits
+it; the call graph (`Project.callers`) answers for parameters no annotation types.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import (
+    ClassInfo,
+    FunctionInfo,
+    ModuleInfo,
+    ProjectIndex,
+    loop_containers,
+    owner_of,
+    with_bases,
+)
+from flashcheck.verifier.returns import returned_class, yielded_class
+
+__all__ = ["PROPERTIES", "InstanceTyping", "imported_name", "torch_module", "torch_name"]
+
+PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
+
+
+class InstanceTyping(ProjectIndex):
+    """The typing half of `flashcheck.verifier.project.Project` (name resolution and the call graph are there)."""
+
+    _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
+
+    if TYPE_CHECKING:
+
+        def resolve_def(
+            self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
+        ) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
+        def method(self, ci: ClassInfo, name: str) -> FunctionInfo | None: ...
+
+        def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
+        def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
+
+    def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
+        """The project class an expression is an instance of, when simple facts say so."""
+        if depth > 6:
+            return None
+        if isinstance(expr, ast.Name):
+            if expr.id in ("self", "cls"):
+                owner = owner_of(fn)
+                return owner.cls if expr.id in owner.params else None
+            if expr.id in fn.params:
+                return self._value_type(expr, fn, depth + 1)
+            declared = self._annotation_class(fn.local_types.get(expr.id), fn, depth + 1)  # meta: Optional[M] = ...
+            if declared is not None:
+                return declared
+            values = [(v, fn) for v in fn.local_assigns.get(expr.id, [])]
+            held = loop_containers(expr.id, fn, getattr(expr, "lineno", None)) if not values else None
+            if held:  # for layer, kv in zip(self.layers, caches): the items of the container at its position
+                return self._same_class([self._element_type(c, fn, depth + 1) for c in held])
+            if not values and expr.id in fn.loop_vars:  # for b in self.backends / [b.run() for b in backends]
+                return self._same_class([self._element_type(it, fn, depth + 1) for it in fn.loop_vars[expr.id]])
+            outer = fn.parent
+            while not values and outer is not None and not isinstance(outer.node, ast.Module):
+                # a closure's free variable: model = self.model_runner.model; def run_once(): model.forward(...)
+                if expr.id in outer.params:
+                    return self._value_type(expr, outer, depth + 1)
+                values = [(v, outer) for v in outer.local_assigns.get(expr.id, [])]
+                outer = outer.parent
+            if not values:  # a module global, or one imported from a project module
+                values = fn.module.global_values(expr.id)
+                target = fn.module.imports.get(expr.id)
+                if not values and target:
+                    mod = self.lookup(target.rpartition(".")[0])
+                    if isinstance(mod, ModuleInfo):
+                        values = mod.global_values(target.rpartition(".")[2])
+            types = {id(t): t for v, scope in values if (t := self._value_type(v, scope, depth)) is not None}
+            return next(iter(types.values())) if len(types) == 1 else None
+        if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+            return self._element_type(expr.value, fn, depth)  # self.backends[0], self.by_name["decode"]
+        if isinstance(expr, ast.Attribute):
+            cls = self.instance_type(expr.value, fn, depth + 1)
+            if cls is None:
+                return None
+            for c in [cls, *cls.bases]:
+                ann = c.attr_types.get(expr.attr)
+                if ann is not None and c.module.body is not None:
+                    t = self._annotation_class(ann, c.module.body, depth + 1)
+                    if t is not None:
+                        return t
+                for value, where in c.attr_assigns.get(expr.attr, []):
+                    t = self._value_type(value, where, depth + 1)
+                    if t is not None:
+                        return t
+                getter = c.methods.get(expr.attr)  # a @property: what it returns, or says it returns
+                if getter is not None and any(dotted(d) in PROPERTIES for d in getter.decorators):
+                    return returned_class(self, getter)
+        return None
+
+    def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        if isinstance(value, ast.IfExp):  # A(...) if cond else None: the class of the branches that hold an object
+            branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+            return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
+        if isinstance(value, ast.Call):
+            if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
+                return self._value_type(value.args[0], fn, depth + 1)
+            f = value.func
+            if isinstance(f, ast.Attribute) and f.attr in _ITEM_GETTERS and value.args:  # self.graphs.get(bs)
+                item = self._element_type(f.value, fn, depth + 1)
+                if item is not None:
+                    return item
+            if isinstance(f, ast.Attribute) and f.attr in _MODULE_RETURNS_SELF:  # Model(cfg).to(device).eval()
+                inner = self._value_type(f.value, fn, depth + 1)
+                if inner is not None and torch_module(inner):
+                    return inner
+            target = self.resolve_def(value.func, fn, depth + 1)
+            if isinstance(target, ClassInfo):
+                return target
+            if isinstance(target, FunctionInfo):  # meta = self.backend.build_metadata(...)
+                return returned_class(self, target)
+            return self._class_held(value.func, fn, depth + 1, target)
+        if isinstance(value, ast.Name) and value.id in fn.params:
+            if fn.params[value.id] is not None:
+                return self._annotation_class(fn.params[value.id], fn, depth + 1)
+            if value.id in ("self", "cls") and fn.cls is not None:
+                return fn.cls
+            for caller, call in self.callers(fn)[:8] if depth < 3 else []:  # filled by callers
+                arg = _argument(call, fn, value.id)
+                t = self.instance_type(arg, caller, depth + 1) if arg is not None else None
+                if t is not None:
+                    return t
+        if isinstance(value, ast.Attribute | ast.Name | ast.Subscript):  # runner = self.graph_runners[ve][bs]
+            return self.instance_type(value, fn, depth + 1)
+        return None
+
+    def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in
+        a local, a module global or an attribute of an object of known type)."""
+        if depth > 4:
+            return None
+        declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
+        if declared is not None:
+            t = self._annotation_class(declared[0], declared[1], depth + 1)
+            if t is not None:
+                return t
+        values: list[tuple[ast.expr, FunctionInfo]] = []
+        if isinstance(container, ast.Name):
+            values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
+            body = fn.module.body
+            if not values and body is not None:
+                values = [(v, body) for v in body.local_assigns.get(container.id, [])]
+        elif isinstance(container, ast.Attribute):
+            cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
+            for c in [cls, *cls.bases] if cls is not None else []:
+                values.extend(c.attr_assigns.get(container.attr, []))
+        elif isinstance(container, ast.Call):  # for mb in self._split_microbatches(batch)
+            gen = self.resolve_def(container.func, fn, depth + 1)
+            return yielded_class(self, gen) if isinstance(gen, FunctionInfo) else None
+        else:
+            values = [(container, fn)]
+        items: list[tuple[ast.expr, FunctionInfo]] = []
+        for value, where in values[:8]:
+            v = value
+            while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
+                v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
+            if isinstance(v, ast.List | ast.Tuple | ast.Set):
+                items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
+            elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+                items.append((v.elt, where))
+            elif isinstance(v, ast.Dict):
+                items.extend((e, where) for e in v.values)
+            elif isinstance(v, ast.DictComp):
+                items.append((v.value, where))
+        return self._same_class([self._value_type(e, where, depth + 1) for e, where in items[:16]])
+
+    def _declared_items(
+        self, container: ast.expr, fn: FunctionInfo, depth: int
+    ) -> tuple[ast.expr, FunctionInfo] | None:
+        """The annotation of a container's items, with the scope that resolves its names: ``X`` for an attribute,
+        parameter or local declared ``List[X]``/``Dict[K, X]``/``Optional[Sequence[X]]``, and for items of items
+        (``self.graph_runners[ve][bs]`` of ``List[Dict[int, X]]``)."""
+        if depth > 6:
+            return None
+        ann: ast.expr | None = None
+        scope = fn
+        if isinstance(container, ast.Name):
+            ann = fn.local_types.get(container.id) or fn.params.get(container.id)
+        elif isinstance(container, ast.Attribute):
+            cls = self.instance_type(container.value, fn, depth + 1)
+            for c in with_bases(cls):
+                if container.attr in c.attr_types and c.module.body is not None:
+                    ann, scope = c.attr_types[container.attr], c.module.body
+                    break
+        elif isinstance(container, ast.Subscript) and not isinstance(container.slice, ast.Slice):
+            outer = self._declared_items(container.value, fn, depth + 1)
+            if outer is not None:
+                ann, scope = outer
+        item = _item_annotation(ann) if ann is not None else None
+        return (item, scope) if item is not None else None
+
+    @staticmethod
+    def _same_class(types: list[ClassInfo | None]) -> ClassInfo | None:
+        """The class when every entry names the same one (None when one is unknown or they differ)."""
+        found = {id(t): t for t in types if t is not None}
+        return next(iter(found.values())) if len(found) == 1 and None not in types else None
+
+    def _class_held(
+        self, func: ast.expr, fn: FunctionInfo, depth: int, target: FunctionInfo | ClassInfo | ModuleInfo | None
+    ) -> ClassInfo | None:
+        """The class a called expression holds: an attribute assigned a class (``state_class = StateInfo`` in the
+        class body, ``self.meta_cls = Metadata``), or a call of a factory whose returns all name one class
+        (``state_class_for(cfg)()``); None when the values disagree or are not classes."""
+        if depth > 4:
+            return None
+        values: list[tuple[ast.expr, FunctionInfo]] = []
+        if isinstance(func, ast.Attribute) and target is None:
+            cls = self.instance_type(func.value, fn, depth + 1)
+            for c in [cls, *cls.bases] if cls is not None else []:
+                values.extend(c.attr_assigns.get(func.attr, []))
+        elif isinstance(func, ast.Name) and target is None:  # ref = weakref.ref(meta); ref()
+            values = [(v, fn) for v in fn.local_assigns.get(func.id, [])]
+        elif isinstance(func, ast.Call):  # factory()(...)
+            factory = self.resolve_def(func.func, fn, depth + 1)
+            if isinstance(factory, FunctionInfo):
+                values = [(r, factory) for r in factory.returns]
+        values = [(b, where) for v, where in values for b in _branches(v)]
+        found: dict[int, ClassInfo] = {}
+        for v, where in values[:8]:
+            if isinstance(v, ast.Constant) and v.value is None:
+                continue
+            if isinstance(v, ast.Call) and imported_name(v.func, where, "weakref") in _WEAK_REFS and v.args:
+                t: object = self._value_type(v.args[0], where, depth + 1)  # self._meta_ref(): what it refers to
+            else:
+                t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
+            if not isinstance(t, ClassInfo):
+                return None
+            found[id(t)] = t
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        if ann is None or depth > 9:
+            return None
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                ann = ast.parse(ann.value, mode="eval").body
+            except SyntaxError:
+                return None
+        if isinstance(ann, ast.Subscript) and dotted(ann.value) in ("Optional", "typing.Optional"):
+            return self._annotation_class(ann.slice, fn, depth + 1)  # Optional["KVCacheManager"] too
+        if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+            left = self._annotation_class(ann.left, fn, depth + 1)
+            return left if left is not None else self._annotation_class(ann.right, fn, depth + 1)
+        target = self.resolve_def(ann, fn, depth + 1) if isinstance(ann, (ast.Name, ast.Attribute)) else None
+        return target if isinstance(target, ClassInfo) else None
+
+
+def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+    """The argument a call passes for `param` (keyword, or position after ``self``)."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if isinstance(callee.node, ast.Module):
+        return None
+    names = [a.arg for a in [*callee.node.args.posonlyargs, *callee.node.args.args]]
+    if callee.cls is not None and names[:1] == ["self"]:
+        names = names[1:]
+    i = names.index(param) if param in names else len(call.args)
+    return call.args[i] if i < len(call.args) else None
+
+
+# nn.Module methods that return the module itself
+_MODULE_RETURNS_SELF = frozenset(
+    {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_", "to_empty"}
+)
+_ITEM_GETTERS = frozenset({"get", "pop", "setdefault"})  # d.get(key): an item of d
+_SEQUENCES = frozenset(
+    {
+        "List",
+        "list",
+        "Sequence",
+        "MutableSequence",
+        "Iterable",
+        "Set",
+        "set",
+        "FrozenSet",
+        "frozenset",
+        "Deque",
+        "deque",
+        "Tuple",
+        "tuple",
+    }
+)
+_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict", "defaultdict", "OrderedDict"})
+
+
+def _item_annotation(ann: ast.expr) -> ast.expr | None:
+    """The annotation of the items of a container annotation: ``X`` of ``List[X]``, ``Dict[K, X]``,
+    ``Tuple[X, ...]``, ``Optional[Sequence[X]]`` (also written as a string); None for anything else."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if not isinstance(ann, ast.Subscript):
+        return None
+    head = (dotted(ann.value) or "").rsplit(".", 1)[-1]
+    args = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    if head == "Optional" and len(args) == 1:
+        return _item_annotation(args[0])
+    if head in _MAPPINGS and len(args) == 2:
+        return args[1]
+    if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):
+        return None  # Tuple[A, B]: items of different types
+    return args[0] if head in _SEQUENCES and args else None
+
+
+_MODULE_CONTAINERS = frozenset(
+    {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential", "list", "tuple", "dict", "set"}
+)
+
+
+def _module_container(func: ast.expr, fn: FunctionInfo) -> bool:
+    """Whether calling `func` builds a container holding its first argument's items (``nn.ModuleList([...])``)."""
+    return imported_name(func, fn, "torch") in _MODULE_CONTAINERS
+
+
+def torch_module(cls: ClassInfo) -> bool:
+    """Whether `cls` or one of its project bases derives from ``torch.nn.Module`` (also ``nn.Module`` after ``from
+    torch import nn``): calling an instance runs its ``forward``."""
+    for c in with_bases(cls):
+        body = c.module.body
+        if body is not None and any(imported_name(b, body, "torch") == "torch.nn.Module" for b in c.node.bases):
+            return True
+    return False
+
+
+_WEAK_REFS = frozenset({"weakref.ref", "weakref.ReferenceType", "weakref.WeakMethod"})  # called: the object
+_WEAK_PROXIES = frozenset({"weakref.proxy"})  # used as the object itself
+
+
+def _branches(value: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression may take (``weakref.ref(m) if m is not None else None``), else itself."""
+    if isinstance(value, ast.IfExp):
+        return [*_branches(value.body), *_branches(value.orelse)]
+    return [value]
+
+
+def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
+    """The dotted name of `node` with a head imported from `package` spelled out through the module's imports:
+    ``flashinfer.BatchDecodeWithPagedKVCacheWrapper`` for ``Decode`` after ``from flashinfer import
+    BatchDecodeWithPagedKVCacheWrapper as Decode``, ``torch.empty`` for ``T.empty`` after ``import torch as T``.
+    Other names are returned as written (None for anything but a Name/Attribute chain)."""
+    name = dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    target = fn.module.imports.get(head)
+    if target is not None and (target == package or target.startswith(package + ".")):
+        return f"{target}.{rest}" if rest else target
+    return name
+
+
+def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
+    """`imported_name` for torch: ``torch.empty`` for ``empty`` after ``from torch import empty``, for ``E`` after
+    ``from torch import empty as E`` and for ``T.empty`` after ``import torch as T``; ``torch.cuda.synchronize`` for
+    ``sync`` after ``from torch.cuda import synchronize as sync``."""
+    return imported_name(node, fn, "torch")
