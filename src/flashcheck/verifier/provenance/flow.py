@@ -131,6 +131,27 @@ class ValueFlow:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
+    def constants(self, starts: list[Source], limit: int = 64) -> Iterator[object]:
+        """The constant values the expressions in `starts` may take, as the value flow reaches them through names,
+        attributes, items, calls, both branches of conditional expressions and the operands of ``and``/``or``
+        (``backend=self.backend`` reaching ``"trtllm-gen"``, ``use_cuda_graph=self.is_cuda_graph`` reaching
+        ``True``); at most `limit` expressions are visited."""
+        stack = list(starts)
+        seen: set[int] = set()
+        while stack and len(seen) < limit:
+            e, where = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, ast.Constant):
+                yield e.value
+            elif isinstance(e, ast.IfExp):
+                stack.extend([(e.body, where), (e.orelse, where)])
+            elif isinstance(e, ast.BoolOp):
+                stack.extend((v, where) for v in e.values)
+            elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
+                stack.extend(self.sources(e, where))
+
     def loop_item_sources(self, name: str, fn: FunctionInfo, line: int | None = None) -> list[Source] | None:
         """What the loop variable `name` holds: the items of the container at its position in each loop that binds
         it (zip/enumerate/items), or item i of each tuple the container holds (``for _, h in results``); with `line`,

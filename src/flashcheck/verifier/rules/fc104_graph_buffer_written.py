@@ -341,23 +341,7 @@ def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
     (``use_cuda_graph=self.is_cuda_graph`` on metadata copied with ``dataclasses.replace(meta, is_cuda_graph=True)``,
     a flag a caller passes)."""
     flag = kwarg(call, "use_cuda_graph")
-    stack: list[tuple[ast.expr, FunctionInfo]] = [(flag, fn)] if flag is not None else []
-    seen: set[int] = set()
-    while stack and len(seen) < 32:
-        e, where = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ast.Constant):
-            if e.value is True:
-                return True
-        elif isinstance(e, ast.IfExp):
-            stack.extend([(e.body, where), (e.orelse, where)])
-        elif isinstance(e, ast.BoolOp):
-            stack.extend((v, where) for v in e.values)
-        elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
-            stack.extend(ctx.prov.flow.sources(e, where))
-    return False
+    return flag is not None and any(v is True for v in ctx.prov.flow.constants([(flag, fn)], limit=32))
 
 
 def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:

@@ -112,21 +112,9 @@ def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | No
     for kw in call.keywords if backend is None else []:  # **self._backend_kwargs(): a dict that may hold backend=
         if kw.arg is None:
             stack.extend(ctx.prov.flow.spread_values(kw.value, "backend", fn))
-    seen: set[int] = set()
-    while stack and len(seen) < 64:
-        e, where = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ast.Constant):
-            if isinstance(e.value, str) and e.value in ZEROED_WORKSPACE_BACKENDS:
-                return f'{name}(backend="{e.value}")'
-        elif isinstance(e, ast.IfExp):
-            stack.extend([(e.body, where), (e.orelse, where)])
-        elif isinstance(e, ast.BoolOp):
-            stack.extend((v, where) for v in e.values)
-        elif isinstance(e, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
-            stack.extend(ctx.prov.flow.sources(e, where))
+    for value in ctx.prov.flow.constants(stack):
+        if isinstance(value, str) and value in ZEROED_WORKSPACE_BACKENDS:
+            return f'{name}(backend="{value}")'
     return None
 
 
