@@ -30,6 +30,7 @@ class InstanceTyping(ProjectIndex):
     """The typing half of `flashcheck.verifier.project.Project` (name resolution and the call graph are there)."""
 
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
+    _instance_memo: dict[tuple[int, int, int], ClassInfo | None]  # instance_type's, made by Project
 
     if TYPE_CHECKING:
 
@@ -44,7 +45,16 @@ class InstanceTyping(ProjectIndex):
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
-        """The project class an expression is an instance of, when simple facts say so."""
+        """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends
+        on the expression, its function and the depth left alone)."""
+        key = (id(expr), id(fn), depth)
+        memo = self._instance_memo
+        if key in memo:
+            return memo[key]
+        found = memo[key] = self._instance_type(expr, fn, depth)
+        return found
+
+    def _instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if depth > 6:
             return None
         if isinstance(expr, ast.Name):

@@ -51,6 +51,7 @@ class Project(InstanceTyping):
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
+        self._instance_memo: dict[tuple[int, int, int], ClassInfo | None] = {}
         self._link_classes()
 
     def forget_answers(self) -> None:
@@ -61,6 +62,7 @@ class Project(InstanceTyping):
         self._callee_cache.clear()
         self._property_cache.clear()
         self._return_types.clear()
+        self._instance_memo.clear()
         self._callers.clear()
         self._callers_active.clear()
 
