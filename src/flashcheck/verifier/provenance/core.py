@@ -90,6 +90,8 @@ _HOST_RESULT_METHODS = frozenset(
         "stride",
         "element_size",
         "data_ptr",
+        "storage_offset",
+        "ndimension",
         "nelement",
         "is_contiguous",
         "get_device",
@@ -366,7 +368,7 @@ class Provenance:
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
         named = self.by_name(expr.attr)
-        if named is HOST:
+        if named is HOST or self._declared_scalar(expr, fn):
             return HOST
         # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
         # nothing about `node.op` on an object of unknown type.
@@ -463,6 +465,15 @@ class Provenance:
         does not make a generic parameter one."""
         values = [(v, w) for v, w in sources[:8] if not (isinstance(v, ast.Constant) and v.value is None)]
         return bool(values) and all(self.tensorish(v, w, depth + 1) for v, w in values)
+
+    def _declared_scalar(self, expr: ast.Attribute, fn: FunctionInfo) -> bool:
+        """``desc.sparse_dim`` where the object's class declares the field a Python scalar (``sparse_dim: int``,
+        also ``Optional[int]``): whatever its constructor was given, the field holds a host value."""
+        for c in with_bases(self.flow.instance_type(expr.value, fn)):
+            ann = c.attr_types.get(expr.attr)
+            if ann is not None:
+                return _scalar_annotation(ann)
+        return False
 
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
@@ -604,6 +615,24 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+
+_SCALARS = frozenset({"bool", "int", "float", "str", "bytes"})
+
+
+def _scalar_annotation(ann: ast.expr) -> bool:
+    """``int``, ``bool``, ``float``, ``str``, ``bytes``, also ``Optional[...]`` of one or written as a string."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(ann, ast.Subscript) and (dotted(ann.value) or "").rsplit(".", 1)[-1] == "Optional":
+        return _scalar_annotation(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):  # int | None
+        sides = [s for s in (ann.left, ann.right) if not (isinstance(s, ast.Constant) and s.value is None)]
+        return bool(sides) and all(_scalar_annotation(s) for s in sides)
+    return dotted(ann) in _SCALARS
 
 
 def _returns_tensor(fn: FunctionInfo) -> bool:
