@@ -84,6 +84,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "mlc_style_kvstate",
         "trtllm_eagle3_onemodel",
     ),
+    "batch 9": (
+        "sglang_deepseek_tbo",
+        "vllm_prefix_cascade",
+        "xllm_pd_disagg",
+        "lmdeploy_turbomind_py",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
