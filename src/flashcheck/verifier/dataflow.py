@@ -68,6 +68,12 @@ def storage_keys(
     if typer is None and project is not None:
         typer = project.instance_type
     root = storage_root(expr)
+    if _string_item(root) and depth < 4:  # bufs["kv_indptr"]: the item under that key of whatever bufs is
+        assert isinstance(root, ast.Subscript) and isinstance(root.slice, ast.Constant)
+        inner = storage_keys(root.value, fn, depth + 1, project, typer)
+        if not inner and project is not None:  # a dict handed in by the callers
+            inner = param_storage_keys(root.value, fn, depth, project, typer)
+        return [(a, b, f"{c}[{root.slice.value!r}]") for a, b, c in inner]
     if isinstance(root, ast.Name) and depth < 4:
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
@@ -114,6 +120,13 @@ def storage_keys(
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def _string_item(node: ast.expr) -> bool:
+    """``d["key"]``: an item of a dict under a constant string key (a buffer kept by name)."""
+    return (
+        isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+    )
 
 
 def param_storage_keys(

@@ -210,12 +210,13 @@ class _Flow:
             for p in self.param_writes(callee):
                 arg = arg_for_param(call, callee, p)
                 found = self._bound(arg, fn) if arg is not None else None
-                if found is not None:
+                if found is not None and found[0].fn is not callee:  # the binder initialises what it binds
                     out.append((call, *found))
                     break
             else:
                 deep = self._deep_bound(callee) if self.writes_bound(callee) else None
-                if deep is not None and not self.reported_in_place(deep[0]):  # else reported where it writes
+                # else reported where it writes, or the write initialises the buffer where it is bound
+                if deep is not None and not self.reported_in_place(deep[0]) and deep[1].fn is not deep[0]:
                     out.append((call, deep[1], deep[2]))
         for kernel, call in _launches(fn, project):  # kernel[grid](..., kv_indices, ...): what its tl.store writes
             for p in _kernel_writes(kernel):

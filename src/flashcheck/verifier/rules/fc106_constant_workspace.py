@@ -30,8 +30,9 @@ class ConstantWorkspaceSize(Rule):
         imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the instance
         (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``), an attribute of a
         module-level config object that is set once to a constant (``global_config.flashinfer_workspace_size``), an
-        entry of a module-level dict or tuple literal that no code stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``),
-        or an environment variable with a constant default, a number or a string of digits read with ``int()``
+        entry of a module-level dict or tuple literal that no code stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``;
+        under a key only known at run time, ``_WS_MIB[kernel.value]``, when every entry is a constant), or an
+        environment variable with a constant default, a number or a string of digits read with ``int()``
         (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
         or 64 << 20)``), also built in a list comprehension or a dataclass field's ``default_factory``. Allocations
         behind project factories and caches are traced; so are functions with ``workspace`` in their name that return an
@@ -156,9 +157,11 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         return False
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, ast.Constant):
-        item = _table_item(expr.value, expr.slice.value, fn, project)  # _WS_BYTES["full"] of a module-level table
-        return item is not None and _is_constant(item[0], item[1], project, depth + 1, text)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and not isinstance(expr.slice, ast.Slice):
+        # _WS_BYTES["full"] of a module-level table; _WS_MIB[kernel.value]: whichever entry, each one a constant
+        key = expr.slice.value if isinstance(expr.slice, ast.Constant) else _ANY_KEY
+        items = _table_items(expr.value, key, fn, project)
+        return bool(items) and all(_is_constant(v, where, project, depth + 1, text) for v, where in items)
     if isinstance(expr, ast.Name):
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
@@ -176,25 +179,34 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
     return False
 
 
-def _table_item(
+_ANY_KEY = object()  # a key the analysis does not know: any entry of the table
+
+
+def _table_items(
     name: ast.Name, key: object, fn: FunctionInfo, project: Project
-) -> tuple[ast.expr, FunctionInfo] | None:
-    """The entry under `key` of a module-level dict or tuple literal bound once that no code of the project changes
-    (an item stored, ``update``/``setdefault``/``pop``/``clear``, here or where it is imported)."""
+) -> list[tuple[ast.expr, FunctionInfo]]:
+    """The entry under `key` (every entry for `_ANY_KEY`) of a module-level dict or tuple literal bound once that no
+    code of the project changes (an item stored, ``update``/``setdefault``/``pop``/``clear``, here or where it is
+    imported); empty when there is no such table or entry."""
     body = fn.module.body
     if body is None or name.id in fn.params or name.id in fn.local_assigns:
-        return None
+        return []
     values = body.local_assigns.get(name.id, [])
     if len(values) != 1 or _changed(name.id, fn.module.name, project):
-        return None
+        return []
     table = values[0]
     if isinstance(table, ast.Dict):
+        if None in table.keys:  # {**other, ...}
+            return []
         pairs = zip(table.keys, table.values, strict=False)
-        found = [v for k, v in pairs if isinstance(k, ast.Constant) and k.value == key]
-        return (found[0], body) if len(found) == 1 else None
-    if isinstance(table, ast.Tuple) and isinstance(key, int) and -len(table.elts) <= key < len(table.elts):
-        return table.elts[key], body
-    return None
+        found = [v for k, v in pairs if key is _ANY_KEY or (isinstance(k, ast.Constant) and k.value == key)]
+        return [(v, body) for v in found] if key is _ANY_KEY or len(found) == 1 else []
+    if isinstance(table, ast.Tuple):
+        if key is _ANY_KEY:
+            return [(e, body) for e in table.elts if not isinstance(e, ast.Starred)]
+        if isinstance(key, int) and -len(table.elts) <= key < len(table.elts):
+            return [(table.elts[key], body)]
+    return []
 
 
 _MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
