@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
@@ -154,13 +155,19 @@ def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
         body = c.module.body
         if body is None:
             continue
-        if any((dotted(ann) or "").endswith("CUDAGraph") for ann in c.attr_types.values()):
+        if any(_names_cuda_graph(ann) for ann in c.attr_types.values()):
             return True
         for values in c.attr_assigns.values():
             for v, where in values:
                 if isinstance(v, ast.Call) and (torch_name(v.func, where) or "").endswith("cuda.CUDAGraph"):
                     return True
     return False
+
+
+def _names_cuda_graph(ann: ast.expr) -> bool:
+    """An annotation of a CUDA graph: ``torch.cuda.CUDAGraph``, also ``Optional[...]``, ``... | None`` or a string."""
+    text = ann.value if isinstance(ann, ast.Constant) and isinstance(ann.value, str) else ast.unparse(ann)
+    return any(part.rsplit(".", 1)[-1] == "CUDAGraph" for part in re.findall(r"[\w.]+", text))
 
 
 def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
