@@ -24,6 +24,7 @@ from flashcheck.verifier.returns import returned_class, yielded_class
 __all__ = ["PROPERTIES", "InstanceTyping", "imported_name", "torch_module", "torch_name"]
 
 PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
+_MAX_DEPTH = 9
 
 
 class InstanceTyping(ProjectIndex):
@@ -55,7 +56,7 @@ class InstanceTyping(ProjectIndex):
         return found
 
     def _instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
-        if depth > 6:
+        if depth > _MAX_DEPTH:  # each hop of "attribute <- constructor parameter <- caller's argument" costs two
             return None
         if isinstance(expr, ast.Name):
             if expr.id in ("self", "cls"):
@@ -136,7 +137,7 @@ class InstanceTyping(ProjectIndex):
                 return self._annotation_class(fn.params[value.id], fn, depth + 1)
             if value.id in ("self", "cls") and fn.cls is not None:
                 return fn.cls
-            for caller, call in self.callers(fn)[:8] if depth < 3 else []:  # filled by callers
+            for caller, call in self.callers(fn)[:8] if depth < _MAX_DEPTH - 1 else []:  # filled by callers
                 arg = _argument(call, fn, value.id)
                 t = self.instance_type(arg, caller, depth + 1) if arg is not None else None
                 if t is not None:

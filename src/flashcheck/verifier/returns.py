@@ -57,7 +57,9 @@ def returned_class(project: InstanceTyping, fn: FunctionInfo) -> ClassInfo | Non
     found: ClassInfo | None = None
     if not isinstance(fn.node, ast.Module) and not yields_of(fn):
         ann = fn.node.returns
-        found = project._annotation_class(ann, fn, _DEPTH) if ann is not None else _agreeing(project, fn.returns, fn)
+        found = project._annotation_class(ann, fn, _DEPTH) if ann is not None else None
+        if found is None:  # no annotation, or one of a class outside the project (-> nn.Module): what it returns
+            found = _agreeing(project, fn.returns, fn)
     project._return_types[key] = found
     return found
 
