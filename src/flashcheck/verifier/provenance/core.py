@@ -19,7 +19,16 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, arg_for_param, with_bases
-from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, TensorUses, is_tensor_annotation, is_tensor_op
+from flashcheck.verifier.provenance.tensors import (
+    HOST_ATTRS,
+    HOST_RESULT_METHODS,
+    TENSOR_METHODS,
+    TensorUses,
+    is_predicate,
+    is_tensor_annotation,
+    is_tensor_op,
+    scalar_annotation,
+)
 
 __all__ = ["Provenance", "Where"]
 
@@ -77,40 +86,7 @@ _NOT_TENSOR_WORDS = frozenset(
         "total",
     }
 )
-_HOST_RESULT_METHODS = frozenset(
-    {
-        "cpu",
-        "numpy",
-        "tolist",
-        "item",
-        "pin_memory",
-        "size",
-        "numel",
-        "dim",
-        "stride",
-        "element_size",
-        "data_ptr",
-        "storage_offset",
-        "ndimension",
-        "nelement",
-        "is_contiguous",
-        "get_device",
-        "keys",
-        "items",
-        "values",
-        "__len__",
-        "startswith",
-        "endswith",
-        "split",
-        "join",
-        "format",
-        "lower",
-        "upper",
-        "strip",
-        "replace",
-    }
-)
-_HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
+
 _FACTORIES = frozenset(
     {
         "tensor",
@@ -168,15 +144,6 @@ _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps fa
 _HOST_ANNOTATIONS = tuple(
     ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
 )
-
-
-_STR_PREDICATES = frozenset({"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isidentifier"})
-
-
-def _is_predicate(name: str) -> bool:
-    """A method or attribute that answers a Python bool (``t.is_contiguous()``, ``t._is_view()``, ``t.is_sparse``,
-    ``s.isdigit()``), not a tensor; ``is_nonzero`` reads the tensor's value (a sync of its own, not a tensor)."""
-    return (name.startswith(("is_", "_is_")) and name != "is_nonzero") or name in _STR_PREDICATES
 
 
 def merge(values: list[Where]) -> Where:
@@ -363,7 +330,7 @@ class Provenance:
         return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
-        if expr.attr in _HOST_ATTRS or _is_predicate(expr.attr):
+        if expr.attr in HOST_ATTRS or is_predicate(expr.attr):
             return HOST
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
@@ -472,7 +439,7 @@ class Provenance:
         for c in with_bases(self.flow.instance_type(expr.value, fn)):
             ann = c.attr_types.get(expr.attr)
             if ann is not None:
-                return _scalar_annotation(ann)
+                return scalar_annotation(ann)
         return False
 
     # ------------------------------------------------------------------ calls
@@ -497,7 +464,7 @@ class Provenance:
                 return self.merge_sources(returned)
         if isinstance(func, ast.Attribute):
             method = func.attr
-            if method in _HOST_RESULT_METHODS or _is_predicate(method):
+            if method in HOST_RESULT_METHODS or is_predicate(method):
                 return HOST
             if method == "cuda":
                 return DEVICE
@@ -615,24 +582,6 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
-
-
-_SCALARS = frozenset({"bool", "int", "float", "str", "bytes"})
-
-
-def _scalar_annotation(ann: ast.expr) -> bool:
-    """``int``, ``bool``, ``float``, ``str``, ``bytes``, also ``Optional[...]`` of one or written as a string."""
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return False
-    if isinstance(ann, ast.Subscript) and (dotted(ann.value) or "").rsplit(".", 1)[-1] == "Optional":
-        return _scalar_annotation(ann.slice)
-    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):  # int | None
-        sides = [s for s in (ann.left, ann.right) if not (isinstance(s, ast.Constant) and s.value is None)]
-        return bool(sides) and all(_scalar_annotation(s) for s in sides)
-    return dotted(ann) in _SCALARS
 
 
 def _returns_tensor(fn: FunctionInfo) -> bool:

@@ -12,7 +12,17 @@ import ast
 from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.project import FunctionInfo, torch_name
 
-__all__ = ["NOT_TENSOR_TORCH", "TENSOR_METHODS", "TensorUses", "is_tensor_annotation", "is_tensor_op"]
+__all__ = [
+    "HOST_ATTRS",
+    "HOST_RESULT_METHODS",
+    "NOT_TENSOR_TORCH",
+    "TENSOR_METHODS",
+    "TensorUses",
+    "is_predicate",
+    "is_tensor_annotation",
+    "is_tensor_op",
+    "scalar_annotation",
+]
 
 NOT_TENSOR_TORCH = frozenset(
     {
@@ -53,6 +63,70 @@ _FACTORIES = frozenset(
         *("Tensor", "IntTensor", "LongTensor", "FloatTensor", "BoolTensor"),
     }
 )
+
+
+# Tensor methods and attributes whose result lives on the host (metadata, Python values, host copies).
+HOST_RESULT_METHODS = frozenset(
+    {
+        "cpu",
+        "numpy",
+        "tolist",
+        "item",
+        "pin_memory",
+        "size",
+        "numel",
+        "dim",
+        "stride",
+        "element_size",
+        "data_ptr",
+        "storage_offset",
+        "ndimension",
+        "nelement",
+        "is_contiguous",
+        "get_device",
+        "keys",
+        "items",
+        "values",
+        "__len__",
+        "startswith",
+        "endswith",
+        "split",
+        "join",
+        "format",
+        "lower",
+        "upper",
+        "strip",
+        "replace",
+    }
+)
+
+HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
+
+_STR_PREDICATES = frozenset({"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isidentifier"})
+
+
+def is_predicate(name: str) -> bool:
+    """A method or attribute that answers a Python bool (``t.is_contiguous()``, ``t._is_view()``, ``t.is_sparse``,
+    ``s.isdigit()``), not a tensor; ``is_nonzero`` reads the tensor's value (a sync of its own, not a tensor)."""
+    return (name.startswith(("is_", "_is_")) and name != "is_nonzero") or name in _STR_PREDICATES
+
+
+_SCALARS = frozenset({"bool", "int", "float", "str", "bytes"})
+
+
+def scalar_annotation(ann: ast.expr) -> bool:
+    """``int``, ``bool``, ``float``, ``str``, ``bytes``, also ``Optional[...]`` of one or written as a string."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(ann, ast.Subscript) and (dotted(ann.value) or "").rsplit(".", 1)[-1] == "Optional":
+        return scalar_annotation(ann.slice)
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):  # int | None
+        sides = [s for s in (ann.left, ann.right) if not (isinstance(s, ast.Constant) and s.value is None)]
+        return bool(sides) and all(scalar_annotation(s) for s in sides)
+    return dotted(ann) in _SCALARS
 
 
 class TensorUses:
