@@ -1,6 +1,7 @@
 """What the static rules know about values: where they live (host/device), where they come from, which are wrappers.
 
-`ValueFlow` (``flow``) gives the expressions a reference may hold across the project; `Provenance` (``core``)
+`ValueFlow` (``flow``) gives the expressions a reference may hold across the project (``calls`` indexes the
+constructor calls, partial bindings and ``dataclasses.replace`` copies it reads); `Provenance` (``core``)
 classifies values as host, device or unknown on top of it; ``wrappers`` identifies FlashInfer wrappers and plan
 functions by dataflow from their constructors and imports.
 """

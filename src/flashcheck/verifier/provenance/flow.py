@@ -21,26 +21,13 @@ from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
+from flashcheck.verifier.provenance.calls import CallScan, is_partial
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
 Source = tuple[ast.expr, FunctionInfo]
 _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
-_PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
-
-
-def is_partial(func: ast.expr, fn: FunctionInfo) -> bool:
-    """``functools.partial`` / ``types.MethodType``, also imported under another name (``from functools import
-    partial as bind``)."""
-    d = dotted(func)
-    if d is None:
-        return False
-    if d in PARTIALS:
-        return True
-    head, _, rest = d.partition(".")
-    target = fn.module.imports.get(head)
-    return target is not None and (f"{target}.{rest}" if rest else target) in _PARTIAL_TARGETS
 
 
 class ValueFlow:
@@ -48,7 +35,7 @@ class ValueFlow:
 
     def __init__(self, project: Project) -> None:
         self.project = project
-        self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
+        self.calls = CallScan(project)
         self._self_attrs: dict[str, list[Source]] | None = None
         self._module_items: dict[tuple[str, str], list[Source]] | None = None
         self._sources: dict[int, list[Source]] = {}
@@ -57,10 +44,6 @@ class ValueFlow:
         self._edepth = 0
         self._elements: dict[int, list[Source]] = {}
         self._class_attrs: dict[tuple[int, str], list[Source]] = {}
-        self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
-        self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
-        self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
-        self._replaces: list[tuple[FunctionInfo, ast.Call]] = []  # dataclasses.replace(obj, field=value)
         self._receivers: dict[int, list[ast.expr]] | None = None
         self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
         self._class_attr_names: frozenset[str] | None = None
@@ -280,7 +263,7 @@ class ValueFlow:
                 out.append((arg, caller))
         out.extend(self._bound_sources(fn, name))
         if fn.name == "__init__" and fn.cls is not None:  # cls(...) in a classmethod constructs the class
-            for caller, call in self.class_calls().get("cls", []):
+            for caller, call in self.calls.class_calls().get("cls", []):
                 if owner(caller).cls is fn.cls and (arg := arg_for_param(call, fn, name)) is not None:
                     out.append((arg, caller))
         node = fn.node
@@ -300,7 +283,7 @@ class ValueFlow:
             return []
         every = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
         out: list[Source] = []
-        for caller, call in self.bindings().get(id(fn), []):
+        for caller, call in self.calls.bindings().get(id(fn), []):
             args = call.args[1:]
             target = call.args[0]
             bound_method = (  # partial(self._count, x): x fills the parameter after self
@@ -318,19 +301,6 @@ class ValueFlow:
             out.extend((kw.value, caller) for kw in call.keywords if kw.arg == name)
         return out
 
-    def bindings(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
-        """``functools.partial(f, ...)`` and ``types.MethodType(f, ...)`` calls, by the project function bound."""
-        if self._bindings is None:
-            if self._partials is None:
-                self._scan_calls()
-            self._bindings = {}
-            for f, call in self._partials or []:
-                target = call.args[0]
-                bound = self.project.resolve_def(target, f) if isinstance(target, ast.Name | ast.Attribute) else None
-                if isinstance(bound, FunctionInfo):
-                    self._bindings.setdefault(id(bound), []).append((f, call))
-        return self._bindings
-
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
         from every store of an attribute of that name in the project."""
@@ -342,7 +312,7 @@ class ValueFlow:
         # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
         out = self.project.attr_stores.get(expr.attr, [])[:_MAX_SOURCES]
         out += self.self_attr_index().get(expr.attr, [])[:_MAX_SOURCES]
-        out += [(v, where) for v, where, _ in self.keyword_index().get(f"*.{expr.attr}", [])[:_MAX_SOURCES]]
+        out += [(v, where) for v, where, _ in self.calls.keyword_index().get(f"*.{expr.attr}", [])[:_MAX_SOURCES]]
         return out[:_MAX_SOURCES]
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
@@ -360,14 +330,16 @@ class ValueFlow:
             out.extend(c.attr_assigns.get(attr, []))
             if attr in c.fields:  # dataclass field: the constructor's argument
                 field = True
-                index = self.keyword_index()
+                index = self.calls.keyword_index()
                 for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
-                    if self._constructs(call, where, c):
+                    if self.calls.constructs(call, where, c):
                         out.append((v, where))
         if field:
             out.extend(self._positional_fields(cls, attr))
-            self.keyword_index()  # scans the calls, dataclasses.replace among them
-            for f, call in self._replaces:  # dataclasses.replace(meta, is_cuda_graph=True): a copy with that field
+            for (
+                f,
+                call,
+            ) in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy with that field
                 value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
                 if value is not None and cls in with_bases(self.instance_type(call.args[0], f)):
                     out.append((value, f))
@@ -392,10 +364,10 @@ class ValueFlow:
             order.extend(f for f in c.fields if f not in order)
         i = order.index(attr) if attr in order else len(order)
         out: list[Source] = []
-        for caller, call in self.class_calls().get(cls.name, []):
+        for caller, call in self.calls.class_calls().get(cls.name, []):
             args = call.args
             fits = i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1])
-            if fits and self._constructs(call, caller, cls):
+            if fits and self.calls.constructs(call, caller, cls):
                 out.append((args[i], caller))
         return out
 
@@ -574,52 +546,6 @@ class ValueFlow:
                     self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
         return self._module_items
 
-    def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
-        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
-        and by ``*.keyword``."""
-        if self._kw_index is None:
-            self._scan_calls()
-        assert self._kw_index is not None
-        return self._kw_index
-
-    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
-        """Calls of class-like names (capitalised, or ``cls``), by that name."""
-        if self._class_calls is None:
-            self._scan_calls()
-        assert self._class_calls is not None
-        return self._class_calls
-
-    def _scan_calls(self) -> None:
-        """One pass over the project's calls: constructor-like calls, their keywords, and partial bindings."""
-        kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] = {}
-        class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
-        partials: list[tuple[FunctionInfo, ast.Call]] = []
-        replaces: list[tuple[FunctionInfo, ast.Call]] = []
-        for f in self.project.all_functions():
-            for call in f.calls:
-                callee = call.func
-                last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-                maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
-                if maybe and call.args and is_partial(callee, f):
-                    partials.append((f, call))
-                elif last == "replace" and call.args and call.keywords and _is_dataclass_replace(callee, f):
-                    replaces.append((f, call))
-                elif last[:1].isupper() or last == "cls":
-                    class_calls.setdefault(last, []).append((f, call))
-                    for kw in call.keywords:
-                        if kw.arg:
-                            kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
-                            kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
-        self._kw_index, self._class_calls, self._partials = kw_index, class_calls, partials
-        self._replaces = replaces
-
-    def _constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
-        f = call.func
-        if isinstance(f, ast.Name) and f.id == "cls":
-            return owner(fn).cls is cls
-        target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
-        return target is cls
-
 
 def _is_key(node: ast.expr | None, key: str) -> bool:
     return isinstance(node, ast.Constant) and node.value == key
@@ -627,10 +553,3 @@ def _is_key(node: ast.expr | None, key: str) -> bool:
 
 def _is_dict_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and dotted(node.func) == "dict"
-
-
-def _is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
-    """``dataclasses.replace`` (also ``from dataclasses import replace``)."""
-    name = dotted(func) or ""
-    head = name.split(".")[0]
-    return name == "dataclasses.replace" or (name == "replace" and fn.module.imports.get(head) == "dataclasses.replace")

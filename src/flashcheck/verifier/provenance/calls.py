@@ -1,0 +1,112 @@
+"""One pass over a project's calls for the value flow: constructor-like calls and their keywords, ``functools.partial``
+/ ``types.MethodType`` bindings, and ``dataclasses.replace`` copies.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
+
+__all__ = ["CallScan", "is_partial"]
+
+_PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
+
+
+def is_partial(func: ast.expr, fn: FunctionInfo) -> bool:
+    """``functools.partial`` / ``types.MethodType``, also imported under another name (``from functools import
+    partial as bind``)."""
+    d = dotted(func)
+    if d is None:
+        return False
+    if d in PARTIALS:
+        return True
+    head, _, rest = d.partition(".")
+    target = fn.module.imports.get(head)
+    return target is not None and (f"{target}.{rest}" if rest else target) in _PARTIAL_TARGETS
+
+
+class CallScan:
+    """The project's calls by what the value flow asks of them (each index built once, on first use)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] | None = None
+        self._class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
+        self._replaces: list[tuple[FunctionInfo, ast.Call]] | None = None
+        self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+
+    def replaces(self) -> list[tuple[FunctionInfo, ast.Call]]:
+        """``dataclasses.replace(obj, field=value)`` calls."""
+        if self._replaces is None:
+            self._scan_calls()
+        assert self._replaces is not None
+        return self._replaces
+
+    def bindings(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
+        """``functools.partial(f, ...)`` and ``types.MethodType(f, ...)`` calls, by the project function bound."""
+        if self._bindings is None:
+            if self._partials is None:
+                self._scan_calls()
+            self._bindings = {}
+            for f, call in self._partials or []:
+                target = call.args[0]
+                bound = self.project.resolve_def(target, f) if isinstance(target, ast.Name | ast.Attribute) else None
+                if isinstance(bound, FunctionInfo):
+                    self._bindings.setdefault(id(bound), []).append((f, call))
+        return self._bindings
+
+    def keyword_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]]:
+        """Keyword arguments of calls to class-like names (``ForwardBatch(seq_lens=...)``), by ``Class.keyword``
+        and by ``*.keyword``."""
+        if self._kw_index is None:
+            self._scan_calls()
+        assert self._kw_index is not None
+        return self._kw_index
+
+    def class_calls(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]:
+        """Calls of class-like names (capitalised, or ``cls``), by that name."""
+        if self._class_calls is None:
+            self._scan_calls()
+        assert self._class_calls is not None
+        return self._class_calls
+
+    def _scan_calls(self) -> None:
+        """One pass over the project's calls: constructor-like calls, their keywords, and partial bindings."""
+        kw_index: dict[str, list[tuple[ast.expr, FunctionInfo, ast.Call]]] = {}
+        class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
+        partials: list[tuple[FunctionInfo, ast.Call]] = []
+        replaces: list[tuple[FunctionInfo, ast.Call]] = []
+        for f in self.project.all_functions():
+            for call in f.calls:
+                callee = call.func
+                last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+                maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
+                if maybe and call.args and is_partial(callee, f):
+                    partials.append((f, call))
+                elif last == "replace" and call.args and call.keywords and _is_dataclass_replace(callee, f):
+                    replaces.append((f, call))
+                elif last[:1].isupper() or last == "cls":
+                    class_calls.setdefault(last, []).append((f, call))
+                    for kw in call.keywords:
+                        if kw.arg:
+                            kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
+                            kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+        self._kw_index, self._class_calls, self._partials, self._replaces = kw_index, class_calls, partials, replaces
+
+    def constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
+        f = call.func
+        if isinstance(f, ast.Name) and f.id == "cls":
+            return owner(fn).cls is cls
+        target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+        return target is cls
+
+
+def _is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
+    """``dataclasses.replace`` (also ``from dataclasses import replace``)."""
+    name = dotted(func) or ""
+    head = name.split(".")[0]
+    return name == "dataclasses.replace" or (name == "replace" and fn.module.imports.get(head) == "dataclasses.replace")
