@@ -90,6 +90,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "xllm_pd_disagg",
         "lmdeploy_turbomind_py",
     ),
+    "batch 10": (
+        "tgi_flashinfer_ctxvar",
+        "rtpllm_models_py",
+        "sglang_lora_cudagraph",
+        "autodeploy_torch_compile",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
