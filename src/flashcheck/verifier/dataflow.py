@@ -68,6 +68,9 @@ def storage_keys(
     if typer is None and project is not None:
         typer = project.instance_type
     root = storage_root(expr)
+    if isinstance(root, ast.IfExp) and depth < 4:  # graph = self.graphs[bs] if bs in self.graphs else None
+        branches = [b for b in (root.body, root.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+        return [k for b in branches for k in storage_keys(b, fn, depth + 1, project, typer)]
     if _string_item(root) and depth < 4:  # bufs["kv_indptr"]: the item under that key of whatever bufs is
         assert isinstance(root, ast.Subscript) and isinstance(root.slice, ast.Constant)
         inner = storage_keys(root.value, fn, depth + 1, project, typer)
@@ -78,6 +81,8 @@ def storage_keys(
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
             keys = [k for v in values for k in storage_keys(v, fn, depth + 1, project, typer)]
+            if not keys and len(values) == 1:  # a new buffer that the function then keeps somewhere lasting
+                keys = _kept_at(root.id, fn, depth, project, typer)
             return keys if len(values) == 1 else []
         containers = loop_containers(root.id, fn, root.lineno)
         if containers:  # for buf in self.kv_indices: an item shares its container's key
@@ -120,6 +125,32 @@ def storage_keys(
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, typer: Typer | None) -> list[Key]:
+    """Keys of the lasting places `fn` stores the local `name` in: ``self.buf = name``, or a dict literal holding it
+    under a string key stored there (``self.cuda_graphs[bs] = {"block_tables_ptr": name, ...}``)."""
+    keys: list[Key] = []
+    for a in fn.assigns:
+        if not isinstance(a, ast.Assign):
+            continue
+        suffix: str | None = None
+        if isinstance(a.value, ast.Name) and a.value.id == name:
+            suffix = ""
+        elif isinstance(a.value, ast.Dict):
+            held = [
+                k
+                for k, v in zip(a.value.keys, a.value.values, strict=False)
+                if isinstance(v, ast.Name) and v.id == name
+            ]
+            if held and isinstance(held[0], ast.Constant) and isinstance(held[0].value, str):
+                suffix = f"[{held[0].value!r}]"
+        if suffix is None:
+            continue
+        for t in a.targets:
+            if not isinstance(t, ast.Name):  # a lasting place: an attribute, or an item of one
+                keys.extend((k0, k1, k2 + suffix) for k0, k1, k2 in storage_keys(t, fn, depth + 1, project, typer))
+    return keys
 
 
 def _string_item(node: ast.expr) -> bool:

@@ -50,10 +50,12 @@ class GraphBufferWrittenElsewhere(Rule):
         (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a constructor call fills
         with a view of the buffer (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``, then
-        ``md.paged_kv_indptr[...] = ...``), ``self.x = other.y`` aliases and constructor parameters (a backend built
-        with ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private
-        buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds
-        the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
+        ``md.paged_kv_indptr[...] = ...``), a local buffer that the function keeps in a lasting place (``self.graphs[bs]
+        = {"indptr": indptr, ...}``, then ``graph["indptr"][...] = ...``), items of dicts under string keys
+        (``bufs["kv_indptr"]``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
+        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
+        (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds the
+        wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
         argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
         found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
         ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a reallocation that FC107
