@@ -171,7 +171,10 @@ def param_storage_keys(
     for caller, call in project.callers(fn)[:8]:
         arg = arg_for_param(call, fn, root.id)
         if arg is not None:
-            keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
+            found = storage_keys(arg, caller, depth + 1, project, typer)
+            if not found and depth < 3:  # the caller forwards a parameter of its own: its callers' arguments
+                found = param_storage_keys(arg, caller, depth + 1, project, typer)
+            keys.extend(found)
     return keys
 
 

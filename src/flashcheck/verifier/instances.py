@@ -58,6 +58,8 @@ class InstanceTyping(ProjectIndex):
     def _instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if depth > _MAX_DEPTH:  # each hop of "attribute <- constructor parameter <- caller's argument" costs two
             return None
+        if isinstance(expr, ast.Call):  # get_planner().init_workspace(...): what the factory returns
+            return self._value_type(expr, fn, depth + 1)
         if isinstance(expr, ast.Name):
             if expr.id in ("self", "cls"):
                 owner = owner_of(fn)

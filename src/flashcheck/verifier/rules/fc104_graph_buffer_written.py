@@ -53,13 +53,14 @@ class GraphBufferWrittenElsewhere(Rule):
         ``md.paged_kv_indptr[...] = ...``), a local buffer that the function keeps in a lasting place (``self.graphs[bs]
         = {"indptr": indptr, ...}``, then ``graph["indptr"][...] = ...``), items of dicts under string keys
         (``bufs["kv_indptr"]``), ``self.x = other.y`` aliases and constructor parameters (a backend built with
-        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer); the wrapper's own private buffers
-        (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds the
-        wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
-        argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
-        found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
-        ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a reallocation that FC107
-        reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
+        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer), also forwarded through a second
+        function's parameter (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the
+        wrapper's own private buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where
+        the value flow finds the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a
+        parameter), as the argument its constructor was given for that buffer (keyword or position), and not at all when
+        every wrapper found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
+        reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
         ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
         parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
         ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
