@@ -12,6 +12,7 @@ import re
 __all__ = [
     "IN_PLACE_EXCEPTIONS",
     "VIEW_METHODS",
+    "annotation",
     "call_name",
     "dotted",
     "enclosing_tests",
@@ -148,3 +149,25 @@ def enclosing_tests(root: ast.AST, node: ast.AST) -> list[tuple[ast.expr, bool]]
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
     return any(n is node for n in ast.walk(tree))
+
+
+def annotation(ann: ast.expr | None) -> ast.expr | None:
+    """An annotation as an expression with ``Optional[...]`` and ``... | None`` taken off (``Optional["Metadata"]`` is
+    ``Metadata``; a string annotation is parsed); None for no annotation or a string that does not parse. Unions of
+    several types stay as written."""
+    for _ in range(8):
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            try:
+                ann = ast.parse(ann.value, mode="eval").body
+            except SyntaxError:
+                return None
+        elif isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
+            ann = ann.slice
+        elif isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+            sides = [x for x in (ann.left, ann.right) if not (isinstance(x, ast.Constant) and x.value is None)]
+            if len(sides) != 1:
+                return ann
+            ann = sides[0]
+        else:
+            return ann
+    return ann

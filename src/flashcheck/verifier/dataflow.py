@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, storage_root
-from flashcheck.verifier.index import loop_containers, with_bases
+from flashcheck.verifier.index import field_order, loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
 
@@ -201,10 +201,9 @@ def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: T
 def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
     """Keys of the storage that the project's constructor calls of `cls` pass for its field `attr`
     (``FlashInferMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``: the builder's buffer)."""
-    chain = with_bases(cls)
-    if depth > 2 or not any(attr in c.fields for c in chain):
+    fields = field_order(cls)
+    if depth > 2 or attr not in fields:
         return []
-    fields = [f for c in reversed(chain) for f in c.fields]  # a dataclass's positional order: bases' fields first
     keys: list[Key] = []
     for caller, call in project.calls_by_name().get(cls.name, [])[:32]:
         if project.resolve_def(call.func, caller) is not cls:

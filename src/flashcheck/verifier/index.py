@@ -100,6 +100,9 @@ FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 Def = "FunctionInfo | ClassInfo | ModuleInfo"
 
 
+Loop = tuple[ast.expr, tuple[int, ...], int, int]  # FunctionInfo.loop_items: iterable, position, first, last line
+
+
 @dataclass(eq=False)
 class FunctionInfo:
     """A function, a method, or a module's top-level code (``name == "<module>"``)."""
@@ -122,7 +125,7 @@ class FunctionInfo:
     loop_vars: dict[str, list[ast.expr]] = field(default_factory=dict)  # for/comprehension target -> iterable
     # for/comprehension target -> (iterable, position of the name in a tuple target: ``for i, (a, b) in ...`` binds
     # b at (1, 1), first and last line of the loop); `loop_containers` reads it
-    loop_items: dict[str, list[tuple[ast.expr, tuple[int, ...], int, int]]] = field(default_factory=dict)
+    loop_items: dict[str, list[Loop]] = field(default_factory=dict)
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
     local_types: dict[str, ast.expr] = field(default_factory=dict)  # meta: Optional[Metadata] = ... (annotation)
@@ -504,6 +507,20 @@ def _target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tu
     return []
 
 
+def innermost_loop(loops: list[Loop], line: int) -> list[Loop]:
+    """Of the loops that bind a name, the innermost one whose lines hold `line` (empty when none does)."""
+    around = [loop for loop in loops if loop[2] <= line <= loop[3]]
+    return [min(around, key=lambda loop: loop[3] - loop[2])] if around else []
+
+
+def field_order(cls: ClassInfo) -> list[str]:
+    """A dataclass's fields in the order its generated ``__init__`` takes them: the bases' fields first."""
+    order: list[str] = []
+    for c in reversed(with_bases(cls)):
+        order.extend(f for f in c.fields if f not in order)
+    return order
+
+
 def loop_containers(name: str, fn: FunctionInfo, line: int | None = None) -> list[ast.expr] | None:
     """The containers whose items the loop variable `name` holds, one per loop that binds it, or only the innermost
     loop around `line` when given (None when one of them is not known): ``X`` for ``for v in X``, ``for i, v in
@@ -513,8 +530,7 @@ def loop_containers(name: str, fn: FunctionInfo, line: int | None = None) -> lis
     if not loops or name in fn.params or name in fn.local_assigns:
         return None
     if line is not None:
-        around = [loop for loop in loops if loop[2] <= line <= loop[3]]
-        loops = [min(around, key=lambda loop: loop[3] - loop[2])] if around else []
+        loops = innermost_loop(loops, line)
         if not loops:
             return None
     found = [_container(it, path, fn) for it, path, _, _ in loops]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import annotation, dotted
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -253,15 +253,9 @@ class InstanceTyping(ProjectIndex):
         return next(iter(found.values())) if len(found) == 1 else None
 
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        ann = annotation(ann)  # Optional["KVCacheManager"]: KVCacheManager
         if ann is None or depth > 9:
             return None
-        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-            try:
-                ann = ast.parse(ann.value, mode="eval").body
-            except SyntaxError:
-                return None
-        if isinstance(ann, ast.Subscript) and dotted(ann.value) in ("Optional", "typing.Optional"):
-            return self._annotation_class(ann.slice, fn, depth + 1)  # Optional["KVCacheManager"] too
         if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
             left = self._annotation_class(ann.left, fn, depth + 1)
             return left if left is not None else self._annotation_class(ann.right, fn, depth + 1)
@@ -311,17 +305,11 @@ _MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict
 def _item_annotation(ann: ast.expr) -> ast.expr | None:
     """The annotation of the items of a container annotation: ``X`` of ``List[X]``, ``Dict[K, X]``,
     ``Tuple[X, ...]``, ``Optional[Sequence[X]]`` (also written as a string); None for anything else."""
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return None
-    if not isinstance(ann, ast.Subscript):
+    found = annotation(ann)
+    if not isinstance(found, ast.Subscript):
         return None
-    head = (dotted(ann.value) or "").rsplit(".", 1)[-1]
-    args = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-    if head == "Optional" and len(args) == 1:
-        return _item_annotation(args[0])
+    head = (dotted(found.value) or "").rsplit(".", 1)[-1]
+    args = found.slice.elts if isinstance(found.slice, ast.Tuple) else [found.slice]
     if head in _MAPPINGS and len(args) == 2:
         return args[1]
     if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):

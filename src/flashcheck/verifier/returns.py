@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import annotation, dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
 
 if TYPE_CHECKING:
@@ -73,12 +73,7 @@ def yielded_class(project: InstanceTyping, fn: FunctionInfo) -> ClassInfo | None
     found: ClassInfo | None = None
     yields = yields_of(fn)
     if yields and not isinstance(fn.node, ast.Module):
-        ann = fn.node.returns
-        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-            try:
-                ann = ast.parse(ann.value, mode="eval").body
-            except SyntaxError:
-                ann = None
+        ann = annotation(fn.node.returns)
         if isinstance(ann, ast.Subscript) and dotted(ann.value) in _ITERATORS:
             item = ann.slice.elts[0] if isinstance(ann.slice, ast.Tuple) and ann.slice.elts else ann.slice
             found = project._annotation_class(item, fn, _DEPTH)

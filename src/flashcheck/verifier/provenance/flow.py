@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import loop_containers, with_bases
+from flashcheck.verifier.index import field_order, innermost_loop, loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
@@ -144,8 +144,7 @@ class ValueFlow:
             return [s for it in its for s in self.element_sources(it, fn)][:_MAX_SOURCES]
         loops = fn.loop_items.get(name)
         if loops and line is not None:
-            around = [loop for loop in loops if loop[2] <= line <= loop[3]]
-            loops = [min(around, key=lambda loop: loop[3] - loop[2])] if around else []
+            loops = innermost_loop(loops, line)
         if not loops:
             return None
         out: list[Source] = []
@@ -359,9 +358,7 @@ class ValueFlow:
                 for caller, call in self.project.callers(init)
                 if call.args and (arg := arg_for_param(call, init, attr)) is not None
             ]
-        order: list[str] = []
-        for c in reversed(with_bases(cls)):
-            order.extend(f for f in c.fields if f not in order)
+        order = field_order(cls)
         i = order.index(attr) if attr in order else len(order)
         out: list[Source] = []
         for caller, call in self.calls.class_calls().get(cls.name, []):

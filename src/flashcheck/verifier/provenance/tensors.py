@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.project import FunctionInfo, torch_name
 
 __all__ = [
@@ -116,17 +116,8 @@ _SCALARS = frozenset({"bool", "int", "float", "str", "bytes"})
 
 def scalar_annotation(ann: ast.expr) -> bool:
     """``int``, ``bool``, ``float``, ``str``, ``bytes``, also ``Optional[...]`` of one or written as a string."""
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return False
-    if isinstance(ann, ast.Subscript) and (dotted(ann.value) or "").rsplit(".", 1)[-1] == "Optional":
-        return scalar_annotation(ann.slice)
-    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):  # int | None
-        sides = [s for s in (ann.left, ann.right) if not (isinstance(s, ast.Constant) and s.value is None)]
-        return bool(sides) and all(scalar_annotation(s) for s in sides)
-    return dotted(ann) in _SCALARS
+    found = annotation(ann)
+    return found is not None and dotted(found) in _SCALARS
 
 
 class TensorUses:
@@ -176,19 +167,8 @@ def _base(expr: ast.expr) -> ast.expr:
 
 def is_tensor_annotation(ann: ast.expr) -> bool:
     """``torch.Tensor``, ``Tensor``, ``Optional[torch.Tensor]``, ``torch.Tensor | None`` (not a list of tensors)."""
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return False
-    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
-        return is_tensor_annotation(ann.slice)
-    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
-        sides = [ann.left, ann.right]
-        return any(is_tensor_annotation(x) for x in sides) and all(
-            is_tensor_annotation(x) or (isinstance(x, ast.Constant) and x.value is None) for x in sides
-        )
-    return terminal_name(ann) == "Tensor" if isinstance(ann, ast.Name | ast.Attribute) else False
+    found = annotation(ann)
+    return terminal_name(found) == "Tensor" if isinstance(found, ast.Name | ast.Attribute) else False
 
 
 # Namespaces whose public functions are tensor operations (``torch.cat``, ``torch.nn.functional.pad``); torch's

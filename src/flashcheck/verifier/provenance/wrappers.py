@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     is_flashinfer_import,
@@ -237,15 +237,9 @@ class Wrappers:
 
 def _annotated_class(ann: ast.expr | None) -> str | None:
     """The class an annotation names: ``W``, ``flashinfer.W``, ``Optional[W]``, ``W | None``, ``"W"``."""
+    ann = annotation(ann)
     if ann is None:
         return None
-    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            return _annotated_class(ast.parse(ann.value, mode="eval").body)
-        except SyntaxError:
-            return None
-    if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Optional":
-        return _annotated_class(ann.slice)
     if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
         return _annotated_class(ann.left) or _annotated_class(ann.right)
     return terminal_name(ann) if isinstance(ann, ast.Name | ast.Attribute) else None

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import ast
-import re
 
-from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
@@ -166,8 +165,8 @@ def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
 
 def _names_cuda_graph(ann: ast.expr) -> bool:
     """An annotation of a CUDA graph: ``torch.cuda.CUDAGraph``, also ``Optional[...]``, ``... | None`` or a string."""
-    text = ann.value if isinstance(ann, ast.Constant) and isinstance(ann.value, str) else ast.unparse(ann)
-    return any(part.rsplit(".", 1)[-1] == "CUDAGraph" for part in re.findall(r"[\w.]+", text))
+    found = annotation(ann)
+    return found is not None and (dotted(found) or "").rsplit(".", 1)[-1] == "CUDAGraph"
 
 
 def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
