@@ -4,8 +4,9 @@ A root is a function that runs every step or before every graph replay (kind ``s
 captured (kind ``capture``). Roots come from configuration, from the ``@flashcheck.hot_path`` decorator, and from
 default name patterns of serving engines (see `default_category`). Reachability is a breadth-first walk of the call
 graph (plus calls through callables kept in attributes and locals: bound methods, ``functools.partial``; and reads of
-``@property`` attributes, which run the getter), so each reachable function keeps its shortest call chain from a root;
-findings print that chain.
+``@property`` attributes, which run the getter) that keeps the class of ``self`` along a path, so that a base class's
+``self.hook()`` runs the override of the root's class, not a sibling's; each reachable function keeps its shortest
+call chain from a root, and findings print that chain.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.index import owner_of, with_bases
-from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
 
@@ -76,11 +77,13 @@ class Root:
 
 @dataclass(frozen=True)
 class Hop:
-    """How a function was reached: from `parent` through a call on `line` (None for the root itself)."""
+    """How a function was reached: from `parent` through a call on `line` (None for the root itself); `via` is how
+    the parent itself was reached on that path."""
 
     parent: FunctionInfo | None
     line: int
     root: Root
+    via: Hop | None = None
 
 
 def default_category(fn: FunctionInfo) -> Category | None:
@@ -165,27 +168,80 @@ class HotPaths:
         return self.reach_categories(frozenset(c for c, k in _KIND.items() if k == kind))
 
     def reach_categories(self, categories: frozenset[Category]) -> dict[FunctionInfo, Hop]:
+        """Functions reachable from roots in `categories`, each with its first (shortest) hop.
+
+        The walk knows the class of ``self`` along a path: a root's own class, kept through ``self.method()`` into
+        inherited methods and through ``super().method()``. ``self.hook()`` in a base class's method then runs the
+        override of that class (and of its subclasses), not a sibling's: a replay root of the FlashInfer backend
+        that runs a shared base helper does not reach the Triton backend's ``update_decode``. A receiver of
+        unknown class runs every override, as before."""
         cached = self._cache.get(categories)
         if cached is not None:
             return cached
         seen: dict[FunctionInfo, Hop] = {}
-        queue: deque[FunctionInfo] = deque()
+        explored: dict[int, set[int]] = {}  # id(fn) -> ids of the classes of self it was explored with (0: generic)
+        queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop]] = deque()
+
+        def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop) -> None:
+            own = owner_of(fn).cls
+            key = 0 if ctx is own or ctx is None else id(ctx)
+            done = explored.setdefault(id(fn), set())
+            if 0 in done or key in done:
+                return  # explored with the same class of self, or generically (which covers every class)
+            if key and len(done) >= _MAX_SELF_CLASSES:
+                key, ctx = 0, own
+            done.add(key)
+            seen.setdefault(fn, hop)
+            queue.append((fn, ctx, hop))
+
         for r in self.roots:
-            if r.category in categories and r.fn not in seen:
-                seen[r.fn] = Hop(None, r.fn.line, r)
-                queue.append(r.fn)
+            if r.category in categories:
+                visit(r.fn, owner_of(r.fn).cls, Hop(None, r.fn.line, r))
         while queue:
-            fn = queue.popleft()
-            hop = seen[fn]
-            edges: list[tuple[FunctionInfo, ast.expr]] = [*self.project.callees(fn), *self._alias_callees(fn)]
-            edges.extend(self.project.property_reads(fn))
-            edges.extend(self._decorator_wrappers(fn))
-            for callee, node in edges:
-                if callee not in seen:
-                    seen[callee] = Hop(fn, node.lineno, hop.root)
-                    queue.append(callee)
+            fn, ctx, hop = queue.popleft()
+            for callee, node, self_ctx in self._edges(fn, ctx):
+                callee_ctx = _narrowed(callee, self_ctx)
+                visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop))
         self._cache[categories] = seen
         return seen
+
+    def _edges(self, fn: FunctionInfo, ctx: ClassInfo | None) -> list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]:
+        """What `fn` runs when ``self`` is an instance of `ctx`: each callee with the node that runs it and the class
+        of ``self`` it passes on (`ctx` for calls on ``self`` and ``super()``, the receiver's class for a call on an
+        object whose class is known, None otherwise)."""
+        own = owner_of(fn).cls
+        narrow = ctx is not None and ctx is not own
+        out: list[tuple[FunctionInfo, ast.expr, ClassInfo | None]] = []
+        allowed: dict[str, set[int]] = {}
+        for callee, node in [*self.project.callees(fn), *self.project.property_reads(fn)]:
+            name = _self_member(node)
+            if name is None:
+                out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn)))
+                continue
+            if narrow and callee.name == name and owner_of(callee).cls is not None:
+                assert ctx is not None
+                if name not in allowed:
+                    allowed[name] = {id(m) for m in self._dispatch(ctx, name)}
+                if id(callee) not in allowed[name]:
+                    continue  # a sibling's override: self is not an instance of its class
+            out.append((callee, node, ctx))
+        out.extend((callee, node, None) for callee, node in self._alias_callees(fn))
+        out.extend((callee, node, None) for callee, node in self._decorator_wrappers(fn))
+        return out
+
+    def _receiver(self, node: ast.expr, fn: FunctionInfo) -> ClassInfo | None:
+        """The class of the object a call or attribute read runs on, when it is known (``self.backend.plan()`` with
+        ``self.backend = FlashInferBackend(...)``)."""
+        if isinstance(node, ast.Call):
+            f = node.func
+            return self.project.instance_type(f.value, fn, 1) if isinstance(f, ast.Attribute) else None
+        return self.project.instance_type(node.value, fn) if isinstance(node, ast.Attribute) else None
+
+    def _dispatch(self, ctx: ClassInfo, name: str) -> list[FunctionInfo]:
+        """The methods ``self.name`` may run on an instance of `ctx`: the one its class resolves, and overrides in its
+        subclasses."""
+        found = self.project.method(ctx, name)
+        return ([found] if found is not None else []) + list(self.project.overrides(ctx, name))
 
     def _decorator_wrappers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.expr]]:
         """The functions a project decorator puts around `fn`, which run whenever it is called: the closure that
@@ -223,14 +279,45 @@ class HotPaths:
     def chain(fn: FunctionInfo, reach: dict[FunctionInfo, Hop]) -> list[Frame]:
         """Frames from the root's definition through each call site down to `fn` (innermost last)."""
         frames: list[Frame] = []
-        cur: FunctionInfo | None = fn
-        while cur is not None:
-            hop = reach[cur]
-            if hop.parent is None:
-                frames.append(Frame(cur.source.relpath, cur.line, cur.short, cur.source.line_text(cur.line)))
-                break
+        hop: Hop | None = reach[fn]
+        while hop is not None:
             p = hop.parent
+            if p is None:
+                root = hop.root.fn
+                frames.append(Frame(root.source.relpath, root.line, root.short, root.source.line_text(root.line)))
+                break
             frames.append(Frame(p.source.relpath, hop.line, p.short, p.source.line_text(hop.line)))
-            cur = p
+            hop = hop.via
         frames.reverse()
         return frames
+
+
+_MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
+
+
+def _self_member(node: ast.expr) -> str | None:
+    """`name` of a call ``self.name(...)`` or a read ``self.name``."""
+    f = node.func if isinstance(node, ast.Call) else node
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return f.attr
+    return None
+
+
+def _is_super_call(node: ast.expr) -> bool:
+    """``super().name(...)``: the same object, so the class of ``self`` carries over."""
+    f = node.func if isinstance(node, ast.Call) else None
+    return (
+        isinstance(f, ast.Attribute)
+        and isinstance(f.value, ast.Call)
+        and isinstance(f.value.func, ast.Name)
+        and f.value.func.id == "super"
+    )
+
+
+def _narrowed(callee: FunctionInfo, ctx: ClassInfo | None) -> ClassInfo | None:
+    """The class of ``self`` in `callee`: `ctx` when it is the callee's class or a subclass of it, else the callee's
+    own class (generic)."""
+    own = owner_of(callee).cls
+    if own is None or ctx is None or ctx is own:
+        return own
+    return ctx if own in with_bases(ctx) else own

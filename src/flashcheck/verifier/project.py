@@ -289,8 +289,10 @@ class Project(InstanceTyping):
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
-                held = self.held_callables(inst, func.attr)
-                yield from held or self._dunder_call(func, fn)
+                held = self.held_callables(inst, func.attr) or list(self._dunder_call(func, fn))
+                if not held and isinstance(base, ast.Name) and base.id == "self":
+                    held = list(self.overrides(inst, func.attr))  # a mixin's self.fill(): what subclasses define
+                yield from held
                 return
         if isinstance(target, ClassInfo):
             init = self.method(target, "__init__")
@@ -305,7 +307,7 @@ class Project(InstanceTyping):
         # self.method() may run an override defined in a subclass.
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
-            yield from self._overrides(target.cls, target.name)
+            yield from self.overrides(target.cls, target.name)
 
     def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
@@ -352,7 +354,7 @@ class Project(InstanceTyping):
         if call is not None:
             yield call
             if call.cls is not None:
-                yield from self._overrides(call.cls, call.name)
+                yield from self.overrides(call.cls, call.name)
 
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
         """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
@@ -379,7 +381,7 @@ class Project(InstanceTyping):
                 continue
             out.append((getter, node))
             if isinstance(node.value, ast.Name) and node.value.id == "self" and getter.cls is not None:
-                out.extend((o, node) for o in self._overrides(getter.cls, node.attr))
+                out.extend((o, node) for o in self.overrides(getter.cls, node.attr))
         self._property_cache[id(fn)] = out
         return out
 
@@ -415,7 +417,8 @@ class Project(InstanceTyping):
                 return [target]
         return []
 
-    def _overrides(self, ci: ClassInfo, name: str) -> Iterator[FunctionInfo]:
+    def overrides(self, ci: ClassInfo, name: str) -> Iterator[FunctionInfo]:
+        """Methods `name` that subclasses of `ci` (at any depth) define."""
         stack, seen = list(ci.subclasses), set()
         while stack:
             c = stack.pop()
