@@ -147,4 +147,14 @@ class SlowSetup(ReferenceTarget):
 _SETUPS: list[int] = []
 
 
+class HangEveryCapture(ReferenceTarget):
+    """Every capture hangs (a kernel that never ends), the first of each worker process included, which runs on the
+    warm-up leash."""
+
+    name = "crashy-hang-capture"
+
+    def capture(self, bucket: int, layout: PagedLayout, q: Any) -> None:
+        time.sleep(3600)
+
+
 SLOW_SECONDS = 2.6  # above a 2 s step timeout (the worker's watchdog at 1.2 s + 0.4 s grace), below 3x its 1.2 s

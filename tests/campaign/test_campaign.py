@@ -1,7 +1,8 @@
 """End-to-end campaigns on CPU with real worker processes: injected crashes, a hang, a supervisor killed with
 ``kill -9`` and resumed, two nodes sharing one corpus, and the errors bad input gets.
 
-No assertion depends on timing: every run is seeded and bounded by a step budget.
+No assertion depends on timing beyond a worker starting within seconds: every run is seeded and bounded by a step
+budget, except the one about a time budget that ends while a step hangs.
 """
 
 from __future__ import annotations
@@ -123,6 +124,22 @@ def test_the_first_step_of_its_kind_in_a_worker_gets_the_warm_up_leash(
         assert all(f["location"]["step_name"].startswith("capture") for f in hung)
     else:
         assert hung == [] and rc in (0, 4)  # 4: six steps may not reach a replay (a check not exercised)
+
+
+@pytest.mark.slow
+def test_a_step_hung_on_its_warm_up_leash_when_the_time_budget_ends_is_judged(tmp_path: Path) -> None:
+    """When the time budget ends while a worker's first capture has outlasted the step timeout (a kernel that never
+    ends, on the longer leash a first-use compile gets), the campaign waits for the step's leash instead of killing
+    the worker unjudged at the stop deadline: the hang is a finding. Needs the worker to reach its first step within
+    the 10 s budget; the hang is judged about 16 s after that step began (watchdog 12 s plus its grace)."""
+    out = tmp_path / "run"
+    rc = campaign(
+        "--target", "crashy:HangEveryCapture", "--time", "10s", "--chunk-steps", "5", "--seed", "4",
+        "--step-timeout", "2s", "--warm-up-scale", "10", "--out", str(out),
+    )  # fmt: skip
+    hung = [f for f in findings_of(out) if f["id"] in ("FC251", "FC252")]
+    assert rc == 1 and len(hung) == 1, (rc, hung)
+    assert hung[0]["location"]["step_name"].startswith("capture") and hung[0]["location"]["step"] == 0
 
 
 @pytest.mark.slow

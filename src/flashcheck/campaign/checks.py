@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from flashcheck.check import Check
 from flashcheck.findings import Finding, Location
 
-__all__ = ["WORKER_CRASHED", "campaign_checks", "crash_cause", "crash_finding"]
+__all__ = ["WORKER_CRASHED", "campaign_checks", "crash_cause", "crash_finding", "stderr_tail"]
 
 WORKER_CRASHED = Check(
     "FC251",
@@ -84,6 +85,15 @@ def crash_finding(
         location=Location(target=target, step=step_index, step_name=step_name),
         evidence={"check": cause, "op": op, **dict(evidence)},
     )
+
+
+def stderr_tail(log: Path, lines: int = 12) -> str:
+    """The last `lines` lines of a worker's stderr log (its last 4 KiB), for a crash finding's evidence."""
+    try:
+        data = log.read_bytes()[-4096:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
 def campaign_checks(layers: str, select: Sequence[str] = (), *, cuda: bool = False) -> list[str]:

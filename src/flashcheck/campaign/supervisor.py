@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from flashcheck.campaign.checks import WORKER_CRASHED, crash_cause, crash_finding
+from flashcheck.campaign.checks import WORKER_CRASHED, crash_cause, crash_finding, stderr_tail
 from flashcheck.campaign.corpus import Corpus
 from flashcheck.campaign.ledger import scenario_sha, step_shape
 from flashcheck.campaign.options import CampaignConfig, chunk_seed, format_duration
@@ -387,7 +387,8 @@ class Supervisor:
             if not h.setup_failed:
                 self._continue_after(h, h.executed)
             self._complete(h)
-        elif job is not None and h.began and (h.hung or not h.asked_to_stop):
+        elif job is not None and h.began and (h.hung or not h.asked_to_stop or (rc != 0 and not h.stop_killed)):
+            # (also a worker that died on its own while the campaign stopped: its watchdog ended a hung step)
             self._record_crash(h, rc)  # counts the step it died in as executed
             ws.crashes += 1
             self._continue_after(h, h.executed)
@@ -445,7 +446,9 @@ class Supervisor:
                 stacks=dump[1],
             )
             self._record(f, scen, i)
-            self.progress.note(f"worker {h.index}: step {i} ({name}) hung; restarting it")
+            self.progress.note(
+                f"worker {h.index}: step {i} ({name}) hung" + ("" if self.stopping else "; restarting it")
+            )
             return
         cause = crash_cause(rc, h.hung)
         trimmed = Scenario(scen.target, scen.steps[: i + 1], scen.seed, scen.target_config)
@@ -455,7 +458,7 @@ class Supervisor:
             "worker": h.index,
             "job": h.job.id if h.job else None,
             "scenario_sha": scenario_sha(trimmed),
-            "stderr_tail": self._stderr_tail(h.index),
+            "stderr_tail": stderr_tail(self.store.dir / "workers" / str(h.index) / "stderr.log"),
             "quarantine": {"target": scen.target, "step": step_shape(step), "reason": "<cite the issue>"},
         }
         f = crash_finding(
@@ -468,16 +471,8 @@ class Supervisor:
             timeout=self.cfg.step_timeout * h.leash,
         )
         self._record(f, scen, i)
-        self.progress.note(
-            f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}; restarting it"
-        )
-
-    def _stderr_tail(self, w: int, lines: int = 12) -> str:
-        try:
-            data = (self.store.dir / "workers" / str(w) / "stderr.log").read_bytes()[-4096:]
-        except OSError:
-            return ""
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+        again = "" if self.stopping else "; restarting it"
+        self.progress.note(f"worker {h.index} {cause} at step {i} ({name}) of {h.job.id if h.job else '?'}{again}")
 
     # ---- control -----------------------------------------------------------------------------------------------
     def _stop(self, reason: str) -> None:
@@ -500,9 +495,20 @@ class Supervisor:
             if h.status == "busy" and now - h.last_event > self.cfg.step_timeout * h.leash:
                 h.hung = True
                 h.proc.kill()
-            elif self._stop_deadline is not None and now > self._stop_deadline:
+            elif self._stop_deadline is not None and now > self._stop_deadline and not self._judge_at_stop(h, now):
                 h.stop_killed = True
                 h.proc.kill()
+
+    def _judge_at_stop(self, h: _Handle, now: float) -> bool:
+        """Whether a worker busy past a budget stop's deadline is left to its watchdogs, not killed unjudged: its
+        step outlasted the step timeout on a first step's longer leash (a compile, or a kernel that never ends).
+        An interrupt stops at its deadline: a resumed campaign runs the step again."""
+        return (
+            self.stop_reason.endswith("budget spent")
+            and h.status == "busy"
+            and h.leash > 1.0
+            and now - h.last_event > self.cfg.step_timeout
+        )
 
     def _snapshot(self) -> Snapshot:
         by_id: dict[str, int] = {}
