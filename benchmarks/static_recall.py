@@ -96,6 +96,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "sglang_lora_cudagraph",
         "autodeploy_torch_compile",
     ),
+    "batch 11": (
+        "vllm_hybrid_kvgroups",
+        "vlm_mrope_encoder",
+        "trtllm_fp8_xqa",
+        "sglang_overlap_ngram",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
