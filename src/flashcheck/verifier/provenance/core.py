@@ -127,7 +127,6 @@ _HOST_BUILTINS = frozenset(
         "abs",
         "round",
         "isinstance",
-        "getattr",
         "divmod",
         "hash",
         "repr",
@@ -451,6 +450,8 @@ class Provenance:
                 return HOST
             if name in _HOST_BUILTINS:
                 return HOST
+            if name == "getattr":  # getattr(fb, "seq_lens"): the attribute it reads, when its name is known
+                return merge([self.of(a, fn) for a in self.flow.getattr_reads(call, fn)])
             if name.startswith("torch."):
                 return self._torch_call(name[6:], call, fn)
         if isinstance(func, ast.Name | ast.Attribute) and not (name or "").startswith("torch."):

@@ -48,6 +48,7 @@ class ValueFlow:
         self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
         self._class_attr_names: frozenset[str] | None = None
         self._types: dict[int, ClassInfo | None] = {}
+        self._getattr_reads: dict[int, list[ast.Attribute]] = {}
         self._types_active: set[int] = set()
 
     # ------------------------------------------------------------------ references
@@ -113,6 +114,22 @@ class ValueFlow:
             else:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
+
+    def attribute_names(self, arg: ast.expr, fn: FunctionInfo, line: int) -> list[str]:
+        """The string constants the name argument of ``getattr``/``setattr`` may be: a literal, a constant, or the
+        items of the loop around `line` that binds it (``for name in self._STATIC_INPUTS``)."""
+        items = self.loop_item_sources(arg.id, fn, line) if isinstance(arg, ast.Name) else None
+        return [v for v in dict.fromkeys(self.constants(items or [(arg, fn)])) if isinstance(v, str)]
+
+    def getattr_reads(self, call: ast.Call, fn: FunctionInfo) -> list[ast.Attribute]:
+        """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name; empty
+        when a name is not known. The nodes are kept, so that caches keyed by node stay right."""
+        found = self._getattr_reads.get(id(call))
+        if found is None:
+            names = self.attribute_names(call.args[1], fn, call.lineno) if len(call.args) >= 2 else []
+            found = [ast.copy_location(ast.Attribute(call.args[0], n, ast.Load()), call) for n in names[:8]]
+            self._getattr_reads[id(call)] = found
+        return found
 
     def constants(self, starts: list[Source], limit: int = 64) -> Iterator[object]:
         """The constant values the expressions in `starts` may take, as the value flow reaches them through names,

@@ -34,7 +34,9 @@ class ConstantWorkspaceSize(Rule):
         under a key only known at run time, ``_WS_MIB[kernel.value]``, when every entry is a constant), or an
         environment variable with a constant default, a number or a string of digits read with ``int()``
         (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
-        or 64 << 20)``), also built in a list comprehension or a dataclass field's ``default_factory``. Allocations
+        or 64 << 20)``), or the result of a call that returns a constant (a helper without parameters, a module-level
+        lambda, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``), also built in a list comprehension or
+        a dataclass field's ``default_factory``. Allocations
         behind project factories and caches are traced; so are functions with ``workspace`` in their name that return an
         allocation. Sizes computed from configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``)
         are not reported, nor are fields of a class whose constructor is built from its fields (``@dataclass``, attrs,
@@ -154,7 +156,7 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
             return _is_constant(expr.args[0], fn, project, depth + 1, text=True)
         if name in _ENV_GETTERS and len(expr.args) == 2:  # an environment variable with a constant default
             return _is_constant(expr.args[1], fn, project, depth + 1, text)
-        return False
+        return _returns_constant(expr.func, fn, project, depth + 1)
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and not isinstance(expr.slice, ast.Slice):
@@ -180,6 +182,32 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
 
 
 _ANY_KEY = object()  # a key the analysis does not know: any entry of the table
+
+
+def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth: int) -> bool:
+    """Whether calling `func` gives a fixed number: a lambda or project function whose every return is one
+    (``def default_ws(): return 128 << 20``), also kept in a module name or as the entries of a module-level table
+    (``_WS_BYTES[kind]()`` with ``{"decode": lambda: 128 << 20, ...}``)."""
+    if depth > 5:
+        return False
+    if isinstance(func, ast.Lambda):
+        return _is_constant(func.body, fn, project, depth + 1)
+    if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and not isinstance(func.slice, ast.Slice):
+        key = func.slice.value if isinstance(func.slice, ast.Constant) else _ANY_KEY
+        items = _table_items(func.value, key, fn, project)
+        return bool(items) and all(_returns_constant(v, where, project, depth + 1) for v, where in items)
+    if isinstance(func, ast.Name) and fn.module.body is not None and func.id not in fn.params:
+        values = fn.module.body.local_assigns.get(func.id, [])
+        if len(values) == 1 and isinstance(values[0], ast.Lambda) and func.id not in fn.local_assigns:
+            return _is_constant(values[0].body, fn.module.body, project, depth + 1)
+    target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
+    if (
+        not isinstance(target, FunctionInfo)
+        or not target.returns
+        or any(p not in ("self", "cls") for p in target.params)
+    ):
+        return False  # a function of its arguments is sized by what callers pass
+    return all(_is_constant(r, target, project, depth + 1) for r in target.returns)
 
 
 def _table_items(

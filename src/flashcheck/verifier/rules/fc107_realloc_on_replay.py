@@ -28,7 +28,8 @@ class ReallocOnReplayPath(Rule):
         torch.empty_like(x)``; not a list of ``None`` slots or an empty dict filled as it goes) an attribute of an
         object ``self`` keeps (``self.backend.kv_indptr``) or of an object that holds a captured
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
-        entry.positions = x.clone()``), also through ``setattr(self, "name", ...)``, and ``.resize_()`` of such a
+        entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a literal name or the constants a
+        loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and ``.resize_()`` of such a
         buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x",
         None) is None``, also through a local bound to the attribute) is not reported, nor are the buffers its block
         allocates beside it, when the block sets the attribute the test asks about (``if params.top_k is None:
@@ -61,7 +62,7 @@ class ReallocOnReplayPath(Rule):
 
     What it cannot see
         Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in
-        per step is allowed), ``setattr`` with a computed name, and reallocations inside code that no configured or
+        per step is allowed), ``setattr`` with a name computed at run time (not a constant), and reallocations inside code that no configured or
         default root reaches.
     """
 
@@ -89,11 +90,14 @@ class ReallocOnReplayPath(Rule):
                     and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
-                elif _is_setattr_of_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
+                elif _setattr_on_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
                     value = call.args[2]
                     if _is_fresh_tensor(value, fn) and ctx.prov.of(value, fn) is not Where.HOST:
-                        name = call.args[1].value  # type: ignore[attr-defined]
-                        self._hit(ctx, fn, call, step, f"rebinds `self.{name}` to `{snippet(value, 50)}` (setattr)")
+                        # the name: a literal, or the constants the value flow gives it (a loop over a class tuple)
+                        names = ctx.prov.flow.attribute_names(call.args[1], fn, call.lineno)
+                        if names:
+                            what = "/".join(names[:3]) + ("/..." if len(names) > 3 else "")
+                            self._hit(ctx, fn, call, step, f"rebinds `self.{what}` to `{snippet(value, 50)}` (setattr)")
 
     def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, reach: dict[FunctionInfo, Hop], what: str) -> None:
         root = reach[fn].root
@@ -190,14 +194,12 @@ def _holds_buffers(v: ast.expr, fn: FunctionInfo) -> bool:
     return bool(items) and all(_is_fresh_tensor(e, fn) for e in items)
 
 
-def _is_setattr_of_self(call: ast.Call) -> bool:
-    """``setattr(self, "name", value)`` (or of an object ``self`` keeps) with a literal name."""
+def _setattr_on_self(call: ast.Call) -> bool:
+    """``setattr(self, name, value)`` (or on an object ``self`` keeps)."""
     return (
         isinstance(call.func, ast.Name)
         and call.func.id == "setattr"
         and len(call.args) == 3
-        and isinstance(call.args[1], ast.Constant)
-        and isinstance(call.args[1].value, str)
         and ((isinstance(call.args[0], ast.Name) and call.args[0].id == "self") or _is_self_buffer(call.args[0]))
     )
 
@@ -231,24 +233,29 @@ def _lazy_subjects(test: ast.expr) -> set[str]:
     if isinstance(test, ast.Compare):
         left = test.left  # getattr(self, "x", None) is None asks about self.x
         if isinstance(left, ast.Call) and dotted(left.func) == "getattr" and len(left.args) >= 2:
-            name = left.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                return {f"{ast.unparse(left.args[0])}.{name.value}"}
+            return {_attr_key(left.args[0], left.args[1])}
         return {ast.unparse(left)}
     if isinstance(test, ast.UnaryOp) and isinstance(test.operand, ast.Call):
         args = test.operand.args
-        if len(args) == 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
-            return {f"{ast.unparse(args[0])}.{args[1].value}"}
+        if len(args) == 2:
+            return {_attr_key(args[0], args[1])}
     return set()
+
+
+def _attr_key(obj: ast.expr, name: ast.expr) -> str:
+    """``self.x`` for ``(self, "x")``; ``self.{name}`` for a name computed in a variable (a loop's), which the
+    test and the ``setattr`` of a lazy block share."""
+    if isinstance(name, ast.Constant) and isinstance(name.value, str):
+        return f"{ast.unparse(obj)}.{name.value}"
+    return f"{ast.unparse(obj)}.{{{ast.unparse(name)}}}"
 
 
 def _sets_subject(node: ast.AST, subjects: set[str]) -> bool:
     """Whether an assignment (or ``setattr``) inside a lazy test's block sets what the test asks about."""
     if isinstance(node, ast.Call):  # setattr(self, "x", ...)
-        if not _is_setattr_of_self(node):
+        if not _setattr_on_self(node):
             return False
-        name = node.args[1].value  # type: ignore[attr-defined]
-        targets = [f"{ast.unparse(node.args[0])}.{name!s}"]
+        targets = [_attr_key(node.args[0], node.args[1])]
     elif isinstance(node, ast.Assign):
         targets = [ast.unparse(t) for t in node.targets]
     elif isinstance(node, ast.AnnAssign):
