@@ -8,6 +8,7 @@ the private attributes engines reach into, and the entry points whose workspace 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, imported_name
@@ -169,11 +170,14 @@ def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
     return target == "flashinfer" or target.startswith("flashinfer.")
 
 
-def flashinfer_call_sites(project: Project) -> set[int]:
+def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> set[int]:
     """``id()`` of every function where `wrapper_class_of_call` or `imports_flashinfer` can hold for a call: those
-    that call a name ending in ``Wrapper``, and every function of a module that imports from ``flashinfer``. A
-    rule that scans every call for either may skip the other functions."""
-    out = {id(fn) for name, sites in project.calls_by_name().items() if name.endswith("Wrapper") for fn, _ in sites}
+    that call a name ending in ``Wrapper`` or one of `subclasses` (project classes deriving from a wrapper), and
+    every function of a module that imports from ``flashinfer``. A rule that scans every call for either may skip
+    the other functions."""
+    extra = set(subclasses)
+    by_name = project.calls_by_name().items()
+    out = {id(fn) for name, sites in by_name if name.endswith("Wrapper") or name in extra for fn, _ in sites}
     for mod in project.modules.values():
         if any(t == "flashinfer" or t.startswith("flashinfer.") for t in mod.imports.values()):
             out.update(id(fn) for fn in project.by_module.get(mod.name, []))

@@ -154,6 +154,30 @@ class Wrappers:
         target = self.flow.project.resolve_def(expr, fn)
         return self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
 
+    def constructed(self, call: ast.Call, fn: FunctionInfo) -> tuple[str, bool] | None:
+        """The FlashInfer wrapper class a call builds: a FlashInfer constructor, or a project subclass of one
+        (``Fp8DecodeWrapper(ws, "HND", use_cuda_graph=True, ...)``), with whether its arguments sit where
+        FlashInfer's constructor has them (False when a project class on the way defines its own ``__init__``:
+        then only keywords are known)."""
+        direct = wrapper_class_of_call(call, fn)
+        if direct is not None:
+            return direct, True
+        f = call.func
+        if not self.enabled or not isinstance(f, ast.Name | ast.Attribute):
+            return None
+        target = self.flow.project.resolve_def(f, fn)
+        base = self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
+        if base is None or not isinstance(target, ClassInfo):
+            return None
+        own_init = any("__init__" in c.methods for c in with_bases(target) if self.flashinfer_base(c) is not None)
+        return base, not own_init
+
+    def subclass_names(self) -> set[str]:
+        """Names of the project classes that derive from a FlashInfer wrapper (calls of them build wrappers)."""
+        if not self.enabled:
+            return set()
+        return {ci.name for ci in self.flow.project.classes.values() if self.flashinfer_base(ci) is not None}
+
     def flashinfer_base(self, cls: ClassInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class a project class derives from (directly, through project classes or
         through a module-level alias such as ``Base = flashinfer.BatchDecodeWithPagedKVCacheWrapper``)."""

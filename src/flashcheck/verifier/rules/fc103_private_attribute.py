@@ -28,15 +28,16 @@ class FlashinferPrivateAttribute(Rule):
         ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
         ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a local,
         module or class constant (also one imported from another project module), a loop variable over a tuple of them,
-        also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]``. Common names (``_backend``,
-        ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by dataflow from its
-        constructor, also as an item of lists and dicts of wrappers, of their ``zip``/``enumerate``/``.items()`` loops
-        and of ``itertools.chain``/``chain.from_iterable`` over them, or named ``*wrapper*``), also a parameter of a
-        shim of any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or ``types.MethodType(shim,
-        w)`` (at any position or by keyword), the first parameter of a function assigned onto a wrapper class
-        (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or passed a wrapper by callers. ``self._x`` is reported in
-        a class that derives from a FlashInfer wrapper (directly, through project classes or a module-level alias) and
-        in free functions whose first parameter is ``self`` (plan shims monkey-patched onto the wrapper).
+        also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]`` and their ``.get(...)``. Common
+        names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by
+        dataflow from its constructor, also as an item of lists and dicts of wrappers, of their
+        ``zip``/``enumerate``/``.items()`` loops and of ``itertools.chain``/``chain.from_iterable`` over them, or named
+        ``*wrapper*``), also a parameter of a shim of any name that receives a wrapper: bound by
+        ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at any position or by keyword), the first
+        parameter of a function assigned onto a wrapper class (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or
+        passed a wrapper by callers. ``self._x`` (common names too) is reported in a class that derives from a
+        FlashInfer wrapper (directly, through project classes or a module-level alias) and in free functions whose first
+        parameter is ``self`` (plan shims monkey-patched onto the wrapper).
 
     Why it breaks serving
         These fields change meaning, type or existence between FlashInfer releases: ``_plan_info`` is a tensor in
@@ -84,13 +85,21 @@ class FlashinferPrivateAttribute(Rule):
                     owner = _dict_owner(sub.value)
                     if owner is not None:
                         self._check(ctx, fn, sub, owner, key.value)
+            for call in fn.calls:  # vars(w).get("_use_tensor_cores"), w.__dict__.setdefault(...)
+                f = call.func
+                if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
+                    owner = _dict_owner(f.value)
+                    if owner is not None:
+                        for name in _constant_names(ctx, call.args[0], fn):
+                            self._check(ctx, fn, call, owner, name)
 
     def _check(self, ctx: Context, fn: FunctionInfo, node: ast.AST, receiver: ast.expr, attr: str) -> None:
         if attr in SPECIFIC_PRIVATE:
             if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _is_wrapper_self(ctx, fn):
                 return
         elif attr in GENERIC_PRIVATE:
-            if not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
+            own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and _is_wrapper_self(ctx, fn)
+            if not own and not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
                 return
         else:
             return
@@ -126,6 +135,7 @@ def _enclosing_loop(fn: FunctionInfo, node: ast.AST, name: ast.expr) -> ast.expr
 
 
 _NAME_BUDGET = 64  # expressions visited per reflection call
+_DICT_ACCESS = frozenset({"get", "setdefault", "pop", "__getitem__", "__setitem__"})
 
 
 def _constant_names(ctx: Context, arg: ast.expr, fn: FunctionInfo, *, iterable: bool = False) -> list[str]:

@@ -16,7 +16,6 @@ from flashcheck.verifier.flashinfer_api import (
     graph_mode,
     wrapper_buffer_args,
     wrapper_buffer_for,
-    wrapper_class_of_call,
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.index import owner_of, with_bases
@@ -38,16 +37,16 @@ class GraphBufferWrittenElsewhere(Rule):
     """A buffer bound to a CUDA-graph-mode wrapper is written in place outside metadata preparation.
 
     What it checks
-        Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper built with
-        ``use_cuda_graph=True`` (or a flag the value flow shows may be ``True``: ``use_cuda_graph=self.is_cuda_graph``
-        on metadata whose graph copy is ``dataclasses.replace(meta, is_cuda_graph=True)``) (``paged_kv_indptr_buffer=``,
-        ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
-        ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a ``CUDAGraph*Wrapper``'s buffers...), tracked
-        through slices, views, local aliases, loop variables over lists and dicts of buffers (``for buf in
-        self.kv_indices``; each name of a ``zip``, ``enumerate`` or ``.items()`` loop at its own position, so a host
-        mirror zipped beside a bound buffer stays its own), ``self.<attr>`` (in a method of a base class or mixin, also
-        the attribute of each subclass that inherits it), module globals, other objects' attributes
-        (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
+        Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper (or a project subclass of one;
+        by keyword only where the subclass defines its own ``__init__``) built with ``use_cuda_graph=True`` (or a flag
+        the value flow shows may be ``True``: ``use_cuda_graph=self.is_cuda_graph`` on metadata whose graph copy is
+        ``dataclasses.replace(meta, is_cuda_graph=True)``) (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``,
+        ``qo_indptr_buf=``, MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, a
+        ``CUDAGraph*Wrapper``'s buffers...), tracked through slices, views, local aliases, loop variables over lists and
+        dicts of buffers (``for buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or ``.items()`` loop at
+        its own position, so a host mirror zipped beside a bound buffer stays its own), ``self.<attr>`` (in a method of
+        a base class or mixin, also the attribute of each subclass that inherits it), module globals, other objects'
+        attributes (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a constructor call fills
         with a view of the buffer (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``, then
         ``md.paged_kv_indptr[...] = ...``), a local buffer that the function keeps in a lasting place (``self.graphs[bs]
@@ -104,17 +103,21 @@ class GraphBufferWrittenElsewhere(Rule):
 
     def check(self, ctx: Context) -> None:
         bindings: dict[Key, Binding] = {}
-        flashinfer_sites = flashinfer_call_sites(ctx.project)
+        flashinfer_sites = flashinfer_call_sites(ctx.project, ctx.wrappers.subclass_names())
         for fn in ctx.project.all_functions():
             for call in fn.calls if id(fn) in flashinfer_sites else ():
-                cls_name = wrapper_class_of_call(call, fn)
-                if cls_name is None:
+                built = ctx.wrappers.constructed(call, fn)  # also a project subclass of a wrapper
+                if built is None:
                     continue
+                cls_name, positions_known = built
                 mode = graph_mode(call, cls_name)
                 if mode is not True and not (mode is None and _may_be_graph_mode(ctx, call, fn)):
                     continue
                 bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}
+                keywords = {kw.arg for kw in call.keywords}
                 for param, expr in wrapper_buffer_args(call, cls_name):
+                    if not positions_known and param not in keywords:
+                        continue  # a subclass's own __init__: its positions are not FlashInfer's
                     typer = ctx.prov.flow.instance_type
                     keys = storage_keys(expr, fn, project=ctx.project, typer=typer)
                     keys = keys or param_storage_keys(expr, fn, 0, ctx.project, typer)  # a constructor's parameter

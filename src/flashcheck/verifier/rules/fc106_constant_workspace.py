@@ -12,7 +12,6 @@ from flashcheck.verifier.flashinfer_api import (
     flashinfer_call_sites,
     imports_flashinfer,
     workspace_arg,
-    wrapper_class_of_call,
 )
 from flashcheck.verifier.index import ClassInfo
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
@@ -74,7 +73,7 @@ class ConstantWorkspaceSize(Rule):
     def check(self, ctx: Context) -> None:
         seen: set[int] = set()
         project = ctx.project
-        flashinfer_sites = flashinfer_call_sites(project)
+        flashinfer_sites = flashinfer_call_sites(project, ctx.wrappers.subclass_names())
         for fn in project.all_functions():
             candidates: list[tuple[ast.Call, FunctionInfo]] = []
             for a in fn.assigns:
@@ -86,7 +85,7 @@ class ConstantWorkspaceSize(Rule):
                 for r in fn.returns:
                     candidates.extend(allocations(r, fn, project=project))
             for call in fn.calls if id(fn) in flashinfer_sites else ():
-                if wrapper_class_of_call(call, fn) or imports_flashinfer(fn, call.func):
+                if ctx.wrappers.constructed(call, fn) or imports_flashinfer(fn, call.func):
                     ws = workspace_arg(call)
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))

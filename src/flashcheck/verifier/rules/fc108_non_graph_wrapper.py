@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import RUN_METHODS, flashinfer_call_sites, graph_mode, wrapper_class_of_call
+from flashcheck.verifier.flashinfer_api import RUN_METHODS, flashinfer_call_sites, graph_mode
 from flashcheck.verifier.hotpath import HotPaths
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -67,19 +67,21 @@ class NonGraphWrapperInCapture(Rule):
 
     def check(self, ctx: Context) -> None:
         built: dict[Key, list[Built]] = {}
-        flashinfer_sites = flashinfer_call_sites(ctx.project)
+        flashinfer_sites = flashinfer_call_sites(ctx.project, ctx.wrappers.subclass_names())
         for fn in ctx.project.all_functions():
             for a in fn.assigns if id(fn) in flashinfer_sites else ():
                 if not isinstance(a, ast.Assign):
                     continue
                 for call in _constructor_calls(a.value):
-                    cls_name = wrapper_class_of_call(call, fn)
-                    if cls_name is None:
+                    made = ctx.wrappers.constructed(call, fn)  # also a project subclass of a wrapper
+                    if made is None:
                         continue
+                    cls_name, positions_known = made
+                    mode = graph_mode(call, cls_name) if positions_known else _keyword_mode(call, cls_name)
                     for t in a.targets:
                         local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
                         for key in storage_keys(t, fn) or local:
-                            built.setdefault(key, []).append(Built(fn, call, cls_name, graph_mode(call, cls_name)))
+                            built.setdefault(key, []).append(Built(fn, call, cls_name, mode))
         capture = ctx.hot.reach("capture")
         for fn in capture:
             for call in fn.calls:
@@ -150,3 +152,12 @@ def _constructor_calls(value: ast.expr) -> list[ast.Call]:
     if isinstance(value, ast.Dict):
         return [c for e in value.values for c in _constructor_calls(e)]
     return []
+
+
+def _keyword_mode(call: ast.Call, cls_name: str) -> bool | None:
+    """`graph_mode` of a subclass with its own ``__init__``: only a ``use_cuda_graph=`` keyword (or a
+    ``CUDAGraph*`` base) says, since its positions are not FlashInfer's."""
+    if cls_name.startswith("CUDAGraph"):
+        return True
+    flag = next((kw.value for kw in call.keywords if kw.arg == "use_cuda_graph"), None)
+    return flag.value if isinstance(flag, ast.Constant) and isinstance(flag.value, bool) else None
