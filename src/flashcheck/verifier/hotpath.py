@@ -213,7 +213,8 @@ class HotPaths:
         narrow = ctx is not None and ctx is not own
         out: list[tuple[FunctionInfo, ast.expr, ClassInfo | None]] = []
         allowed: dict[str, set[int]] = {}
-        for callee, node in [*self.project.callees(fn), *self.project.property_reads(fn)]:
+        runs = [*self.project.callees(fn), *self.project.property_reads(fn), *self.project.property_writes(fn)]
+        for callee, node in runs:
             name = _self_member(node)
             if name is None:
                 out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn)))

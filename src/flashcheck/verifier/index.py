@@ -177,6 +177,7 @@ class ClassInfo:
     item_assigns: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)  # self.x[k] = v
     attr_types: dict[str, ast.expr] = field(default_factory=dict)  # self.x: T = ... and class-body fields x: T
     fields: list[str] = field(default_factory=list)  # class-body ``x: T`` in order (dataclass constructor order)
+    setters: dict[str, FunctionInfo] = field(default_factory=dict)  # @x.setter methods (``methods`` keeps the getter)
 
 
 @dataclass(eq=False)
@@ -301,7 +302,11 @@ class _Indexer:
         declared = self._globals
         self._globals = set()
         self.out.functions.append(fn)
-        if cls is not None:
+        accessor = next((a for d in node.decorator_list if (a := _accessor(d, node.name))), None)
+        if cls is not None and accessor is not None:
+            if accessor == "setter":  # the getter keeps the name: reads run it, stores run this
+                cls.setters[node.name] = fn
+        elif cls is not None:
             cls.methods[node.name] = fn
         elif parent is None:
             mod.functions[node.name] = fn
@@ -484,6 +489,14 @@ def owner_of(fn: FunctionInfo) -> FunctionInfo:
     while fn.parent is not None:
         fn = fn.parent
     return fn
+
+
+def _accessor(d: ast.expr, name: str) -> str | None:
+    """``setter``/``deleter`` for ``@name.setter``/``@name.deleter`` on a method `name` (a property's other
+    accessors)."""
+    if isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter"):
+        return d.attr if isinstance(d.value, ast.Name) and d.value.id == name else None
+    return None
 
 
 def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:

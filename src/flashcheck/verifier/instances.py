@@ -136,7 +136,9 @@ class InstanceTyping(ProjectIndex):
             return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             if fn.params[value.id] is not None:
-                return self._annotation_class(fn.params[value.id], fn, depth + 1)
+                declared = self._annotation_class(fn.params[value.id], fn, depth + 1)
+                if declared is not None:  # else a type outside the project (Callable, nn.Module): callers say
+                    return declared
             if value.id in ("self", "cls") and fn.cls is not None:
                 return fn.cls
             for caller, call in self.callers(fn)[:8] if depth < _MAX_DEPTH - 1 else []:  # filled by callers

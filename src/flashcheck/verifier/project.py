@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, terminal_name
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -49,6 +49,8 @@ class Project(InstanceTyping):
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
+        self._has_setters = any(ci.setters for ci in self.classes.values())
+        self._loop_names: dict[str, set[str]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._instance_memo: dict[tuple[int, int, int], ClassInfo | None] = {}
@@ -249,6 +251,8 @@ class Project(InstanceTyping):
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name == "__init__" and fn.cls is not None:
             names = [fn.cls.name, *(c.name for c in fn.cls.subclasses)]
+        elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
+            names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
         for name in names:
             for caller, call in calls_by_name.get(name, [])[:256]:
@@ -256,6 +260,46 @@ class Project(InstanceTyping):
                     out.append((caller, call))
         self._callers[id(fn)] = out[:64]
         return out[:64]
+
+    def _instance_names(self, cls: ClassInfo) -> set[str]:
+        """Names that may hold an instance of `cls` or a subclass, so that calling them runs its ``__call__`` or
+        ``forward``: the targets its constructor calls are assigned to (``self.attn = Attention(...)``, also inside
+        ``nn.ModuleList(...)``, lists and comprehensions) and the loop variables over those (``for layer in
+        self.layers``)."""
+        sites = self.calls_by_name()
+        out: set[str] = set()
+        for c in [cls, *self.subclasses_of(cls)]:
+            for f, call in sites.get(c.name, [])[:64]:
+                for a in f.assigns:
+                    value = a.value
+                    if value is None or not any(n is call for n in ast.walk(value)):
+                        continue
+                    for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
+                        name = terminal_name(t)
+                        if name:
+                            out.add(name)
+        if self._loop_names is None:
+            self._loop_names = {}
+            for f in self.all_functions():
+                for var, containers in f.loop_vars.items():
+                    for it in containers:
+                        held = terminal_name(it)
+                        if held:
+                            self._loop_names.setdefault(held, set()).add(var)
+        for name in list(out):
+            out |= self._loop_names.get(name, set())
+        return out
+
+    def subclasses_of(self, ci: ClassInfo) -> list[ClassInfo]:
+        """Every subclass of `ci`, at any depth."""
+        stack, seen, out = list(ci.subclasses), set(), []
+        while stack:
+            c = stack.pop()
+            if id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+                stack.extend(c.subclasses)
+        return out
 
     def callees(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         """Project functions `fn` calls, with the call node (constructors resolve to ``__init__``)."""
@@ -385,6 +429,24 @@ class Project(InstanceTyping):
         self._property_cache[id(fn)] = out
         return out
 
+    def property_writes(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
+        """The ``@x.setter`` methods `fn` runs by storing an attribute (``self.indices_capacity = n``) of an object
+        whose class is known (on ``self``, also the setters of subclasses)."""
+        out: list[tuple[FunctionInfo, ast.Attribute]] = []
+        if not self._has_setters:
+            return out
+        for node in fn.attributes:
+            if not isinstance(node.ctx, ast.Store):
+                continue
+            cls = self.instance_type(node.value, fn)
+            found = next((c.setters[node.attr] for c in with_bases(cls) if node.attr in c.setters), None)
+            if found is None:
+                continue
+            out.append((found, node))
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and cls is not None:
+                out.extend((s, node) for s in self.overrides(cls, node.attr, setters=True))
+        return out
+
     def held_callables(self, cls: ClassInfo, attr: str) -> list[FunctionInfo]:
         """The project functions attribute `attr` of an instance of `cls` holds when it is not a method: a bound
         method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
@@ -417,17 +479,12 @@ class Project(InstanceTyping):
                 return [target]
         return []
 
-    def overrides(self, ci: ClassInfo, name: str) -> Iterator[FunctionInfo]:
-        """Methods `name` that subclasses of `ci` (at any depth) define."""
-        stack, seen = list(ci.subclasses), set()
-        while stack:
-            c = stack.pop()
-            if id(c) in seen:
-                continue
-            seen.add(id(c))
-            if name in c.methods:
-                yield c.methods[name]
-            stack.extend(c.subclasses)
+    def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
+        """Methods `name` (property setters with `setters`) that subclasses of `ci` (at any depth) define."""
+        for c in self.subclasses_of(ci):
+            table = c.setters if setters else c.methods
+            if name in table:
+                yield table[name]
 
     def all_functions(self) -> Iterator[FunctionInfo]:
         """Every function and every module's top-level code."""

@@ -452,6 +452,9 @@ class Provenance:
                 return HOST
             if name == "getattr":  # getattr(fb, "seq_lens"): the attribute it reads, when its name is known
                 return merge([self.of(a, fn) for a in self.flow.getattr_reads(call, fn)])
+            if name.endswith(("Parameter", "Buffer")) and (torch_name(func, fn) or name).startswith("torch.nn."):
+                data = call.args[0] if call.args else kwarg(call, "data")  # nn.Parameter(t): t, wherever it lives
+                return self.of(data, fn) if data is not None else UNKNOWN
             if name.startswith("torch."):
                 return self._torch_call(name[6:], call, fn)
         if isinstance(func, ast.Name | ast.Attribute) and not (name or "").startswith("torch."):

@@ -15,9 +15,17 @@ from flashcheck.verifier.provenance import Provenance, Where
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
 _SYNC_FUNCS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream.synchronize"})
 _NONZERO_FUNCS = frozenset(
-    {"torch.nonzero", "torch.argwhere", "torch.masked_select", "torch.where", "torch.unique", "torch.repeat_interleave"}
+    {
+        "torch.nonzero",
+        "torch.argwhere",
+        "torch.masked_select",
+        "torch.where",
+        "torch.unique",
+        "torch.unique_consecutive",
+        "torch.repeat_interleave",
+    }
 )
-_NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
+_NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
 _COMPARES = frozenset({"torch.equal", "torch.allclose"})
 _CASTS = frozenset({"int", "float", "bool"})
 _NUMERIC_READS = frozenset({"math.ceil", "math.floor", "math.trunc", "round", "range", "operator.index"})
@@ -35,28 +43,25 @@ class HostSyncInHotPath(Rule):
     """A host sync or device-to-host copy runs on a hot path (every step, before every replay, or in capture).
 
     What it checks
-        Code reachable from a hot-path root (per-step metadata build, graph replay preparation, plan wrappers,
-        graph capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``,
-        ``.numpy()`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream
-        or event ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/one-argument
+        Code reachable from a hot-path root (per-step metadata build, graph replay preparation, plan wrappers, graph
+        capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``.numpy()``
+        on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream or event
+        ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument
         ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
-        ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin
-        ``max``/``min``/``sum``/``any``/``all`` over a device tensor, a device scalar as a slice bound (in any
-        dimension: ``t[:b, :n]``),
-        ``host.copy_(device)`` without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy
-        before any event or stream sync (also one handed to a call that runs it: ``await
-        loop.run_in_executor(pool, done.synchronize)``), branches, asserts and comprehension conditions on a device
-        tensor (``if
-        t:``, ``if (t > 0).any():``, ``assert t.all()``, ``[i for i in ids if t[i] > 0]``), and a
-        device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements
-        or assert messages). Reachability includes ``@property`` getters the hot path runs by reading the attribute
-        (``self.num_sequences``, ``info.sequence_lengths`` on an object whose class is known) and methods called through
-        an attribute that holds them (``self.update = self.update_single_wrapper``).
-        Device-ness follows the project's value flow (callers' arguments, other objects' attributes and dataclass
-        fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects that
-        project functions return, built by keyword or position, ``@property`` results, return values,
-        ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
+        ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
+        device tensor, a device scalar as a slice bound (in any dimension: ``t[:b, :n]``), ``host.copy_(device)``
+        without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy before any event or stream
+        sync (also one handed to a call that runs it: ``await loop.run_in_executor(pool, done.synchronize)``), branches,
+        asserts and comprehension conditions on a device tensor (``if t:``, ``if (t > 0).any():``, ``assert t.all()``,
+        ``[i for i in ids if t[i] > 0]``), and a device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``,
+        ``"%d" % t``; not in ``raise`` statements or assert messages). Reachability includes ``@property`` getters the
+        hot path runs by reading the attribute (``self.num_sequences``, ``info.sequence_lengths`` on an object whose
+        class is known) and methods called through an attribute that holds them (``self.update =
+        self.update_single_wrapper``). Device-ness follows the project's value flow (callers' arguments, other objects'
+        attributes and dataclass fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and
+        fields of objects that project functions return, built by keyword or position, ``@property`` results, return
+        values, ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
         reported: ``*_cpu``/``*_host``/``*_np`` names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or
         without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()``
         calls are allowed (they sit around the capture, not inside it). A function that is itself a capture root (by

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     GENERIC_PRIVATE,
@@ -87,6 +88,8 @@ class FlashinferPrivateAttribute(Rule):
                         self._check(ctx, fn, sub, owner, key.value)
             for call in fn.calls:  # vars(w).get("_use_tensor_cores"), w.__dict__.setdefault(...)
                 f = call.func
+                for name in _getter_names(f, fn) if call.args else ():  # attrgetter("_window_left")(w)
+                    self._check(ctx, fn, call, call.args[0], name)
                 if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
                     owner = _dict_owner(f.value)
                     if owner is not None:
@@ -158,6 +161,17 @@ def _constant_names(ctx: Context, arg: ast.expr, fn: FunctionInfo, *, iterable: 
         elif isinstance(expr, ast.Name | ast.Attribute | ast.Subscript):
             stack.extend(reversed(flow.sources(expr, where)[:16]))
     return list(out)
+
+
+def _getter_names(func: ast.expr, fn: FunctionInfo) -> list[str]:
+    """The attribute names a call of `func` reads from its argument when `func` is ``operator.attrgetter("a",
+    ...)``, directly or kept in a module-level name (``_PLANNED_WINDOW = operator.attrgetter("_window_left")``)."""
+    if isinstance(func, ast.Name) and fn.module.body is not None and func.id not in fn.local_assigns:
+        values = fn.module.body.local_assigns.get(func.id, [])
+        func = values[0] if len(values) == 1 else func
+    if not isinstance(func, ast.Call) or (dotted(func.func) or "").rsplit(".", 1)[-1] != "attrgetter":
+        return []
+    return [a.value.split(".")[0] for a in func.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
 
 
 def _dict_owner(expr: ast.expr) -> ast.expr | None:

@@ -125,6 +125,11 @@ def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
         return isinstance(value.op, ast.And) and any(_is_fresh_tensor(v, fn) for v in value.values)
     if not isinstance(value, ast.Call):
         return False
+    f = value.func
+    if isinstance(f, ast.Attribute) and f.attr in ("to", "cuda") and isinstance(f.value, ast.Call):
+        # torch.from_numpy(a).to(dev): a host tensor made here and copied to new device storage
+        made = (torch_name(f.value.func, fn) or "").rsplit(".", 1)[-1]
+        return made in ("from_numpy", "tensor", "as_tensor") or _is_fresh_tensor(f.value, fn)
     name = torch_name(value.func, fn) or ""
     if name.startswith("torch."):
         last = name.rsplit(".", 1)[-1]  # `Z` after `from torch import zeros as Z` is `zeros`
