@@ -32,6 +32,7 @@ class InstanceTyping(ProjectIndex):
 
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
     _instance_memo: dict[tuple[int, int, int], ClassInfo | None]  # instance_type's, made by Project
+    cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
 
     if TYPE_CHECKING:
 
@@ -52,7 +53,10 @@ class InstanceTyping(ProjectIndex):
         memo = self._instance_memo
         if key in memo:
             return memo[key]
-        found = memo[key] = self._instance_type(expr, fn, depth)
+        cuts = self.cuts
+        found = self._instance_type(expr, fn, depth)
+        if self.cuts == cuts:  # not cut short by a recursion guard (asked again later, it may know more)
+            memo[key] = found
         return found
 
     def _instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:

@@ -46,6 +46,7 @@ class Project(InstanceTyping):
     def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
         super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
+        self.cuts = 0
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
@@ -212,6 +213,7 @@ class Project(InstanceTyping):
         if cached is not None:
             return cached
         if id(fn) in self._callers_active or len(self._callers_active) > 3:
+            self.cuts += 1  # answers that depend on this one are not memoised
             return []  # resolving a call inside a callers() question: do not recurse (not cached)
         self._callers_active.add(id(fn))
         try:
