@@ -13,7 +13,7 @@ from flashcheck.verifier.flashinfer_api import (
     imports_flashinfer,
     workspace_arg,
 )
-from flashcheck.verifier.index import ClassInfo
+from flashcheck.verifier.index import ClassInfo, with_bases
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -34,14 +34,14 @@ class ConstantWorkspaceSize(Rule):
         environment variable with a constant default, a number or a string of digits read with ``int()``
         (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
         or 64 << 20)``), or the result of a call that returns a constant (a helper without parameters, a module-level
-        lambda, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``), also built in a list comprehension or
-        a dataclass field's ``default_factory``. Allocations
-        behind project factories and caches are traced; so are functions with ``workspace`` in their name that return an
-        allocation. Sizes computed from configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``)
-        are not reported, nor are fields of a class whose constructor is built from its fields (``@dataclass``, attrs,
-        ``NamedTuple``, pydantic) even with a constant default (``cfg.workspace_bytes``: each instance may be built with
-        another value; a ``ClassVar`` is still reported), nor is code in tests and benchmarks (``tests/``,
-        ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
+        lambda, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a method of an enum member that returns a
+        constant of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in a list comprehension or a dataclass
+        field's ``default_factory``. Allocations behind project factories and caches are traced; so are functions with
+        ``workspace`` in their name that return an allocation. Sizes computed from configuration or engine limits
+        (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields of a class whose constructor is
+        built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even with a constant default
+        (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar`` is still reported), nor
+        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -200,6 +200,10 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
         if len(values) == 1 and isinstance(values[0], ast.Lambda) and func.id not in fn.local_assigns:
             return _is_constant(values[0].body, fn.module.body, project, depth + 1)
     target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
+    if target is None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+        owner = project.resolve_def(func.value.value, fn)  # WorkspaceTier.LARGE.nbytes(): the enum's method
+        if isinstance(owner, ClassInfo) and _is_enum(owner) and func.value.attr in owner.attr_assigns:
+            target = project.method(owner, func.attr)
     if (
         not isinstance(target, FunctionInfo)
         or not target.returns
@@ -281,11 +285,19 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     cls = base if isinstance(base, ClassInfo) else project.instance_type(expr.value, fn)  # WsSize.DECODE, self.X
     if cls is None:
         return False
+    if expr.attr in ("value", "_value_") and _is_enum(cls) and cls.attr_assigns:  # self.value in an enum's method
+        members = [(v, where) for vals in cls.attr_assigns.values() for v, where in vals]
+        return all(_is_constant(v, where, project, depth + 1) for v, where in members)
     classes = [cls, *cls.bases]
     if any(_constructor_field(c, expr.attr) for c in classes):
         return False  # a field's default is only what instances built without it hold: configuration
     assigns = [(v, where) for c in classes for v, where in c.attr_assigns.get(expr.attr, [])]
     return len(assigns) == 1 and _is_constant(assigns[0][0], assigns[0][1], project, depth + 1)
+
+
+def _is_enum(cls: ClassInfo) -> bool:
+    """A class deriving from ``enum.Enum`` (``IntEnum``, ``Flag``...), directly or through project classes."""
+    return any((dotted(b) or "").endswith(("Enum", "Flag")) for c in with_bases(cls) for b in c.node.bases)
 
 
 def _constructor_field(cls: ClassInfo, attr: str) -> bool:
