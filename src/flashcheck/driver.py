@@ -60,14 +60,16 @@ _NO_PHASE = {
     Phase.COMPARE: "the target captures no CUDA graphs and the session does not compare with the reference",
 }
 
-WARM_UP_SCALE = 5.0  # the step timeout of the first eager, capture and replay step of a process, times this
+WARM_UP_SCALE = 5.0  # the step timeout of a process's first eager and capture step (see warms_up), times this
 _WARMED: set[str] = set()  # step kinds this process has run once (imports done, kernels compiled)
 
 
 def warms_up(op: str) -> bool:
     """Whether the next step of kind `op` (eager, capture, replay) in this process is its first, which gets
-    `WARM_UP_SCALE` times the step timeout: it pays for lazy imports and the backend's JIT compiles."""
-    return op not in _WARMED
+    `WARM_UP_SCALE` times the step timeout: it pays for lazy imports and the backend's JIT compiles. A replay after
+    a capture in the same process does not: the capture ran (and compiled) the kernels the graph replays, so a
+    replay that outlasts the plain timeout there is a hang (a kernel that never ends), found five times sooner."""
+    return op not in _WARMED and not (op == "replay" and "capture" in _WARMED)
 
 
 def checks_run(layers: str, *, watchdog: bool, campaign: bool = False, cuda: bool = False) -> list[str]:
@@ -105,8 +107,8 @@ class Driver(StepOps):
         step_timeout: seconds a step may take before it is FC252 step-hung (None: no watchdog).
         hang_file: where the C-level watchdog writes every thread's stack when a step cannot be interrupted.
         hard_exit: end the process when a hung step cannot be interrupted (isolated workers only).
-        warm_up_scale: the first eager, capture and replay step of the process may take this many timeouts (lazy
-            imports, kernel JIT compiles).
+        warm_up_scale: the first eager and capture step (and a first replay before any capture) of the process may
+            take this many timeouts (lazy imports, kernel JIT compiles).
         async_pressure_us: device-side delay (microseconds) enqueued on the stream before each ``plan`` and
             ``prepare_replay`` (None or 0: off, costs nothing); see `flashcheck.pressure`.
     """

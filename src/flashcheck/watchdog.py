@@ -42,13 +42,13 @@ STEP_HUNG = Check(
 
     What it checks
         Every step runs under a watchdog (``step_timeout``, default 120 s, or ``FLASHCHECK_STEP_TIMEOUT``;
-        ``--step-timeout`` on the command line; the first eager, capture and replay step of a session get five
-        times as long, for lazy imports and kernel JIT compiles). When a step outlives it, the finding carries the
-        Python stacks of every thread at that moment and the step's reproducer. A hang in Python code is
-        interrupted; the session is then marked poisoned (the interrupt may have landed inside library code) and
-        a fresh one goes on. A hang in a kernel or a blocking CUDA call cannot be interrupted, so isolated workers
-        (the pytest plugin and ``flashcheck fuzz`` on a GPU, campaign workers) write the stacks and exit, and their
-        parent records this finding and starts a fresh worker for the remaining steps.
+        ``--step-timeout`` on the command line; the first eager and capture step (and a first replay before any capture)
+        of a session get five times as long, for lazy imports and kernel JIT compiles). When a step outlives it, the
+        finding carries the Python stacks of every thread at that moment and the step's reproducer. A hang in Python
+        code is interrupted; the session is then marked poisoned (the interrupt may have landed inside library code) and
+        a fresh one goes on. A hang in a kernel or a blocking CUDA call cannot be interrupted, so isolated workers (the
+        pytest plugin and ``flashcheck fuzz`` on a GPU, campaign workers) write the stacks and exit, and their parent
+        records this finding and starts a fresh worker for the remaining steps.
 
     Why it breaks serving
         A kernel that never finishes (a loop bound read from a stale or unbound plan buffer, a wait on a flag no

@@ -242,3 +242,16 @@ def test_an_isolated_worker_is_replaced_after_a_fault_and_the_steps_go_on(monkey
     assert fault.id == "FC250" and fault.evidence["surfaced"] == "flashcheck read"
     assert [r.findings for r in (results[0], results[2], results[3])] == [[], [], []]
     assert drv.restarts == 1  # the poisoned worker was replaced; the bs=1 replay captured its bucket again
+
+
+def test_a_replay_after_a_capture_in_the_process_gets_no_warm_up_leash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first eager and capture step of a process get the warm-up leash (imports, JIT compiles); a replay after a
+    capture runs kernels the capture compiled, so a kernel that never ends is judged on the plain timeout; a replay
+    before any capture in the process still gets the leash."""
+    import flashcheck.driver as driver_mod
+
+    monkeypatch.setattr(driver_mod, "_WARMED", set())
+    assert driver_mod.warms_up("replay") and driver_mod.warms_up("capture") and driver_mod.warms_up("eager")
+    driver_mod._WARMED.add("capture")
+    assert not driver_mod.warms_up("replay") and not driver_mod.warms_up("capture")
+    assert driver_mod.warms_up("eager")

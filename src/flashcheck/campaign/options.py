@@ -149,8 +149,9 @@ class CampaignConfig:
         layers: runtime detection layers.
         device: ``auto``, ``cpu`` or ``cuda``.
         step_timeout: seconds without progress after which a busy worker counts as hung.
-        warm_up_scale: the first eager, capture and replay step of each worker process may take this many step
-            timeouts (lazy imports and first-use JIT compiles); 1 where the kernels are compiled ahead of time.
+        warm_up_scale: the first eager and capture step (and a first replay before any capture) of each worker
+            process may take this many step timeouts (lazy imports and first-use JIT compiles); 1 where the kernels
+            are compiled ahead of time.
         node_index, num_nodes: this node's place in a multi-node campaign.
         gpus: device ids workers are pinned to (round-robin); empty on CPU.
         select: check IDs to report (empty: all). FC251 is always reported.

@@ -65,8 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--warm-up-scale",
         type=float,
-        help="the first eager, capture and replay step of each worker may take this many step timeouts (default 5: "
-        "first-use JIT compiles; 1 with kernels compiled ahead of time)",
+        help="the first eager and capture step (and a first replay before any capture) of each worker may take "
+        "this many step timeouts (default 5: first-use JIT compiles; 1 with kernels compiled ahead of time)",
     )
     g = p.add_argument_group("several machines (see docs/campaigns.md)")
     g.add_argument(
