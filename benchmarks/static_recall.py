@@ -102,6 +102,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "trtllm_fp8_xqa",
         "sglang_overlap_ngram",
     ),
+    "batch 12": (
+        "mii_fastgen_ragged",
+        "whisper_encdec_cross",
+        "eagle2_dyntree",
+        "kvq_fp8_pages",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,2 @@
+from .registry import AttnAtoms, ConfigBundle, DSAttentionRegistry, DSSelfAttentionBase, DSSelfAttentionConfig
+from . import flashinfer_blocked  # noqa: F401  (registers its module class)

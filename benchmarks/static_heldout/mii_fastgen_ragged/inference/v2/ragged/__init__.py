@@ -1,0 +1,2 @@
+from .sequence_descriptor import BlockedAllocator, DSSequenceDescriptor
+from .ragged_wrapper import RaggedBatchWrapper, RaggedView

@@ -1,0 +1,1 @@
+from .flashinfer_encdec import EncDecMetadata, FlashInferEncDecBackend  # noqa: F401
