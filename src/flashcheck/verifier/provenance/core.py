@@ -105,6 +105,7 @@ _FACTORIES = frozenset(
         "asarray",
     }
 )
+_SEQUENCE_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack"})
 _LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
 _HOST_BUILTINS = frozenset(
     {
@@ -538,6 +539,10 @@ class Provenance:
         ):
             return HOST  # metadata and Python bools (torch.equal), not tensors
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
+        if tensors and short in _SEQUENCE_OPS and isinstance(tensors[0], ast.Name | ast.Attribute):
+            items = self.flow.element_sources(tensors[0], fn)[:4]  # torch.cat(parts): the tensors appended to it
+            if items:
+                return merge([self.of(e, where) for e, where in items])
         if tensors and isinstance(tensors[0], ast.List | ast.Tuple):
             tensors = list(tensors[0].elts)
         elif tensors and isinstance(tensors[0], ast.ListComp | ast.GeneratorExp):

@@ -27,6 +27,10 @@ _NONZERO_FUNCS = frozenset(
 )
 _NONZERO_METHODS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"})
 _COMPARES = frozenset({"torch.equal", "torch.allclose"})
+_MASK_METHODS = frozenset(
+    {"isnan", "isinf", "isfinite", "isin", "isclose", "logical_not", "logical_and", "logical_or", "logical_xor"}
+    | {"eq", "ne", "lt", "le", "gt", "ge", "bool"}
+)
 _CASTS = frozenset({"int", "float", "bool"})
 _NUMERIC_READS = frozenset({"math.ceil", "math.floor", "math.trunc", "round", "range", "operator.index"})
 _REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
@@ -47,7 +51,8 @@ class HostSyncInHotPath(Rule):
         capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``.numpy()``
         on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream or event
         ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument
-        ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing,
+        ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing (a
+        comparison, its ``~``/``&``/``|``, a predicate such as ``isnan()`` or ``any(dim)``, a name assigned one),
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
         ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
         device tensor, a device scalar as a slice bound (in any dimension: ``t[:b, :n]``), ``host.copy_(device)``
@@ -414,9 +419,22 @@ def _leaves(test: ast.expr) -> list[ast.expr]:
 
 
 def _is_mask(index: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
-    """A boolean index: a comparison, or a local named ``*mask*`` or assigned only from comparisons."""
+    """A boolean index: a comparison, its negation (``~m``) or combination (``a & b``), a tensor predicate
+    (``x.isnan()``, ``m.any(-1)`` along a dimension, ``torch.isin(...)``), or a local named ``*mask*`` or assigned
+    only from those."""
     if isinstance(index, ast.Compare):
         return not all(isinstance(op, ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in index.ops)
+    if depth >= 6:
+        return False
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.Invert):
+        return _is_mask(index.operand, fn, depth + 1)
+    if isinstance(index, ast.BinOp) and isinstance(index.op, ast.BitAnd | ast.BitOr | ast.BitXor):
+        return _is_mask(index.left, fn, depth + 1) or _is_mask(index.right, fn, depth + 1)
+    if isinstance(index, ast.Call) and isinstance(index.func, ast.Attribute):
+        method = index.func.attr
+        if method in ("any", "all"):  # along a dimension: a boolean tensor (without one: a scalar)
+            return bool(index.args or index.keywords)
+        return method in _MASK_METHODS
     if isinstance(index, ast.Name) and depth < 4:
         if "mask" in name_tokens(index.id):
             return True
