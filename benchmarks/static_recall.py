@@ -172,6 +172,23 @@ def measure(target: Path) -> dict[str, Any]:
     }
 
 
+def _batch_totals(run: dict[str, Any], batch: str) -> dict[str, Any] | None:
+    """`totals` over the held-out projects of `batch` in `run` (None when the run has none of them)."""
+    rows = [r for r in run["fixtures"] if r["fixture"].removeprefix("static_heldout/") in HELDOUT_BATCHES[batch]]
+    return totals(rows) if rows else None
+
+
+def _blind_summary(doc: dict[str, Any]) -> str:
+    """``batch 2 51/54, 0/53; ...`` from each `blind (batch N unseen)` run, for its own batch."""
+    parts = []
+    for batch in HELDOUT_BATCHES:
+        run = doc["runs"].get(f"blind ({batch} unseen)")
+        t = _batch_totals(run, batch) if run else None
+        if t is not None:
+            parts.append(f"{batch} {t['hit']}/{t['expect']}, {t['false_positive']}/{t['ok']}")
+    return "; ".join(parts) or "none yet"
+
+
 def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     expect = sum(v["expect"] for r in rows for v in r["per_rule"].values())
     hit = sum(v["hit"] for r in rows for v in r["per_rule"].values())
@@ -247,15 +264,11 @@ def render(doc: dict[str, Any]) -> str:
         "configuration) are counted apart from the per-rule fixtures. The engine fixtures were written together with",
         "the analysis they measure. The held-out samples (`benchmarks/static_heldout/`) are written in batches after",
         "the analysis, by someone who reads the rule pages but not the analysis; a batch measures recall on unseen",
-        "code until its misses guide a change. Batch 2 was measured blind in the run `blind (batch 2 unseen)`, and",
-        "its misses guided the fixes that followed; batch 3 was written after those fixes and measured blind in",
-        "`blind (batch 3 unseen)`; its misses guided the fixes that followed; batch 4 was written after those and",
-        "measured blind in `blind (batch 4 unseen)` (one of its labels was corrected after its writer saw the output:",
-        "a line that read no data, marked as a sync), batch 5 (66 bug sites, 82 near misses, no label corrected) in",
-        "`blind (batch 5 unseen)` (61/66, 0/82), whose misses guided the fixes that followed, batch 6 (49 bug",
-        "sites, 58 near misses, no label corrected) in `blind (batch 6 unseen)` (41/49, 2/58), whose misses guided",
-        "the fixes that followed, and batch 7 (55 bug sites, 60 near misses, no label corrected) in",
-        "`blind (batch 7 unseen)` (35/55, 2/60), the latest estimate for code the analysis has not seen.",
+        "code until its misses guide a change. Each batch from 2 on was measured blind, in the run `blind (batch N",
+        "unseen)`, before its misses guided the fixes that followed (one label of batch 4 was corrected after its",
+        "writer saw the output: a line that read no data, marked as a sync; no other label was corrected). Each",
+        "batch on its own in its blind run (recall, near-miss false positives): " + _blind_summary(doc) + "; the",
+        "last is the latest estimate for code the analysis has not seen.",
         "Every run is measured over every batch, so a row shows what a later batch would have found at that commit.",
         "",
         "| run | date | commit | engine recall | engine near-miss FP | held-out recall | held-out near-miss FP "
@@ -275,10 +288,9 @@ def render(doc: dict[str, Any]) -> str:
     lines += ["| run | " + " | ".join(HELDOUT_BATCHES) + " |", "|---|" + "---|" * len(HELDOUT_BATCHES)]
     for label, run in doc["runs"].items():
         cells = []
-        for projects in HELDOUT_BATCHES.values():
-            rows = [r for r in run["fixtures"] if r["fixture"].removeprefix("static_heldout/") in projects]
-            t = totals(rows)
-            cells.append(f"{_pct(t['hit'], t['expect'])}, {_pct(t['false_positive'], t['ok'])}" if rows else "-")
+        for batch in HELDOUT_BATCHES:
+            t = _batch_totals(run, batch)
+            cells.append(f"{_pct(t['hit'], t['expect'])}, {_pct(t['false_positive'], t['ok'])}" if t else "-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for label, run in doc["runs"].items():
         lines += ["", f"## {label}: `{run['command']}` (Python {run['python']})", ""]
