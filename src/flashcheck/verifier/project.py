@@ -265,9 +265,10 @@ class Project(InstanceTyping):
 
     def _instance_names(self, cls: ClassInfo) -> set[str]:
         """Names that may hold an instance of `cls` or a subclass, so that calling them runs its ``__call__`` or
-        ``forward``: the targets its constructor calls are assigned to (``self.attn = Attention(...)``, also inside
-        ``nn.ModuleList(...)``, lists and comprehensions) and the loop variables over those (``for layer in
-        self.layers``)."""
+        ``forward``: the attributes its constructor calls are assigned to (``self.attn = Attention(...)``, also
+        inside ``nn.ModuleList(...)``, lists and comprehensions; not locals of the building function, whose calls
+        of every common local name would cost more than they find) and the loop variables over those (``for layer
+        in self.layers``)."""
         sites = self.calls_by_name()
         out: set[str] = set()
         for c in [cls, *self.subclasses_of(cls)]:
@@ -277,8 +278,8 @@ class Project(InstanceTyping):
                     if value is None or not any(n is call for n in ast.walk(value)):
                         continue
                     for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
-                        name = terminal_name(t)
-                        if name:
+                        name = terminal_name(t) if isinstance(t, ast.Attribute | ast.Subscript) else None
+                        if name:  # self.attn = Attention(...), self.layers[i] = ...: what lasts beyond the builder
                             out.add(name)
         if self._loop_names is None:
             self._loop_names = {}
