@@ -139,10 +139,11 @@ class InstanceTyping(ProjectIndex):
                 return returned_class(self, target)
             return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
-            if fn.params[value.id] is not None:
-                declared = self._annotation_class(fn.params[value.id], fn, depth + 1)
-                if declared is not None:  # else a type outside the project (Callable, nn.Module): callers say
-                    return declared
+            ann = fn.params[value.id]
+            if ann is not None:
+                declared = self._annotation_class(ann, fn, depth + 1)
+                if declared is not None or _plain_annotation(ann):
+                    return declared  # else a type outside the project (Callable, nn.Module): callers say
             if value.id in ("self", "cls") and fn.cls is not None:
                 return fn.cls
             for caller, call in self.callers(fn)[:8] if depth < _MAX_DEPTH - 1 else []:  # filled by callers
@@ -267,6 +268,22 @@ class InstanceTyping(ProjectIndex):
             return left if left is not None else self._annotation_class(ann.right, fn, depth + 1)
         target = self.resolve_def(ann, fn, depth + 1) if isinstance(ann, (ast.Name, ast.Attribute)) else None
         return target if isinstance(target, ClassInfo) else None
+
+
+# Annotations that name no object whose methods the project defines: their parameters are not typed by callers
+_PLAIN = frozenset(
+    {"str", "int", "float", "bool", "bytes", "list", "dict", "tuple", "set", "frozenset", "List", "Dict", "Tuple"}
+    | {"Set", "Sequence", "Mapping", "Iterable", "Iterator", "Tensor", "ndarray", "device", "dtype", "Path", "None"}
+)
+
+
+def _plain_annotation(ann: ast.expr) -> bool:
+    """A builtin, container, tensor or array annotation (``str``, ``List[int]``, ``torch.Tensor``)."""
+    found = annotation(ann)
+    if isinstance(found, ast.Subscript):
+        found = found.value
+    name = dotted(found) if found is not None else None
+    return name is not None and name.rsplit(".", 1)[-1] in _PLAIN
 
 
 def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:

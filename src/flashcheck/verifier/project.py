@@ -50,7 +50,7 @@ class Project(InstanceTyping):
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
-        self._has_setters = any(ci.setters for ci in self.classes.values())
+        self._setter_names = frozenset(name for ci in self.classes.values() for name in ci.setters)
         self._loop_names: dict[str, set[str]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
@@ -275,7 +275,9 @@ class Project(InstanceTyping):
             for f, call in sites.get(c.name, [])[:64]:
                 for a in f.assigns:
                     value = a.value
-                    if value is None or not any(n is call for n in ast.walk(value)):
+                    if value is None or not (a.lineno <= call.lineno <= (a.end_lineno or a.lineno)):
+                        continue  # (the line test first: walking every assignment of a large builder costs)
+                    if not any(n is call for n in ast.walk(value)):
                         continue
                     for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
                         name = terminal_name(t) if isinstance(t, ast.Attribute | ast.Subscript) else None
@@ -436,10 +438,11 @@ class Project(InstanceTyping):
         """The ``@x.setter`` methods `fn` runs by storing an attribute (``self.indices_capacity = n``) of an object
         whose class is known (on ``self``, also the setters of subclasses)."""
         out: list[tuple[FunctionInfo, ast.Attribute]] = []
-        if not self._has_setters:
+        names = self._setter_names
+        if not names:
             return out
         for node in fn.attributes:
-            if not isinstance(node.ctx, ast.Store):
+            if node.attr not in names or not isinstance(node.ctx, ast.Store):
                 continue
             cls = self.instance_type(node.value, fn)
             found = next((c.setters[node.attr] for c in with_bases(cls) if node.attr in c.setters), None)
