@@ -108,6 +108,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "eagle2_dyntree",
         "kvq_fp8_pages",
     ),
+    "batch 13": (
+        "ktrans_cpu_experts",
+        "sglang_dp_attention",
+        "vllm_async_persistent",
+        "spec_dual_pool",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

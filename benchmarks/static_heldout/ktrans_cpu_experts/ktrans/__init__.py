@@ -1,0 +1,1 @@
+"""A KTransformers-style hybrid engine: routed experts on the CPU, attention on the GPU."""

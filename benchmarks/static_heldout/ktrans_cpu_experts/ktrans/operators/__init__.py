@@ -1,0 +1,1 @@
+from .flashinfer_mla import MLAWrapper, MLAWrapperSingleton  # noqa: F401

@@ -1,0 +1,3 @@
+from .flashinfer_backend import FlashInferDPAttnBackend
+
+__all__ = ["FlashInferDPAttnBackend"]

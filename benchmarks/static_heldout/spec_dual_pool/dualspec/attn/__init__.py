@@ -1,0 +1,3 @@
+from .state import DraftAttnState, ModelAttnState, TargetAttnState
+
+__all__ = ["DraftAttnState", "ModelAttnState", "TargetAttnState"]
