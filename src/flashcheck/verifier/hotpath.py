@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
@@ -258,7 +258,8 @@ class HotPaths:
         """Project functions called through an alias the call graph does not resolve: a bound method or function
         kept in an attribute (``self._forward = self._forward_decode``), a ``functools.partial`` of one (in an
         attribute or a local), also chosen by a conditional expression."""
-        resolved = {id(call) for _, call in self.project.callees(fn)}
+        # a call resolved only to a typing.Protocol's stub (``step: StepFn``) still runs what the name holds
+        resolved = {id(call) for callee, call in self.project.callees(fn) if not _protocol_stub(callee)}
         out: list[tuple[FunctionInfo, ast.Call]] = []
         for call in fn.calls:
             f = call.func
@@ -294,6 +295,11 @@ class HotPaths:
 
 
 _MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
+
+
+def _protocol_stub(fn: FunctionInfo) -> bool:
+    """A method of a ``typing.Protocol`` class: an interface, not the code a call runs."""
+    return fn.cls is not None and any((dotted(b) or "").endswith("Protocol") for b in fn.cls.node.bases)
 
 
 def _self_member(node: ast.expr) -> str | None:

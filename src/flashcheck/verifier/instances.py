@@ -21,7 +21,7 @@ from flashcheck.verifier.index import (
 )
 from flashcheck.verifier.returns import returned_class, yielded_class
 
-__all__ = ["PROPERTIES", "InstanceTyping", "imported_name", "torch_module", "torch_name"]
+__all__ = ["PROPERTIES", "InstanceTyping", "argument", "imported_name", "torch_module", "torch_name"]
 
 PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 _MAX_DEPTH = 9
@@ -147,7 +147,7 @@ class InstanceTyping(ProjectIndex):
             if value.id in ("self", "cls") and fn.cls is not None:
                 return fn.cls
             for caller, call in self.callers(fn)[:8] if depth < _MAX_DEPTH - 1 else []:  # filled by callers
-                arg = _argument(call, fn, value.id)
+                arg = argument(call, fn, value.id)
                 t = self.instance_type(arg, caller, depth + 1) if arg is not None else None
                 if t is not None:
                     return t
@@ -286,7 +286,7 @@ def _plain_annotation(ann: ast.expr) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in _PLAIN
 
 
-def _argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
+def argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | None:
     """The argument a call passes for `param` (keyword, or position after ``self``)."""
     for kw in call.keywords:
         if kw.arg == param:

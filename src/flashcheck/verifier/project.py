@@ -23,7 +23,14 @@ from flashcheck.verifier.index import (
     owner_of,
     with_bases,
 )
-from flashcheck.verifier.instances import PROPERTIES, InstanceTyping, imported_name, torch_module, torch_name
+from flashcheck.verifier.instances import (
+    PROPERTIES,
+    InstanceTyping,
+    argument,
+    imported_name,
+    torch_module,
+    torch_name,
+)
 from flashcheck.verifier.source import SourceFile
 
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
@@ -479,6 +486,14 @@ class Project(InstanceTyping):
             factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
             rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
             return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
+        if isinstance(value, ast.Name) and value.id in fn.params and value.id not in ("self", "cls"):
+            # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
+            return [
+                t
+                for caller, call in self.callers(fn)[:8]
+                if (arg := argument(call, fn, value.id)) is not None
+                for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
+            ]
         if isinstance(value, ast.Name | ast.Attribute):
             target = self.resolve_def(value, fn)
             if isinstance(target, FunctionInfo):
