@@ -114,6 +114,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "vllm_async_persistent",
         "spec_dual_pool",
     ),
+    "batch 14": ("pld_token_pool", "streaming_sink_evict", "xpu_dual_backend"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""Prompt-lookup decoding engine (LightLLM-style token pool, FlashInfer decode graphs per batch bucket)."""

@@ -1,0 +1,3 @@
+from pldserve.attn.fi_state import DECODE_BUCKETS, PLDFlashInferState
+
+__all__ = ["DECODE_BUCKETS", "PLDFlashInferState"]

@@ -1,0 +1,3 @@
+from streamsink.attention.sink_backend import SinkFlashInferBackend
+
+__all__ = ["SinkFlashInferBackend"]
