@@ -115,6 +115,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "spec_dual_pool",
     ),
     "batch 14": ("pld_token_pool", "streaming_sink_evict", "xpu_dual_backend"),
+    "batch 15": ("embed_rerank_ragged", "qwen2vl_video_chunks"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

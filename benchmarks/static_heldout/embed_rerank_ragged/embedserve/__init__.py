@@ -1,0 +1,1 @@
+"""A text-embedding / cross-encoder reranker server: no decode, packed bidirectional prefill only."""

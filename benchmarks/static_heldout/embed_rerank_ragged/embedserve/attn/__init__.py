@@ -1,0 +1,1 @@
+from embedserve.attn.ragged_backend import RaggedEmbedBackend

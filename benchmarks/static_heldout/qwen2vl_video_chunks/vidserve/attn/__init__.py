@@ -1,0 +1,1 @@
+from vidserve.attn.backend import DecodeBatch, VideoAttnBackend
