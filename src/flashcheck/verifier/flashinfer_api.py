@@ -215,16 +215,17 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     return None
 
 
-def graph_mode(call: ast.Call, cls_name: str) -> bool | None:
-    """True/False when the constructor call says whether the wrapper is in CUDA-graph mode; None if unknown."""
+def graph_mode(call: ast.Call, cls_name: str, *, positions: bool = True) -> bool | None:
+    """True/False when the constructor call says whether the wrapper is in CUDA-graph mode; None if unknown.
+    Without `positions` (a project subclass with its own ``__init__``) only a ``use_cuda_graph=`` keyword says."""
     if cls_name.startswith("CUDAGraph"):
         return True
     v = kwarg(call, "use_cuda_graph")
     at = 1 if "MLA" in cls_name else 2  # MLA: (float_workspace_buffer, use_cuda_graph, ...)
-    if v is None and len(call.args) > at and cls_name.startswith("Batch"):
+    if v is None and positions and len(call.args) > at and cls_name.startswith("Batch"):
         v = call.args[at]
     if v is None:
-        return False
+        return False if positions else None
     if isinstance(v, ast.Constant) and isinstance(v.value, bool):
         return v.value
     return None

@@ -110,7 +110,7 @@ class GraphBufferWrittenElsewhere(Rule):
                 if built is None:
                     continue
                 cls_name, positions_known = built
-                mode = graph_mode(call, cls_name)
+                mode = graph_mode(call, cls_name, positions=positions_known)
                 if mode is not True and not (mode is None and _may_be_graph_mode(ctx, call, fn)):
                     continue
                 bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}

@@ -77,7 +77,7 @@ class NonGraphWrapperInCapture(Rule):
                     if made is None:
                         continue
                     cls_name, positions_known = made
-                    mode = graph_mode(call, cls_name) if positions_known else _keyword_mode(call, cls_name)
+                    mode = graph_mode(call, cls_name, positions=positions_known)
                     for t in a.targets:
                         local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
                         for key in storage_keys(t, fn) or local:
@@ -152,12 +152,3 @@ def _constructor_calls(value: ast.expr) -> list[ast.Call]:
     if isinstance(value, ast.Dict):
         return [c for e in value.values for c in _constructor_calls(e)]
     return []
-
-
-def _keyword_mode(call: ast.Call, cls_name: str) -> bool | None:
-    """`graph_mode` of a subclass with its own ``__init__``: only a ``use_cuda_graph=`` keyword (or a
-    ``CUDAGraph*`` base) says, since its positions are not FlashInfer's."""
-    if cls_name.startswith("CUDAGraph"):
-        return True
-    flag = next((kw.value for kw in call.keywords if kw.arg == "use_cuda_graph"), None)
-    return flag.value if isinstance(flag, ast.Constant) and isinstance(flag.value, bool) else None
