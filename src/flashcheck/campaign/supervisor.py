@@ -503,17 +503,11 @@ class Supervisor:
         """Whether a worker busy past a budget stop's deadline is left to its watchdogs, not killed unjudged: its
         step outlasted the step timeout on a first step's longer leash (a compile, or a kernel that never ends).
         An interrupt stops at its deadline: a resumed campaign runs the step again."""
-        return (
-            self.stop_reason.endswith("budget spent")
-            and h.status == "busy"
-            and h.leash > 1.0
-            and now - h.last_event > self.cfg.step_timeout
-        )
+        outlasted = h.status == "busy" and now - h.last_event > self.cfg.step_timeout
+        return self.stop_reason.endswith("budget spent") and h.leash > 1.0 and outlasted
 
     def _snapshot(self) -> Snapshot:
-        by_id: dict[str, int] = {}
-        for f in self.store.findings.values():
-            by_id[f.id] = by_id.get(f.id, 0) + 1
+        by_id = dict(collections.Counter(f.id for f in self.store.findings.values()))
         lines = [
             WorkerLine(
                 h.index,
