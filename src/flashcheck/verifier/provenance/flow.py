@@ -119,7 +119,8 @@ class ValueFlow:
         """The string constants the name argument of ``getattr``/``setattr`` may be: a literal, a constant, or the
         items of the loop around `line` that binds it (``for name in self._STATIC_INPUTS``)."""
         items = self.loop_item_sources(arg.id, fn, line) if isinstance(arg, ast.Name) else None
-        return [v for v in dict.fromkeys(self.constants(items or [(arg, fn)])) if isinstance(v, str)]
+        starts = list(reversed(items or [(arg, fn)]))  # constants() takes the last first: names in source order
+        return [v for v in dict.fromkeys(self.constants(starts)) if isinstance(v, str)]
 
     def getattr_reads(self, call: ast.Call, fn: FunctionInfo) -> list[ast.Attribute]:
         """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name; empty

@@ -75,10 +75,7 @@ class FlashinferPrivateAttribute(Rule):
                     self._check(ctx, fn, attr, attr.value, attr.attr)
             for call in fn.calls:
                 if isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and len(call.args) >= 2:
-                    arg = call.args[1]
-                    loop = _enclosing_loop(fn, call, arg)  # the loop this call runs in, not every loop of `name`
-                    names = _constant_names(ctx, arg if loop is None else loop, fn, iterable=loop is not None)
-                    for name in names:
+                    for name in ctx.prov.flow.attribute_names(call.args[1], fn, call.lineno):
                         self._check(ctx, fn, call, call.args[0], name)
             for sub in fn.subscripts:  # vars(w)["_plan_info"], w.__dict__["_plan_info"]
                 key = sub.slice
@@ -93,7 +90,7 @@ class FlashinferPrivateAttribute(Rule):
                 if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
                     owner = _dict_owner(f.value)
                     if owner is not None:
-                        for name in _constant_names(ctx, call.args[0], fn):
+                        for name in ctx.prov.flow.attribute_names(call.args[0], fn, call.lineno):
                             self._check(ctx, fn, call, owner, name)
 
     def _check(self, ctx: Context, fn: FunctionInfo, node: ast.AST, receiver: ast.expr, attr: str) -> None:
@@ -118,49 +115,7 @@ class FlashinferPrivateAttribute(Rule):
         )
 
 
-def _enclosing_loop(fn: FunctionInfo, node: ast.AST, name: ast.expr) -> ast.expr | None:
-    """The iterable of the innermost ``for name in ...`` of `fn` whose body holds `node`."""
-    if not isinstance(name, ast.Name) or name.id not in fn.loop_vars:
-        return None
-    if len(fn.loop_vars[name.id]) == 1:  # one loop (or comprehension) binds the name
-        return fn.loop_vars[name.id][0]
-    line = getattr(node, "lineno", 0)
-    found: ast.expr | None = None
-    for loop in ast.walk(fn.node):
-        if (
-            isinstance(loop, ast.For | ast.AsyncFor)
-            and isinstance(loop.target, ast.Name)
-            and loop.target.id == name.id
-            and loop.body[0].lineno <= line <= (loop.body[-1].end_lineno or 0)
-        ):
-            found = loop.iter  # ast.walk is breadth-first: a later match is nested deeper
-    return found
-
-
-_NAME_BUDGET = 64  # expressions visited per reflection call
 _DICT_ACCESS = frozenset({"get", "setdefault", "pop", "__getitem__", "__setitem__"})
-
-
-def _constant_names(ctx: Context, arg: ast.expr, fn: FunctionInfo, *, iterable: bool = False) -> list[str]:
-    """Attribute names a reflection call may use: string constants the value flow connects to `arg` (a literal,
-    a local or module/class constant, a loop variable over a tuple of them, a parameter its callers fill); with
-    `iterable`, the constants among the items of `arg`. In the order found, each once."""
-    flow = ctx.prov.flow
-    start = flow.element_sources(arg, fn) if iterable else [(arg, fn)]
-    stack = list(reversed(start[:16]))
-    seen: set[int] = set()
-    out: dict[str, None] = {}
-    while stack and len(seen) < _NAME_BUDGET:
-        expr, where = stack.pop()
-        if id(expr) in seen:
-            continue
-        seen.add(id(expr))
-        if isinstance(expr, ast.Constant):
-            if isinstance(expr.value, str):
-                out[expr.value] = None
-        elif isinstance(expr, ast.Name | ast.Attribute | ast.Subscript):
-            stack.extend(reversed(flow.sources(expr, where)[:16]))
-    return list(out)
 
 
 def _getter_names(func: ast.expr, fn: FunctionInfo) -> list[str]:
