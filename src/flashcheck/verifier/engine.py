@@ -43,6 +43,8 @@ class Rule:
     name: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.ERROR
     confidence: ClassVar[Confidence] = Confidence.HIGH
+    # Whether the rule is about serving code only, and so quiet in tests and benchmarks (`SourceFile.is_tooling`)
+    serving_only: ClassVar[bool] = True
 
     def check(self, ctx: Context) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -106,6 +108,8 @@ class Context:
         confidence: Confidence | None = None,
     ) -> None:
         sf = fn.source
+        if rule.serving_only and sf.is_tooling:
+            return
         line = getattr(node, "lineno", fn.line)
         col = getattr(node, "col_offset", 0) + 1
         site = Frame(sf.relpath, line, fn.short, sf.line_text(line))

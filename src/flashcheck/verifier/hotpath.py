@@ -114,9 +114,21 @@ def default_category(fn: FunctionInfo) -> Category | None:
         cls_words = name_tokens(fn.cls.name)
         if "builder" in cls_words or "metadata" in cls_words:
             return "metadata"
-    if ("plan" in words and not words & _NOT_PLAN_WORDS) or name == "begin_forward":
+    if name == "begin_forward" or ("plan" in words and not words & _NOT_PLAN_WORDS and _plans_attention(fn, words)):
         return "plan"
     return None
+
+
+def _plans_attention(fn: FunctionInfo, words: frozenset[str]) -> bool:
+    """Whether a function named like a plan plans attention (FlashInfer's ``plan()`` runs every step), rather than
+    something an engine re-plans now and then (an expert placement, a memory layout): it is named ``plan`` itself,
+    its module imports FlashInfer, or it calls a plan (``self.wrapper.plan(...)``, ``self._plan_decode(...)``)."""
+    if words == {"plan"} or any(t == "flashinfer" or t.startswith("flashinfer.") for t in fn.module.imports.values()):
+        return True
+    return any(
+        (n := terminal_name(c.func)) is not None and ("plan" in name_tokens(n) or n == "begin_forward")
+        for c in fn.calls
+    )
 
 
 def find_roots(project: Project, config: StaticConfig) -> list[Root]:
@@ -141,7 +153,7 @@ def find_roots(project: Project, config: StaticConfig) -> list[Root]:
             keep: Category = cat if cat is not None and cat in METADATA_CATEGORIES else "configured"
             roots.append(Root(fn, keep, f"matches hot-paths pattern {pat!r}"))
             continue
-        if config.default_roots:
+        if config.default_roots and not fn.source.is_tooling:  # a test named test_replay_* is not a replay
             cat = default_category(fn)
             if cat is not None:
                 roots.append(Root(fn, cat, f"name matches the default {cat} pattern"))

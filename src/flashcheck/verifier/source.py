@@ -75,6 +75,16 @@ class SourceFile:
             or bool(parts & {"tests", "test", "testing"})
         )
 
+    @property
+    def is_tooling(self) -> bool:
+        """Tests and benchmarks: code that drives the engine for one known case, never the serving path."""
+        parts = set(Path(self.relpath).parts[:-1])
+        return (
+            self.is_test
+            or bool(parts & {"benchmarks", "benchmark", "bench", "perf"})
+            or self.path.name.startswith(("bench_", "benchmark_"))
+        )
+
     def line_text(self, line: int) -> str:
         return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 

@@ -23,6 +23,7 @@ from flashcheck.verifier.provenance.tensors import (
     HOST_ATTRS,
     HOST_RESULT_METHODS,
     TENSOR_METHODS,
+    TORCH_FACTORIES,
     TensorUses,
     is_predicate,
     is_tensor_annotation,
@@ -87,24 +88,8 @@ _NOT_TENSOR_WORDS = frozenset(
     }
 )
 
-_FACTORIES = frozenset(
-    {
-        "tensor",
-        "empty",
-        "zeros",
-        "ones",
-        "full",
-        "arange",
-        "as_tensor",
-        "rand",
-        "randn",
-        "randint",
-        "empty_strided",
-        "linspace",
-        "eye",
-        "asarray",
-    }
-)
+# factories that make a tensor from sizes or host data: on `device=`, else the host (`normal` follows its mean)
+_FACTORIES = TORCH_FACTORIES - {"normal"}
 _SEQUENCE_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack"})
 _LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
 _HOST_BUILTINS = frozenset(

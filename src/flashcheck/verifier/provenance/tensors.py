@@ -56,7 +56,7 @@ _TORCH_ONLY_METHODS = frozenset(
     }
 )
 # torch functions whose first argument is a size, a host array or a seed, not a tensor.
-_FACTORIES = frozenset(
+TORCH_FACTORIES = frozenset(
     {
         *("tensor", "as_tensor", "asarray", "from_numpy", "frombuffer", "empty", "zeros", "ones", "full", "arange"),
         *("rand", "randn", "randint", "randperm", "empty_strided", "linspace", "logspace", "eye", "range", "normal"),
@@ -149,7 +149,7 @@ class TensorUses:
                     out.add(d)
             name = torch_name(f, fn) or ""
             consumes = f.attr == "copy_" if isinstance(f, ast.Attribute) else False
-            if call.args and (consumes or (is_tensor_op(name) and name.rsplit(".", 1)[-1] not in _FACTORIES)):
+            if call.args and (consumes or (is_tensor_op(name) and name.rsplit(".", 1)[-1] not in TORCH_FACTORIES)):
                 first = call.args[0]  # the tensor operand (later arguments may be sizes, dims or scalars)
                 for item in first.elts if isinstance(first, ast.List | ast.Tuple) else [first]:
                     d = dotted(_base(item))

@@ -62,6 +62,10 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``torch.zeros(...)`` once at start-up (share it between wrappers, as rtp-llm's ``g_zero_workspace_buffer``
         does), or ``.zero_()`` the buffer right after ``torch.empty``.
 
+    Where it reports
+        Everywhere, tests and benchmarks included (the other static rules are about serving code and are quiet
+        there): a test that hands such a kernel fresh memory passes or fails by what the allocator left in it.
+
     Known false positives
         A buffer zeroed in a different function than the one that allocates it is reported; suppress with a reason
         naming where it is zeroed.
@@ -71,6 +75,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         read from configuration that no project code sets (``backend=cfg.backend``) is not assumed to be trtllm-gen; a
         zeroing flag that callers set from configuration or variables counts as zeroing (only constants are judged).
     """
+
+    # a test that hands such a kernel fresh memory passes or fails by what the allocator left there: reported
+    serving_only = False
 
     def check(self, ctx: Context) -> None:
         extra = frozenset(ctx.config.zeroed_workspace_consumers)

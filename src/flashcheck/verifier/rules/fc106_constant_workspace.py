@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
@@ -90,7 +91,7 @@ class ConstantWorkspaceSize(Rule):
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))
             for alloc, where in candidates:
-                if id(alloc) in seen or _is_test_or_benchmark(where):
+                if id(alloc) in seen or where.source.is_tooling:
                     continue
                 seen.add(id(alloc))
                 size = _size_arg(alloc, where)
@@ -119,18 +120,14 @@ def _size_arg(alloc: ast.Call, fn: FunctionInfo) -> ast.expr | None:
 
 
 def _names_workspace(name: str) -> bool:
+    """Whether a name calls its value a workspace (``float_workspace_buffer``, ``self._ws``), not something of one
+    (``workspace_starts``, ``ws_offsets``): its last word is a workspace word, or a buffer word after one
+    (``workspace_int_buffer``)."""
     low = name.lower()  # a substring test first: tokenising every assignment target of a project is slow
-    return ("workspace" in low or "ws" in low) and bool(_WORKSPACE_WORDS & name_tokens(name))
-
-
-def _is_test_or_benchmark(fn: FunctionInfo) -> bool:
-    """Tests and benchmarks size workspaces for one known case on purpose."""
-    parts = set(fn.source.relpath.split("/")[:-1])
-    return (
-        fn.source.is_test
-        or bool(parts & {"benchmarks", "benchmark", "bench", "perf"})
-        or (fn.source.path.name.startswith(("bench_", "benchmark_")))
-    )
+    if not ("workspace" in low or "ws" in low) or not _WORKSPACE_WORDS & name_tokens(name):
+        return False
+    words = [w.lower() for w in _WORDS.split(name) if w]
+    return bool(words) and (words[-1] in _WORKSPACE_WORDS or words[-1] in _BUFFER_WORDS)
 
 
 def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int, text: bool = False) -> bool:
@@ -319,4 +316,6 @@ def _constructor_field(cls: ClassInfo, attr: str) -> bool:
 _FIELD_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
 _FIELD_BASES = frozenset({"NamedTuple", "BaseModel", "BaseSettings", "Struct"})
 _WORKSPACE_WORDS = frozenset({"workspace", "workspaces", "ws"})
+_BUFFER_WORDS = frozenset({"buffer", "buffers", "buf", "bufs", "pool", "mem", "memory", "storage", "tensor"})
+_WORDS = re.compile(r"[^a-zA-Z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv"})

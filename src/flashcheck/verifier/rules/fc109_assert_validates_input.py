@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from flashcheck.findings import Confidence, Severity
+from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
@@ -21,7 +22,8 @@ class AssertValidatesInput(Rule):
         ``self``/``cls``), a local derived from one (``n = len(seq_lens)``), or a ``self.x`` set from one in the
         same function; and asserts in private helpers on parameters that a public caller fills from its own
         arguments. Asserts on the object's own state, on private helpers' internal values and in tests are
-        internal invariants and are not reported.
+        internal invariants and are not reported, nor are asserts in a function whose body a compiler translates
+        (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): those are the compiler's checks, not Python's.
 
     Why it breaks serving
         ``python -O`` strips asserts, and engines are run that way in production images: the check that stopped a
@@ -51,7 +53,7 @@ class AssertValidatesInput(Rule):
     def check(self, ctx: Context) -> None:
         names = _Names()
         for fn in ctx.project.functions:
-            if not fn.asserts or fn.source.is_test:
+            if not fn.asserts or fn.source.is_tooling or _compiled(fn):
                 continue
             if _is_public(fn):
                 inputs = set(fn.params) - {"self", "cls"}
@@ -82,6 +84,15 @@ class AssertValidatesInput(Rule):
                         hint="raise ValueError/TypeError with the offending values and the accepted range instead",
                         evidence={"parameters": used},
                     )
+
+
+# Decorators that compile the function's body (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): its asserts
+# become the compiler's checks, which ``python -O`` does not strip.
+_COMPILERS = frozenset({"jit", "njit", "script"})
+
+
+def _compiled(fn: FunctionInfo) -> bool:
+    return any(terminal_name(d) in _COMPILERS for d in fn.decorators)
 
 
 def _is_public(fn: FunctionInfo) -> bool:
