@@ -95,9 +95,10 @@ def default_category(fn: FunctionInfo) -> Category | None:
       or ``prepare*cuda_graph*`` (rtp-llm's ``prepare_cuda_graph``).
     - ``metadata``: ``init_forward_metadata*``; ``build``/``build_*`` of a class named ``*Builder*``/``*Metadata*``
       (vLLM's ``AttentionMetadataBuilder.build``).
-    - ``plan``: a word ``plan`` (``plan``, ``fast_decode_plan``, ``_plan_prefill``) or ``begin_forward``, unless
-      another word says the function observes plans rather than makes them (``log_plan_stats``,
-      ``benchmark_plan``, ``plan_statistics``).
+    - ``plan``: a word ``plan`` (``plan``, ``fast_decode_plan``, ``_plan_prefill``) where the function plans
+      attention (`_plans_attention`), or ``begin_forward``, unless another word says the function observes plans
+      rather than makes them (``log_plan_stats``, ``benchmark_plan``, ``plan_statistics``).
+    Functions in tests and benchmarks (`SourceFile.is_tooling`) are never default roots.
     """
     name = fn.name
     if name == "<module>":
