@@ -198,6 +198,8 @@ class Provenance:
                 inner = self.flow.loop_item_sources(expr.id, fn, expr.lineno)  # the for loop whose body holds it
                 if inner:
                     return self._cached(expr, fn, lambda: self.merge_sources(inner))
+            if self.flow.partial_reach(expr, fn) and self.by_name(expr.id) is not HOST:  # assigned again later
+                return self._cached(expr, fn, lambda: self.merge_sources(self.flow.sources(expr, fn)))
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)

@@ -22,6 +22,7 @@ from flashcheck.verifier.index import field_order, innermost_loop, loop_containe
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
+from flashcheck.verifier.provenance.reaching import Reaching
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -50,6 +51,7 @@ class ValueFlow:
         self._types: dict[int, ClassInfo | None] = {}
         self._getattr_reads: dict[int, list[ast.Attribute]] = {}
         self._types_active: set[int] = set()
+        self._reaching = Reaching()
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
@@ -68,7 +70,12 @@ class ValueFlow:
 
     def _sources_uncached(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
         if isinstance(expr, ast.Name):
-            return self.name_sources(expr.id, fn)
+            found = self.name_sources(expr.id, fn)
+            own = fn.local_assigns.get(expr.id)
+            if self.partial_reach(expr, fn) and own:  # of this function's assignments, those that reach the read
+                kept = {id(v) for v in self._reaching.keep(own, expr, fn)}
+                found = [s for s in found if s[1] is not fn or id(s[0]) in kept or all(s[0] is not v for v in own)]
+            return found
         if isinstance(expr, ast.Attribute):
             return self.attr_sources(expr, fn)
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
@@ -207,6 +214,13 @@ class ValueFlow:
                     if named and isinstance(t, ast.Subscript) and _is_key(t.slice, key) and a.value is not None:
                         out.append((a.value, where))
         return out
+
+    def partial_reach(self, read: ast.Name, fn: FunctionInfo) -> bool:
+        """Whether only some of `fn`'s assignments of a local name reach this read of it (`Reaching`)."""
+        own = fn.local_assigns.get(read.id)
+        if not own or len(own) < 2 or read.id in fn.params:
+            return False
+        return len(self._reaching.keep(own, read, fn)) < len(own)
 
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:
