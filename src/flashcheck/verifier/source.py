@@ -14,6 +14,7 @@ import re
 import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from flashcheck.errors import InvalidArgument
@@ -64,7 +65,7 @@ class SourceFile:
     lines: list[str] = field(default_factory=list)
     suppressions: list[Suppression] = field(default_factory=list)
 
-    @property
+    @cached_property
     def is_test(self) -> bool:
         name = self.path.name
         parts = set(Path(self.relpath).parts[:-1])
@@ -75,7 +76,7 @@ class SourceFile:
             or bool(parts & {"tests", "test", "testing"})
         )
 
-    @property
+    @cached_property
     def is_tooling(self) -> bool:
         """Tests and benchmarks: code that drives the engine for one known case, never the serving path."""
         parts = set(Path(self.relpath).parts[:-1])

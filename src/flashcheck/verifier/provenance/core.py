@@ -183,6 +183,8 @@ class Provenance:
         ):
             return HOST
         if isinstance(expr, ast.Name):
+            if self.flow.not_a_tensor(expr, fn):
+                return HOST  # the else of `if isinstance(x, torch.Tensor):`
             loops = fn.loop_vars.get(expr.id)
             if loops and len(loops) > 1 and expr.id not in fn.local_assigns:
                 # One name reused by several loops/comprehensions: the one on the same line is this one.
@@ -198,8 +200,9 @@ class Provenance:
                 inner = self.flow.loop_item_sources(expr.id, fn, expr.lineno)  # the for loop whose body holds it
                 if inner:
                     return self._cached(expr, fn, lambda: self.merge_sources(inner))
-            if self.flow.partial_reach(expr, fn) and self.by_name(expr.id) is not HOST:  # assigned again later
-                return self._cached(expr, fn, lambda: self.merge_sources(self.flow.sources(expr, fn)))
+            placed = self.flow.positional_sources(expr, fn)  # assigned more than once, or a parameter re-bound
+            if placed is not None and self.by_name(expr.id) is not HOST:
+                return self._cached(expr, fn, lambda: self.merge_sources(placed))
             return self._name(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self._attribute(expr, fn)

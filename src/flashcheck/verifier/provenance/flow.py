@@ -70,12 +70,8 @@ class ValueFlow:
 
     def _sources_uncached(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
         if isinstance(expr, ast.Name):
-            found = self.name_sources(expr.id, fn)
-            own = fn.local_assigns.get(expr.id)
-            if self.partial_reach(expr, fn) and own:  # of this function's assignments, those that reach the read
-                kept = {id(v) for v in self._reaching.keep(own, expr, fn)}
-                found = [s for s in found if s[1] is not fn or id(s[0]) in kept or all(s[0] is not v for v in own)]
-            return found
+            placed = self.positional_sources(expr, fn)
+            return placed if placed is not None else self.name_sources(expr.id, fn)
         if isinstance(expr, ast.Attribute):
             return self.attr_sources(expr, fn)
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
@@ -215,12 +211,31 @@ class ValueFlow:
                         out.append((a.value, where))
         return out
 
-    def partial_reach(self, read: ast.Name, fn: FunctionInfo) -> bool:
-        """Whether only some of `fn`'s assignments of a local name reach this read of it (`Reaching`)."""
+    def not_a_tensor(self, read: ast.Name, fn: FunctionInfo) -> bool:
+        """Whether an ``isinstance`` test around `read` says the name holds no tensor there (`Reaching`)."""
+        return self._reaching.not_a_tensor(read, fn)
+
+    def positional_sources(self, read: ast.Name, fn: FunctionInfo) -> list[Source] | None:
+        """What this read of a name may hold where the place of the read matters (`Reaching`), else None: a local
+        assigned more than once (the assignments that reach the read), a parameter assigned in the function (after
+        an assignment at the function's top level, that assignment and not the caller's argument)."""
         own = fn.local_assigns.get(read.id)
-        if not own or len(own) < 2 or read.id in fn.params:
-            return False
-        return len(self._reaching.keep(own, read, fn)) < len(own)
+        if not own:
+            return None
+        if read.id in fn.params:
+            kept = [v for v in own if self._reaching.reaches(v, read, fn)]
+            if not kept:
+                return None
+            top = {id(st.value) for st in getattr(fn.node, "body", ()) if isinstance(st, ast.Assign | ast.AnnAssign)}
+            here = [(v, fn) for v in kept]
+            return here if any(id(v) in top for v in kept) else self.param_sources(fn, read.id) + here
+        if len(own) < 2:
+            return None
+        kept_ids = {id(v) for v in self._reaching.keep(own, read, fn)}
+        if len(kept_ids) == len(own):
+            return None
+        found = self.name_sources(read.id, fn)
+        return [s for s in found if s[1] is not fn or id(s[0]) in kept_ids or all(s[0] is not v for v in own)]
 
     def name_sources(self, name: str, fn: FunctionInfo) -> list[Source]:
         if name in fn.params:
@@ -288,7 +303,10 @@ class ValueFlow:
             return cached
         self._params[key] = []  # recursion guard
         out: list[Source] = []
+        serving = not fn.source.is_tooling
         for caller, call in self.project.callers(fn):
+            if serving and caller.source.is_tooling:
+                continue  # a test feeds its own tensors: they say nothing of what the engine passes
             arg = arg_for_param(call, fn, name)
             if arg is not None:
                 out.append((arg, caller))
@@ -501,6 +519,8 @@ class ValueFlow:
         return found
 
     def _element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[Source]:
+        if isinstance(container, ast.Name) and self.not_a_tensor(container, fn):
+            return []  # not a tensor here: its items are not a tensor's elements
         if isinstance(container, ast.List | ast.Tuple | ast.Set):
             return [(e, fn) for e in container.elts if not isinstance(e, ast.Starred)]
         if isinstance(container, ast.ListComp | ast.SetComp | ast.GeneratorExp):
