@@ -1,0 +1,1 @@
+"""beamserve: beam search with copy-on-write KV blocks and FlashInfer decode graphs."""

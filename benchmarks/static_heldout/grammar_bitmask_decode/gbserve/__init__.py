@@ -1,0 +1,1 @@
+"""gbserve: grammar-constrained decoding with token bitmasks, jump-forward and FlashInfer decode graphs."""

@@ -1,0 +1,3 @@
+from podserve.attn.pod_backend import DecodeMetadata, MixedMetadata, PodAttnBackend
+
+__all__ = ["DecodeMetadata", "MixedMetadata", "PodAttnBackend"]
