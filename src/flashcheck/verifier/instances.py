@@ -19,6 +19,7 @@ from flashcheck.verifier.index import (
     owner_of,
     with_bases,
 )
+from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.returns import returned_class, yielded_class
 
 __all__ = ["PROPERTIES", "InstanceTyping", "argument", "imported_name", "torch_module", "torch_name"]
@@ -33,6 +34,7 @@ class InstanceTyping(ProjectIndex):
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
     _instance_memo: dict[tuple[int, int, int], ClassInfo | None]  # instance_type's, made by Project
     cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
+    reaching: Reaching  # made by Project
 
     if TYPE_CHECKING:
 
@@ -73,7 +75,7 @@ class InstanceTyping(ProjectIndex):
             declared = self._annotation_class(fn.local_types.get(expr.id), fn, depth + 1)  # meta: Optional[M] = ...
             if declared is not None:
                 return declared
-            values = [(v, fn) for v in fn.local_assigns.get(expr.id, [])]
+            values = [(v, fn) for v in self.reaching.keep(fn.local_assigns.get(expr.id, []), expr, fn)]
             held = loop_containers(expr.id, fn, getattr(expr, "lineno", None)) if not values else None
             if held:  # for layer, kv in zip(self.layers, caches): the items of the container at its position
                 return self._same_class([self._element_type(c, fn, depth + 1) for c in held])

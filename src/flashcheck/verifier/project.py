@@ -31,6 +31,7 @@ from flashcheck.verifier.instances import (
     torch_module,
     torch_name,
 )
+from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.source import SourceFile
 
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
@@ -54,6 +55,7 @@ class Project(InstanceTyping):
         super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
         self.cuts = 0
+        self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
@@ -334,6 +336,11 @@ class Project(InstanceTyping):
             target = self.resolve_def(func, fn)
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)
+            if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
+                each = [m for c in self._attr_classes(base, fn) if (m := self.method(c, func.attr)) is not None]
+                if len(each) > 1:
+                    yield from each
+                    return
             inst = self.instance_type(base, fn, 1)
             target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
             if target is None and inst is None and isinstance(base, ast.Name):
@@ -364,6 +371,18 @@ class Project(InstanceTyping):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self.overrides(target.cls, target.name)
+
+    def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
+        branch, ``FullImpl(cfg)`` in the other); empty for one class or none."""
+        owner = self.instance_type(attr.value, fn, 1)
+        found: dict[int, ClassInfo] = {}
+        for c in with_bases(owner) if owner is not None else []:
+            for value, where in c.attr_assigns.get(attr.attr, [])[:8]:
+                t = self._value_type(value, where, 1)
+                if t is not None:
+                    found[id(t)] = t
+        return list(found.values()) if len(found) > 1 else []
 
     def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes

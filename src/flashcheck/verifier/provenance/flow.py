@@ -22,7 +22,6 @@ from flashcheck.verifier.index import field_order, innermost_loop, loop_containe
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
-from flashcheck.verifier.provenance.reaching import Reaching
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -51,7 +50,7 @@ class ValueFlow:
         self._types: dict[int, ClassInfo | None] = {}
         self._getattr_reads: dict[int, list[ast.Attribute]] = {}
         self._types_active: set[int] = set()
-        self._reaching = Reaching()
+        self._reaching = project.reaching
 
     # ------------------------------------------------------------------ references
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:

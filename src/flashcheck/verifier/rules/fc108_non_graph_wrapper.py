@@ -34,7 +34,9 @@ class NonGraphWrapperInCapture(Rule):
         that is also bound to a graph-mode wrapper, or whose mode is a variable, is not reported. Receivers are
         matched to constructions by where they are stored and, failing that, by the value flow: a wrapper returned
         by a factory function, passed in by a caller, kept in another object, or chosen by a conditional
-        expression.
+        expression (``w = self.eager[k] if self.graph_bs is None else self.graphs[bs][k]`` is quiet: one branch is a
+        graph-mode wrapper, and which branch runs during capture is a run-time fact). ``self.impl.forward(...)`` where
+        ``self.impl`` holds one of several classes runs the method of each.
 
     Why it breaks serving
         A wrapper outside graph mode reallocates its index buffers on every ``plan()`` and lets ``run()`` pick
@@ -110,8 +112,12 @@ def _receiver_builds(
     ctx: Context, recv: ast.expr, fn: FunctionInfo, built: dict[Key, list[Built]]
 ) -> list[list[Built]]:
     """The constructions a run() receiver may be: by its storage key, else by the value flow (a wrapper returned
-    by a factory, passed in by a caller, or kept in another object)."""
-    for key in _receiver_keys(recv, fn, built):
+    by a factory, passed in by a caller, or kept in another object). A local chosen by a condition (``w = a if
+    eager else b``) is read through the value flow, which keeps both branches (a storage key names one)."""
+    chosen = isinstance(recv, ast.Name) and any(
+        isinstance(v, ast.IfExp | ast.BoolOp) for v in fn.local_assigns.get(recv.id, [])
+    )
+    for key in [] if chosen else _receiver_keys(recv, fn, built):
         if built.get(key):
             return [built[key]]
     flows = [
