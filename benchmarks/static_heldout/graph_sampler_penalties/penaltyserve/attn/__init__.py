@@ -1,0 +1,3 @@
+from penaltyserve.attn.backend import DecodeAttnBackend, DecodeInputs, GraphView
+
+__all__ = ["DecodeAttnBackend", "DecodeInputs", "GraphView"]

@@ -1,0 +1,3 @@
+from sysprompt.attn.cascade_backend import ForwardBatch, PrefixGroup, SharedPrefixBackend
+
+__all__ = ["ForwardBatch", "PrefixGroup", "SharedPrefixBackend"]
