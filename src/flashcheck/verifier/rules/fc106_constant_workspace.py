@@ -216,11 +216,16 @@ def _table_items(
     """The entry under `key` (every entry for `_ANY_KEY`) of a module-level dict or tuple literal bound once that no
     code of the project changes (an item stored, ``update``/``setdefault``/``pop``/``clear``, here or where it is
     imported); empty when there is no such table or entry."""
-    body = fn.module.body
+    body, table_name, module = fn.module.body, name.id, fn.module.name
     if body is None or name.id in fn.params or name.id in fn.local_assigns:
         return []
-    values = body.local_assigns.get(name.id, [])
-    if len(values) != 1 or _changed(name.id, fn.module.name, project):
+    target = fn.module.imports.get(name.id, "") if name.id not in body.local_assigns else ""
+    if "." in target:  # from .config import _WS_MIB: that module's table
+        source = project.lookup(target.rpartition(".")[0])
+        if isinstance(source, ModuleInfo) and source.body is not None:
+            body, table_name, module = source.body, target.rpartition(".")[2], source.name
+    values = body.local_assigns.get(table_name, [])
+    if len(values) != 1 or _changed(table_name, module, project):
         return []
     table = values[0]
     if isinstance(table, ast.Dict):
