@@ -118,6 +118,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 15": ("embed_rerank_ragged", "qwen2vl_video_chunks"),
     "batch 16": ("pod_mixed_batch", "llama4_chunked_local", "beam_cow_blocks", "grammar_bitmask_decode"),
     "batch 17": ("gemma_softcap_window", "rl_rollout_resharding", "tp_custom_allreduce", "nbest_cascade_sampling"),
+    "batch 18": ("mistral_ring_window", "cp_ring_prefill", "nvfp4_kv_decode", "diffusion_llm_denoise"),
     "batch 19": ("graph_sampler_penalties", "shared_prefix_sysprompt", "lmcache_layerwise", "mcts_reasoning_fork"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")

@@ -1,0 +1,3 @@
+from mistralring.attn.backend import RingWindowBackend
+
+__all__ = ["RingWindowBackend"]
