@@ -76,7 +76,8 @@ def storage_keys(
         inner = storage_keys(root.value, fn, depth + 1, project, typer)
         if not inner and project is not None:  # a dict handed in by the callers
             inner = param_storage_keys(root.value, fn, depth, project, typer)
-        return [(a, b, f"{c}[{root.slice.value!r}]") for a, b, c in inner]
+        held = _dict_item_keys(root.value, root.slice.value, fn, depth, project, typer)
+        return [(a, b, f"{c}[{root.slice.value!r}]") for a, b, c in inner] + held
     if isinstance(root, ast.Name) and depth < 4:
         values = fn.local_assigns.get(root.id)
         if values and root.id not in fn.params:
@@ -125,6 +126,43 @@ def storage_keys(
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer)
     return []
+
+
+def _dict_item_keys(
+    container: ast.expr, key: object, fn: FunctionInfo, depth: int, project: Project | None, typer: Typer | None
+) -> list[Key]:
+    """Keys of the buffer a dict literal holds under `key`, where `container` is that dict: ``self.graph_bufs =
+    {"kv_indices": self.kv_indices}`` makes ``bufs["kv_indices"]`` (after ``bufs = self.attn.graph_bufs``) a view
+    of the attention's ``self.kv_indices``."""
+    if project is None or depth > 3:
+        return []
+    if isinstance(container, ast.Name):
+        values = fn.local_assigns.get(container.id, [])
+        if len(values) != 1 or container.id in fn.params:
+            return []
+        container = values[0]
+    if isinstance(container, ast.Dict):
+        found: list[tuple[ast.expr, FunctionInfo]] = [
+            (v, fn) for k, v in zip(container.keys, container.values, strict=False) if _key_is(k, key)
+        ]
+    elif isinstance(container, ast.Attribute):
+        is_self = isinstance(container.value, ast.Name) and container.value.id == "self"
+        cls = owner(fn).cls if is_self else (typer(container.value, fn) if typer is not None else None)
+        found = [
+            (v, where)
+            for c in with_bases(cls)
+            for d, where in c.attr_assigns.get(container.attr, [])
+            if isinstance(d, ast.Dict)
+            for k, v in zip(d.keys, d.values, strict=False)
+            if _key_is(k, key)
+        ]
+    else:
+        return []
+    return [k for v, where in found for k in storage_keys(v, where, depth + 1, project, typer)]
+
+
+def _key_is(node: ast.expr | None, key: object) -> bool:
+    return isinstance(node, ast.Constant) and node.value == key
 
 
 def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, typer: Typer | None) -> list[Key]:
