@@ -183,7 +183,7 @@ class Provenance:
         ):
             return HOST
         if isinstance(expr, ast.Name):
-            if self.flow.not_a_tensor(expr, fn):
+            if self.project.reaching.not_a_tensor(expr, fn):
                 return HOST  # the else of `if isinstance(x, torch.Tensor):`
             loops = fn.loop_vars.get(expr.id)
             if loops and len(loops) > 1 and expr.id not in fn.local_assigns:

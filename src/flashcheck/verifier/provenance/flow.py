@@ -210,10 +210,6 @@ class ValueFlow:
                         out.append((a.value, where))
         return out
 
-    def not_a_tensor(self, read: ast.Name, fn: FunctionInfo) -> bool:
-        """Whether an ``isinstance`` test around `read` says the name holds no tensor there (`Reaching`)."""
-        return self._reaching.not_a_tensor(read, fn)
-
     def positional_sources(self, read: ast.Name, fn: FunctionInfo) -> list[Source] | None:
         """What this read of a name may hold where the place of the read matters (`Reaching`), else None: a local
         assigned more than once (the assignments that reach the read), a parameter assigned in the function (after
@@ -518,7 +514,7 @@ class ValueFlow:
         return found
 
     def _element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[Source]:
-        if isinstance(container, ast.Name) and self.not_a_tensor(container, fn):
+        if isinstance(container, ast.Name) and self._reaching.not_a_tensor(container, fn):
             return []  # not a tensor here: its items are not a tensor's elements
         if isinstance(container, ast.List | ast.Tuple | ast.Set):
             return [(e, fn) for e in container.elts if not isinstance(e, ast.Starred)]
