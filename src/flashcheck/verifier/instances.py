@@ -183,11 +183,15 @@ class InstanceTyping(ProjectIndex):
         else:
             values = [(container, fn)]
         items: list[tuple[ast.expr, FunctionInfo]] = []
+        typed: list[ClassInfo | None] = []  # self.layers = layers, a parameter declared list[Layer]
         for value, where in values[:8]:
             v = value
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
-            if isinstance(v, ast.List | ast.Tuple | ast.Set):
+            declared = self._declared_items(v, where, depth + 1) if isinstance(v, ast.Name) else None
+            if declared is not None and isinstance(v, ast.Name) and v.id in where.params:
+                typed.append(self._annotation_class(declared[0], declared[1], depth + 1))
+            elif isinstance(v, ast.List | ast.Tuple | ast.Set):
                 items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
             elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
                 items.append((v.elt, where))
@@ -195,7 +199,7 @@ class InstanceTyping(ProjectIndex):
                 items.extend((e, where) for e in v.values)
             elif isinstance(v, ast.DictComp):
                 items.append((v.value, where))
-        return self._same_class([self._value_type(e, where, depth + 1) for e, where in items[:16]])
+        return self._same_class([*typed, *(self._value_type(e, where, depth + 1) for e, where in items[:16])])
 
     def _declared_items(
         self, container: ast.expr, fn: FunctionInfo, depth: int
