@@ -209,6 +209,9 @@ class Provenance:
         if isinstance(expr, ast.Subscript):
             if isinstance(expr.slice, ast.Slice):
                 return self.of(expr.value, fn)
+            held = terminal_name(expr.value) if isinstance(expr.value, ast.Name | ast.Attribute) else None
+            if held is not None and self.by_name(held) is HOST:
+                return HOST  # seq_lens_cpu[i]: an element of what its name says is host data
             base = self._cached(expr, fn, lambda: self.merge_sources(self.flow.element_sources(expr.value, fn)))
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
                 return self.by_name(expr.slice.value)
