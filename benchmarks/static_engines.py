@@ -12,7 +12,8 @@ REV of this repository on the same exports in the same run (its ``src/`` unpacke
 change shows as findings gone and new. Writes ``reports/raw/static_engines.json`` and ``reports/static-engines.md``.
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_engines.py --repo rtp-llm=/path/to/rtp-llm \\
-        --repo lightllm=... --repo text-generation-inference=... --repo lorax=... [--before REV]
+        --repo lightllm=... --repo text-generation-inference=... --repo lorax=... --repo aphrodite-engine=... \\
+        --repo ktransformers=... [--before REV]
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ ENGINES: dict[str, Engine] = {
         ("server/text_generation_server",),
     ),
     "lorax": Engine("predibase/lorax", "a7394ba386ece427d5a6125b419aa38b46d966dc", ("server/lorax_server",)),
+    "aphrodite-engine": Engine(
+        "aphrodite-engine/aphrodite-engine", "b42eeec22c42d9a485bab4a8784b26abccf44515", ("aphrodite",)
+    ),
+    # the last commit with ktransformers' own serving package (later ones serve through SGLang)
+    "ktransformers": Engine("kvcache-ai/ktransformers", "8729435d85e75bb63e4a794b5a233e2a29229893", ("ktransformers",)),
 }
 _VERDICTS = ("bug", "false-positive")
 _CHILD = """
