@@ -120,6 +120,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 17": ("gemma_softcap_window", "rl_rollout_resharding", "tp_custom_allreduce", "nbest_cascade_sampling"),
     "batch 18": ("mistral_ring_window", "cp_ring_prefill", "nvfp4_kv_decode", "diffusion_llm_denoise"),
     "batch 19": ("graph_sampler_penalties", "shared_prefix_sysprompt", "lmcache_layerwise", "mcts_reasoning_fork"),
+    "batch 20": ("trtllm_bound_kvcache", "sglang_hicache_loadback", "preempt_swap_batcher", "eagle3_tree_verify"),
     "batch 21": ("qwen3next_gdn_hybrid", "deepseek_mtp_mla", "compile_plan_outside", "t5_relbias_mask"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")

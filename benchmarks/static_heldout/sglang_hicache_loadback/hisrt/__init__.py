@@ -1,0 +1,1 @@
+"""A small SGLang-shaped runtime with a hierarchical (device + host) KV cache."""

@@ -1,0 +1,3 @@
+from .modeling_llama import LlamaForCausalLM
+
+__all__ = ["LlamaForCausalLM"]
