@@ -183,14 +183,24 @@ class InstanceTyping(ProjectIndex):
         else:
             values = [(container, fn)]
         items: list[tuple[ast.expr, FunctionInfo]] = []
-        typed: list[ClassInfo | None] = []  # self.layers = layers, a parameter declared list[Layer]
+        typed: list[ClassInfo | None] = []
         for value, where in values[:8]:
             v = value
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
             declared = self._declared_items(v, where, depth + 1) if isinstance(v, ast.Name) else None
-            if declared is not None and isinstance(v, ast.Name) and v.id in where.params:
+            if declared is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
                 typed.append(self._annotation_class(declared[0], declared[1], depth + 1))
+            elif isinstance(v, ast.Name) and v.id in where.local_assigns:  # layers = []; layers.append(Layer(i))
+                items.extend(
+                    (c.args[0], where)
+                    for c in where.calls
+                    if isinstance(c.func, ast.Attribute)
+                    and c.func.attr == "append"
+                    and isinstance(c.func.value, ast.Name)
+                    and c.func.value.id == v.id
+                    and c.args
+                )
             elif isinstance(v, ast.List | ast.Tuple | ast.Set):
                 items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
             elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):

@@ -38,6 +38,24 @@ class CallScan:
         self._partials: list[tuple[FunctionInfo, ast.Call]] | None = None
         self._replaces: list[tuple[FunctionInfo, ast.Call]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._foreign_items: dict[str, list[tuple[ast.expr, ast.expr, FunctionInfo]]] | None = None
+
+    def foreign_item_stores(self, attr: str) -> list[tuple[ast.expr, ast.expr, FunctionInfo]]:
+        """``obj.attr[k] = value`` outside ``obj``'s own methods (``self.backend.graph_wrappers[bs] = w``), by
+        attribute name: (receiver, value, function)."""
+        if self._foreign_items is None:
+            self._foreign_items = {}
+            for f in self.project.all_functions():
+                for a in f.assigns:
+                    if not isinstance(a, ast.Assign):
+                        continue
+                    for t in a.targets:
+                        base = t.value if isinstance(t, ast.Subscript) else None
+                        if isinstance(base, ast.Attribute) and not (
+                            isinstance(base.value, ast.Name) and base.value.id == "self"
+                        ):
+                            self._foreign_items.setdefault(base.attr, []).append((base.value, a.value, f))
+        return self._foreign_items.get(attr, [])
 
     def replaces(self) -> list[tuple[FunctionInfo, ast.Call]]:
         """``dataclasses.replace(obj, field=value)`` calls."""

@@ -29,6 +29,7 @@ from flashcheck.verifier.provenance.tensors import (
     is_tensor_annotation,
     is_tensor_op,
     scalar_annotation,
+    tuple_op_input,
 )
 
 __all__ = ["Provenance", "Where"]
@@ -327,6 +328,9 @@ class Provenance:
             return HOST
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
+        held = tuple_op_input(expr.value, fn) if isinstance(expr.value, ast.Call) else None
+        if held is not None and expr.attr in ("values", "indices", "counts", "mean"):
+            return self.of(held, fn)  # probs.topk(k).values: on probs' device
         named = self.by_name(expr.attr)
         if named is HOST or self._declared_scalar(expr, fn):
             return HOST

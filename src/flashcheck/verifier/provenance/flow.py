@@ -1,14 +1,14 @@
 """Where a value comes from, across the project: the expressions a reference may hold.
 
-`ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", flow-insensitively
-and across function boundaries: locals and globals (also what functions assign after ``global X``), parameters filled
-by their callers (and bound by ``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the class
-and its bases, attributes of
-other objects (through their type, known from annotations or by following the value to a constructor call: dataclass
-fields by keyword or position, stores after construction, ``@property`` results; or every ``obj.x = ...`` of the
-project when the type is unknown), items of lists and dicts (literals, comprehensions, ``append``, ``d[k] = v``),
-loop variables, and return values of project functions, also unpacked (``buf, n = self.helper()``). Every analysis
-(device provenance, wrapper identity, allocations) is built on it, so a rule sees one consistent model.
+`ValueFlow.sources` answers "which expressions may this name, attribute, item or call result be?", across function
+boundaries (flow-insensitively but for locals, `Reaching`): locals and globals (also after ``global X``), parameters
+filled by their callers (and bound by ``functools.partial``/``types.MethodType``), ``self.x`` assigned anywhere in the
+class and its bases, attributes of other objects (through their type, known from annotations or by following the value
+to a constructor call: dataclass fields by keyword or position, stores after construction, ``@property`` results; or
+every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals, comprehensions,
+``append``, ``d[k] = v``), loop variables, and return values of project functions, also
+unpacked (``buf, n = self.helper()``). Every analysis (device provenance, wrapper identity, allocations) is built on
+it, so a rule sees one consistent model.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from flashcheck.verifier.index import field_order, innermost_loop, loop_containe
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
+from flashcheck.verifier.provenance.tensors import tuple_op_input
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -211,16 +212,13 @@ class ValueFlow:
         return out
 
     def positional_sources(self, read: ast.Name, fn: FunctionInfo) -> list[Source] | None:
-        """What this read of a name may hold where the place of the read matters (`Reaching`), else None: a local
-        assigned more than once (the assignments that reach the read), a parameter assigned in the function (after
-        an assignment at the function's top level, that assignment and not the caller's argument)."""
+        """What this read of a name may hold where the place of the read matters (`Reaching`), else None: the
+        reaching assignments of a local assigned more than once, or of a parameter re-bound in the function."""
         own = fn.local_assigns.get(read.id)
-        if not own:
+        kept = [v for v in own or () if self._reaching.reaches(v, read, fn)] if read.id in fn.params else []
+        if not own or (read.id in fn.params and not kept):
             return None
         if read.id in fn.params:
-            kept = [v for v in own if self._reaching.reaches(v, read, fn)]
-            if not kept:
-                return None
             top = {id(st.value) for st in getattr(fn.node, "body", ()) if isinstance(st, ast.Assign | ast.AnnAssign)}
             here = [(v, fn) for v in kept]
             return here if any(id(v) in top for v in kept) else self.param_sources(fn, read.id) + here
@@ -277,7 +275,10 @@ class ValueFlow:
         return found
 
     def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]:
-        """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple."""
+        """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple, or `x` for
+        ``a, b = x.topk(k)`` (a torch operation's tensors share its input's device)."""
+        if isinstance(value, ast.Call) and (held := tuple_op_input(value, fn)) is not None:
+            return [(held, fn)]
         out: list[Source] = []
         for src, where in self.sources(value, fn):
             if isinstance(src, ast.Name | ast.Attribute | ast.Call) and depth < 3:
@@ -328,8 +329,7 @@ class ValueFlow:
         every = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
         out: list[Source] = []
         for caller, call in self.calls.bindings().get(id(fn), []):
-            args = call.args[1:]
-            target = call.args[0]
+            target, args = call.args[0], call.args[1:]
             bound_method = (  # partial(self._count, x): x fills the parameter after self
                 fn.cls is not None
                 and isinstance(target, ast.Attribute)
@@ -340,8 +340,7 @@ class ValueFlow:
             for i, a in enumerate(args):
                 if isinstance(a, ast.Starred):
                     break
-                if i < len(positional) and positional[i] == name:
-                    out.append((a, caller))
+                out.extend([(a, caller)] if i < len(positional) and positional[i] == name else [])
             out.extend((kw.value, caller) for kw in call.keywords if kw.arg == name)
         return out
 

@@ -17,11 +17,13 @@ __all__ = [
     "HOST_RESULT_METHODS",
     "NOT_TENSOR_TORCH",
     "TENSOR_METHODS",
+    "TUPLE_OPS",
     "TensorUses",
     "is_predicate",
     "is_tensor_annotation",
     "is_tensor_op",
     "scalar_annotation",
+    "tuple_op_input",
 ]
 
 NOT_TENSOR_TORCH = frozenset(
@@ -30,6 +32,14 @@ NOT_TENSOR_TORCH = frozenset(
         *("no_grad", "enable_grad", "inference_mode", "autocast", "manual_seed", "finfo", "iinfo", "typename"),
         *("promote_types", "result_type", "broadcast_shapes", "sym_int", "sym_float", "sym_max", "sym_min"),
         *("sym_not", "load", "save", "equal", "allclose"),  # torch.equal / allclose return a Python bool
+    }
+)
+# torch operations that return several tensors on their input's device: a named tuple (``topk(...).values``,
+# ``torch.max(x, dim)``) or a list (``chunk``, ``split``), unpacked or read by field.
+TUPLE_OPS = frozenset(
+    {
+        *("topk", "sort", "max", "min", "kthvalue", "mode", "median", "nanmedian", "cummax", "cummin", "aminmax"),
+        *("unique", "unique_consecutive", "chunk", "split", "tensor_split", "unbind", "var_mean", "std_mean"),
     }
 )
 # Tensor methods that return a tensor (of the receiver's device): a tensor's result through them is still one.
@@ -103,6 +113,17 @@ HOST_RESULT_METHODS = frozenset(
 HOST_ATTRS = frozenset({"shape", "dtype", "ndim", "is_cuda", "device", "itemsize", "nbytes", "layout"})
 
 _STR_PREDICATES = frozenset({"isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", "isidentifier"})
+
+
+def tuple_op_input(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
+    """The tensor whose device the items of `call` share: the receiver of ``x.topk(k)``, the first argument of
+    ``torch.max(x, dim)``; None when `call` is no `TUPLE_OPS` operation (the builtin ``max`` is not)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in TUPLE_OPS:
+        return None
+    if (torch_name(func, fn) or "").startswith("torch."):
+        return call.args[0] if call.args else None
+    return func.value
 
 
 def is_predicate(name: str) -> bool:

@@ -125,7 +125,20 @@ class Wrappers:
                     out.append((e, where, cls))
                     continue
             stack.extend((v, w, depth + 1) for v, w in self.flow.sources(e, where))
+            stack.extend((v, w, depth + 1) for v, w in self._foreign_items(e, where))
         return out
+
+    def _foreign_items(self, e: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
+        """For ``self.graphs[bs]``: wrappers other objects store into that dict (``self.backend.graphs[bs] = w`` in
+        a graph runner), by the receiver's class. Read for wrapper identity only: device provenance keeps to the
+        owner's own stores (a dict like ``node.meta`` is written from everywhere)."""
+        if not isinstance(e, ast.Subscript) or not isinstance(e.value, ast.Attribute):
+            return []
+        owner_cls = self.flow.project.instance_type(e.value.value, fn)
+        if owner_cls is None:
+            return []
+        stores = self.flow.calls.foreign_item_stores(e.value.attr)
+        return [(v, w) for r, v, w in stores if owner_cls in with_bases(self.flow.project.instance_type(r, w))]
 
     def installed_on(self, fn: FunctionInfo) -> str | None:
         """The FlashInfer wrapper class a free function is assigned onto as a method (``Wrapper.plan = fn``)."""

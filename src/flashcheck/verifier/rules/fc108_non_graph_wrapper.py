@@ -36,7 +36,8 @@ class NonGraphWrapperInCapture(Rule):
         by a factory function, passed in by a caller, kept in another object, or chosen by a conditional
         expression (``w = self.eager[k] if self.graph_bs is None else self.graphs[bs][k]`` is quiet: one branch is a
         graph-mode wrapper, and which branch runs during capture is a run-time fact). ``self.impl.forward(...)`` where
-        ``self.impl`` holds one of several classes runs the method of each.
+        ``self.impl`` holds one of several classes runs the method of each. A dict's items include what other objects
+        store into it (``self.backend.graph_wrappers[bs] = w`` in a graph runner).
 
     Why it breaks serving
         A wrapper outside graph mode reallocates its index buffers on every ``plan()`` and lets ``run()`` pick
