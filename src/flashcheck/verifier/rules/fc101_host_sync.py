@@ -101,7 +101,12 @@ class HostSyncInHotPath(Rule):
         project fill, a name the function uses as a tensor: a tensor-only method called on it, or passed as the tensor
         operand of a torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
         torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method over one, arithmetic with
-        one, its elements) is reported with low confidence.
+        one, its elements) is reported with low confidence. A capture root that also runs eager warm-up steps (vLLM's
+        ``_warmup_and_capture`` calling ``_dummy_run``) makes everything those steps call capture code: a read in the
+        warm-up's input preparation (a dummy multimodal batch) is reported as if captured; name the function that
+        captures in ``capture-paths`` and turn the default roots off, or suppress with a reason. Objects of a compiled
+        extension (rtp-llm's attention inputs) have no Python class: their fields are judged by the stores of
+        attributes of that name elsewhere in the project, and a host field can read as a device one.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
