@@ -37,6 +37,17 @@ _REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
 _HOST_READS = frozenset({"tolist", "item", "numpy", "max", "min", "sum", "any", "all", "argmax", "mean", "__getitem__"})
 
 
+def _sized_by_data(call: ast.Call) -> bool:
+    """Whether ``torch.repeat_interleave(...)`` sizes its output by tensor data: no ``output_size=`` and the repeats
+    (the second argument, ``repeats=``, or the only one) are not a constant."""
+    if any(kw.arg == "output_size" for kw in call.keywords):
+        return False
+    repeats = next((kw.value for kw in call.keywords if kw.arg == "repeats"), None)
+    if repeats is None:
+        repeats = call.args[1] if len(call.args) > 1 else call.args[0]
+    return not (isinstance(repeats, ast.Constant) and isinstance(repeats.value, int))
+
+
 def snippet(node: ast.AST, limit: int = 70) -> str:
     text = ast.unparse(node)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -51,7 +62,8 @@ class HostSyncInHotPath(Rule):
         capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``.numpy()``
         on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream or event
         ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument
-        ``torch.where`` (functions and methods), ``torch.equal``/``torch.allclose``, boolean-mask indexing (a
+        ``torch.where`` (functions and methods), ``torch.repeat_interleave`` with tensor repeats and no
+        ``output_size=``, ``torch.equal``/``torch.allclose``, boolean-mask indexing (a
         comparison, its ``~``/``&``/``|``, a predicate such as ``isnan()`` or ``any(dim)``, a name assigned one),
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
         ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
@@ -175,6 +187,8 @@ class HostSyncInHotPath(Rule):
             if name in _NONZERO_FUNCS and call.args:
                 if name == "torch.where" and len(call.args) != 1:
                     continue
+                if name == "torch.repeat_interleave" and not _sized_by_data(call):
+                    continue  # output_size= given, or a constant repeat count: the size is known on the host
                 w = prov.of(call.args[0], fn)
                 if w is not Where.HOST:
                     hit(call, "has a data-dependent output size (device-to-host sync)", w)
