@@ -1,0 +1,1 @@
+"""Early-exit decoding: a confidence head picks how many layer groups run each step."""

@@ -1,0 +1,3 @@
+from eelayers.attn.groups import LayerGroupAttention
+
+__all__ = ["LayerGroupAttention"]

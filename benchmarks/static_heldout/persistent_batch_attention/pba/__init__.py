@@ -1,0 +1,1 @@
+"""Mixed prefill/decode serving over FlashInfer's persistent BatchAttention."""

@@ -1,0 +1,3 @@
+from pba.backend.holistic import HolisticAttnBackend
+
+__all__ = ["HolisticAttnBackend"]

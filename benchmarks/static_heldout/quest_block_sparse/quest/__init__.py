@@ -1,0 +1,1 @@
+"""Query-aware sparse attention (Quest) on paged KV caches."""
