@@ -177,16 +177,27 @@ def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> s
     the other functions."""
     extra = set(subclasses)
     by_name = project.calls_by_name().items()
-    out = {id(fn) for name, sites in by_name if name.endswith("Wrapper") or name in extra for fn, _ in sites}
+    out = {
+        id(fn)
+        for name, sites in by_name
+        if name.endswith("Wrapper") or name in extra or name in UNSUFFIXED_WRAPPERS
+        for fn, _ in sites
+    }
     for mod in project.modules.values():
         if any(t == "flashinfer" or t.startswith("flashinfer.") for t in mod.imports.values()):
             out.update(id(fn) for fn in project.by_module.get(mod.name, []))
     return out
 
 
+# FlashInfer classes that plan and run attention like the wrappers but are not named ``*Wrapper`` (the persistent
+# holistic kernel's ``flashinfer.BatchAttention``): recognised only as imported from flashinfer.
+UNSUFFIXED_WRAPPERS = frozenset({"BatchAttention"})
+
+
 def is_wrapper_class_name(name: str) -> bool:
-    return name.endswith("Wrapper") and (
-        name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD")) or "Attention" in name
+    return name in UNSUFFIXED_WRAPPERS or (
+        name.endswith("Wrapper")
+        and (name.startswith(("Batch", "CUDAGraph", "Single", "Multi", "POD")) or "Attention" in name)
     )
 
 
@@ -197,7 +208,7 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     # Every call of the project passes here: a name that neither ends in ``Wrapper`` nor is imported from
     # flashinfer (the only way a renamed class gets here) is none, before any string is built.
     if isinstance(func, ast.Attribute):
-        if not func.attr.endswith("Wrapper"):
+        if not (func.attr.endswith("Wrapper") or func.attr in UNSUFFIXED_WRAPPERS):
             return None
     elif not isinstance(func, ast.Name) or not (func.id.endswith("Wrapper") or is_flashinfer_import(fn, func.id)):
         return None
@@ -208,8 +219,10 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     if full.startswith("flashinfer.") and is_wrapper_class_name(full.rsplit(".", 1)[-1]):
         return full.rsplit(".", 1)[-1]
     last = name.rsplit(".", 1)[-1]
-    if is_wrapper_class_name(last) and (
-        is_flashinfer_import(fn, name) or name.startswith("flashinfer.") or last not in fn.module.classes
+    if (
+        is_wrapper_class_name(last)
+        and last not in UNSUFFIXED_WRAPPERS
+        and (is_flashinfer_import(fn, name) or name.startswith("flashinfer.") or last not in fn.module.classes)
     ):
         return last
     return None

@@ -31,7 +31,8 @@ class DeviceTensorToPlan(Rule):
 
     What it checks
         Calls of ``plan``, ``begin_forward``, ``fast_decode_plan`` (and ``fast_mla_decode_plan``) on a FlashInfer
-        wrapper whose indptr, ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live
+        wrapper (also the persistent ``flashinfer.BatchAttention``, imported from flashinfer) whose indptr,
+        ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live
         on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a slice of
         such a buffer, a caller's argument, dataclass field or list item that is one, or named
         ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
