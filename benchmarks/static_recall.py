@@ -123,6 +123,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 20": ("trtllm_bound_kvcache", "sglang_hicache_loadback", "preempt_swap_batcher", "eagle3_tree_verify"),
     "batch 21": ("qwen3next_gdn_hybrid", "deepseek_mtp_mla", "compile_plan_outside", "t5_relbias_mask"),
     "batch 22": ("snapkv_evict", "quest_block_sparse", "persistent_batch_attention", "early_exit_layers"),
+    "batch 23": ("tenant_quota_prefix", "draft_stream_overlap", "gptoss_attention_sinks", "embed_generate_mixed"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

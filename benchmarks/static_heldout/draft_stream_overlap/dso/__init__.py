@@ -1,0 +1,1 @@
+"""Speculative decoding with the draft model overlapped on a second CUDA stream."""

@@ -1,0 +1,1 @@
+"""One engine for embedding and generation requests, batched together each step."""

@@ -1,0 +1,1 @@
+"""gpt-oss-style serving: attention sinks, alternating sliding-window layers, routed experts."""
