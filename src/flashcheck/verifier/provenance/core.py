@@ -324,8 +324,8 @@ class Provenance:
         return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
-        if expr.attr in HOST_ATTRS or is_predicate(expr.attr):
-            return HOST
+        if expr.attr in HOST_ATTRS or (is_predicate(expr.attr) and self._declared(expr, fn) is not True):
+            return HOST  # fb.is_embed declared a Tensor field is no predicate
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
         held = tuple_op_input(expr.value, fn) if isinstance(expr.value, ast.Call) else None
@@ -433,11 +433,15 @@ class Provenance:
     def _declared_scalar(self, expr: ast.Attribute, fn: FunctionInfo) -> bool:
         """``desc.sparse_dim`` where the object's class declares the field a Python scalar (``sparse_dim: int``,
         also ``Optional[int]``): whatever its constructor was given, the field holds a host value."""
+        return self._declared(expr, fn) is False
+
+    def _declared(self, expr: ast.Attribute, fn: FunctionInfo) -> bool | None:
+        """How the object's class declares the field: True a tensor, False a Python scalar, None otherwise."""
         for c in with_bases(self.flow.instance_type(expr.value, fn)):
             ann = c.attr_types.get(expr.attr)
             if ann is not None:
-                return scalar_annotation(ann)
-        return False
+                return False if scalar_annotation(ann) else (True if is_tensor_annotation(ann) else None)
+        return None
 
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
