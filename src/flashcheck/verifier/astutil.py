@@ -88,9 +88,14 @@ def call_name(call: ast.Call) -> str | None:
     return None
 
 
+def name_words(name: str) -> list[str]:
+    """Lower-case words of an identifier, in order: ``kv_indptr_cpu`` and ``kvIndptrCpu`` give ``[kv, indptr, cpu]``."""
+    return [t.lower() for t in _SPLIT.split(name) if t]
+
+
 def name_tokens(name: str) -> frozenset[str]:
-    """Lower-case words of an identifier: ``kv_indptr_cpu`` and ``kvIndptrCpu`` give ``{kv, indptr, cpu}``."""
-    return frozenset(t.lower() for t in _SPLIT.split(name) if t)
+    """The set of `name_words`: ``kv_indptr_cpu`` gives ``{kv, indptr, cpu}``."""
+    return frozenset(name_words(name))
 
 
 def kwarg(call: ast.Call, name: str) -> ast.expr | None:

@@ -152,11 +152,19 @@ _POSITIONAL: dict[str, tuple[str, ...]] = {
 }
 
 
+def is_flashinfer_target(target: str) -> bool:
+    """Whether an import target (``flashinfer.decode.fast_decode_plan``) is the ``flashinfer`` package or in it."""
+    return target == "flashinfer" or target.startswith("flashinfer.")
+
+
+def module_imports_flashinfer(imports: Iterable[str]) -> bool:
+    """Whether any of a module's import targets is from ``flashinfer``."""
+    return any(is_flashinfer_target(t) for t in imports)
+
+
 def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
     """Whether local `name` (a dotted prefix) was imported from the ``flashinfer`` package."""
-    head = name.split(".", maxsplit=1)[0]
-    target = fn.module.imports.get(head, "")
-    return target == "flashinfer" or target.startswith("flashinfer.")
+    return is_flashinfer_target(fn.module.imports.get(name.split(".", maxsplit=1)[0], ""))
 
 
 def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
@@ -164,10 +172,7 @@ def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
     its dotted name, without building it)."""
     while isinstance(expr, ast.Attribute):
         expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return False
-    target = fn.module.imports.get(expr.id, "")
-    return target == "flashinfer" or target.startswith("flashinfer.")
+    return isinstance(expr, ast.Name) and is_flashinfer_target(fn.module.imports.get(expr.id, ""))
 
 
 def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> set[int]:
@@ -184,7 +189,7 @@ def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> s
         for fn, _ in sites
     }
     for mod in project.modules.values():
-        if any(t == "flashinfer" or t.startswith("flashinfer.") for t in mod.imports.values()):
+        if module_imports_flashinfer(mod.imports.values()):
             out.update(id(fn) for fn in project.by_module.get(mod.name, []))
     return out
 

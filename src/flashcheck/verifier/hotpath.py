@@ -21,6 +21,7 @@ from typing import Literal
 from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
@@ -124,7 +125,7 @@ def _plans_attention(fn: FunctionInfo, words: frozenset[str]) -> bool:
     """Whether a function named like a plan plans attention (FlashInfer's ``plan()`` runs every step), rather than
     something an engine re-plans now and then (an expert placement, a memory layout): it is named ``plan`` itself,
     its module imports FlashInfer, or it calls a plan (``self.wrapper.plan(...)``, ``self._plan_decode(...)``)."""
-    if words == {"plan"} or any(t == "flashinfer" or t.startswith("flashinfer.") for t in fn.module.imports.values()):
+    if words == {"plan"} or module_imports_flashinfer(fn.module.imports.values()):
         return True
     return any(
         (n := terminal_name(c.func)) is not None and ("plan" in name_tokens(n) or n == "begin_forward")

@@ -17,6 +17,7 @@ from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     is_flashinfer_import,
     is_wrapper_class_name,
+    module_imports_flashinfer,
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo
@@ -34,9 +35,8 @@ class Wrappers:
         self._plans: dict[int, tuple[str, str, int] | None] = {}
         self._active: set[int] = set()
         self._installed: dict[int, str] | None = None
-        imports = [t for m in flow.project.modules.values() for t in m.imports.values()]
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
-        self.enabled = any(t == "flashinfer" or t.startswith("flashinfer.") for t in imports)
+        self.enabled = module_imports_flashinfer(t for m in flow.project.modules.values() for t in m.imports.values())
 
     def wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class `expr` may be an instance of (``BatchDecodeWithPagedKVCacheWrapper``)."""

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from flashcheck.findings import Confidence, Severity
-from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, name_words, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -91,7 +90,7 @@ class ConstantWorkspaceSize(Rule):
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))
             for alloc, where in candidates:
-                if id(alloc) in seen or where.source.is_tooling:
+                if id(alloc) in seen:
                     continue
                 seen.add(id(alloc))
                 size = _size_arg(alloc, where)
@@ -126,7 +125,7 @@ def _names_workspace(name: str) -> bool:
     low = name.lower()  # a substring test first: tokenising every assignment target of a project is slow
     if not ("workspace" in low or "ws" in low) or not _WORKSPACE_WORDS & name_tokens(name):
         return False
-    words = [w.lower() for w in _WORDS.split(name) if w]
+    words = name_words(name)
     return bool(words) and (words[-1] in _WORKSPACE_WORDS or words[-1] in _BUFFER_WORDS)
 
 
@@ -322,5 +321,4 @@ _FIELD_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable", "attr
 _FIELD_BASES = frozenset({"NamedTuple", "BaseModel", "BaseSettings", "Struct"})
 _WORKSPACE_WORDS = frozenset({"workspace", "workspaces", "ws"})
 _BUFFER_WORDS = frozenset({"buffer", "buffers", "buf", "bufs", "pool", "mem", "memory", "storage", "tensor"})
-_WORDS = re.compile(r"[^a-zA-Z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 _ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv"})
