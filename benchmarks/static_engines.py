@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                 new = {(f["id"], f["site"]) for f in now["findings"]}
                 entry["before"] = {
                     "seconds": then["seconds"],
+                    "errors": then["errors"],
                     "per_rule": dict(sorted(Counter(f["id"] for f in then["findings"]).items())),
                     "gone": sorted(f"{r} {s}" for r, s in old - new),
                     "new": sorted(f"{r} {s}" for r, s in new - old),
@@ -221,14 +222,14 @@ def render(doc: dict[str, Any]) -> str:
         + (f" (precision {bugs / (bugs + fps):.0%})" if bugs + fps else "")
         + f"; not labelled: {sum(e['unlabelled'] for e in engines.values())}.",
         "",
-        "| engine | commit | files | lines | s | roots | findings by rule | bugs | false positives | not labelled |"
-        + (" findings by rule before | gone | new |" if doc["before"] else ""),
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if doc["before"] else ""),
+        "| engine | commit | files | lines | s | roots | internal errors | findings by rule | bugs | false positives | "
+        "not labelled |" + (" findings by rule before | gone | new |" if doc["before"] else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if doc["before"] else ""),
     ]
     for name, e in engines.items():
         row = (
             f"| {name} | [{e['commit'][:10]}](https://github.com/{e['repo']}/tree/{e['commit']}) | {e['files']} | "
-            f"{e['lines']} | {e['seconds']} | {e['roots']} | {_rules(e['per_rule'])} | {e['bugs']} | "
+            f"{e['lines']} | {e['seconds']} | {e['roots']} | {e['errors']} | {_rules(e['per_rule'])} | {e['bugs']} | "
             f"{e['false_positives']} | {e['unlabelled']} |"
         )
         if doc["before"]:
@@ -241,6 +242,9 @@ def render(doc: dict[str, Any]) -> str:
     for name, e in engines.items():
         for f in e["labelled"]:
             lines.append(f"| {name} | {f['id']} | `{f['site']}` | {f['verdict']} | {f['why']} |")
+    failed = [name for name, e in engines.items() if e["errors"] or e.get("before", {}).get("errors")]
+    if failed:  # a rule that crashed did not check the engine: its counts are not a clean result
+        lines += ["", f"**Incomplete:** internal errors in {', '.join(failed)}; their findings are partial."]
     stale = [f"{name}: {s}" for name, e in engines.items() for s in e["stale_labels"]]
     if stale:
         lines += ["", "Labels that matched no finding in this run: " + "; ".join(stale) + "."]
