@@ -124,6 +124,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 21": ("qwen3next_gdn_hybrid", "deepseek_mtp_mla", "compile_plan_outside", "t5_relbias_mask"),
     "batch 22": ("snapkv_evict", "quest_block_sparse", "persistent_batch_attention", "early_exit_layers"),
     "batch 23": ("tenant_quota_prefix", "draft_stream_overlap", "gptoss_attention_sinks", "embed_generate_mixed"),
+    "batch 24": ("ulysses_sp_serve", "vllm_multistep_advance", "cacheblend_rag_reuse", "llumnix_live_migration"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

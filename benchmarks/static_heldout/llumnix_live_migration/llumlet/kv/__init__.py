@@ -1,0 +1,3 @@
+from llumlet.kv.block_table import BlockTable
+
+__all__ = ["BlockTable"]

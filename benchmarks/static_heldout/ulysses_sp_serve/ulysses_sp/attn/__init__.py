@@ -1,0 +1,3 @@
+from ulysses_sp.attn.backend import UlyssesFlashInferBackend
+
+__all__ = ["UlyssesFlashInferBackend"]
