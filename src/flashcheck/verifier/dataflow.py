@@ -120,6 +120,8 @@ def storage_keys(
                         keys.extend(storage_keys(v, where, depth + 1, project, typer))
                     else:  # self.kv_indptr = kv_indptr_row: what the constructor's callers pass (a row of theirs)
                         keys.extend(param_storage_keys(v, where, depth, project, typer))
+            if isinstance(root.value, ast.Name):  # a field of this (data)class: what its constructor calls pass
+                keys.extend(_field_keys(cls, root.attr, depth, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = typer(root.value, fn) if typer is not None else None
@@ -233,7 +235,22 @@ def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: T
     returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
     keys = _property_keys(cls, attr, depth, project, typer)
     own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
-    return keys or own + _field_keys(cls, attr, depth, project, typer)
+    return keys or own + _field_keys(cls, attr, depth, project, typer) + _late_keys(cls, attr, depth, project, typer)
+
+
+def _late_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+    """Keys of what the project stores into `attr` of an instance of `cls` after building it (``fb.kv_indices =
+    self.kv_indices`` on a ``ForwardBatch`` the backend was handed)."""
+    if depth > 2 or typer is None:
+        return []
+    keys: list[Key] = []
+    for value, where in project.attr_stores.get(attr, [])[:32]:
+        for a in where.assigns:
+            if a.value is value and isinstance(a, ast.Assign):
+                receivers = [t.value for t in a.targets if isinstance(t, ast.Attribute) and t.attr == attr]
+                if any(typer(r, where) is cls for r in receivers):
+                    keys.extend(storage_keys(value, where, depth + 1, project, typer))
+    return keys
 
 
 def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:

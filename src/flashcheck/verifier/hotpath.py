@@ -5,8 +5,9 @@ captured (kind ``capture``). Roots come from configuration, from the ``@flashche
 default name patterns of serving engines (see `default_category`). Reachability is a breadth-first walk of the call
 graph (plus calls through callables kept in attributes and locals: bound methods, ``functools.partial``; and reads of
 ``@property`` attributes, which run the getter) that keeps the class of ``self`` along a path, so that a base class's
-``self.hook()`` runs the override of the root's class, not a sibling's; each reachable function keeps its shortest
-call chain from a root, and findings print that chain.
+``self.hook()`` runs the override of the root's class, not a sibling's, and that leaves out the branches a call's
+constant arguments rule out (`flashcheck.verifier.guards`); each reachable function keeps its shortest call chain
+from a root, and findings print that chain.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
+from flashcheck.verifier.guards import Bindings, Guards
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
@@ -176,6 +178,7 @@ class HotPaths:
         self.project = project
         self.roots = roots
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
+        self._guards = Guards()
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""
@@ -188,34 +191,47 @@ class HotPaths:
         inherited methods and through ``super().method()``. ``self.hook()`` in a base class's method then runs the
         override of that class (and of its subclasses), not a sibling's: a replay root of the FlashInfer backend
         that runs a shared base helper does not reach the Triton backend's ``update_decode``. A receiver of
-        unknown class runs every override, as before."""
+        unknown class runs every override, as before. It also knows the constant arguments of a call
+        (`flashcheck.verifier.guards`): ``_dummy_run(skip_eplb=True)`` does not reach what ``_dummy_run`` calls
+        under ``if not skip_eplb:``."""
         cached = self._cache.get(categories)
         if cached is not None:
             return cached
         seen: dict[FunctionInfo, Hop] = {}
-        explored: dict[int, set[int]] = {}  # id(fn) -> ids of the classes of self it was explored with (0: generic)
-        queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop]] = deque()
+        # id(fn) -> (class of self, bindings) it was explored with; class 0: generic, bindings None: none
+        explored: dict[int, set[tuple[int, Bindings | None]]] = {}
+        queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop, Bindings, frozenset[int]]] = deque()
 
-        def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop) -> None:
+        def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop, bound: Bindings = frozenset()) -> None:
             own = owner_of(fn).cls
             key = 0 if ctx is own or ctx is None else id(ctx)
             done = explored.setdefault(id(fn), set())
-            if 0 in done or key in done:
-                return  # explored with the same class of self, or generically (which covers every class)
-            if key and len(done) >= _MAX_SELF_CLASSES:
+            dead = self._guards.dead(fn, bound)
+            bkey = bound or None
+            if (0, None) in done or (key, None) in done or (key, bkey) in done:
+                return  # explored with the same class of self and bindings, or more generally
+            if key and len({k for k, _ in done}) >= _MAX_SELF_CLASSES:
                 key, ctx = 0, own
-            done.add(key)
+            if bkey is not None and len(done) >= _MAX_BINDINGS:
+                bkey, bound, dead = None, frozenset(), frozenset()
+            done.add((key, bkey))
             seen.setdefault(fn, hop)
-            queue.append((fn, ctx, hop))
+            queue.append((fn, ctx, hop, bound, dead))
 
         for r in self.roots:
             if r.category in categories:
                 visit(r.fn, owner_of(r.fn).cls, Hop(None, r.fn.line, r))
         while queue:
-            fn, ctx, hop = queue.popleft()
+            fn, ctx, hop, bound, dead = queue.popleft()
+            outer = dict(bound)
             for callee, node, self_ctx in self._edges(fn, ctx):
+                if id(node) in dead:
+                    continue  # in a branch the constant arguments of this path rule out
                 callee_ctx = _narrowed(callee, self_ctx)
-                visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop))
+                args: Bindings = frozenset()
+                if isinstance(node, ast.Call) and _direct(node, callee):
+                    args = self._guards.bindings(node, callee, outer)
+                visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop), args)
         self._cache[categories] = seen
         return seen
 
@@ -309,6 +325,14 @@ class HotPaths:
 
 
 _MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
+_MAX_BINDINGS = 8  # explorations of one function before constant arguments are no longer told apart
+
+
+def _direct(node: ast.Call, callee: FunctionInfo) -> bool:
+    """A call whose arguments fill the callee's parameters as written: the callee by its own name, or a class
+    constructed (``__init__``); not a ``functools.partial`` or an alias, whose arguments are shifted."""
+    name = terminal_name(node.func)
+    return name == callee.name or (callee.name == "__init__" and name is not None and name[:1].isupper())
 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:

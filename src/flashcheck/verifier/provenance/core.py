@@ -21,7 +21,9 @@ from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, arg_for_param, with_bases
 from flashcheck.verifier.provenance.tensors import (
     HOST_ATTRS,
+    HOST_BUILTINS,
     HOST_RESULT_METHODS,
+    NOT_TENSOR_WORDS,
     TENSOR_METHODS,
     TORCH_FACTORIES,
     TensorUses,
@@ -45,85 +47,10 @@ HOST, DEVICE, UNKNOWN = Where.HOST, Where.DEVICE, Where.UNKNOWN
 
 _HOST_WORDS = frozenset({"cpu", "host", "np", "numpy", "pinned", "pin", "list", "lst"})
 _DEVICE_WORDS = frozenset({"gpu", "cuda", "device", "dev", "gpus"})
-# Names with a device word that hold flags, counts or handles, not tensors (``use_cuda_graph``, ``num_gpus``).
-_NOT_TENSOR_WORDS = frozenset(
-    {
-        "use",
-        "is",
-        "has",
-        "enable",
-        "enabled",
-        "disable",
-        "num",
-        "count",
-        "size",
-        "id",
-        "rank",
-        "name",
-        "type",
-        "capability",
-        "available",
-        "graph",
-        "graphs",
-        "stream",
-        "streams",
-        "event",
-        "events",
-        "props",
-        "properties",
-        "index",
-        "world",
-        "mode",
-        "backend",
-        "mesh",
-        "kind",
-        "str",
-        "module",
-        "config",
-        "cfg",
-        "arch",
-        "sm",
-        "memory",
-        "mem",
-        "total",
-    }
-)
-
 # factories that make a tensor from sizes or host data: on `device=`, else the host (`normal` follows its mean)
 _FACTORIES = TORCH_FACTORIES - {"normal"}
 _SEQUENCE_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack"})
 _LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
-_HOST_BUILTINS = frozenset(
-    {
-        "len",
-        "int",
-        "float",
-        "bool",
-        "str",
-        "range",
-        "list",
-        "tuple",
-        "dict",
-        "set",
-        "sum",
-        "max",
-        "min",
-        "sorted",
-        "enumerate",
-        "zip",
-        "abs",
-        "round",
-        "isinstance",
-        "divmod",
-        "hash",
-        "repr",
-        "any",
-        "all",
-        "math.ceil",
-        "math.floor",
-        "math.prod",
-    }
-)
 _NUMPY_ROOTS = ("np.", "numpy.")
 _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
 # Annotation words that say a parameter holds host data (unless the annotation also says Tensor).
@@ -251,7 +178,7 @@ class Provenance:
         if (
             self.names_give_device
             and words & _DEVICE_WORDS
-            and not words & _NOT_TENSOR_WORDS
+            and not words & NOT_TENSOR_WORDS
             and name not in ("device", "dev")
         ):
             return DEVICE
@@ -324,7 +251,7 @@ class Provenance:
         return self.by_name(word) is HOST or (self.tensorish(it, fn) and self.of(it, fn) is HOST)
 
     def _attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> Where:
-        if expr.attr in HOST_ATTRS or (is_predicate(expr.attr) and self._declared(expr, fn) is not True):
+        if expr.attr in HOST_ATTRS or (is_predicate(expr.attr) and not self._tensor_field(expr, fn)):
             return HOST  # fb.is_embed declared a Tensor field is no predicate
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
@@ -435,6 +362,14 @@ class Provenance:
         also ``Optional[int]``): whatever its constructor was given, the field holds a host value."""
         return self._declared(expr, fn) is False
 
+    def _tensor_field(self, expr: ast.Attribute, fn: FunctionInfo) -> bool:
+        """The class declares the field a tensor, or, declaring nothing, stores only tensors in it (``self.is_valid =
+        torch.zeros(n, dtype=torch.bool, device=d)``)."""
+        declared = self._declared(expr, fn)
+        cls = self.flow.instance_type(expr.value, fn) if declared is None else None
+        stored = cls is not None and self._all_tensorish(self.flow.class_attr_sources(cls, expr.attr), 0)
+        return declared is True or stored
+
     def _declared(self, expr: ast.Attribute, fn: FunctionInfo) -> bool | None:
         """How the object's class declares the field: True a tensor, False a Python scalar, None otherwise."""
         for c in with_bases(self.flow.instance_type(expr.value, fn)):
@@ -450,7 +385,7 @@ class Provenance:
         if name is not None:
             if name.startswith(_NUMPY_ROOTS):
                 return HOST
-            if name in _HOST_BUILTINS:
+            if name in HOST_BUILTINS:
                 return HOST
             if name == "getattr":  # getattr(fb, "seq_lens"): the attribute it reads, when its name is known
                 return merge([self.of(a, fn) for a in self.flow.getattr_reads(call, fn)])
@@ -585,6 +520,9 @@ class Provenance:
                 bound = self.device_value(values[0], fn, depth + 1)
                 if bound is not UNKNOWN:
                     return bound
+        owner = dev.value if isinstance(dev, ast.Attribute) and dev.attr == "device" and depth < 4 else None
+        if owner is not None and fn is not None and self.of(owner, fn) is HOST:
+            return HOST  # ``t.device`` of a host tensor ``t`` is the host
         name = terminal_name(dev)
         if name is None:
             return UNKNOWN

@@ -352,11 +352,12 @@ class ValueFlow:
             return self.class_attr_sources(cls, expr.attr)
         if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
             return []
-        # Unknown receiver type: every store of this attribute name in the project (other objects, fields).
-        out = self.project.attr_stores.get(expr.attr, [])[:_MAX_SOURCES]
-        out += self.self_attr_index().get(expr.attr, [])[:_MAX_SOURCES]
-        out += [(v, where) for v, where, _ in self.calls.keyword_index().get(f"*.{expr.attr}", [])[:_MAX_SOURCES]]
-        return out[:_MAX_SOURCES]
+        # Unknown receiver type: every store of this attribute name in the project (other objects, fields), but
+        # a test's or a benchmark's store says nothing of what the engine's code reads
+        keyed = [(v, where) for v, where, _ in self.calls.keyword_index().get(f"*.{expr.attr}", [])]
+        every = (self.project.attr_stores.get(expr.attr, []), self.self_attr_index().get(expr.attr, []), keyed)
+        serving = not fn.source.is_tooling
+        return [s for part in every for s in part if not (serving and s[1].source.is_tooling)][:_MAX_SOURCES]
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         key = (id(cls), attr)

@@ -1,5 +1,6 @@
 """What says a value is a tensor, whatever its device: annotations, public torch operations, tensor methods, and
-how a function uses a name (a tensor-only method called on it, or passed to a torch operation or ``copy_``).
+how a function uses a name (a tensor-only method called on it, or passed to a torch operation or ``copy_``); and the
+words and builtins that say a value is no tensor (``use_cuda_graph``, ``len(...)``).
 
 FC101 reports host reads of values known to be tensors whose device no project code decides at low confidence;
 these facts are the "known to be a tensor" part, kept apart from where a value lives (`Provenance`).
@@ -14,8 +15,10 @@ from flashcheck.verifier.project import FunctionInfo, torch_name
 
 __all__ = [
     "HOST_ATTRS",
+    "HOST_BUILTINS",
     "HOST_RESULT_METHODS",
     "NOT_TENSOR_TORCH",
+    "NOT_TENSOR_WORDS",
     "TENSOR_METHODS",
     "TUPLE_OPS",
     "TensorUses",
@@ -132,6 +135,82 @@ def is_predicate(name: str) -> bool:
     return (name.startswith(("is_", "_is_")) and name != "is_nonzero") or name in _STR_PREDICATES
 
 
+# Names with a device word that hold flags, counts or handles, not tensors (``use_cuda_graph``, ``num_gpus``).
+NOT_TENSOR_WORDS = frozenset(
+    {
+        "use",
+        "is",
+        "has",
+        "enable",
+        "enabled",
+        "disable",
+        "num",
+        "count",
+        "size",
+        "id",
+        "rank",
+        "name",
+        "type",
+        "capability",
+        "available",
+        "graph",
+        "graphs",
+        "stream",
+        "streams",
+        "event",
+        "events",
+        "props",
+        "properties",
+        "index",
+        "world",
+        "mode",
+        "backend",
+        "mesh",
+        "kind",
+        "str",
+        "module",
+        "config",
+        "cfg",
+        "arch",
+        "sm",
+        "memory",
+        "mem",
+        "total",
+    }
+)
+
+# Builtins and math functions whose result is a host value, whatever they are given.
+HOST_BUILTINS = frozenset(
+    {
+        "len",
+        "int",
+        "float",
+        "bool",
+        "str",
+        "range",
+        "list",
+        "tuple",
+        "dict",
+        "set",
+        "sum",
+        "max",
+        "min",
+        "sorted",
+        "enumerate",
+        "zip",
+        "abs",
+        "round",
+        "isinstance",
+        "divmod",
+        "hash",
+        "repr",
+        "any",
+        "all",
+        "math.ceil",
+        "math.floor",
+        "math.prod",
+    }
+)
 _SCALARS = frozenset({"bool", "int", "float", "str", "bytes"})
 
 

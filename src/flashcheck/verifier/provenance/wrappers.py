@@ -16,6 +16,7 @@ from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     is_flashinfer_import,
+    is_flashinfer_target,
     is_wrapper_class_name,
     module_imports_flashinfer,
     wrapper_class_of_call,
@@ -91,6 +92,23 @@ class Wrappers:
             if found is not None:
                 return found
         return None
+
+    def built_elsewhere(self, expr: ast.expr, fn: FunctionInfo) -> bool:
+        """Every value `expr` may hold is built by a class imported from outside FlashInfer and the project (the
+        ``BatchPrefillWithSparseAttention`` of an engine's own kernel package): whatever it is named, its ``plan()``
+        is not FlashInfer's."""
+        found = self.flow.sources(expr, fn)[:8]
+        return bool(found) and all(self._foreign_call(v, where) for v, where in found)
+
+    def _foreign_call(self, value: ast.expr, fn: FunctionInfo) -> bool:
+        d = dotted(value.func) if isinstance(value, ast.Call) else None
+        origin = fn.module.imports.get(d.split(".", maxsplit=1)[0]) if d is not None else None
+        return (
+            origin is not None
+            and not is_flashinfer_target(origin)
+            and isinstance(value, ast.Call)
+            and self.flow.project.resolve_def(value.func, fn) is None
+        )
 
     def constructions(self, expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.Call, FunctionInfo, str]]:
         """Every FlashInfer wrapper constructor call `expr` may be (through the value flow: factories, parameters,

@@ -42,10 +42,15 @@ def _sized_by_data(call: ast.Call) -> bool:
     (the second argument, ``repeats=``, or the only one) are not a constant."""
     if any(kw.arg == "output_size" for kw in call.keywords):
         return False
-    repeats = next((kw.value for kw in call.keywords if kw.arg == "repeats"), None)
-    if repeats is None:
-        repeats = call.args[1] if len(call.args) > 1 else call.args[0]
+    repeats = _repeats(call)
     return not (isinstance(repeats, ast.Constant) and isinstance(repeats.value, int))
+
+
+def _repeats(call: ast.Call) -> ast.expr:
+    """The repeats of ``torch.repeat_interleave(...)``: ``repeats=``, the second argument, or the only one. They size
+    the output, so they decide the sync, not the input."""
+    repeats = next((kw.value for kw in call.keywords if kw.arg == "repeats"), None)
+    return repeats if repeats is not None else (call.args[1] if len(call.args) > 1 else call.args[0])
 
 
 def snippet(node: ast.AST, limit: int = 70) -> str:
@@ -189,7 +194,7 @@ class HostSyncInHotPath(Rule):
                     continue
                 if name == "torch.repeat_interleave" and not _sized_by_data(call):
                     continue  # output_size= given, or a constant repeat count: the size is known on the host
-                w = prov.of(call.args[0], fn)
+                w = prov.of(_repeats(call) if name == "torch.repeat_interleave" else call.args[0], fn)
                 if w is not Where.HOST:
                     hit(call, "has a data-dependent output size (device-to-host sync)", w)
                 continue

@@ -66,7 +66,8 @@ class DeviceTensorToPlan(Rule):
 
     Known false positives
         A ``plan`` method of an engine class that is not FlashInfer's, called on a receiver named ``*wrapper*``, is
-        reported; rename the receiver or suppress with a reason. A tensor whose device no project code decides (a
+        reported unless the receiver is seen built by a class imported from another package; rename the receiver
+        or suppress with a reason. A tensor whose device no project code decides (a
         metadata field or parameter declared ``torch.Tensor`` that only callers outside the project fill) is reported
         with low confidence; if it is in fact a host tensor, name it ``*_cpu`` or add its pattern to ``host-names``.
 
@@ -113,6 +114,8 @@ class DeviceTensorToPlan(Rule):
         d = dotted(func.value)
         if cls is None and not looks_like_wrapper(func.value) and not (d is not None and is_flashinfer_import(fn, d)):
             return None
+        if cls is None and ctx.wrappers.built_elsewhere(func.value, fn):
+            return None  # named like a wrapper, built by another package's class
         if cls is None:
             return {}
         return _family(cls)

@@ -49,12 +49,14 @@ class GraphBufferWrittenElsewhere(Rule):
         attributes (``self.backend.kv_indptr``), ``@property`` getters that return the buffer or a view of it
         (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a constructor call fills
         with a view of the buffer (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``, then
-        ``md.paged_kv_indptr[...] = ...``), a local buffer that the function keeps in a lasting place (``self.graphs[bs]
-        = {"indptr": indptr, ...}``, then ``graph["indptr"][...] = ...``), items of dicts under string keys
-        (``bufs["kv_indptr"]``; a dict literal that holds a bound buffer, ``self.graph_bufs = {"kv_indices":
-        self.kv_indices}``, makes its item that buffer, also after ``bufs = self.attn.graph_bufs``), ``self.x =
-        other.y`` aliases and constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds a
-        row, so a view, of its caller's buffer), also forwarded through a second
+        ``md.paged_kv_indptr[...] = ...``, or ``self.paged_kv_indptr[...]`` in a method of ``StepMetadata``) or that
+        code stores the buffer into after building the object (``fb.kv_indices = self.kv_indices``, then
+        ``fb.kv_indices[pos] = ...`` wherever a ``ForwardBatch`` is handed), a local buffer that the function keeps in a
+        lasting place (``self.graphs[bs] = {"indptr": indptr, ...}``, then ``graph["indptr"][...] = ...``), items of
+        dicts under string keys (``bufs["kv_indptr"]``; a dict literal that holds a bound buffer, ``self.graph_bufs =
+        {"kv_indices": self.kv_indices}``, makes its item that buffer, also after ``bufs = self.attn.graph_bufs``),
+        ``self.x = other.y`` aliases and constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds
+        a row, so a view, of its caller's buffer), also forwarded through a second
         function's parameter (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the
         wrapper's own private buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where
         the value flow finds the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a

@@ -1,0 +1,186 @@
+"""Branches a call's constant arguments rule out in the function it calls.
+
+``_dummy_run(..., skip_eplb=True)`` from a capture root never reaches ``if not skip_eplb: self.eplb_step()``, and
+``prepare(batch, for_capture=False)`` never runs the body of ``if for_capture:``. The hot-path walk
+(`flashcheck.verifier.hotpath`) binds the literal arguments of a call (``True``, ``False``, ``None``, numbers and
+strings; a parameter of the caller that is itself bound passes its value on) to the callee's parameters and leaves
+out the calls inside the branches that those values decide against, and the statements after an ``if`` that
+returns or raises whenever its test holds. A parameter the callee assigns is not bound. Tests it reads: the
+parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter with a constant (``==``, ``!=``,
+``is``, ``is not``, ``in`` a literal tuple).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+from flashcheck.verifier.index import FunctionInfo
+
+__all__ = ["Bindings", "Guards"]
+
+Bindings = frozenset[tuple[str, object]]
+_UNKNOWN = object()
+_EMPTY: frozenset[int] = frozenset()
+
+
+class Guards:
+    """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, frozenset[str]] = {}
+        self._dead: dict[tuple[int, Bindings], frozenset[int]] = {}
+
+    def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
+        """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
+        whose values are `outer`), of those that can decide what the callee runs (`_guard_names`)."""
+        used = self._names.get(id(callee))
+        if used is None:
+            used = self._names[id(callee)] = _guard_names(callee)
+        return call_bindings(call, callee, outer, used) if used else frozenset()
+
+    def dead(self, fn: FunctionInfo, bound: Bindings) -> frozenset[int]:
+        """Ids of the AST nodes of `fn` that never run when its parameters hold `bound`."""
+        if not bound:
+            return _EMPTY
+        key = (id(fn), bound)
+        found = self._dead.get(key)
+        if found is None:
+            found = self._dead[key] = dead_nodes(fn, bound)
+        return found
+
+
+def call_bindings(call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object], used: frozenset[str]) -> Bindings:
+    """The parameters in `used` that `call` fills with a constant or with a bound parameter of the caller."""
+    node = callee.node
+    if isinstance(node, ast.Module):
+        return frozenset()
+    a = node.args
+    positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    out: dict[str, object] = {}
+    for name, arg in zip(positional, call.args, strict=False):
+        if isinstance(arg, ast.Starred):
+            break
+        out[name] = _value(arg, outer)
+    named = {*positional, *(p.arg for p in a.kwonlyargs)}
+    for kw in call.keywords:
+        if kw.arg is not None and kw.arg in named:
+            out[kw.arg] = _value(kw.value, outer)
+    return frozenset((k, v) for k, v in out.items() if v is not _UNKNOWN and k in used)
+
+
+def _guard_names(fn: FunctionInfo) -> frozenset[str]:
+    """Parameters of `fn` that an ``if`` tests or a call passes on as an argument, and that `fn` never assigns:
+    the only ones whose constant value can change what `fn` runs."""
+    names: set[str] = set()
+    if not isinstance(fn.node, ast.Module):
+        for node in _own_nodes(fn.node.body):
+            if isinstance(node, ast.If):
+                names.update(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.Call):
+                names.update(a.id for a in (*node.args, *(k.value for k in node.keywords)) if isinstance(a, ast.Name))
+    return frozenset(n for n in names if n in fn.params and n not in fn.local_assigns)
+
+
+def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
+    """The nodes of a function body, without nested functions and classes."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, bool | int | float | str | type(None)):
+        return arg.value
+    if isinstance(arg, ast.Name):
+        return outer.get(arg.id, _UNKNOWN)
+    return _UNKNOWN
+
+
+def dead_nodes(fn: FunctionInfo, bindings: Bindings) -> frozenset[int]:
+    """Ids of the AST nodes of `fn` that never run when its parameters hold `bindings`."""
+    if not bindings or isinstance(fn.node, ast.Module):
+        return _EMPTY
+    dead: set[int] = set()
+    _block(fn.node.body, dict(bindings), dead)
+    return frozenset(dead) if dead else _EMPTY
+
+
+def _block(body: list[ast.stmt], env: dict[str, object], dead: set[int]) -> None:
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue  # their own calls belong to their own FunctionInfo
+        if isinstance(stmt, ast.If):
+            truth = _truth(stmt.test, env)
+            taken, skipped = (stmt.body, stmt.orelse) if truth is True else (stmt.orelse, stmt.body)
+            if truth is None:
+                _block(stmt.body, env, dead)
+                _block(stmt.orelse, env, dead)
+                continue
+            _mark(skipped, dead)
+            _block(taken, env, dead)
+            if taken and _exits(taken[-1]):
+                _mark(body[i + 1 :], dead)
+                return
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                _block(inner, env, dead)
+        for handler in getattr(stmt, "handlers", ()):
+            _block(handler.body, env, dead)
+        for case in getattr(stmt, "cases", ()):
+            _block(case.body, env, dead)
+
+
+def _exits(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Return | ast.Raise)
+
+
+def _mark(stmts: list[ast.stmt], dead: set[int]) -> None:
+    for s in stmts:
+        dead.update(id(n) for n in ast.walk(s))
+
+
+def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
+    """The test's truth under `env`, or None when it depends on something else."""
+    if isinstance(test, ast.Name):
+        v = env.get(test.id, _UNKNOWN)
+        return None if v is _UNKNOWN else bool(v)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        t = _truth(test.operand, env)
+        return None if t is None else not t
+    if isinstance(test, ast.BoolOp):
+        parts = [_truth(v, env) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)  # an Or with a true part is true, an And with a false part false
+        if decisive in parts:
+            return decisive
+        return None if None in parts else not decisive
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name):
+        v = env.get(test.left.id, _UNKNOWN)
+        right = test.comparators[0]
+        if v is _UNKNOWN:
+            return None
+        op = test.ops[0]
+        if isinstance(right, ast.Constant):
+            c = right.value
+            if isinstance(op, ast.Eq | ast.Is):
+                return bool(v == c) if isinstance(op, ast.Eq) else v is c
+            if isinstance(op, ast.NotEq | ast.IsNot):
+                return bool(v != c) if isinstance(op, ast.NotEq) else v is not c
+        literal = isinstance(right, ast.Tuple | ast.List | ast.Set) and all(
+            isinstance(e, ast.Constant) for e in right.elts
+        )
+        if isinstance(op, ast.In | ast.NotIn) and literal:
+            assert isinstance(right, ast.Tuple | ast.List | ast.Set)
+            found = any(v == e.value for e in right.elts if isinstance(e, ast.Constant))
+            return found if isinstance(op, ast.In) else not found
+    return None
