@@ -88,6 +88,7 @@ class Provenance:
         self.host_names = host_names
         self.names_give_device = names_give_device
         self._names: dict[tuple[int, str], Where] = {}
+        self._attr_names: set[str] | None = None
         self._nodes: dict[int, Where] = {}
         self._active: set[object] = set()
         self._cycle = False
@@ -261,11 +262,23 @@ class Provenance:
         named = self.by_name(expr.attr)
         if named is HOST or self._declared_scalar(expr, fn):
             return HOST
+        if self._device_sibling(expr.attr) and self.flow.instance_type(expr.value, fn) is None:
+            return HOST  # attn_inputs.prefix_lengths beside attn_inputs.prefix_lengths_device: the host mirror
         # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
         # nothing about `node.op` on an object of unknown type.
         by_name = self.names_give_device
         found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn, by_name=by_name)))
         return found if found is not UNKNOWN else named
+
+    def _device_sibling(self, attr: str) -> bool:
+        """The project reads an attribute named as `attr`'s device copy (``prefix_lengths_device``, ``*_gpu``,
+        ``*_cuda``) and none named as its host copy: on an object of unknown class (a compiled extension's struct),
+        the bare name is then the host mirror."""
+        if self._attr_names is None:
+            self._attr_names = {a.attr for f in self.project.all_functions() for a in f.attributes}
+        names = self._attr_names
+        device = any(f"{attr}_{w}" in names for w in ("device", "gpu", "cuda"))
+        return device and not any(f"{attr}_{w}" in names for w in ("cpu", "host"))
 
     @staticmethod
     def _callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:

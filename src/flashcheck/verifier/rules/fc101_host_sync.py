@@ -123,7 +123,9 @@ class HostSyncInHotPath(Rule):
         warm-up's input preparation (a dummy multimodal batch) is reported as if captured; name the function that
         captures in ``capture-paths`` and turn the default roots off, or suppress with a reason. Objects of a compiled
         extension (rtp-llm's attention inputs) have no Python class: their fields are judged by the stores of
-        attributes of that name elsewhere in the project, and a host field can read as a device one.
+        attributes of that name elsewhere in the project, and a host field can read as a device one, unless the
+        project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which makes
+        the bare name the host mirror.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the

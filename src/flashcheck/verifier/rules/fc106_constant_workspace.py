@@ -41,7 +41,10 @@ class ConstantWorkspaceSize(Rule):
         (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields of a class whose constructor is
         built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even with a constant default
         (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar`` is still reported), nor
-        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``).
+        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``), nor a local
+        named like a workspace that only callables from outside the project and outside FlashInfer are handed and
+        that the function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``: another
+        kernel's scratch).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -79,7 +82,8 @@ class ConstantWorkspaceSize(Rule):
             for a in fn.assigns:
                 if isinstance(a, ast.Assign | ast.AnnAssign) and isinstance(a.value, ast.Call | ast.ListComp):
                     targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                    if any(_names_workspace(terminal_name(t) or "") for t in targets):
+                    named = [t for t in targets if _names_workspace(terminal_name(t) or "")]
+                    if named and not all(isinstance(t, ast.Name) and _kernel_scratch(ctx, t.id, fn) for t in named):
                         candidates.extend(allocations(a.value, fn, project=project))
             if "workspace" in fn.name.lower() and "workspace" in name_tokens(fn.name):  # get_workspace()
                 for r in fn.returns:
@@ -106,6 +110,30 @@ class ConstantWorkspaceSize(Rule):
                         "at start-up",
                         evidence={"size": ast.unparse(size)},
                     )
+
+
+def _kernel_scratch(ctx: Context, name: str, fn: FunctionInfo) -> bool:
+    """A local named like a workspace that only callables from outside the project and outside FlashInfer are handed
+    (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``, an extension's top-k kernel), and that the function
+    keeps nowhere: another kernel's scratch, not the workspace of a FlashInfer planner."""
+    uses = [c for c in fn.calls if any(_is_name(a, name) for a in (*c.args, *(k.value for k in c.keywords)))]
+    if not uses or any(_is_name(r, name) for r in fn.returns):
+        return False
+    if any(isinstance(a, ast.Assign) and _is_name(a.value, name) for a in fn.assigns):
+        return False  # kept in an attribute or handed on under another name
+    for call in uses:
+        f = call.func
+        if ctx.wrappers.constructed(call, fn) or ctx.project.resolve_def(f, fn) is not None:
+            return False  # a FlashInfer wrapper, or a project function that may hand it to one
+        held = fn.local_assigns.get(f.id, []) if isinstance(f, ast.Name) else []
+        sources = [f, *held, *(v.args[0] for v in held if isinstance(v, ast.Call) and v.args)]
+        if any(imports_flashinfer(fn, e) for e in sources):
+            return False
+    return True
+
+
+def _is_name(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 def _size_arg(alloc: ast.Call, fn: FunctionInfo) -> ast.expr | None:
