@@ -125,7 +125,10 @@ class HostSyncInHotPath(Rule):
         extension (rtp-llm's attention inputs) have no Python class: their fields are judged by the stores of
         attributes of that name elsewhere in the project, and a host field can read as a device one, unless the
         project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which makes
-        the bare name the host mirror.
+        the bare name the host mirror. A parameter's device is what any caller passes: a helper that one hot-path
+        caller hands a host mirror and other code a device tensor is judged a device read on the hot path too. A
+        base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
+        judged with the tensors of the other platforms.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the

@@ -65,7 +65,10 @@ class ConstantWorkspaceSize(Rule):
 
     Known false positives
         A constant that was derived by hand from the engine's fixed limits (a decode-only engine with a fixed batch)
-        is reported; suppress it with a reason that states the bound.
+        is reported; suppress it with a reason that states the bound. The workspace of a FlashInfer kernel without a
+        planner whose scratch is bounded by the SM count rather than the batch (XQA, trtllm-gen, ``trtllm_fmha_v2``
+        with multi-CTA off) is reported like a planner's, and so is another kernel's scratch that a function named
+        ``*workspace*`` returns from a cache; suppress with the bound as the reason.
 
     What it cannot see
         Constants defined outside the project (an installed package's default), sizes read from a config file at

@@ -59,7 +59,9 @@ class ReallocOnReplayPath(Rule):
 
     Known false positives
         An attribute that is not a graph input (a per-step Python object stored on ``self``) is reported if it is a
-        new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose.
+        new tensor; suppress with a reason. Growth guarded by a size check is reported on purpose, and so is the
+        one-time replacement of a placeholder on the first step (``if self.scale.numel() == 1: self.scale =
+        torch.ones(...)``, before any graph is captured): the analysis does not know the first step comes first.
 
     What it cannot see
         Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in
