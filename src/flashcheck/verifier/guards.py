@@ -17,11 +17,29 @@ from collections.abc import Mapping
 
 from flashcheck.verifier.index import FunctionInfo
 
-__all__ = ["Bindings", "Guards"]
+__all__ = ["Bindings", "Dead", "Guards"]
 
 Bindings = frozenset[tuple[str, object]]
 _UNKNOWN = object()
-_EMPTY: frozenset[int] = frozenset()
+
+
+class Dead:
+    """The source spans of a function's statements that never run under some bindings; ``node in dead`` for a
+    node of that function."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self, spans: tuple[tuple[int, int, int, int], ...] = ()) -> None:
+        self.spans = spans
+
+    def __contains__(self, node: ast.AST) -> bool:
+        if not self.spans:
+            return False
+        at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        return any((a, b) <= at < (c, d) for a, b, c, d in self.spans)
+
+
+_EMPTY = Dead()
 
 
 class Guards:
@@ -29,7 +47,7 @@ class Guards:
 
     def __init__(self) -> None:
         self._names: dict[int, frozenset[str]] = {}
-        self._dead: dict[tuple[int, Bindings], frozenset[int]] = {}
+        self._dead: dict[tuple[int, Bindings], Dead] = {}
 
     def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
         """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
@@ -39,8 +57,8 @@ class Guards:
             used = self._names[id(callee)] = _guard_names(callee)
         return call_bindings(call, callee, outer, used) if used else frozenset()
 
-    def dead(self, fn: FunctionInfo, bound: Bindings) -> frozenset[int]:
-        """Ids of the AST nodes of `fn` that never run when its parameters hold `bound`."""
+    def dead(self, fn: FunctionInfo, bound: Bindings) -> Dead:
+        """The parts of `fn` that never run when its parameters hold `bound`."""
         if not bound:
             return _EMPTY
         key = (id(fn), bound)
@@ -72,29 +90,16 @@ def call_bindings(call: ast.Call, callee: FunctionInfo, outer: Mapping[str, obje
 
 
 def _guard_names(fn: FunctionInfo) -> frozenset[str]:
-    """Parameters of `fn` that an ``if`` tests or a call passes on as an argument, and that `fn` never assigns:
-    the only ones whose constant value can change what `fn` runs."""
-    names: set[str] = set()
-    if not isinstance(fn.node, ast.Module):
-        for node in _own_nodes(fn.node.body):
-            if isinstance(node, ast.If):
-                names.update(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.Call):
-                names.update(a.id for a in (*node.args, *(k.value for k in node.keywords)) if isinstance(a, ast.Name))
-    return frozenset(n for n in names if n in fn.params and n not in fn.local_assigns)
-
-
-def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
-    """The nodes of a function body, without nested functions and classes."""
-    out: list[ast.AST] = []
-    stack: list[ast.AST] = list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+    """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads or a call passes on as an
+    argument, and that `fn` never assigns: the only ones whose constant value can change what `fn` runs."""
+    params = fn.params
+    if not params:
+        return frozenset()
+    names = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
+    for call in fn.calls:
+        names.update(a.id for a in call.args if isinstance(a, ast.Name) and a.id in params)
+        names.update(k.value.id for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in params)
+    return frozenset(n for n in names if n not in fn.local_assigns)
 
 
 def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
@@ -105,16 +110,16 @@ def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
     return _UNKNOWN
 
 
-def dead_nodes(fn: FunctionInfo, bindings: Bindings) -> frozenset[int]:
-    """Ids of the AST nodes of `fn` that never run when its parameters hold `bindings`."""
+def dead_nodes(fn: FunctionInfo, bindings: Bindings) -> Dead:
+    """The parts of `fn` that never run when its parameters hold `bindings`."""
     if not bindings or isinstance(fn.node, ast.Module):
         return _EMPTY
-    dead: set[int] = set()
+    dead: list[tuple[int, int, int, int]] = []
     _block(fn.node.body, dict(bindings), dead)
-    return frozenset(dead) if dead else _EMPTY
+    return Dead(tuple(dead)) if dead else _EMPTY
 
 
-def _block(body: list[ast.stmt], env: dict[str, object], dead: set[int]) -> None:
+def _block(body: list[ast.stmt], env: dict[str, object], dead: list[tuple[int, int, int, int]]) -> None:
     for i, stmt in enumerate(body):
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue  # their own calls belong to their own FunctionInfo
@@ -145,9 +150,8 @@ def _exits(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Return | ast.Raise)
 
 
-def _mark(stmts: list[ast.stmt], dead: set[int]) -> None:
-    for s in stmts:
-        dead.update(id(n) for n in ast.walk(s))
+def _mark(stmts: list[ast.stmt], dead: list[tuple[int, int, int, int]]) -> None:
+    dead.extend((s.lineno, s.col_offset, s.end_lineno or s.lineno, s.end_col_offset or 0) for s in stmts)
 
 
 def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:

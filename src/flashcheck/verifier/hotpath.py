@@ -23,7 +23,7 @@ from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
-from flashcheck.verifier.guards import Bindings, Guards
+from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 
@@ -200,7 +200,7 @@ class HotPaths:
         seen: dict[FunctionInfo, Hop] = {}
         # id(fn) -> (class of self, bindings) it was explored with; class 0: generic, bindings None: none
         explored: dict[int, set[tuple[int, Bindings | None]]] = {}
-        queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop, Bindings, frozenset[int]]] = deque()
+        queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop, Bindings, Dead]] = deque()
 
         def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop, bound: Bindings = frozenset()) -> None:
             own = owner_of(fn).cls
@@ -213,7 +213,7 @@ class HotPaths:
             if key and len({k for k, _ in done}) >= _MAX_SELF_CLASSES:
                 key, ctx = 0, own
             if bkey is not None and len(done) >= _MAX_BINDINGS:
-                bkey, bound, dead = None, frozenset(), frozenset()
+                bkey, bound, dead = None, frozenset(), Dead()
             done.add((key, bkey))
             seen.setdefault(fn, hop)
             queue.append((fn, ctx, hop, bound, dead))
@@ -225,7 +225,7 @@ class HotPaths:
             fn, ctx, hop, bound, dead = queue.popleft()
             outer = dict(bound)
             for callee, node, self_ctx in self._edges(fn, ctx):
-                if id(node) in dead:
+                if node in dead:
                     continue  # in a branch the constant arguments of this path rule out
                 callee_ctx = _narrowed(callee, self_ctx)
                 args: Bindings = frozenset()
