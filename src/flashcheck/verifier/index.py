@@ -178,6 +178,8 @@ class ClassInfo:
     attr_types: dict[str, ast.expr] = field(default_factory=dict)  # self.x: T = ... and class-body fields x: T
     fields: list[str] = field(default_factory=list)  # class-body ``x: T`` in order (dataclass constructor order)
     setters: dict[str, FunctionInfo] = field(default_factory=dict)  # @x.setter methods (``methods`` keeps the getter)
+    # (self.a, self.b) = value: attr -> (value, position in it, the method)
+    attr_unpacks: dict[str, list[tuple[ast.expr, int, FunctionInfo]]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -455,6 +457,12 @@ class _Indexer:
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)
+        elif isinstance(target, (ast.Tuple, ast.List)) and (cls := owner_of(fn).cls) is not None:
+            for i, t in enumerate(target.elts):  # (self.seq_lens, self.cu_seqlens) = gen_params(...)
+                if isinstance(t, ast.Starred):
+                    break
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    cls.attr_unpacks.setdefault(t.attr, []).append((value, i, fn))
 
     @staticmethod
     def _record_annotation(fn: FunctionInfo, node: ast.AnnAssign) -> None:

@@ -372,6 +372,7 @@ class ValueFlow:
         field = False
         for c in with_bases(cls):
             out.extend(c.attr_assigns.get(attr, []))
+            out.extend(s for v, i, f in c.attr_unpacks.get(attr, []) for s in self._item_of_result(v, i, f))
             if attr in c.fields:  # dataclass field: the constructor's argument
                 field = True
                 index = self.calls.keyword_index()
@@ -380,10 +381,7 @@ class ValueFlow:
                         out.append((v, where))
         if field:
             out.extend(self._positional_fields(cls, attr))
-            for (
-                f,
-                call,
-            ) in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy with that field
+            for f, call in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy of it
                 value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
                 if value is not None and cls in with_bases(self.instance_type(call.args[0], f)):
                     out.append((value, f))
@@ -446,7 +444,7 @@ class ValueFlow:
         if self._class_attr_names is None:
             names: set[str] = set()
             for c in self.project.classes.values():
-                names.update(c.attr_assigns, c.attr_types, c.methods)
+                names.update(c.attr_assigns, c.attr_types, c.methods, c.attr_unpacks)
             self._class_attr_names = frozenset(names)
         return attr in self._class_attr_names
 
