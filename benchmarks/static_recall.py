@@ -125,6 +125,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 22": ("snapkv_evict", "quest_block_sparse", "persistent_batch_attention", "early_exit_layers"),
     "batch 23": ("tenant_quota_prefix", "draft_stream_overlap", "gptoss_attention_sinks", "embed_generate_mixed"),
     "batch 24": ("ulysses_sp_serve", "vllm_multistep_advance", "cacheblend_rag_reuse", "llumnix_live_migration"),
+    "batch 25": ("recompute_preempt_prefix", "warmup_flag_guards", "cfg_guidance_pairs", "duo_head_split"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,3 @@
+from cfgserve.attention.backend import PairAttnBackend
+
+__all__ = ["PairAttnBackend"]

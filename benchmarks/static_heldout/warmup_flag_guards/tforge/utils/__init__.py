@@ -1,0 +1,3 @@
+from tforge.utils.memory import alloc_buffer
+
+__all__ = ["alloc_buffer"]
