@@ -287,8 +287,10 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if isinstance(node, ast.Module):
         return None
     positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-    bound = callee.cls is not None and not any(dotted(d) == "staticmethod" for d in node.decorator_list)
-    if bound and (isinstance(call.func, ast.Attribute) or callee.name == "__init__"):
+    decorators = {dotted(d) for d in node.decorator_list}
+    bound = callee.cls is not None and "staticmethod" not in decorators
+    on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__"
+    if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
         positional = positional[1:]
     if param not in positional:
         return None
@@ -296,6 +298,16 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
         return call.args[i]
     return None
+
+
+def _through_class(call: ast.Call, callee: FunctionInfo) -> bool:
+    """``Base.method(self, ...)``: a method called on its class (or a subclass), which passes ``self`` itself."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id[:1].isupper()):
+        return False
+    family = [*with_bases(callee.cls)]
+    family.extend(c for base in list(family) for c in base.subclasses)
+    return any(c.name == f.value.id for c in family)
 
 
 def _is_allocation(v: ast.expr) -> bool:

@@ -167,6 +167,29 @@ def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
     return is_flashinfer_target(fn.module.imports.get(name.split(".", maxsplit=1)[0], ""))
 
 
+def imported_elsewhere(func: ast.expr, fn: FunctionInfo, project: Project) -> bool:
+    """A callable imported from a package outside FlashInfer and the project (``compute_ops.persistent_topk``, a
+    local bound once to ``getattr(compute_ops, "topk")``, an op of a module global bound to an extension's
+    namespace: ``flash_mla_cuda = torch.ops._flashmla_C``); not a method of a local object, a builtin, or the
+    project's own code."""
+    root = func
+    if isinstance(func, ast.Name) and func.id not in fn.module.imports:
+        values = fn.local_assigns.get(func.id, [])
+        if len(values) != 1:
+            return False
+        v = values[0]
+        root = v.args[0] if isinstance(v, ast.Call) and dotted(v.func) == "getattr" and v.args else v
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id not in fn.module.imports:
+        held = fn.module.global_values(root.id)  # flash_mla_cuda = torch.ops._flashmla_C
+        root = held[0][0] if len(held) == 1 else root
+        while isinstance(root, ast.Attribute):
+            root = root.value
+    target = fn.module.imports.get(root.id) if isinstance(root, ast.Name) else None
+    return target is not None and not is_flashinfer_target(target) and project.resolve_def(func, fn) is None
+
+
 def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
     """Whether a Name/Attribute chain starts with a name imported from ``flashinfer`` (`is_flashinfer_import` of
     its dotted name, without building it)."""

@@ -5,9 +5,11 @@
 (`flashcheck.verifier.hotpath`) binds the literal arguments of a call (``True``, ``False``, ``None``, numbers and
 strings; a parameter of the caller that is itself bound passes its value on) to the callee's parameters and leaves
 out the calls inside the branches that those values decide against, and the statements after an ``if`` that
-returns or raises whenever its test holds. A parameter the callee assigns is not bound. Tests it reads: the
+returns or raises whenever its test holds; rules leave out sites there when every path to the function does. A
+parameter the callee binds again in any way (assignment, unpacking, ``+=``, a loop, ``with``, ``except`` or ``match``
+target) is not bound, and neither are arguments through an alias or ``functools.partial``. Tests it reads: the
 parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter with a constant (``==``, ``!=``,
-``is``, ``is not``, ``in`` a literal tuple).
+``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
+from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import FunctionInfo
 
 __all__ = ["Bindings", "Dead", "Guards"]
@@ -46,16 +49,25 @@ class Guards:
     """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
 
     def __init__(self) -> None:
-        self._names: dict[int, frozenset[str]] = {}
+        self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         self._dead: dict[tuple[int, Bindings], Dead] = {}
 
     def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
         """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
         whose values are `outer`), of those that can decide what the callee runs (`_guard_names`)."""
-        used = self._names.get(id(callee))
-        if used is None:
-            used = self._names[id(callee)] = _guard_names(callee)
-        return call_bindings(call, callee, outer, used) if used else frozenset()
+        tested, passed = self._guard_names(callee)
+        used = tested | passed
+        if not used:
+            return frozenset()
+        out = ((p, _value(arg, outer)) for p in used if (arg := arg_for_param(call, callee, p)) is not None)
+        return frozenset((p, v) for p, v in out if v is not _UNKNOWN)
+
+    def useful(self, fn: FunctionInfo, bound: Bindings, dead: Dead) -> Bindings:
+        """`bound` without what can change nothing: with no branch ruled out, only what `fn` passes on."""
+        if dead.spans or not bound:
+            return bound
+        passed = self._guard_names(fn)[1]
+        return frozenset((p, v) for p, v in bound if p in passed)
 
     def dead(self, fn: FunctionInfo, bound: Bindings) -> Dead:
         """The parts of `fn` that never run when its parameters hold `bound`."""
@@ -67,39 +79,46 @@ class Guards:
             found = self._dead[key] = dead_nodes(fn, bound)
         return found
 
-
-def call_bindings(call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object], used: frozenset[str]) -> Bindings:
-    """The parameters in `used` that `call` fills with a constant or with a bound parameter of the caller."""
-    node = callee.node
-    if isinstance(node, ast.Module):
-        return frozenset()
-    a = node.args
-    positional = [p.arg for p in (*a.posonlyargs, *a.args)]
-    if positional and positional[0] in ("self", "cls"):
-        positional = positional[1:]
-    out: dict[str, object] = {}
-    for name, arg in zip(positional, call.args, strict=False):
-        if isinstance(arg, ast.Starred):
-            break
-        out[name] = _value(arg, outer)
-    named = {*positional, *(p.arg for p in a.kwonlyargs)}
-    for kw in call.keywords:
-        if kw.arg is not None and kw.arg in named:
-            out[kw.arg] = _value(kw.value, outer)
-    return frozenset((k, v) for k, v in out.items() if v is not _UNKNOWN and k in used)
+    def _guard_names(self, fn: FunctionInfo) -> tuple[frozenset[str], frozenset[str]]:
+        """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads, and those a call
+        passes on as an argument, leaving out any that `fn` binds again (``x = ...``, ``a, x = f()``, ``x += 1``,
+        a ``for``/``with``/``except``/``match`` target, a comprehension's variable): the only ones whose constant
+        value can change what `fn` runs."""
+        found = self._names.get(id(fn))
+        if found is None:
+            params = fn.params
+            tested = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
+            passed: set[str] = set()
+            for call in fn.calls:
+                passed.update(a.id for a in call.args if isinstance(a, ast.Name) and a.id in params)
+                passed.update(
+                    k.value.id for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in params
+                )
+            rebound = _rebound(fn, tested | passed) if tested or passed else set()
+            found = self._names[id(fn)] = (frozenset(tested - rebound), frozenset(passed - rebound))
+        return found
 
 
-def _guard_names(fn: FunctionInfo) -> frozenset[str]:
-    """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads or a call passes on as an
-    argument, and that `fn` never assigns: the only ones whose constant value can change what `fn` runs."""
-    params = fn.params
-    if not params:
-        return frozenset()
-    names = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
-    for call in fn.calls:
-        names.update(a.id for a in call.args if isinstance(a, ast.Name) and a.id in params)
-        names.update(k.value.id for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in params)
-    return frozenset(n for n in names if n not in fn.local_assigns)
+def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:
+    """Those of `names` that `fn`'s own code binds anywhere (not only by plain assignment)."""
+    if isinstance(fn.node, ast.Module):
+        return set(names)
+    out: set[str] = set()
+    stack: list[ast.AST] = list(fn.node.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.add(node.id)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            out.add(node.rest)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            out.update(node.names)
+        stack.extend(ast.iter_child_nodes(node))
+    return out & names
 
 
 def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
@@ -176,6 +195,8 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
         op = test.ops[0]
         if isinstance(right, ast.Constant):
             c = right.value
+            if isinstance(op, ast.Is | ast.IsNot) and not (c is None or isinstance(c, bool)):
+                return None  # `is` with a string or a number: interning, not equality, decides
             if isinstance(op, ast.Eq | ast.Is):
                 return bool(v == c) if isinstance(op, ast.Eq) else v is c
             if isinstance(op, ast.NotEq | ast.IsNot):

@@ -178,11 +178,19 @@ class HotPaths:
         self.project = project
         self.roots = roots
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
+        self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._guards = Guards()
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""
-        return self.reach_categories(frozenset(c for c, k in _KIND.items() if k == kind))
+        return self.reach_categories(_categories(kind))
+
+    def live(self, fn: FunctionInfo, node: ast.AST, kind: RootKind) -> bool:
+        """Whether `node` of `fn` runs on some path from a root of `kind`: not when every path that reaches `fn`
+        passes constants that rule its branch out (``if not skip_prefill:`` under ``skip_prefill=True``)."""
+        self.reach(kind)
+        found = self._deads[_categories(kind)].get(id(fn))
+        return not found or any(d is None or node not in d for d in found)
 
     def reach_categories(self, categories: frozenset[Category]) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots in `categories`, each with its first (shortest) hop.
@@ -200,6 +208,7 @@ class HotPaths:
         seen: dict[FunctionInfo, Hop] = {}
         # id(fn) -> (class of self, bindings) it was explored with; class 0: generic, bindings None: none
         explored: dict[int, set[tuple[int, Bindings | None]]] = {}
+        deads: dict[int, list[Dead | None]] = self._deads.setdefault(categories, {})
         queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop, Bindings, Dead]] = deque()
 
         def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop, bound: Bindings = frozenset()) -> None:
@@ -207,14 +216,16 @@ class HotPaths:
             key = 0 if ctx is own or ctx is None else id(ctx)
             done = explored.setdefault(id(fn), set())
             dead = self._guards.dead(fn, bound)
+            bound = self._guards.useful(fn, bound, dead)
+            if key and len({k for k, _ in done}) >= _MAX_SELF_CLASSES:
+                key, ctx = 0, own
+            if bound and len(done) >= _MAX_BINDINGS:
+                bound, dead = frozenset(), Dead()
             bkey = bound or None
             if (0, None) in done or (key, None) in done or (key, bkey) in done:
                 return  # explored with the same class of self and bindings, or more generally
-            if key and len({k for k, _ in done}) >= _MAX_SELF_CLASSES:
-                key, ctx = 0, own
-            if bkey is not None and len(done) >= _MAX_BINDINGS:
-                bkey, bound, dead = None, frozenset(), Dead()
             done.add((key, bkey))
+            deads.setdefault(id(fn), []).append(dead if bkey is not None else None)
             seen.setdefault(fn, hop)
             queue.append((fn, ctx, hop, bound, dead))
 
@@ -229,11 +240,23 @@ class HotPaths:
                     continue  # in a branch the constant arguments of this path rule out
                 callee_ctx = _narrowed(callee, self_ctx)
                 args: Bindings = frozenset()
-                if isinstance(node, ast.Call) and _direct(node, callee):
+                if isinstance(node, ast.Call) and self._direct(fn, node, callee):
                     args = self._guards.bindings(node, callee, outer)
                 visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop), args)
         self._cache[categories] = seen
         return seen
+
+    def _direct(self, fn: FunctionInfo, call: ast.Call, callee: FunctionInfo) -> bool:
+        """A call whose arguments fill the callee's parameters as written: the call graph's own edge to the callee
+        by its name, or to a constructed class's ``__init__``; not an alias or a ``functools.partial`` (whose
+        arguments are shifted), nor a method that an instance attribute of the same name may shadow."""
+        name = terminal_name(call.func)
+        if not (name == callee.name or (callee.name == "__init__" and name is not None and name[:1].isupper())):
+            return False
+        cls = owner_of(callee).cls
+        if cls is not None and any(callee.name in c.attr_assigns for c in with_bases(cls)):
+            return False
+        return any(c is callee and node is call for c, node in self.project.callees(fn))
 
     def _edges(self, fn: FunctionInfo, ctx: ClassInfo | None) -> list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]:
         """What `fn` runs when ``self`` is an instance of `ctx`: each callee with the node that runs it and the class
@@ -324,15 +347,12 @@ class HotPaths:
         return frames
 
 
+def _categories(kind: RootKind) -> frozenset[Category]:
+    return frozenset(c for c, k in _KIND.items() if k == kind)
+
+
 _MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
 _MAX_BINDINGS = 8  # explorations of one function before constant arguments are no longer told apart
-
-
-def _direct(node: ast.Call, callee: FunctionInfo) -> bool:
-    """A call whose arguments fill the callee's parameters as written: the callee by its own name, or a class
-    constructed (``__init__``); not a ``functools.partial`` or an alias, whose arguments are shifted."""
-    name = terminal_name(node.func)
-    return name == callee.name or (callee.name == "__init__" and name is not None and name[:1].isupper())
 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:

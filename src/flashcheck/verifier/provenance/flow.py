@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
@@ -354,10 +355,10 @@ class ValueFlow:
             return []
         # Unknown receiver type: every store of this attribute name in the project (other objects, fields), but
         # a test's or a benchmark's store says nothing of what the engine's code reads
-        keyed = [(v, where) for v, where, _ in self.calls.keyword_index().get(f"*.{expr.attr}", [])]
-        every = (self.project.attr_stores.get(expr.attr, []), self.self_attr_index().get(expr.attr, []), keyed)
+        keyed = ((v, where) for v, where, _ in self.calls.keyword_index().get(f"*.{expr.attr}", []))
+        every = chain(self.project.attr_stores.get(expr.attr, []), self.self_attr_index().get(expr.attr, []), keyed)
         serving = not fn.source.is_tooling
-        return [s for part in every for s in part if not (serving and s[1].source.is_tooling)][:_MAX_SOURCES]
+        return list(islice((s for s in every if not (serving and s[1].source.is_tooling)), _MAX_SOURCES))
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         key = (id(cls), attr)

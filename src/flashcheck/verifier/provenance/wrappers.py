@@ -15,8 +15,8 @@ import ast
 from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
+    imported_elsewhere,
     is_flashinfer_import,
-    is_flashinfer_target,
     is_wrapper_class_name,
     module_imports_flashinfer,
     wrapper_class_of_call,
@@ -94,20 +94,21 @@ class Wrappers:
         return None
 
     def built_elsewhere(self, expr: ast.expr, fn: FunctionInfo) -> bool:
-        """Every value `expr` may hold is built by a class imported from outside FlashInfer and the project (the
-        ``BatchPrefillWithSparseAttention`` of an engine's own kernel package): whatever it is named, its ``plan()``
-        is not FlashInfer's."""
+        """Every value `expr` may hold is built by a class imported from outside FlashInfer and the project under a
+        name that is not a FlashInfer wrapper's (the ``BatchPrefillWithSparseAttention`` of an engine's own kernel
+        package): whatever it is named, its ``plan()`` is not FlashInfer's. A factory function, or a FlashInfer
+        class re-exported by another package, may still build a FlashInfer wrapper."""
         found = self.flow.sources(expr, fn)[:8]
-        return bool(found) and all(self._foreign_call(v, where) for v, where in found)
+        return bool(found) and all(self._foreign_class(v, where) for v, where in found)
 
-    def _foreign_call(self, value: ast.expr, fn: FunctionInfo) -> bool:
-        d = dotted(value.func) if isinstance(value, ast.Call) else None
-        origin = fn.module.imports.get(d.split(".", maxsplit=1)[0]) if d is not None else None
+    def _foreign_class(self, value: ast.expr, fn: FunctionInfo) -> bool:
+        name = terminal_name(value.func) if isinstance(value, ast.Call) else None
         return (
-            origin is not None
-            and not is_flashinfer_target(origin)
-            and isinstance(value, ast.Call)
-            and self.flow.project.resolve_def(value.func, fn) is None
+            isinstance(value, ast.Call)
+            and name is not None
+            and name[:1].isupper()
+            and not is_wrapper_class_name(name)
+            and imported_elsewhere(value.func, fn, self.flow.project)
         )
 
     def constructions(self, expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.Call, FunctionInfo, str]]:

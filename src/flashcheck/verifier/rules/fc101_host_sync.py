@@ -69,7 +69,8 @@ class HostSyncInHotPath(Rule):
         ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument
         ``torch.where`` (functions and methods), ``torch.repeat_interleave`` with tensor repeats and no
         ``output_size=``, ``torch.equal``/``torch.allclose``, boolean-mask indexing (a
-        comparison, its ``~``/``&``/``|``, a predicate such as ``isnan()`` or ``any(dim)``, a name assigned one),
+        comparison, its ``~``/``&``/``|``, a predicate such as ``isnan()`` or ``any(dim)``, a name assigned one; in
+        any dimension: ``q[:, is_ret]``),
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
         ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
         device tensor, a device scalar as a slice bound (in any dimension: ``t[:b, :n]``), ``host.copy_(device)``
@@ -158,6 +159,8 @@ class HostSyncInHotPath(Rule):
         def hit(node: ast.AST, what: str, where: Where, confidence: Confidence | None = None) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
+            if not ctx.hot.live(fn, node, kind):
+                return  # in a branch that every path here rules out with a constant argument
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(
@@ -262,9 +265,10 @@ class HostSyncInHotPath(Rule):
                 elif w is Where.UNKNOWN and prov.tensorish(leaf, fn) and prov.tensor_where(leaf, fn) is not Where.HOST:
                     hit(leaf, "branches on a tensor (implicit .item() if it is on the device)", w, Confidence.LOW)
         for sub in fn.subscripts:
-            if isinstance(sub.ctx, ast.Load) and _is_mask(sub.slice, fn):
+            masks = _masks(sub.slice, fn) if isinstance(sub.ctx, ast.Load) else []
+            if masks:
                 w = prov.of(sub.value, fn)
-                if w is not Where.HOST and prov.of(sub.slice, fn) is not Where.HOST:
+                if w is not Where.HOST and any(prov.of(m, fn) is not Where.HOST for m in masks):
                     hit(sub, "indexes with a boolean mask (data-dependent size, device-to-host sync)", w)
             else:
                 _slice_bounds(sub, fn, prov, strict, hit)
@@ -445,6 +449,14 @@ def _leaves(test: ast.expr) -> list[ast.expr]:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _leaves(test.operand)
     return [test]
+
+
+def _masks(index: ast.expr, fn: FunctionInfo) -> list[ast.expr]:
+    """The boolean masks of an index: itself, or the ones among the dimensions of ``q[:, is_ret]``."""
+    if _is_mask(index, fn):
+        return [index]
+    dims = index.elts if isinstance(index, ast.Tuple) else []
+    return [d for d in dims if not isinstance(d, ast.Slice) and _is_mask(d, fn)]
 
 
 def _is_mask(index: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:

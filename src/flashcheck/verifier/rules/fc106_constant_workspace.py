@@ -10,6 +10,7 @@ from flashcheck.verifier.dataflow import ALLOCATORS, allocations
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     flashinfer_call_sites,
+    imported_elsewhere,
     imports_flashinfer,
     workspace_arg,
 )
@@ -116,23 +117,16 @@ class ConstantWorkspaceSize(Rule):
 
 
 def _kernel_scratch(ctx: Context, name: str, fn: FunctionInfo) -> bool:
-    """A local named like a workspace that only callables from outside the project and outside FlashInfer are handed
-    (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``, an extension's top-k kernel), and that the function
-    keeps nowhere: another kernel's scratch, not the workspace of a FlashInfer planner."""
+    """A local named like a workspace that only callables imported from outside FlashInfer and the project are
+    handed (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``, an extension's top-k kernel), and that
+    the function keeps nowhere (no other value, return or container holds it): another kernel's scratch, not the
+    workspace of a FlashInfer planner."""
     uses = [c for c in fn.calls if any(_is_name(a, name) for a in (*c.args, *(k.value for k in c.keywords)))]
-    if not uses or any(_is_name(r, name) for r in fn.returns):
+    if not uses or not all(imported_elsewhere(c.func, fn, ctx.project) for c in uses):
         return False
-    if any(isinstance(a, ast.Assign) and _is_name(a.value, name) for a in fn.assigns):
-        return False  # kept in an attribute or handed on under another name
-    for call in uses:
-        f = call.func
-        if ctx.wrappers.constructed(call, fn) or ctx.project.resolve_def(f, fn) is not None:
-            return False  # a FlashInfer wrapper, or a project function that may hand it to one
-        held = fn.local_assigns.get(f.id, []) if isinstance(f, ast.Name) else []
-        sources = [f, *held, *(v.args[0] for v in held if isinstance(v, ast.Call) and v.args)]
-        if any(imports_flashinfer(fn, e) for e in sources):
-            return False
-    return True
+    handed = {id(a) for c in uses for a in (*c.args, *(k.value for k in c.keywords))}
+    held = [*fn.returns, *(a.value for a in fn.assigns if a.value is not None)]
+    return not any(isinstance(n, ast.Name) and n.id == name and id(n) not in handed for h in held for n in ast.walk(h))
 
 
 def _is_name(node: ast.expr, name: str) -> bool:
@@ -194,6 +188,8 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
             return False
+        if any(isinstance(a, ast.AugAssign) and _is_name(a.target, expr.id) for a in scope.assigns):
+            return False  # workspace_bytes += 4 * bs * ...: added up from the batch
         values = scope.local_assigns.get(expr.id)
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)

@@ -76,7 +76,12 @@ class ReallocOnReplayPath(Rule):
                 continue
             guarded = _lazy_init_assigns(fn)
             for a in fn.assigns:
-                if isinstance(a, ast.AugAssign) or a.value is None or id(a) in guarded:
+                if (
+                    isinstance(a, ast.AugAssign)
+                    or a.value is None
+                    or id(a) in guarded
+                    or not ctx.hot.live(fn, a, "step")
+                ):
                     continue
                 if not _is_fresh_tensor(a.value, fn):
                     continue

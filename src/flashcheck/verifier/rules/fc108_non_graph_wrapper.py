@@ -91,6 +91,8 @@ class NonGraphWrapperInCapture(Rule):
                 func = call.func
                 if not isinstance(func, ast.Attribute) or func.attr not in RUN_METHODS:
                     continue
+                if not ctx.hot.live(fn, call, "capture"):
+                    continue  # under a flag every capture path sets against it (``if not skip_prefill:``)
                 for found in _receiver_builds(ctx, func.value, fn, built):
                     if any(b.graph is not False for b in found):
                         continue
