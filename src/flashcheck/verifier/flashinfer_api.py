@@ -170,8 +170,8 @@ def is_flashinfer_import(fn: FunctionInfo, name: str) -> bool:
 def imported_elsewhere(func: ast.expr, fn: FunctionInfo, project: Project) -> bool:
     """A callable imported from a package outside FlashInfer and the project (``compute_ops.persistent_topk``, a
     local bound once to ``getattr(compute_ops, "topk")``, an op of a module global bound to an extension's
-    namespace: ``flash_mla_cuda = torch.ops._flashmla_C``); not a method of a local object, a builtin, or the
-    project's own code."""
+    namespace: ``flash_mla_cuda = torch.ops._flashmla_C``); not a method of a local object, a builtin, or anything
+    a module of the project provides (its own code, or what it re-exports)."""
     root = func
     if isinstance(func, ast.Name) and func.id not in fn.module.imports:
         values = fn.local_assigns.get(func.id, [])
@@ -187,7 +187,37 @@ def imported_elsewhere(func: ast.expr, fn: FunctionInfo, project: Project) -> bo
         while isinstance(root, ast.Attribute):
             root = root.value
     target = fn.module.imports.get(root.id) if isinstance(root, ast.Name) else None
-    return target is not None and not is_flashinfer_target(target) and project.resolve_def(func, fn) is None
+    if target is None or project.resolve_def(func, fn) is not None:
+        return False
+    return _foreign_target(target, project, 0)
+
+
+def _foreign_target(target: str, project: Project, depth: int) -> bool:
+    """An import target outside FlashInfer and the project's own code; through a module of the project, what
+    that module imports or binds under the name (a re-export of FlashInfer's is FlashInfer's, an extension loaded
+    there is another package's)."""
+    if is_flashinfer_target(target) or depth > 4:
+        return False
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod = project.modules.get(".".join(parts[:i]))
+        if mod is None:
+            continue
+        name = parts[i]
+        if name in mod.functions or name in mod.classes or i < len(parts) - 1:
+            return False  # the project's own code (also a submodule of its package that is not checked)
+        if name in mod.imports:
+            return _foreign_target(mod.imports[name], project, depth + 1)
+        held = mod.global_values(name)  # rtp_llm_ops = torch.ops.rtp_llm, or an alias of an import
+        if not held:  # from a star import (``from librtp_compute_ops import *``), unless the module has none
+            stars = [t for k, t in mod.imports.items() if k.startswith("*")]
+            return bool(stars) and not any(is_flashinfer_target(t) for t in stars)
+        root = held[0][0] if len(held) == 1 else None
+        while isinstance(root, ast.Attribute | ast.Call):
+            root = root.value if isinstance(root, ast.Attribute) else root.func
+        origin = mod.imports.get(root.id) if isinstance(root, ast.Name) else None
+        return origin is not None and _foreign_target(origin, project, depth + 1)
+    return project.modules.get(target) is None
 
 
 def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:

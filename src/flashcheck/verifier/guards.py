@@ -15,7 +15,7 @@ parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter w
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import FunctionInfo
@@ -48,19 +48,30 @@ _EMPTY = Dead()
 class Guards:
     """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Callable[[], Iterable[FunctionInfo]]) -> None:
+        self._functions = functions  # every function of the project, asked once
         self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+        self._rebound: dict[int, set[str]] = {}
         self._dead: dict[tuple[int, Bindings], Dead] = {}
+        self._escaping: set[str] | None = None
 
     def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
         """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
-        whose values are `outer`), of those that can decide what the callee runs (`_guard_names`)."""
+        whose values are `outer`), of those that can decide what the callee runs (`_guard_names`); none for a
+        function whose name is also used as a value (handed to a call, kept in a table), which may run with
+        other arguments through calls the walk does not see."""
         tested, passed = self._guard_names(callee)
         used = tested | passed
         if not used:
             return frozenset()
         out = ((p, _value(arg, outer)) for p in used if (arg := arg_for_param(call, callee, p)) is not None)
-        return frozenset((p, v) for p, v in out if v is not _UNKNOWN)
+        found = frozenset((p, v) for p, v in out if v is not _UNKNOWN)
+        if not found or callee.name in self._escapes():
+            return frozenset()
+        rebound = self._rebound.get(id(callee))
+        if rebound is None:
+            rebound = self._rebound[id(callee)] = _rebound(callee, set(used))
+        return frozenset((p, v) for p, v in found if p not in rebound)
 
     def useful(self, fn: FunctionInfo, bound: Bindings, dead: Dead) -> Bindings:
         """`bound` without what can change nothing: with no branch ruled out, only what `fn` passes on."""
@@ -81,22 +92,36 @@ class Guards:
 
     def _guard_names(self, fn: FunctionInfo) -> tuple[frozenset[str], frozenset[str]]:
         """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads, and those a call
-        passes on as an argument, leaving out any that `fn` binds again (``x = ...``, ``a, x = f()``, ``x += 1``,
-        a ``for``/``with``/``except``/``match`` target, a comprehension's variable): the only ones whose constant
-        value can change what `fn` runs."""
+        passes on as an argument: the only ones whose constant value can change what `fn` runs (those `fn` binds
+        again are left out where a call binds them, `_rebound`)."""
         found = self._names.get(id(fn))
         if found is None:
             params = fn.params
             tested = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
             passed: set[str] = set()
             for call in fn.calls:
-                passed.update(a.id for a in call.args if isinstance(a, ast.Name) and a.id in params)
-                passed.update(
-                    k.value.id for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in params
-                )
-            rebound = _rebound(fn, tested | passed) if tested or passed else set()
-            found = self._names[id(fn)] = (frozenset(tested - rebound), frozenset(passed - rebound))
+                args = [*call.args, *(k.value for k in call.keywords)]
+                passed.update(a.id for a in args if isinstance(a, ast.Name) and a.id in params)
+            found = self._names[id(fn)] = (frozenset(tested), frozenset(passed))
         return found
+
+    def _escapes(self) -> set[str]:
+        """Names used as values somewhere in the project rather than called: an attribute read that is not a
+        call's function (``{"eager": self._prepare}``), or a name handed to a call, stored, kept in a literal or
+        returned (``self._capture_with(run)``)."""
+        if self._escaping is None:
+            out: set[str] = set()
+            for f in self._functions():
+                called = {id(c.func) for c in f.calls}
+                out.update(a.attr for a in f.attributes if id(a) not in called)
+                values: list[ast.expr] = [*f.returns, *(a.value for a in f.assigns if a.value is not None)]
+                values += [v for c in f.calls for v in (*c.args, *(k.value for k in c.keywords))]
+                for v in values:
+                    items = v.elts if isinstance(v, ast.Tuple | ast.List | ast.Set) else [v]
+                    items = [*v.values] if isinstance(v, ast.Dict) else items
+                    out.update(e.id for e in items if isinstance(e, ast.Name))
+            self._escaping = out
+        return self._escaping
 
 
 def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:
@@ -107,6 +132,8 @@ def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:
     stack: list[ast.AST] = list(fn.node.body)
     while stack:
         node = stack.pop()
+        if isinstance(node, ast.Lambda):  # its parameters shadow the function's inside it
+            out.update(a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             continue
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):

@@ -179,7 +179,8 @@ class HotPaths:
         self.roots = roots
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
-        self._guards = Guards()
+        self._resolved: dict[int, set[tuple[int, int]]] = {}
+        self._guards = Guards(project.all_functions)
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""
@@ -256,7 +257,10 @@ class HotPaths:
         cls = owner_of(callee).cls
         if cls is not None and any(callee.name in c.attr_assigns for c in with_bases(cls)):
             return False
-        return any(c is callee and node is call for c, node in self.project.callees(fn))
+        resolved = self._resolved.get(id(fn))
+        if resolved is None:
+            resolved = self._resolved[id(fn)] = {(id(c), id(node)) for c, node in self.project.callees(fn)}
+        return (id(callee), id(call)) in resolved
 
     def _edges(self, fn: FunctionInfo, ctx: ClassInfo | None) -> list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]:
         """What `fn` runs when ``self`` is an instance of `ctx`: each callee with the node that runs it and the class

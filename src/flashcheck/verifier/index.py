@@ -490,6 +490,8 @@ class _Indexer:
         for a in node.names:
             if a.name != "*":
                 mod.imports[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+            else:  # `from ext import *`: kept under a key no name can be, for what the module may provide
+                mod.imports[f"*{base}"] = base
 
 
 def owner_of(fn: FunctionInfo) -> FunctionInfo:

@@ -89,7 +89,6 @@ class Provenance:
         self.names_give_device = names_give_device
         self._names: dict[tuple[int, str], Where] = {}
         self._attr_names: set[tuple[str | None, str]] | None = None
-        self._index_host: dict[tuple[int, str], bool] = {}
         self._nodes: dict[int, Where] = {}
         self._active: set[object] = set()
         self._cycle = False
@@ -142,9 +141,6 @@ class Provenance:
             held = terminal_name(expr.value) if isinstance(expr.value, ast.Name | ast.Attribute) else None
             if held is not None and self.by_name(held) is HOST:
                 return HOST  # seq_lens_cpu[i]: an element of what its name says is host data
-            param = expr.value.id if isinstance(expr.value, ast.Name) and expr.value.id in fn.params else None
-            if param is not None and self._indexes_host(param, fn):
-                return HOST  # pages[mask] where pages also indexes a host tensor
             base = self._cached(expr, fn, lambda: self.merge_sources(self.flow.element_sources(expr.value, fn)))
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
                 return self.by_name(expr.slice.value)
@@ -246,23 +242,7 @@ class Provenance:
         if loops and name not in fn.local_assigns and all(self._host_iterable(it, fn) for it in loops):
             return HOST  # for n in lens_host: an element of host data is host data
         found = self.merge_sources(self.flow.name_sources(name, fn))
-        if found is not HOST and name in fn.params and self._indexes_host(name, fn):
-            return HOST  # refcount_cpu[pages]: torch only indexes a host tensor with host indices
         return found if found is not UNKNOWN else named
-
-    def _indexes_host(self, name: str, fn: FunctionInfo) -> bool:
-        """`fn` indexes a host tensor with its parameter `name`, never re-bound (``self.refcount_cpu[pages]``), which
-        a device tensor cannot do."""
-        key = (id(fn), name)
-        found = self._index_host.get(key)
-        if found is None:
-            self._index_host[key] = False  # recursion guard
-            found = self._index_host[key] = name not in fn.local_assigns and any(
-                self.tensorish(s.value, fn) and self.of(s.value, fn) is HOST
-                for s in fn.subscripts
-                if isinstance(s.slice, ast.Name) and s.slice.id == name
-            )
-        return found
 
     def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
         """An iterable whose elements are host data: named so (``kv_lens_arr_host``), or a host tensor."""

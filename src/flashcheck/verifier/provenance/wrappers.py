@@ -103,6 +103,8 @@ class Wrappers:
 
     def _foreign_class(self, value: ast.expr, fn: FunctionInfo) -> bool:
         name = terminal_name(value.func) if isinstance(value, ast.Call) else None
+        if name is not None and isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            name = fn.module.imports.get(name, name).rsplit(".", 1)[-1]  # `import ...Wrapper as DecodeW`: its own name
         return (
             isinstance(value, ast.Call)
             and name is not None

@@ -134,10 +134,12 @@ class HostSyncInHotPath(Rule):
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
         project (an unannotated argument no project code passes), lazy logging arguments (``logger.debug("%s", t)``,
-        formatted only when the level is enabled), properties read from objects whose class the analysis cannot
-        tell (or through ``getattr``; objects project functions return and items project generators yield are typed
-        by annotations and constructors), syncs in a lambda handed to a call as a keyword argument other than
-        ``key=`` (taken for a callback run later), and hot paths no root reaches (configure ``hot-paths``).
+        formatted only when the level is enabled), properties read from objects whose class the analysis cannot tell (or
+        through ``getattr``; objects project functions return and items project generators yield are typed by
+        annotations and constructors), syncs in a lambda handed to a call as a keyword argument other than ``key=``
+        (taken for a callback run later), and hot paths no root reaches (configure ``hot-paths``). Code in a branch that
+        every path to its function rules out with a constant argument (``if not skip_eplb:`` when every call passes
+        ``skip_eplb=True``; ``docs/static.md``) is not checked.
     """
 
     def check(self, ctx: Context) -> None:
@@ -150,17 +152,19 @@ class HostSyncInHotPath(Rule):
                 self._check_fn(ctx, fn, step, "step")
         capture = ctx.hot.reach("capture")
         for fn in capture:
-            if fn not in step or fn in capture_roots:
-                self._check_fn(ctx, fn, capture, "capture")
+            # judged as step code where a step path runs it; as capture code where only the capture does
+            self._check_fn(ctx, fn, capture, "capture", also_step=fn in step and fn not in capture_roots)
 
-    def _check_fn(self, ctx: Context, fn: FunctionInfo, reach: dict[FunctionInfo, Hop], kind: RootKind) -> None:
+    def _check_fn(
+        self, ctx: Context, fn: FunctionInfo, reach: dict[FunctionInfo, Hop], kind: RootKind, also_step: bool = False
+    ) -> None:
         stored = {id(n) for lam in _stored_lambdas(fn) for n in ast.walk(lam.body)}
 
         def hit(node: ast.AST, what: str, where: Where, confidence: Confidence | None = None) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
-            if not ctx.hot.live(fn, node, kind):
-                return  # in a branch that every path here rules out with a constant argument
+            if not ctx.hot.live(fn, node, kind) or (also_step and ctx.hot.live(fn, node, "step")):
+                return  # a branch every path here rules out with a constant argument, or reported as step code
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(

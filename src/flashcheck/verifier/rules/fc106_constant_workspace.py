@@ -188,8 +188,9 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
             return False
-        if any(isinstance(a, ast.AugAssign) and _is_name(a.target, expr.id) for a in scope.assigns):
-            return False  # workspace_bytes += 4 * bs * ...: added up from the batch
+        grown = [a.value for a in scope.assigns if isinstance(a, ast.AugAssign) and _is_name(a.target, expr.id)]
+        if not all(_is_constant(g, scope, project, depth + 1) for g in grown):
+            return False  # workspace_bytes += 4 * bs * ...: added up from the batch (``*= 2`` keeps a constant)
         values = scope.local_assigns.get(expr.id)
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)

@@ -64,9 +64,11 @@ class ReallocOnReplayPath(Rule):
         torch.ones(...)``, before any graph is captured): the analysis does not know the first step comes first.
 
     What it cannot see
-        Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in
-        per step is allowed), ``setattr`` with a name computed at run time (not a constant), and reallocations inside
-        code that no configured or default root reaches.
+        Rebinding of a per-step object's attribute (``meta.buf = torch.zeros(...)`` on an object built or passed in per
+        step is allowed), ``setattr`` with a name computed at run time (not a constant), and reallocations inside code
+        that no configured or default root reaches. Code in a branch that every path to its function rules out with a
+        constant argument (``if not skip_eplb:`` when every call passes ``skip_eplb=True``; ``docs/static.md``) is not
+        checked.
     """
 
     def check(self, ctx: Context) -> None:
