@@ -15,7 +15,7 @@ parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter w
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import FunctionInfo
@@ -48,12 +48,11 @@ _EMPTY = Dead()
 class Guards:
     """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
 
-    def __init__(self, functions: Callable[[], Iterable[FunctionInfo]]) -> None:
-        self._functions = functions  # every function of the project, asked once
+    def __init__(self, value_names: Callable[[], frozenset[str]]) -> None:
+        self._value_names = value_names  # the project's names used as values (`Project.value_names`)
         self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         self._rebound: dict[int, set[str]] = {}
         self._dead: dict[tuple[int, Bindings], Dead] = {}
-        self._escaping: set[str] | None = None
 
     def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
         """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
@@ -66,7 +65,7 @@ class Guards:
             return frozenset()
         out = ((p, _value(arg, outer)) for p in used if (arg := arg_for_param(call, callee, p)) is not None)
         found = frozenset((p, v) for p, v in out if v is not _UNKNOWN)
-        if not found or callee.name in self._escapes():
+        if not found or callee.name in self._value_names():
             return frozenset()
         rebound = self._rebound.get(id(callee))
         if rebound is None:
@@ -104,24 +103,6 @@ class Guards:
                 passed.update(a.id for a in args if isinstance(a, ast.Name) and a.id in params)
             found = self._names[id(fn)] = (frozenset(tested), frozenset(passed))
         return found
-
-    def _escapes(self) -> set[str]:
-        """Names used as values somewhere in the project rather than called: an attribute read that is not a
-        call's function (``{"eager": self._prepare}``), or a name handed to a call, stored, kept in a literal or
-        returned (``self._capture_with(run)``)."""
-        if self._escaping is None:
-            out: set[str] = set()
-            for f in self._functions():
-                called = {id(c.func) for c in f.calls}
-                out.update(a.attr for a in f.attributes if id(a) not in called)
-                values: list[ast.expr] = [*f.returns, *(a.value for a in f.assigns if a.value is not None)]
-                values += [v for c in f.calls for v in (*c.args, *(k.value for k in c.keywords))]
-                for v in values:
-                    items = v.elts if isinstance(v, ast.Tuple | ast.List | ast.Set) else [v]
-                    items = [*v.values] if isinstance(v, ast.Dict) else items
-                    out.update(e.id for e in items if isinstance(e, ast.Name))
-            self._escaping = out
-        return self._escaping
 
 
 def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:

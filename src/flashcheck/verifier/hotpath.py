@@ -180,7 +180,7 @@ class HotPaths:
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._resolved: dict[int, set[tuple[int, int]]] = {}
-        self._guards = Guards(project.all_functions)
+        self._guards = Guards(project.value_names)
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""

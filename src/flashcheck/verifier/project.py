@@ -57,6 +57,8 @@ class Project(InstanceTyping):
         self.cuts = 0
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
+        self._value_names: frozenset[str] | None = None
+        self._attribute_reads: frozenset[tuple[str | None, str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
         self._setter_names = frozenset(name for ci in self.classes.values() for name in ci.setters)
@@ -242,6 +244,36 @@ class Project(InstanceTyping):
                     if name is not None:
                         self._calls_by_name.setdefault(name, []).append((caller, call))
         return self._calls_by_name
+
+    def value_names(self) -> frozenset[str]:
+        """Names used as values somewhere rather than called: an attribute read that is not a call's function
+        (``{"eager": self._prepare}``), or a name handed to a call, assigned, returned or kept in a literal
+        (``self._capture_with(run)``): a function of that name may run through calls no call graph sees."""
+        if self._value_names is None:
+            out: set[str] = set()
+            for f in self.all_functions():
+                called = {id(c.func) for c in f.calls}
+                out.update(a.attr for a in f.attributes if id(a) not in called)
+                for v in _handed_values(f):
+                    if isinstance(v, ast.Name):
+                        out.add(v.id)
+                    elif isinstance(v, ast.Tuple | ast.List | ast.Set | ast.Dict):
+                        items = v.values if isinstance(v, ast.Dict) else v.elts
+                        out.update(e.id for e in items if isinstance(e, ast.Name))
+            self._value_names = frozenset(out)
+        return self._value_names
+
+    def attribute_reads(self) -> frozenset[tuple[str | None, str]]:
+        """(the receiver's last name, the attribute) of every attribute read in serving code (``attn_inputs.
+        prefix_lengths_device`` gives ``("attn_inputs", "prefix_lengths_device")``)."""
+        if self._attribute_reads is None:
+            self._attribute_reads = frozenset(
+                (terminal_name(a.value), a.attr)
+                for f in self.all_functions()
+                if not f.source.is_tooling
+                for a in f.attributes
+            )
+        return self._attribute_reads
 
     def _held_names(self) -> dict[str, set[str]]:
         """Attribute names that may hold a function, by the function's name (``update`` for ``update_single_wrapper``
@@ -539,3 +571,14 @@ def _imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
     while isinstance(expr, ast.Attribute | ast.Subscript | ast.Call):
         expr = expr.func if isinstance(expr, ast.Call) else expr.value
     return isinstance(expr, ast.Name) and expr.id in fn.module.imports
+
+
+def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:
+    yield from f.returns
+    for a in f.assigns:
+        if a.value is not None:
+            yield a.value
+    for c in f.calls:
+        yield from c.args
+        for k in c.keywords:
+            yield k.value

@@ -88,7 +88,6 @@ class Provenance:
         self.host_names = host_names
         self.names_give_device = names_give_device
         self._names: dict[tuple[int, str], Where] = {}
-        self._attr_names: set[tuple[str | None, str]] | None = None
         self._nodes: dict[int, Where] = {}
         self._active: set[object] = set()
         self._cycle = False
@@ -274,14 +273,7 @@ class Provenance:
         """Serving code reads, on a receiver of the same name, an attribute named as this one's device copy
         (``attn_inputs.prefix_lengths_device``, ``*_gpu``, ``*_cuda``) and none named as its host copy: on an
         object of unknown class (a compiled extension's struct), the bare name is then the host mirror."""
-        if self._attr_names is None:
-            self._attr_names = {
-                (terminal_name(a.value), a.attr)
-                for f in self.project.all_functions()
-                if not f.source.is_tooling
-                for a in f.attributes
-            }
-        names, recv, attr = self._attr_names, terminal_name(expr.value), expr.attr
+        names, recv, attr = self.project.attribute_reads(), terminal_name(expr.value), expr.attr
         device = any((recv, f"{attr}_{w}") in names for w in ("device", "gpu", "cuda"))
         return device and not any((recv, f"{attr}_{w}") in names for w in ("cpu", "host"))
 
