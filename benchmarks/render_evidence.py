@@ -25,9 +25,11 @@ PAGE = ROOT / "reports" / "gpu-evidence.md"
 def _env_line(env: Mapping[str, Any], date: str | None) -> str:
     if not env and not date:
         return "- the environment and the date are not recorded in this file"
+    missing = env.get("flashinfer_missing")
     return (
         f"- device {env.get('device', '?')}, torch {env.get('torch', '?')}, FlashInfer {env.get('flashinfer', '?')}, "
         f"date {date or 'not recorded in the file'}"
+        + (f"; FlashInfer's requirements not installed: {', '.join(missing)}" if missing else "")
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -144,7 +145,31 @@ def environment() -> dict[str, Any]:
     fi = sys.modules.get("flashinfer")
     if fi is not None:
         env["flashinfer"] = str(getattr(fi, "__version__", "unknown"))
+        missing = missing_requirements("flashinfer-python")
+        if missing:
+            env["flashinfer_missing"] = missing  # declared requirements not installed: a path may behave otherwise
     return env
+
+
+def missing_requirements(dist: str) -> list[str]:
+    """The unconditional requirements of an installed distribution that are not installed (``[]`` when the
+    distribution's metadata cannot be read)."""
+    from importlib import metadata
+
+    try:
+        required = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return []
+    out: list[str] = []
+    for req in required:
+        if ";" in req:  # an extra or a platform marker: not always required
+            continue
+        name = re.split(r"[\s<>=!~\[(]", req.strip(), maxsplit=1)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out.append(name)
+    return sorted(set(out))
 
 
 class RunWriter:

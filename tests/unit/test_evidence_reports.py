@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,3 +38,31 @@ def test_gpu_evidence_regenerates_from_raw_results(tmp_path: Path) -> None:
     doc["results"][0]["found"] = False
     path.write_text(json.dumps(doc))
     assert f"| {doc['results'][0]['target']} | {doc['results'][0]['property']} | **no**" in mod.render(raw)
+
+
+def test_the_environment_names_flashinfers_requirements_that_are_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import types
+    from importlib import metadata
+
+    from flashcheck.rundir import environment
+
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(__version__="0.7.2.post1"))
+    requires = {"flashinfer-python": ["numpy", "nvidia-cudnn-frontend>=1.31.0", 'torch>=2.12.0; extra == "b12x"']}
+    installed = {"numpy": "2.0"}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "requires", lambda dist: requires[dist])
+    monkeypatch.setattr(metadata, "version", version)
+    env = environment()
+    assert env["flashinfer_missing"] == ["nvidia-cudnn-frontend"]
+    line = _load("render_evidence")._env_line(env, "2026-11-27")
+    assert line.endswith("FlashInfer's requirements not installed: nvidia-cudnn-frontend")
+    installed["nvidia-cudnn-frontend"] = "1.32.0"
+    assert "flashinfer_missing" not in environment()
