@@ -1,0 +1,1 @@
+"""desklm: a single-user desktop inference engine (one sequence, graphs per context-length bucket)."""

@@ -1,0 +1,1 @@
+"""Offline batch generation over static (batch, prompt-length) buckets."""
