@@ -22,6 +22,7 @@ from typing import Literal
 from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
+from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
@@ -314,17 +315,27 @@ class HotPaths:
     def _alias_callees(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         """Project functions called through an alias the call graph does not resolve: a bound method or function
         kept in an attribute (``self._forward = self._forward_decode``), a ``functools.partial`` of one (in an
-        attribute or a local), also chosen by a conditional expression."""
+        attribute or a local), also chosen by a conditional expression; one handed in as an argument
+        (``record(bucket, self._static_forward)`` calling ``forward()``); the entries of a dispatch table kept in an
+        attribute (``self._handlers[fb.mode](...)`` with ``self._handlers = {Mode.DECODE: self._forward_decode}``)."""
         # a call resolved only to a typing.Protocol's stub (``step: StepFn``) still runs what the name holds
         resolved = {id(call) for callee, call in self.project.callees(fn) if not _protocol_stub(callee)}
         out: list[tuple[FunctionInfo, ast.Call]] = []
+        cls = owner_of(fn).cls
         for call in fn.calls:
             f = call.func
-            if id(call) in resolved or not isinstance(f, ast.Name | ast.Attribute):
+            table = isinstance(f, ast.Subscript) and _self_member(f.value) is not None
+            if id(call) in resolved or not (isinstance(f, ast.Name | ast.Attribute) or table):
                 continue
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-                cls = owner_of(fn).cls
+            if table and cls is not None:  # self._handlers[mode](...): every entry of the table
+                assert isinstance(f, ast.Subscript) and isinstance(f.value, ast.Attribute)
+                held = [v for c in with_bases(cls) for v in c.attr_assigns.get(f.value.attr, [])]
+                values = [(e, where) for d, where in held for e in _entries(d)]
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
                 values = [v for c in with_bases(cls) for v in c.attr_assigns.get(f.attr, [])] if cls else []
+            elif isinstance(f, ast.Name) and f.id in fn.params and f.id not in fn.local_assigns:
+                callers = self.project.callers(fn)[:16]
+                values = [(a, caller) for caller, c in callers if (a := arg_for_param(c, fn, f.id)) is not None]
             elif isinstance(f, ast.Name):
                 values = [(v, fn) for v in fn.local_assigns.get(f.id, [])]
             else:
@@ -357,6 +368,13 @@ def _categories(kind: RootKind) -> frozenset[Category]:
 
 _MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
 _MAX_BINDINGS = 8  # explorations of one function before constant arguments are no longer told apart
+
+
+def _entries(container: ast.expr) -> list[ast.expr]:
+    """The values of a dict, list or tuple literal."""
+    if isinstance(container, ast.Dict):
+        return list(container.values)
+    return list(container.elts) if isinstance(container, ast.List | ast.Tuple) else []
 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:

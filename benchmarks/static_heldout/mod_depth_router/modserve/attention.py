@@ -44,7 +44,7 @@ class MoDAttnBackend:
         self.device = device
         self.decode_workspace = torch.empty(cfg.decode_workspace_bytes(), dtype=torch.uint8, device=device)  # ok: FC106
         self.prefill_workspace = torch.empty(PREFILL_WORKSPACE_BYTES, dtype=torch.uint8, device=device)  # expect: FC106
-        self.trtllm_workspace = torch.empty(cfg.decode_workspace_bytes(), dtype=torch.uint8, device=device)
+        self.trtllm_workspace = torch.empty(cfg.decode_workspace_bytes(), dtype=torch.uint8, device=device)  # expect: FC105
         self.ragged_prefill = BatchPrefillWithRaggedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.eager_full = BatchDecodeWithPagedKVCacheWrapper(self.decode_workspace, "NHD", use_tensor_cores=True, backend="fa2")  # ok: FC105
         self.eager_routed = BatchDecodeWithPagedKVCacheWrapper(self.decode_workspace, "NHD", use_tensor_cores=True)
@@ -168,7 +168,7 @@ class MoDAttnBackend:
     def decode_dense(self, q: torch.Tensor, kv_cache: torch.Tensor) -> torch.Tensor:
         if self.cfg.use_trtllm_decode and self.graph_bs is None:
             scale = self.cfg.head_dim ** -0.5
-            return trtllm_batch_decode_with_kv_cache(q, kv_cache, self.trtllm_workspace, self.block_tables, self.seq_lens, self.cfg.max_seq_len, scale, 1.0)  # expect: FC105
+            return trtllm_batch_decode_with_kv_cache(q, kv_cache, self.trtllm_workspace, self.block_tables, self.seq_lens, self.cfg.max_seq_len, scale, 1.0)
         w = self.graph_full[self.graph_bs] if self.graph_bs is not None else self.eager_full
         return w.run(q, kv_cache)  # ok: FC108
 

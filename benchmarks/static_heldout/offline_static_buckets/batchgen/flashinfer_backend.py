@@ -38,9 +38,9 @@ class OfflineFlashInferBackend:
 
         self.decode_workspace = torch.zeros(max_bs * num_qo_heads * 64 * (head_dim + 1) * 4, dtype=torch.uint8, device=device)  # ok: FC106
         self.prefill_workspace = torch.zeros(self.WORKSPACE_BYTES, dtype=torch.uint8, device=device)  # expect: FC106
-        self.ctx_workspace = torch.empty(max_prefill_tokens * num_qo_heads * 8, dtype=torch.uint8, device=device)
+        self.ctx_workspace = torch.empty(max_prefill_tokens * num_qo_heads * 8, dtype=torch.uint8, device=device)  # expect: FC105
         self.prefill_wrapper = BatchPrefillWithRaggedKVCacheWrapper(self.prefill_workspace, self._kv_layout)
-        self.long_prefill = BatchPrefillWithPagedKVCacheWrapper(self.ctx_workspace, self._kv_layout, backend="trtllm-gen" if self.sm >= 100 else "fa2")  # expect: FC105
+        self.long_prefill = BatchPrefillWithPagedKVCacheWrapper(self.ctx_workspace, self._kv_layout, backend="trtllm-gen" if self.sm >= 100 else "fa2")
         self.prefix_wrapper = BatchPrefillWithPagedKVCacheWrapper(self.ctx_workspace, self._kv_layout, backend="fa2")  # ok: FC105
 
         self.kv_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)

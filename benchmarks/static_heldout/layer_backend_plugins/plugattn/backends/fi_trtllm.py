@@ -21,7 +21,7 @@ class TrtllmGenPlugin(AttnPlugin):
     def __init__(self, cfg: PluginConfig, device: torch.device):
         super().__init__(cfg, device)
         self.workspace = _workspace(cfg.workspace_bytes, device, zeroed=True)
-        self.ctx_workspace = torch.empty(cfg.workspace_bytes, dtype=torch.uint8, device=device)
+        self.ctx_workspace = torch.empty(cfg.workspace_bytes, dtype=torch.uint8, device=device)  # expect: FC105
         self.seq_lens = torch.zeros(cfg.max_bs, dtype=torch.int32, device=device)
         self.max_seq_len = cfg.max_pages * cfg.page_size
         self.scale = cfg.head_dim ** -0.5
@@ -53,4 +53,4 @@ class TrtllmGenPlugin(AttnPlugin):
 
     def forward_extend(self, q: torch.Tensor, kv_cache: torch.Tensor, fb: ForwardBatch, max_q_len: int, cu_q: torch.Tensor, cu_kv: torch.Tensor) -> torch.Tensor:
         bs = fb.bs
-        return trtllm_batch_context_with_kv_cache(q, kv_cache, self.ctx_workspace, self._block_tables[:bs], self.seq_lens[:bs], max_q_len, self.max_seq_len, self.scale, 1.0, bs, cu_q, cu_kv)  # expect: FC105
+        return trtllm_batch_context_with_kv_cache(q, kv_cache, self.ctx_workspace, self._block_tables[:bs], self.seq_lens[:bs], max_q_len, self.max_seq_len, self.scale, 1.0, bs, cu_q, cu_kv)
