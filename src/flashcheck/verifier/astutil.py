@@ -98,6 +98,14 @@ def name_tokens(name: str) -> frozenset[str]:
     return frozenset(name_words(name))
 
 
+def literal_items(node: ast.expr) -> list[ast.expr]:
+    """The values of a dict literal (a ``**spread`` entry's value too) or the elements of a list, tuple or set
+    literal; ``[]`` for anything else."""
+    if isinstance(node, ast.Dict):
+        return list(node.values)
+    return list(node.elts) if isinstance(node, ast.List | ast.Tuple | ast.Set) else []
+
+
 def kwarg(call: ast.Call, name: str) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == name:

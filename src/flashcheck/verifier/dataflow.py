@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, storage_root
+from flashcheck.verifier.astutil import dotted, kwarg, literal_items, storage_root
 from flashcheck.verifier.index import field_order, loop_containers, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
@@ -343,8 +343,7 @@ def allocations(
     if isinstance(root, ast.DictComp):  # {g: torch.empty(n, ...) for g in groups}, read as ws[g]
         return again(root.value, fn)
     if isinstance(root, ast.Dict | ast.List | ast.Tuple):  # {"full": torch.empty(...), ...}, read as ws[key]
-        items = root.values if isinstance(root, ast.Dict) else root.elts
-        return [a for item in items[:16] if item is not None for a in again(item, fn)]
+        return [a for item in literal_items(root)[:16] for a in again(item, fn)]
     if isinstance(root, ast.Call):
         name = torch_name(root.func, fn) or ""
         if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ALLOCATORS:

@@ -179,17 +179,22 @@ def imported_elsewhere(func: ast.expr, fn: FunctionInfo, project: Project) -> bo
             return False
         v = values[0]
         root = v.args[0] if isinstance(v, ast.Call) and dotted(v.func) == "getattr" and v.args else v
-    while isinstance(root, ast.Attribute):
-        root = root.value
+    root = _chain_root(root)
     if isinstance(root, ast.Name) and root.id not in fn.module.imports:
         held = fn.module.global_values(root.id)  # flash_mla_cuda = torch.ops._flashmla_C
-        root = held[0][0] if len(held) == 1 else root
-        while isinstance(root, ast.Attribute):
-            root = root.value
+        root = _chain_root(held[0][0]) if len(held) == 1 else root
     target = fn.module.imports.get(root.id) if isinstance(root, ast.Name) else None
     if target is None or project.resolve_def(func, fn) is not None:
         return False
     return _foreign_target(target, project, 0)
+
+
+def _chain_root(expr: ast.expr, *, calls: bool = False) -> ast.expr:
+    """What an attribute chain (with `calls`, also calls: ``torch.ops.load("x").y``) starts from (``torch`` for
+    ``torch.ops._flashmla_C``)."""
+    while isinstance(expr, ast.Attribute) or (calls and isinstance(expr, ast.Call)):
+        expr = expr.value if isinstance(expr, ast.Attribute) else expr.func
+    return expr
 
 
 def _foreign_target(target: str, project: Project, depth: int) -> bool:
@@ -212,9 +217,7 @@ def _foreign_target(target: str, project: Project, depth: int) -> bool:
         if not held:  # from a star import (``from librtp_compute_ops import *``), unless the module has none
             stars = [t for k, t in mod.imports.items() if k.startswith("*")]
             return bool(stars) and not any(is_flashinfer_target(t) for t in stars)
-        root = held[0][0] if len(held) == 1 else None
-        while isinstance(root, ast.Attribute | ast.Call):
-            root = root.value if isinstance(root, ast.Attribute) else root.func
+        root = _chain_root(held[0][0], calls=True) if len(held) == 1 else None
         origin = mod.imports.get(root.id) if isinstance(root, ast.Name) else None
         return origin is not None and _foreign_target(origin, project, depth + 1)
     return project.modules.get(target) is None

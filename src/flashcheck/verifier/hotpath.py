@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import dotted, name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, literal_items, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
@@ -39,6 +39,9 @@ _KIND: dict[Category, RootKind] = {
     "configured": "step",
     "decorator": "step",
     "capture": "capture",
+}
+_BY_KIND: dict[RootKind, frozenset[Category]] = {
+    kind: frozenset(c for c, k in _KIND.items() if k == kind) for kind in ("step", "capture")
 }
 # Categories whose code prepares the per-step metadata of a graph: writing a graph-bound buffer there is the intended
 # way to update it (FC104 allows it); capture code also runs the model forward, so it does not count.
@@ -330,11 +333,11 @@ class HotPaths:
             if table and cls is not None:  # self._handlers[mode](...): every entry of the table
                 assert isinstance(f, ast.Subscript) and isinstance(f.value, ast.Attribute)
                 held = [v for c in with_bases(cls) for v in c.attr_assigns.get(f.value.attr, [])]
-                values = [(e, where) for d, where in held for e in _entries(d)]
+                values = [(e, where) for d, where in held for e in literal_items(d)]
             elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
                 values = [v for c in with_bases(cls) for v in c.attr_assigns.get(f.attr, [])] if cls else []
             elif isinstance(f, ast.Name) and f.id in fn.params and f.id not in fn.local_assigns:
-                callers = self.project.callers(fn)[:16]
+                callers = self.project.feeding_callers(fn)[:16]
                 values = [(a, caller) for caller, c in callers if (a := arg_for_param(c, fn, f.id)) is not None]
             elif isinstance(f, ast.Name):
                 values = [(v, fn) for v in fn.local_assigns.get(f.id, [])]
@@ -363,18 +366,11 @@ class HotPaths:
 
 
 def _categories(kind: RootKind) -> frozenset[Category]:
-    return frozenset(c for c, k in _KIND.items() if k == kind)
+    return _BY_KIND[kind]
 
 
 _MAX_SELF_CLASSES = 6  # classes of self one function is explored with before it is explored generically
 _MAX_BINDINGS = 8  # explorations of one function before constant arguments are no longer told apart
-
-
-def _entries(container: ast.expr) -> list[ast.expr]:
-    """The values of a dict, list or tuple literal."""
-    if isinstance(container, ast.Dict):
-        return list(container.values)
-    return list(container.elts) if isinstance(container, ast.List | ast.Tuple) else []
 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import dotted, terminal_name
+from flashcheck.verifier.astutil import dotted, literal_items, terminal_name
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -218,6 +218,12 @@ class Project(InstanceTyping):
         return self._suffixes.get(name)
 
     # ------------------------------------------------------------------ call graph
+    def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        """`callers`, without tests and benchmarks when `fn` is serving code: what a test hands in says nothing of
+        what the engine does."""
+        found = self.callers(fn)
+        return found if fn.source.is_tooling else [(c, call) for c, call in found if not c.source.is_tooling]
+
     def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         """Project call sites that may call `fn` (constructor calls for ``__init__``), at most 64."""
         cached = self._callers.get(id(fn))
@@ -255,11 +261,7 @@ class Project(InstanceTyping):
                 called = {id(c.func) for c in f.calls}
                 out.update(a.attr for a in f.attributes if id(a) not in called)
                 for v in _handed_values(f):
-                    if isinstance(v, ast.Name):
-                        out.add(v.id)
-                    elif isinstance(v, ast.Tuple | ast.List | ast.Set | ast.Dict):
-                        items = v.values if isinstance(v, ast.Dict) else v.elts
-                        out.update(e.id for e in items if isinstance(e, ast.Name))
+                    out.update(e.id for e in (v, *literal_items(v)) if isinstance(e, ast.Name))
             self._value_names = frozenset(out)
         return self._value_names
 

@@ -300,10 +300,7 @@ class ValueFlow:
             return cached
         self._params[key] = []  # recursion guard
         out: list[Source] = []
-        serving = not fn.source.is_tooling
-        for caller, call in self.project.callers(fn):
-            if serving and caller.source.is_tooling:
-                continue  # a test feeds its own tensors: they say nothing of what the engine passes
+        for caller, call in self.project.feeding_callers(fn):
             arg = arg_for_param(call, fn, name)
             if arg is not None:
                 out.append((arg, caller))

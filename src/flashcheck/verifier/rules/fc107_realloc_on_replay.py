@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import annotation, dotted, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, literal_items, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
@@ -203,7 +203,7 @@ def _holds_buffers(v: ast.expr, fn: FunctionInfo) -> bool:
     if isinstance(v, ast.ListComp | ast.DictComp):
         items = [v.elt if isinstance(v, ast.ListComp) else v.value]
     elif isinstance(v, ast.List | ast.Dict):
-        items = [e for e in (v.elts if isinstance(v, ast.List) else v.values) if e is not None]
+        items = literal_items(v)
     else:
         return False
     return bool(items) and all(_is_fresh_tensor(e, fn) for e in items)
