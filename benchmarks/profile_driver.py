@@ -4,6 +4,10 @@
     python benchmarks/profile_driver.py --target cpu-reference --steps 200 --layers cheap      # anywhere
     python benchmarks/profile_driver.py --target decode-tc --steps 100 --layers cheap --kernels  # + device time
     python benchmarks/profile_driver.py --target decode-tc --mode state-machine --seconds 10 --layers cheap
+    python benchmarks/profile_driver.py --target decode-tc --layers all --dump out/   # + out/driver-all.prof
+
+``--dump DIR`` also writes each profile's raw statistics (``pstats`` format: callers and callees, for
+``python -m pstats``) to ``DIR/<mode>-<layers>.prof``.
 
 With ``--kernels`` a second pass of the same steps runs under ``torch.profiler`` and prints the operators and
 kernels by device time (layers ``cheap`` or ``off`` only: ``all`` owns the process's CUPTI session).
@@ -17,9 +21,31 @@ import cProfile
 import io
 import pstats
 import time
+from pathlib import Path
 
 
-def profile(target: str, device: str, layers: str, steps: int, seed: int, top: int, kernels: bool = False) -> str:
+def _report(prof: cProfile.Profile, head: str, top: int, dump: Path | None) -> str:
+    """The profile's top functions by cumulative and by own time, after `head`; its raw statistics to `dump`."""
+    if dump is not None:
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(dump)
+    buf = io.StringIO()
+    buf.write(head)
+    for key in ("cumulative", "tottime"):
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+    return buf.getvalue()
+
+
+def profile(
+    target: str,
+    device: str,
+    layers: str,
+    steps: int,
+    seed: int,
+    top: int,
+    kernels: bool = False,
+    dump: Path | None = None,
+) -> str:
     from flashcheck.fuzzing.scenarios import random_steps
     from flashcheck.session import open_session
 
@@ -36,15 +62,13 @@ def profile(target: str, device: str, layers: str, steps: int, seed: int, top: i
         prof.disable()
         dt = time.perf_counter() - t0
         table = _kernel_table(drv, plan, n_warm, top) if kernels else ""
-    buf = io.StringIO()
-    buf.write(f"== {target} layers={layers}: {steps} steps in {dt:.2f}s = {steps / dt:.1f} steps/s (profiled)\n")
-    for key in ("cumulative", "tottime"):
-        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-    buf.write(table)
-    return buf.getvalue()
+    head = f"== {target} layers={layers}: {steps} steps in {dt:.2f}s = {steps / dt:.1f} steps/s (profiled)\n"
+    return _report(prof, head, top, dump) + table
 
 
-def profile_machine(target: str, device: str, layers: str, seconds: float, seed: int, top: int) -> str:
+def profile_machine(
+    target: str, device: str, layers: str, seconds: float, seed: int, top: int, dump: Path | None = None
+) -> str:
     """cProfile of the Hypothesis replay state machine (what ``pytest -m fuzz`` runs) for `seconds`, after a
     warm-up round (session, JIT); counts executed steps."""
     from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
@@ -72,14 +96,11 @@ def profile_machine(target: str, device: str, layers: str, seconds: float, seed:
     prof.disable()
     dt = time.perf_counter() - t0
     close_sessions()
-    buf = io.StringIO()
-    buf.write(
+    head = (
         f"== {target} state machine layers={layers}: {count[0]} steps in {dt:.2f}s = "
         f"{count[0] / dt:.1f} steps/s (profiled)\n"
     )
-    for key in ("cumulative", "tottime"):
-        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-    return buf.getvalue()
+    return _report(prof, head, top, dump)
 
 
 def _kernel_table(drv: object, plan: list[object], n_warm: int, top: int) -> str:
@@ -121,6 +142,7 @@ def main() -> int:
         help="profile the driver over generated steps, or the Hypothesis state machine",
     )
     p.add_argument("--seconds", type=float, default=10.0, help="state-machine mode: profiled seconds")
+    p.add_argument("--dump", type=Path, default=None, help="also write each raw profile to DIR/<mode>-<layers>.prof")
     a = p.parse_args()
     if a.kernels and "all" in a.layers.split(","):
         p.error("--kernels: the 'all' layers own the process's CUPTI session; use --layers cheap or off")
@@ -128,10 +150,11 @@ def main() -> int:
 
     device = a.device or default_device()
     for layers in a.layers.split(","):
+        dump = a.dump / f"{a.mode}-{layers}.prof" if a.dump is not None else None
         if a.mode == "state-machine":
-            print(profile_machine(a.target, device, layers, a.seconds, a.seed, a.top), flush=True)
+            print(profile_machine(a.target, device, layers, a.seconds, a.seed, a.top, dump), flush=True)
             continue
-        print(profile(a.target, device, layers, a.steps, a.seed, a.top, a.kernels), flush=True)
+        print(profile(a.target, device, layers, a.steps, a.seed, a.top, a.kernels, dump), flush=True)
     return 0
 
 

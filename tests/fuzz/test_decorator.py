@@ -13,6 +13,7 @@ import flashcheck
 from flashcheck.errors import InvalidDefinition
 from flashcheck.fuzzing.options import FuzzOptions, set_active_options
 from flashcheck.fuzzing.stateful import FuzzFailure
+from tests.conftest import PLANTED_BUG_LAYERS
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
@@ -41,7 +42,9 @@ def test_fuzz_is_the_decorator_after_submodule_imports() -> None:
 def test_decorated_test_finds_a_faulty_target_and_calls_the_step_property(tmp_path: Path) -> None:
     calls: list[str] = []
 
-    @flashcheck.fuzz(target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=5, device="cpu")
+    @flashcheck.fuzz(
+        target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=5, device="cpu", layers=PLANTED_BUG_LAYERS
+    )
     def test_faulty(step: object, result: object) -> None:
         calls.append(type(step).__name__)
 

@@ -13,7 +13,7 @@ import pytest
 
 from flashcheck.fuzzing.stateful import FuzzFailure
 from flashcheck.targets.registry import make_target, target_spec
-from tests.conftest import STALE_LAST_PAGE_LEN
+from tests.conftest import PLANTED_BUG_LAYERS, STALE_LAST_PAGE_LEN
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SMALL = {"max_kv_len": 256, "chunk": 32, "max_pages": 256}
@@ -123,6 +123,8 @@ def test_fuzz_cli_writes_a_run_directory(tmp_path: Path) -> None:
             "cpu",
             "--profile",
             "ci",
+            "--layers",
+            PLANTED_BUG_LAYERS,
             "--out",
             str(out),
         ]

@@ -18,6 +18,7 @@ from flashcheck import cli
 from flashcheck._files import RunDirLock, atomic_write_text
 from flashcheck.cli import main
 from flashcheck.errors import InvalidArgument
+from tests.conftest import PLANTED_BUG_LAYERS
 
 SMALL = json.dumps({"max_kv_len": 256, "chunk": 32, "max_pages": 256})
 FAULTY = "faulty_targets:PlanInfoVaries"  # FC304 on replay (tests/quality)
@@ -109,7 +110,7 @@ def test_fuzz_refuses_a_directory_that_holds_a_run_unless_resumed(
 ) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "quality"))
     out = tmp_path / "run"
-    assert fuzz(out, target=FAULTY) == 1
+    assert fuzz(out, "--layers", PLANTED_BUG_LAYERS, target=FAULTY) == 1
     before = json.loads((out / "findings.json").read_text())["findings"]
     capsys.readouterr()
     assert fuzz(out) == 2  # a clean target into the old directory: refused, the old findings stay
