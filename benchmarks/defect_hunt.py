@@ -23,7 +23,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -44,24 +43,6 @@ WEIGHTS = {
     "mla-long-kv": 1.3,
     "boundary-page-counts": 1.1,
 }
-
-
-def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {"python": platform.python_version()}
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-        out["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        out["torch"] = "not installed"
-    try:
-        import flashinfer
-
-        out["flashinfer"] = str(flashinfer.__version__)
-    except ImportError:
-        out["flashinfer"] = "not installed"
-    return out
 
 
 def run_class(name: str, budget_s: float, seed: int, out: Path) -> int:
@@ -98,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown class(es) {', '.join(unknown)}; known: {', '.join(CLASSES)}")
     if args.child:
         return run_class(args.child, args.budget_s, args.seed, args.child_out)
-    versions = _versions()
-    out = args.out or Path(f"reports/raw/defect_hunt-{versions['flashinfer']}.json")
+    from flashcheck.rundir import environment
+
+    versions = environment(probe=True)
+    out = args.out or Path(f"reports/raw/defect_hunt-{versions.get('flashinfer', 'not-installed')}.json")
     results = []
     t0 = time.monotonic()
     for i, name in enumerate(names):

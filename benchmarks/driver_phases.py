@@ -21,7 +21,6 @@ import collections
 import contextlib
 import functools
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -156,21 +155,6 @@ def measure(target: str, device: str, layers: str, steps: int, seed: int) -> dic
     }
 
 
-def _versions(device: str) -> dict[str, Any]:
-    import torch
-
-    out: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
-    if device.startswith("cuda"):
-        out["device"] = torch.cuda.get_device_name()
-    try:
-        import flashinfer
-
-        out["flashinfer"] = getattr(flashinfer, "__version__", "unknown")
-    except ImportError:
-        out["flashinfer"] = None
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="decode-tc")
@@ -182,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
     a = p.parse_args(argv)
+    from flashcheck.rundir import environment
     from flashcheck.session import default_device
 
     device = a.device or default_device()
@@ -189,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "driver_phases",
         "command": " ".join(["benchmarks/driver_phases.py", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d"),
-        "versions": _versions(device),
+        "versions": environment(probe=True),
         "config": {"target": a.target, "device": device, "steps": a.steps, "seed": a.seed},
         "layers": {},
     }

@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -62,26 +61,9 @@ def _layers(chk: Any) -> list[str]:
 
 
 def _versions(torch: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(),
-        "capability": list(torch.cuda.get_device_capability()),
-    }
-    try:
-        import flashinfer
+    from flashcheck.rundir import environment
 
-        out["flashinfer"] = getattr(flashinfer, "__version__", "unknown")
-    except ImportError:
-        out["flashinfer"] = None
-    try:
-        import flashcheck
-
-        out["flashcheck"] = flashcheck.__version__
-    except ImportError:
-        out["flashcheck"] = None
-    return out
+    return {**environment(probe=True), "capability": list(torch.cuda.get_device_capability())}
 
 
 def main(argv: list[str] | None = None) -> int:

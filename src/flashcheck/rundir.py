@@ -12,6 +12,8 @@ Writers replace `run.json` and `findings.json` atomically, so a killed run never
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import platform
@@ -128,8 +130,13 @@ def add_environment(env: dict[str, Any], new: Mapping[str, Any]) -> None:
     env.update(layers)
 
 
-def environment() -> dict[str, Any]:
-    """Python, platform, and (only if already imported) torch/FlashInfer versions and the device."""
+def environment(*, probe: bool = False) -> dict[str, Any]:
+    """Python, platform, and (only if already imported) torch/FlashInfer versions and the device. With `probe`
+    (benchmarks), torch and FlashInfer are imported first where installed."""
+    if probe:
+        for name in ("torch", "flashinfer"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
     env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "flashcheck": __version__}
     torch = sys.modules.get("torch")
     if torch is not None:

@@ -66,3 +66,18 @@ def test_the_environment_names_flashinfers_requirements_that_are_not_installed(
     assert line.endswith("FlashInfer's requirements not installed: nvidia-cudnn-frontend")
     installed["nvidia-cudnn-frontend"] = "1.32.0"
     assert "flashinfer_missing" not in environment()
+
+
+def test_a_benchmarks_environment_probes_torch_and_flashinfer_a_runs_reports_only_what_it_imported() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys; from flashcheck.rundir import environment; "
+        "plain = environment(); probed = environment(probe=True); "
+        "print(json.dumps(['torch' in plain, 'torch' in probed, 'flashinfer' in probed, 'flashinfer' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    plain_torch, probed_torch, probed_fi, fi_imported = json.loads(out)
+    assert (plain_torch, probed_torch) == (False, True)  # `import flashcheck` never imports torch; a probe does
+    assert probed_fi == fi_imported  # FlashInfer is named exactly when it imports here
