@@ -59,15 +59,12 @@ def _doc(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The result file: the command, the date, the environment (device, torch, FlashInfer) and every target's row."""
     from flashcheck.rundir import environment
 
-    env = environment()
-    try:
-        import flashinfer
-        import torch
-
-        env.update(torch=torch.__version__, flashinfer=flashinfer.__version__, device=torch.cuda.get_device_name())
-    except (ImportError, RuntimeError):
-        pass
-    return {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env, "results": results}
+    return {
+        "command": " ".join(sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
+        "environment": environment(probe=True),
+        "results": results,
+    }
 
 
 def main() -> int:

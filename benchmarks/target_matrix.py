@@ -126,18 +126,9 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--out", default=None)
     a = p.parse_args()
-    import torch
-
     from flashcheck.rundir import environment
 
-    env = environment()
-    try:
-        import flashinfer
-
-        env["flashinfer"] = flashinfer.__version__
-    except ImportError:
-        env["flashinfer"] = None
-    env["torch"] = torch.__version__
+    env = environment(probe=True)
     results = []
     for name in a.targets.split(","):
         rec = run_target(name, a.steps, a.seed, a.checker, a.device)

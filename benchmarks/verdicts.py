@@ -412,17 +412,7 @@ def main() -> int:
     sys.path[:0] = [str(ROOT / "src"), str(QUALITY)]
     from flashcheck.rundir import environment
 
-    env = environment()
-    try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-        import flashinfer
-
-        env["flashinfer"] = flashinfer.__version__
-    except ImportError:
-        env["flashinfer"] = None
+    env = environment(probe=True)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}

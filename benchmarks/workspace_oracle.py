@@ -98,8 +98,7 @@ def main() -> int:
     from flashcheck.targets.registry import GPU_TARGETS
 
     fi = load_flashinfer()
-    env = {**environment(), "flashinfer": fi.version, "torch": torch.__version__}
-    env["device"] = torch.cuda.get_device_name()
+    env = {**environment(probe=True), "flashinfer": fi.version}
     targets = _names(a.targets, list(GPU_TARGETS))
     presets = _names(a.presets, list(CONFIRM_PRESETS))
     doc: dict[str, Any] = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "environment": env}
