@@ -128,6 +128,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 25": ("recompute_preempt_prefix", "warmup_flag_guards", "cfg_guidance_pairs", "duo_head_split"),
     "batch 26": ("multimodel_graph_pools", "prm_step_scores", "infllm_hot_pages", "longrope_dual_factor"),
     "batch 27": ("mod_depth_router", "offline_static_buckets", "desktop_seqlen_graphs", "layer_backend_plugins"),
+    "batch 28": ("dca_dual_chunk", "yoco_shared_kv", "moshi_duplex_depth", "slo_abort_scheduler"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,4 @@
+from duplex.attention.depth import DepthAttnState
+from duplex.attention.temporal import TemporalAttnState
+
+__all__ = ["DepthAttnState", "TemporalAttnState"]

@@ -1,0 +1,3 @@
+from yoco.attention.yoco_backend import YocoAttnBackend
+
+__all__ = ["YocoAttnBackend"]

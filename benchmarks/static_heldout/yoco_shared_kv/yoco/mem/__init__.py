@@ -1,0 +1,3 @@
+from yoco.mem.pools import GlobalKVPool, WindowKVPool
+
+__all__ = ["GlobalKVPool", "WindowKVPool"]
