@@ -1,0 +1,3 @@
+from bisrv.sampling.seeded import SeededSampler
+
+__all__ = ["SeededSampler"]

@@ -1,0 +1,4 @@
+from diffserve.attention.backend import DiffAttnBackend
+from diffserve.attention.metadata import DiffForwardBatch
+
+__all__ = ["DiffAttnBackend", "DiffForwardBatch"]

@@ -1,0 +1,3 @@
+from diffserve.runner.model_runner import DiffModelRunner, StepInput
+
+__all__ = ["DiffModelRunner", "StepInput"]
