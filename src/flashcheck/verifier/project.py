@@ -386,7 +386,7 @@ class Project(InstanceTyping):
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
-                held = self.held_callables(inst, func.attr) or list(self._dunder_call(func, fn))
+                held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 if not held and isinstance(base, ast.Name) and base.id == "self":
                     held = list(self.overrides(inst, func.attr))  # a mixin's self.fill(): what subclasses define
                 yield from held
@@ -398,7 +398,7 @@ class Project(InstanceTyping):
             return
         if not isinstance(target, FunctionInfo):
             if target is None:  # attn(q, k, v) on an instance: its class's __call__
-                yield from self._dunder_call(func, fn)
+                yield from self.instance_call(func, fn)
             return
         yield target
         # self.method() may run an override defined in a subclass.
@@ -451,7 +451,7 @@ class Project(InstanceTyping):
         found = self._methods_by_name.get(name, [])
         return found[0] if len(found) == 1 else None
 
-    def _dunder_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+    def instance_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
         TreeAttention(...)``), and its overrides in subclasses."""
         if isinstance(func, ast.Name) and func.id == "cls":  # cls(...) in a classmethod builds an instance

@@ -98,6 +98,8 @@ class ValueFlow:
                         return literal + [(d, fn) for d in expr.args[1:2]]
                 return self.element_sources(f.value, fn)
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            if target is None and isinstance(f, ast.Name | ast.Attribute):  # self.lam(): an instance's forward
+                target = next(self.project.instance_call(f, fn), None)
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
         return []
