@@ -20,9 +20,9 @@ import flashcheck
 SMALL = {{"max_kv_len": 256, "chunk": 32, "max_pages": 256}}
 
 
-# the planted bug needs no detection layer to be found (and shrinking it with them costs seconds); the clean test
-# runs every layer, which the summaries below name
-@flashcheck.fuzz(target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=5, device="cpu", layers="off")
+# the planted bug needs no detection layer to be found (and shrinking it with them costs seconds; seed 0 finds and
+# shrinks it in about a third of the time seed 5 takes); the clean test runs every layer, which the summaries name
+@flashcheck.fuzz(target="faulty_targets:PlanInfoVaries", config=SMALL, budget=40, seed=0, device="cpu", layers="off")
 def test_faulty_backend():
     pass
 
