@@ -1,0 +1,3 @@
+from bloomserve.backend.flashinfer_alibi import AlibiFlashInferBackend
+
+__all__ = ["AlibiFlashInferBackend"]

@@ -1,0 +1,1 @@
+"""knnserve: kNN-LM serving (Khandelwal et al.) with FlashInfer decode graphs."""

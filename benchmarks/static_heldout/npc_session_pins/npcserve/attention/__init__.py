@@ -1,0 +1,3 @@
+from npcserve.attention.backend import NPCAttnBackend
+
+__all__ = ["NPCAttnBackend"]

@@ -1,0 +1,1 @@
+"""wmserve: Kirchenbauer-style green-list watermarking on a FlashInfer decode server."""
