@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import dotted, is_in_place_method, kwarg, storage_root
+from flashcheck.verifier.astutil import VIEW_METHODS, dotted, is_in_place_method, kwarg, storage_root
 from flashcheck.verifier.dataflow import Key, param_storage_keys, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -57,24 +57,24 @@ class GraphBufferWrittenElsewhere(Rule):
         dicts under string keys (``bufs["kv_indptr"]``; a dict literal that holds a bound buffer, ``self.graph_bufs =
         {"kv_indices": self.kv_indices}``, makes its item that buffer, also after ``bufs = self.attn.graph_bufs``; a
         dict bound item by item through a variable key, ``paged_kv_indices_buffer=self.kv_indices[s]`` for each stream
-        ``s``, makes every named item of it bound, ``self.kv_indices["succ"]``), ``self.x = other.y`` aliases and
-        constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's
-        buffer), also forwarded through a second function's parameter (``planner.plan(si.indptr, ...)`` handing it to
-        the helper that builds the wrapper); the wrapper's own private buffers (``w._paged_kv_indptr_buf``, also through
-        a local alias or view) count too: where the value flow finds the wrapper (an attribute, an item of a dict or
-        list of wrappers, ``wrappers.get(bs)``, a parameter), as the argument its constructor was given for that buffer
-        (keyword or position), and not at all when every wrapper found is out of graph mode. Then every in-place write
-        of the same storage (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place
-        ``*_`` method but ``resize_``, a reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a
-        project ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or
-        through a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in
-        the binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
-        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
-        call that plans) is reported, and a write before it is the required pattern (a call of a function that plans
-        counts as a plan, also through a method alias kept in an attribute: ``self.update =
-        self.update_single_wrapper``). Each write is reported once: at the line that writes when its function is itself
-        reported there, else at the call (a helper that writes its parameter, a replay-prep helper or ``init_*``
-        function called from elsewhere).
+        ``s``, makes its items under the keys the loop takes bound, ``self.kv_indices["succ"]``, and not an item under
+        another key), ``self.x = other.y`` aliases and constructor parameters (a backend built with
+        ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's buffer), also forwarded through a second
+        function's parameter (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the
+        wrapper's own private buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where
+        the value flow finds the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a
+        parameter), as the argument its constructor was given for that buffer (keyword or position), and not at all when
+        every wrapper found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``,
+        ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a
+        reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
+        ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
+        ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
+        reported, and a write before it is the required pattern (a call of a function that plans counts as a plan, also
+        through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is
+        reported once: at the line that writes when its function is itself reported there, else at the call (a helper
+        that writes its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -110,6 +110,7 @@ class GraphBufferWrittenElsewhere(Rule):
 
     def check(self, ctx: Context) -> None:
         bindings: dict[Key, Binding] = {}
+        items: dict[Key, frozenset[str] | None] = {}  # dicts bound item by item: the keys bound (None: unknown)
         flashinfer_sites = flashinfer_call_sites(ctx.project, ctx.wrappers.subclass_names())
         for fn in ctx.project.all_functions():
             for call in fn.calls if id(fn) in flashinfer_sites else ():
@@ -131,6 +132,11 @@ class GraphBufferWrittenElsewhere(Rule):
                     # the buffer itself and the storage it aliases (a caller's row), not the same name in bases
                     for key in keys[:1] + [k for k in keys[1:] if k[1] not in bases]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
+                    item = _variable_item(expr)
+                    if item is not None and keys:  # self.kv_indices[s]: the streams s may be
+                        names = ctx.prov.flow.attribute_names(item, fn, call.lineno)
+                        known = items.get(keys[0], frozenset())
+                        items[keys[0]] = None if not names or known is None else known | frozenset(names)
         if not bindings:
             return
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
@@ -141,7 +147,7 @@ class GraphBufferWrittenElsewhere(Rule):
             exempt = id(fn) in binders or fn.name in ("__init__", "__post_init__") or fn.name.startswith("init_")
             return fn not in prep and not exempt
 
-        flow = _Flow(ctx, bindings, reported_in_place)
+        flow = _Flow(ctx, bindings, items, reported_in_place)
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
@@ -200,10 +206,15 @@ class _Flow:
     a callee), which parameters it writes, and where it plans (directly or through callees)."""
 
     def __init__(
-        self, ctx: Context, bindings: dict[Key, Binding], reported_in_place: Callable[[FunctionInfo], bool]
+        self,
+        ctx: Context,
+        bindings: dict[Key, Binding],
+        items: dict[Key, frozenset[str] | None],
+        reported_in_place: Callable[[FunctionInfo], bool],
     ) -> None:
         self.ctx = ctx
         self.bindings = bindings
+        self.items = items
         self.reported_in_place = reported_in_place
         self._param_writes: dict[int, set[str]] = {}
         self._plans: dict[int, bool] = {}
@@ -242,7 +253,9 @@ class _Flow:
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
         for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
-            for k in _with_containers(key):  # self.kv_indices["succ"]: an item of a dict bound item by item
+            for k, item in _with_containers(key):  # self.kv_indices["succ"]: an item of a dict bound item by item
+                if item is not None and (k not in self.items or item not in (self.items[k] or (item,))):
+                    continue  # a dict not bound by item, or an item under a key the binding loop never takes
                 b = self.bindings.get(k)
                 if b is not None:
                     return b, k
@@ -354,16 +367,32 @@ _TRITON_STORES = frozenset(
 _ITEM = re.compile(r"\[(?:'[^']*'|\"[^\"]*\")\]$")
 
 
-def _with_containers(key: Key) -> list[Key]:
-    """`key`, then the key of each dict it is an item of (``self.kv_indices['succ']``, then ``self.kv_indices``): a
-    buffer bound through a variable key (``paged_kv_indices_buffer=self.kv_indices[s]`` in a loop over the streams)
-    is keyed by its container, so a write to any named item of it may write a bound buffer."""
-    out = [key]
+def _with_containers(key: Key) -> list[tuple[Key, str | None]]:
+    """`key`, then the key of each dict it is an item of with that item's name (``self.kv_indices['succ']``, then
+    ``self.kv_indices`` and ``succ``): a buffer bound through a variable key (``paged_kv_indices_buffer=
+    self.kv_indices[s]`` in a loop over the streams) is keyed by its container, so a write to an item of it under a
+    key the loop takes writes a bound buffer."""
+    out: list[tuple[Key, str | None]] = [(key, None)]
     kind, owner, text = key
     while (m := _ITEM.search(text)) is not None:
+        item = m.group(0)[2:-2]
         text = text[: m.start()]
-        out.append((kind, owner, text))
+        out.append(((kind, owner, text), item))
     return out
+
+
+def _variable_item(expr: ast.expr) -> ast.Name | None:
+    """The variable key of the dict item that `expr` views (``s`` of ``self.kv_last_page_len[s][:bs]``), if any."""
+    node = expr
+    while True:
+        if isinstance(node, ast.Subscript):
+            if isinstance(node.slice, ast.Name):
+                return node.slice
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+            node = node.func.value
+        else:
+            return None
 
 
 def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
