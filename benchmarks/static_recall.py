@@ -131,6 +131,7 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 28": ("dca_dual_chunk", "yoco_shared_kv", "moshi_duplex_depth", "slo_abort_scheduler"),
     "batch 29": ("diff_attn_pairs", "batch_invariant_serve", "semi_pd_sm_split", "afd_pingpong"),
     "batch 30": ("npc_session_pins", "knnlm_datastore", "alibi_bloom_serve", "watermark_sampler"),
+    "batch 31": ("contrastive_amateur", "retro_chunk_xattn", "fim_repo_completion", "loglik_eval_scorer"),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

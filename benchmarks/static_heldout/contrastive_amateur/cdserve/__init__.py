@@ -1,0 +1,1 @@
+"""Contrastive decoding server: an expert and an amateur model decode in lockstep."""

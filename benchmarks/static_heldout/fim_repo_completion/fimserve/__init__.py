@@ -1,0 +1,1 @@
+"""Fill-in-the-middle code completion server with per-repository context pages."""

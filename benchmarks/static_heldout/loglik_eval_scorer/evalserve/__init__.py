@@ -1,0 +1,1 @@
+"""Evaluation-harness server: log-likelihood scoring of continuations and generate-until."""
