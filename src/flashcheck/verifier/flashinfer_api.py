@@ -365,12 +365,18 @@ def workspace_arg(call: ast.Call) -> ast.expr | None:
     return None
 
 
-def needs_zeroed_workspace(call: ast.Call, extra: frozenset[str] = frozenset()) -> str | None:
+def needs_zeroed_workspace(
+    call: ast.Call, extra: frozenset[str] = frozenset(), fn: FunctionInfo | None = None
+) -> str | None:
     """The consumer name when `call` hands its workspace to a kernel that needs it zeroed: the trtllm-gen / XQA /
-    MLA trtllm functions, or a wrapper constructed with one of those backends (``backend="trtllm-gen"``)."""
+    MLA trtllm functions, or a wrapper constructed with one of those backends (``backend="trtllm-gen"``); with `fn`,
+    also under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``)."""
     name = terminal_name(call.func)
     if name is None:
         return None
+    if fn is not None and name not in ZEROED_WORKSPACE_CONSUMERS and name not in extra:
+        imported = imported_name(call.func, fn, "flashinfer")
+        name = wrapper_class_of_call(call, fn) or (imported.rsplit(".", 1)[-1] if imported else name)
     if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:
         return name
     if not is_wrapper_class_name(name):

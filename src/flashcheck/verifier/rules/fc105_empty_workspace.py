@@ -31,7 +31,9 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute,
         an entry of a table (``self.decode_backend[name]``) or a caller's argument, or a ``**kwargs`` dict that holds
         one: a literal, ``dict(backend=...)``, or a helper's dict with ``kw["backend"] = "trtllm-gen"`` stored under a
-        flag), plus the names listed in ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not
+        flag), also under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``,
+        ``... trtllm_batch_decode_with_kv_cache as trt_decode``), plus the names listed in
+        ``zeroed-workspace-consumers``. Wrappers on the FA2/FA3/cuDNN backends do not
         need a zeroed workspace and are not reported. The workspace is traced through aliases, ``self.<attr>``,
         attributes of other objects of known type (``self.buffers.workspace``, also where other code stores them:
         ``meta.ws = self._get_ws()`` read back as ``decode.ws`` after ``if decode := meta.decode_metadata``), parameters
@@ -84,7 +86,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         seen: set[int] = set()
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                consumer = needs_zeroed_workspace(call, extra) or _runtime_backend(ctx, call, fn)
+                consumer = needs_zeroed_workspace(call, extra, fn) or _runtime_backend(ctx, call, fn)
                 if consumer is None:
                     continue
                 ws = workspace_arg(call)
