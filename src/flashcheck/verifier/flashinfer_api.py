@@ -374,7 +374,8 @@ def needs_zeroed_workspace(
     name = terminal_name(call.func)
     if name is None:
         return None
-    if fn is not None and name not in ZEROED_WORKSPACE_CONSUMERS and name not in extra:
+    renamed = fn is not None and isinstance(call.func, ast.Name) and name in fn.module.imports  # `... as DecodeW`
+    if renamed and fn is not None and name not in ZEROED_WORKSPACE_CONSUMERS and name not in extra:
         imported = imported_name(call.func, fn, "flashinfer")
         name = wrapper_class_of_call(call, fn) or (imported.rsplit(".", 1)[-1] if imported else name)
     if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:

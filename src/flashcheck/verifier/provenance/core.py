@@ -255,13 +255,14 @@ class Provenance:
             return HOST  # fb.is_embed declared a Tensor field is no predicate
         if expr.attr in ("T", "mT", "data", "real", "imag"):
             return self.of(expr.value, fn)
-        base = expr.value
-        if isinstance(base, ast.Name) and base.id not in fn.params:  # top = d.topk(k); top.values
-            assigned = fn.local_assigns.get(base.id) or []
-            base = assigned[0] if len(assigned) == 1 else base
-        held = tuple_op_input(base, fn) if isinstance(base, ast.Call) else None
-        if held is not None and expr.attr in ("values", "indices", "counts", "mean"):
-            return self.of(held, fn)  # probs.topk(k).values: on probs' device
+        if expr.attr in ("values", "indices", "counts", "mean"):
+            base = expr.value
+            if isinstance(base, ast.Name) and base.id not in fn.params:  # top = d.topk(k); top.values
+                assigned = fn.local_assigns.get(base.id) or []
+                base = assigned[0] if len(assigned) == 1 else base
+            held = tuple_op_input(base, fn) if isinstance(base, ast.Call) else None
+            if held is not None:
+                return self.of(held, fn)  # probs.topk(k).values: on probs' device
         named = self.by_name(expr.attr)
         if named is HOST or self._declared_scalar(expr, fn):
             return HOST

@@ -254,8 +254,8 @@ class _Flow:
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
         for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
             for k, item in _with_containers(key):  # self.kv_indices["succ"]: an item of a dict bound item by item
-                if item is not None and (k not in self.items or item not in (self.items[k] or (item,))):
-                    continue  # a dict not bound by item, or an item under a key the binding loop never takes
+                if item is not None and not _item_bound(self.items, k, item):
+                    continue
                 b = self.bindings.get(k)
                 if b is not None:
                     return b, k
@@ -379,6 +379,15 @@ def _with_containers(key: Key) -> list[tuple[Key, str | None]]:
         text = text[: m.start()]
         out.append(((kind, owner, text), item))
     return out
+
+
+def _item_bound(items: dict[Key, frozenset[str] | None], container: Key, item: str) -> bool:
+    """Whether `container` is a dict bound item by item and `item` is under a key its binding loop takes (every key,
+    when the loop's keys are not known)."""
+    if container not in items:
+        return False
+    keys = items[container]
+    return keys is None or item in keys
 
 
 def _variable_item(expr: ast.expr) -> ast.Name | None:
