@@ -68,16 +68,23 @@ def test_the_environment_names_flashinfers_requirements_that_are_not_installed(
     assert "flashinfer_missing" not in environment()
 
 
-def test_a_benchmarks_environment_probes_torch_and_flashinfer_a_runs_reports_only_what_it_imported() -> None:
+def test_a_benchmarks_environment_probes_torch_and_flashinfer_a_runs_reports_only_what_it_imported(
+    tmp_path: Path,
+) -> None:
+    import os
     import subprocess
     import sys
 
+    fake = tmp_path / "flashinfer"  # an importable FlashInfer stand-in: its version must show up only when probed
+    fake.mkdir()
+    (fake / "__init__.py").write_text('__version__ = "0.0.fake"\n')
     code = (
-        "import json, sys; from flashcheck.rundir import environment; "
-        "plain = environment(); probed = environment(probe=True); "
-        "print(json.dumps(['torch' in plain, 'torch' in probed, 'flashinfer' in probed, 'flashinfer' in sys.modules]))"
+        "import json; from flashcheck.rundir import environment; "
+        "plain = environment(); probed = environment(probe=True); keys = ('torch', 'flashinfer'); "
+        "print(json.dumps([plain.get(k) for k in keys] + [probed.get(k) for k in keys]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    plain_torch, probed_torch, probed_fi, fi_imported = json.loads(out)
-    assert (plain_torch, probed_torch) == (False, True)  # `import flashcheck` never imports torch; a probe does
-    assert probed_fi == fi_imported  # FlashInfer is named exactly when it imports here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    plain_torch, plain_fi, probed_torch, probed_fi = json.loads(out)
+    assert (plain_torch, plain_fi) == (None, None)  # `import flashcheck` imports neither
+    assert probed_torch is not None and probed_fi == "0.0.fake"
