@@ -1,0 +1,1 @@
+from sfxserve.runtime.engine import SuffixSpecEngine  # noqa: F401
