@@ -133,7 +133,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
     "batch 30": ("npc_session_pins", "knnlm_datastore", "alibi_bloom_serve", "watermark_sampler"),
     "batch 31": ("contrastive_amateur", "retro_chunk_xattn", "fim_repo_completion", "loglik_eval_scorer"),
     "batch 32": ("suffix_spec_decode", "prefix_tuning_pins", "vla_action_chunks", "bigbird_global_window"),
-    "batch 33": ("ssm_hybrid_jamba_serve", "kv_quant_int4_pages", "multi_tenant_router_colo", "agentic_tool_loop_resume"),
+    "batch 33": (
+        "ssm_hybrid_jamba_serve",
+        "kv_quant_int4_pages",
+        "multi_tenant_router_colo",
+        "agentic_tool_loop_resume",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -162,11 +162,27 @@ class InstanceTyping(ProjectIndex):
         a local, a module global or an attribute of an object of known type)."""
         if depth > 4:
             return None
+        if isinstance(container, ast.Call) and not _module_container(container.func, fn):
+            gen = self.resolve_def(container.func, fn, depth + 1)  # for mb in self._split_microbatches(batch)
+            return yielded_class(self, gen) if isinstance(gen, FunctionInfo) else None
+        return self._same_class(self._item_types(container, fn, depth))
+
+    def element_classes(self, container: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The project classes of a container's items where they differ (``layers.append(AttentionLayer(...))`` in
+        one branch, ``layers.append(MambaLayer(...))`` in the other, then ``self.layers = nn.ModuleList(layers)``);
+        empty when one item's class is unknown or all are one class (`instance_type` answers that)."""
+        types = self._item_types(container, fn, 1)
+        found = {id(t): t for t in types if t is not None}
+        return list(found.values()) if len(found) > 1 and None not in types else []
+
+    def _item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
+        """The class of each item source of a container (None where unknown): a declared item type of a project
+        class, else the items of literals, comprehensions and ``append`` calls of the values it is bound to."""
         declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
         if declared is not None:
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:
-                return t
+                return [t]
         values: list[tuple[ast.expr, FunctionInfo]] = []
         if isinstance(container, ast.Name):
             values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
@@ -177,9 +193,6 @@ class InstanceTyping(ProjectIndex):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
             for c in [cls, *cls.bases] if cls is not None else []:
                 values.extend(c.attr_assigns.get(container.attr, []))
-        elif isinstance(container, ast.Call):  # for mb in self._split_microbatches(batch)
-            gen = self.resolve_def(container.func, fn, depth + 1)
-            return yielded_class(self, gen) if isinstance(gen, FunctionInfo) else None
         else:
             values = [(container, fn)]
         items: list[tuple[ast.expr, FunctionInfo]] = []
@@ -189,8 +202,9 @@ class InstanceTyping(ProjectIndex):
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
             declared = self._declared_items(v, where, depth + 1) if isinstance(v, ast.Name) else None
-            if declared is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
-                typed.append(self._annotation_class(declared[0], declared[1], depth + 1))
+            known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
+            if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
+                typed.append(known)
             elif isinstance(v, ast.Name) and v.id in where.local_assigns:  # layers = []; layers.append(Layer(i))
                 items.extend(
                     (c.args[0], where)
@@ -201,6 +215,10 @@ class InstanceTyping(ProjectIndex):
                     and c.func.value.id == v.id
                     and c.args
                 )
+                if not items and declared is not None:  # declared List[nn.Module], filled elsewhere
+                    typed.append(None)
+            elif declared is not None:
+                typed.append(None)
             elif isinstance(v, ast.List | ast.Tuple | ast.Set):
                 items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
             elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
@@ -209,7 +227,7 @@ class InstanceTyping(ProjectIndex):
                 items.extend((e, where) for e in v.values)
             elif isinstance(v, ast.DictComp):
                 items.append((v.value, where))
-        return self._same_class([*typed, *(self._value_type(e, where, depth + 1) for e, where in items[:16])])
+        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in items[:16])]
 
     def _declared_items(
         self, container: ast.expr, fn: FunctionInfo, depth: int

@@ -420,14 +420,19 @@ class Project(InstanceTyping):
 
     def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
-        differ (``for b in (self.full_backend, self.linear_backend)``); empty when one item's class is unknown."""
+        differ (``for b in (self.full_backend, self.linear_backend)``), or from a container filled with them
+        (``for layer in self.layers``, `element_classes`); empty when one item's class is unknown."""
         if name.id in fn.local_assigns or name.id in fn.params:
             return []
         containers = loop_containers(name.id, fn, name.lineno) or fn.loop_vars.get(name.id, [])
         found: dict[int, ClassInfo] = {}
         for c in containers:
             if not isinstance(c, ast.Tuple | ast.List):
-                return []
+                held = self.element_classes(c, fn)
+                if not held:
+                    return []
+                found.update((id(t), t) for t in held)
+                continue
             for e in c.elts[:8]:
                 t = self._value_type(e, fn, 1) if not isinstance(e, ast.Starred) else None
                 if t is None:
