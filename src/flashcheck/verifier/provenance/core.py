@@ -361,6 +361,10 @@ class Provenance:
             return self.tensor_where(expr.operand, fn, depth + 1)
         if isinstance(expr, ast.Subscript):
             return self.tensor_where(expr.value, fn, depth + 1)
+        if isinstance(expr, ast.Name) and expr.id not in fn.params:
+            bound = fn.local_assigns.get(expr.id)  # split = tok > starts_cpu[i]; if split: the comparison's tensor
+            if bound and all(isinstance(v, ast.Compare | ast.BinOp | ast.UnaryOp) for v in bound):
+                return merge([self.tensor_where(v, fn, depth + 1) for v in bound])
         f = expr.func if isinstance(expr, ast.Call) else None
         if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn):
             return self.tensor_where(f.value, fn, depth + 1)
