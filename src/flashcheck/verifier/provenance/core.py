@@ -143,6 +143,8 @@ class Provenance:
             base = self._cached(expr, fn, lambda: self.merge_sources(self.flow.element_sources(expr.value, fn)))
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
                 return self.by_name(expr.slice.value)
+            if base is UNKNOWN and self._host_array(expr.value, fn):
+                return HOST  # lens_np[i] of a parameter declared np.ndarray: an element of host data
             return base
         if isinstance(expr, ast.Call):
             return self._cached(expr, fn, lambda: self._call(expr, fn))
@@ -242,6 +244,16 @@ class Provenance:
             return HOST  # for n in lens_host: an element of host data is host data
         found = self.merge_sources(self.flow.name_sources(name, fn))
         return found if found is not UNKNOWN else named
+
+    @staticmethod
+    def _host_array(expr: ast.expr, fn: FunctionInfo) -> bool:
+        """A parameter declared a numpy array, whose elements are host data too (a host list or dict may hold
+        device tensors, and a name the function uses as a tensor may hold a container in another branch)."""
+        if not (isinstance(expr, ast.Name) and expr.id in fn.params):
+            return False
+        ann = fn.params[expr.id]
+        text = "" if ann is None else ast.unparse(ann)
+        return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text
 
     def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
         """An iterable whose elements are host data: named so (``kv_lens_arr_host``), or a host tensor."""
