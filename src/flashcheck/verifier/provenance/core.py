@@ -12,20 +12,19 @@ give host data, numpy calls give host arrays, and elementwise math keeps its ope
 from __future__ import annotations
 
 import ast
-import enum
 import fnmatch
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
-from flashcheck.verifier.provenance.flow import Source, ValueFlow, arg_for_param, with_bases
+from flashcheck.verifier.provenance.context import in_context
+from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
 from flashcheck.verifier.provenance.tensors import (
     HOST_ATTRS,
     HOST_BUILTINS,
     HOST_RESULT_METHODS,
     NOT_TENSOR_WORDS,
     TENSOR_METHODS,
-    TORCH_FACTORIES,
     TensorUses,
     is_predicate,
     is_tensor_annotation,
@@ -33,38 +32,25 @@ from flashcheck.verifier.provenance.tensors import (
     scalar_annotation,
     tuple_op_input,
 )
+from flashcheck.verifier.provenance.where import (
+    DEVICE,
+    FACTORIES,
+    HOST,
+    HOST_ANNOTATIONS,
+    LIKE_FACTORIES,
+    UNKNOWN,
+    Where,
+    merge,
+)
 
 __all__ = ["Provenance", "Where"]
 
 
-class Where(enum.Enum):
-    HOST = "host"
-    DEVICE = "device"
-    UNKNOWN = "unknown"
-
-
-HOST, DEVICE, UNKNOWN = Where.HOST, Where.DEVICE, Where.UNKNOWN
-
 _HOST_WORDS = frozenset({"cpu", "host", "np", "numpy", "pinned", "pin", "list", "lst"})
 _DEVICE_WORDS = frozenset({"gpu", "cuda", "device", "dev", "gpus"})
-# factories that make a tensor from sizes or host data: on `device=`, else the host (`normal` follows its mean)
-_FACTORIES = TORCH_FACTORIES - {"normal"}
 _SEQUENCE_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack"})
-_LIKE_FACTORIES = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"})
 _NUMPY_ROOTS = ("np.", "numpy.")
 _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
-# Annotation words that say a parameter holds host data (unless the annotation also says Tensor).
-_HOST_ANNOTATIONS = tuple(
-    ["ndarray", "np.", "list", "List", "Sequence", "int", "float", "bool", "str", "tuple", "Tuple", "dict", "Dict"]
-)
-
-
-def merge(values: list[Where]) -> Where:
-    if not values:
-        return UNKNOWN
-    if DEVICE in values:
-        return DEVICE
-    return HOST if all(v is HOST for v in values) else UNKNOWN
 
 
 class Provenance:
@@ -237,7 +223,7 @@ class Provenance:
             ann = fn.params[name]
             if ann is not None:
                 text = ast.unparse(ann) if not isinstance(ann, ast.Name) else ann.id
-                if any(w in text for w in _HOST_ANNOTATIONS) and "Tensor" not in text:
+                if any(w in text for w in HOST_ANNOTATIONS) and "Tensor" not in text:
                     return HOST
         loops = fn.loop_vars.get(name)
         if loops and name not in fn.local_assigns and all(self._host_iterable(it, fn) for it in loops):
@@ -295,13 +281,13 @@ class Provenance:
         return device and not any((recv, f"{attr}_{w}") in names for w in ("cpu", "host"))
 
     @staticmethod
-    def _callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:
+    def callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:
         """The callee's dotted name; a tensor factory imported from torch under another name (``from torch import
         zeros as Z``) is spelled out, other names imported from torch are not (``has_torch_function``, ``get_rank``
         and the like return no tensor, and torch's own sources import from each other)."""
         name = dotted(func)
         full = torch_name(func, fn)
-        if full is not None and full != name and full.rsplit(".", 1)[-1] in _FACTORIES | _LIKE_FACTORIES:
+        if full is not None and full != name and full.rsplit(".", 1)[-1] in FACTORIES | LIKE_FACTORIES:
             return full
         return name
 
@@ -323,7 +309,7 @@ class Provenance:
         ):
             return any(self.tensorish(e, fn, depth + 1) for e in [expr.left, *expr.comparators])  # t > 0: a mask
         if isinstance(expr, ast.Call):
-            if is_tensor_op(self._callee_name(expr.func, fn) or ""):
+            if is_tensor_op(self.callee_name(expr.func, fn) or ""):
                 return True
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1):
@@ -412,7 +398,7 @@ class Provenance:
     # ------------------------------------------------------------------ calls
     def _call(self, call: ast.Call, fn: FunctionInfo) -> Where:
         func = call.func
-        name = self._callee_name(func, fn)
+        name = self.callee_name(func, fn)
         if name is not None:
             if name.startswith(_NUMPY_ROOTS):
                 return HOST
@@ -430,7 +416,7 @@ class Provenance:
             if returned:
                 target = self.project.resolve_def(func, fn)
                 if isinstance(target, FunctionInfo) and target.returns:
-                    here = merge([self._in_context(r, target, call, fn) for r in target.returns[:8]])
+                    here = merge([in_context(self, r, target, call, fn) for r in target.returns[:8]])
                     if here is not UNKNOWN:  # this call's own arguments decide (a helper of host and device callers)
                         return here
                 return self.merge_sources(returned)
@@ -442,49 +428,15 @@ class Provenance:
                 return DEVICE
             if method == "to":
                 return self._to_call(call, func.value, fn)
-            if method in _LIKE_FACTORIES or method.startswith("new_"):
+            if method in LIKE_FACTORIES or method.startswith("new_"):
                 dev = self.device_arg(call, fn)
                 return dev if dev is not UNKNOWN else self.of(func.value, fn)
             return self.of(func.value, fn)
         return UNKNOWN
 
-    def _in_context(
-        self, expr: ast.expr, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo, depth: int = 0
-    ) -> Where:
-        """Where a return expression of `callee` lives for this `call`: its parameters are this call's arguments
-        (``get_seq_lens(indptr_host, last_host, page)`` is on the host even if other callers pass device tensors);
-        parts that do not come from parameters keep their context-free answer."""
-        if depth > 6:
-            return UNKNOWN
-        if isinstance(expr, ast.Name) and expr.id in callee.params and expr.id not in callee.local_assigns:
-            arg = arg_for_param(call, callee, expr.id)
-            return self.of(arg, caller) if arg is not None else UNKNOWN
-        if isinstance(expr, ast.Constant):
-            return HOST
-        if isinstance(expr, ast.BinOp):
-            sides = [expr.left, expr.right]
-            return merge([self._in_context(e, callee, call, caller, depth + 1) for e in sides])
-        if isinstance(expr, ast.UnaryOp):
-            return self._in_context(expr.operand, callee, call, caller, depth + 1)
-        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice):
-            return self._in_context(expr.value, callee, call, caller, depth + 1)
-        if isinstance(expr, ast.Call):
-            name = self._callee_name(expr.func, callee) or ""
-            short = name.rsplit(".", 1)[-1]
-            if is_tensor_op(name) and short not in _FACTORIES | _LIKE_FACTORIES and expr.args:
-                first = expr.args[0]  # torch.cat([a, b]): the listed tensors
-                if isinstance(first, ast.List | ast.Tuple):
-                    operands = list(first.elts)
-                elif isinstance(first, ast.ListComp | ast.GeneratorExp):
-                    operands = [first.elt]
-                else:
-                    operands = expr.args[:2]
-                return merge([self._in_context(a, callee, call, caller, depth + 1) for a in operands[:4]])
-        return self.of(expr, callee)
-
     def _torch_call(self, name: str, call: ast.Call, fn: FunctionInfo) -> Where:
         short = name.rsplit(".", 1)[-1]
-        if short in _FACTORIES or short == "from_numpy":
+        if short in FACTORIES or short == "from_numpy":
             dev = self.device_arg(call, fn)
             if dev is not UNKNOWN:
                 return dev
@@ -496,7 +448,7 @@ class Provenance:
             if short in ("as_tensor", "asarray") and call.args:
                 return self.of(call.args[0], fn)
             return HOST if kwarg(call, "device") is None else UNKNOWN
-        if short in _LIKE_FACTORIES:
+        if short in LIKE_FACTORIES:
             dev = self.device_arg(call, fn)
             if dev is not UNKNOWN:
                 return dev

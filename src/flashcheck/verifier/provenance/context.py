@@ -1,0 +1,119 @@
+"""Where a project function's result lives for one call: its parameters are that call's arguments.
+
+``get_seq_lens(indptr_host, last_host, page)`` is on the host even if other callers pass device tensors, also when
+the helper computes through locals, tensor methods and factories placed on a parameter's device
+(``offsets = torch.arange(n, device=seq_lens.device)``; ``out = (seq_lens.to(torch.int32) + offsets).squeeze(1)``).
+Parts that do not come from parameters keep their context-free answer (`Provenance.of`).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.astutil import kwarg
+from flashcheck.verifier.index import FunctionInfo
+from flashcheck.verifier.provenance.flow import arg_for_param
+from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, is_tensor_op
+from flashcheck.verifier.provenance.where import (
+    FACTORIES,
+    HOST,
+    HOST_ANNOTATIONS,
+    LIKE_FACTORIES,
+    UNKNOWN,
+    Where,
+    merge,
+)
+
+if TYPE_CHECKING:
+    from flashcheck.verifier.provenance.core import Provenance
+
+__all__ = ["in_context"]
+
+_MAX_DEPTH = 12
+_MAX_NODES = 48  # expressions looked at per question (a helper's locals may branch)
+
+
+def in_context(prov: Provenance, expr: ast.expr, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo) -> Where:
+    """Where the return expression `expr` of `callee` lives for `call` (made in `caller`)."""
+    return _Context(prov, callee, call, caller).where(expr, 0)
+
+
+class _Context:
+    def __init__(self, prov: Provenance, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo) -> None:
+        self.prov, self.callee, self.call, self.caller = prov, callee, call, caller
+        self.visiting: set[str] = set()  # locals under evaluation: a recursive definition adds nothing
+        self.locals: dict[str, Where] = {}  # locals answered (a helper reads them more than once)
+        self.nodes = 0
+
+    def where(self, expr: ast.expr, depth: int) -> Where:
+        self.nodes += 1
+        if depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
+            return UNKNOWN
+        callee = self.callee
+        if isinstance(expr, ast.Constant):
+            return HOST
+        if isinstance(expr, ast.Name):
+            if expr.id in callee.params and expr.id not in callee.local_assigns:
+                return self._param(expr.id)
+            bound = callee.local_assigns.get(expr.id)
+            if expr.id not in callee.params and bound and len(bound) <= 3:
+                if expr.id in self.visiting:
+                    return HOST  # x = f(x): the other definitions decide
+                if expr.id not in self.locals:
+                    self.visiting.add(expr.id)
+                    self.locals[expr.id] = merge([self.where(v, depth + 1) for v in bound])
+                    self.visiting.discard(expr.id)
+                return self.locals[expr.id]
+        if isinstance(expr, ast.BinOp):
+            return merge([self.where(e, depth + 1) for e in (expr.left, expr.right)])
+        if isinstance(expr, ast.UnaryOp):
+            return self.where(expr.operand, depth + 1)
+        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice):
+            return self.where(expr.value, depth + 1)
+        if isinstance(expr, ast.Call):
+            found = self._call(expr, depth)
+            if found is not None:
+                return found
+        return self.prov.of(expr, callee)
+
+    def _param(self, name: str) -> Where:
+        ann = self.callee.params.get(name)
+        text = "" if ann is None else ast.unparse(ann)
+        if text and any(w in text for w in HOST_ANNOTATIONS) and "Tensor" not in text:
+            return HOST  # dcp_size: int, whatever the caller passes
+        arg = arg_for_param(self.call, self.callee, name)
+        return self.prov.of(arg, self.caller) if arg is not None else UNKNOWN
+
+    def _call(self, expr: ast.Call, depth: int) -> Where | None:
+        func = expr.func
+        name = self.prov.callee_name(func, self.callee) or ""
+        short = name.rsplit(".", 1)[-1]
+        if name.startswith("torch.") and short in FACTORIES | LIKE_FACTORIES:
+            dev = kwarg(expr, "device")  # torch.arange(n, device=seq_lens.device): where seq_lens is
+            if isinstance(dev, ast.Attribute) and dev.attr == "device":
+                return self.where(dev.value, depth + 1)
+            return None
+        if is_tensor_op(name) and expr.args:
+            first = expr.args[0]  # torch.cat([a, b]): the listed tensors
+            if isinstance(first, ast.List | ast.Tuple):
+                operands = list(first.elts)
+            elif isinstance(first, ast.ListComp | ast.GeneratorExp):
+                operands = [first.elt]
+            else:
+                operands = expr.args[:2]
+            return merge([self.where(a, depth + 1) for a in operands[:4]])
+        if isinstance(func, ast.Attribute) and (func.attr in TENSOR_METHODS or func.attr == "to"):
+            if func.attr == "to" and (kwarg(expr, "device") is not None or _names_a_device(expr)):
+                return None  # .to(device): the device it names
+            return self.where(func.value, depth + 1)  # x.squeeze(1), x.to(torch.int32): where x is
+        return None
+
+
+def _names_a_device(call: ast.Call) -> bool:
+    """``.to(...)`` given a positional argument that is not a dtype (``torch.int32``, ``x.dtype``)."""
+    for a in call.args:
+        text = ast.unparse(a)
+        if not (text.startswith("torch.") and not text.startswith("torch.device")) and not text.endswith("dtype"):
+            return True
+    return False
