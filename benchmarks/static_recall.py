@@ -139,6 +139,13 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "multi_tenant_router_colo",
         "agentic_tool_loop_resume",
     ),
+    "batch 34": ("lookahead_jacobi_ngram", "sparse_moe_ep_a2a", "streaming_asr_xattn", "kv_compress_h2o_evict"),
+    "batch 35": (
+        "structured_json_fsm_serve",
+        "mixed_lora_rank_sgmv",
+        "edge_int8_bucket_serve",
+        "cross_dc_kv_rdma_pool",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,3 @@
+from ljserve.attention.backend import LookaheadAttnBackend, PromptMetadata, StepMetadata
+
+__all__ = ["LookaheadAttnBackend", "PromptMetadata", "StepMetadata"]

@@ -1,0 +1,4 @@
+from epserve.layers.attention import MicroBatchAttnBackend, MicroBatchMeta, MLAAttention
+from epserve.layers.moe import MoELayer
+
+__all__ = ["MicroBatchAttnBackend", "MicroBatchMeta", "MLAAttention", "MoELayer"]

@@ -1,0 +1,4 @@
+from asrserve.encoder.conformer import StreamingEncoder
+from asrserve.encoder.pages import EncoderPageTable
+
+__all__ = ["EncoderPageTable", "StreamingEncoder"]
