@@ -234,3 +234,28 @@ def test_a_static_run_is_a_run_every_report_format_renders(tmp_path: Path, capsy
         assert "FC101" in capsys.readouterr().out, fmt
     code, out, _ = run(capsys, str(p), "--format", "md")
     assert code == 1 and out.startswith("#") and "FC101" in out
+
+
+def test_a_package_named_dist_or_build_is_checked_and_build_outputs_are_not(tmp_path: Path) -> None:
+    """`epserve/dist/a2a.py` (a namespace folder of sources) is checked; `build/lib/...` and a wheel folder are
+    build outputs: they hold no module of their own and are skipped, as are virtual environments."""
+    from flashcheck.verifier.source import discover
+
+    files = {
+        "epserve/dist/a2a.py": BACKEND,
+        "epserve/build/steps.py": BACKEND,
+        "epserve/engine.py": "from epserve.dist.a2a import Backend\n",
+        "build/lib/epserve/engine.py": BACKEND,
+        "dist/epserve-0.1.tar.gz": "",
+        ".venv/lib/site.py": BACKEND,
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = sorted(p.relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)], (), tmp_path))
+    assert found == ["epserve/build/steps.py", "epserve/dist/a2a.py", "epserve/engine.py"]
+    result = check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1))
+    assert {f.location.file for f in result.findings if f.id == "FC101"} == {
+        "epserve/build/steps.py",
+        "epserve/dist/a2a.py",
+    }

@@ -32,11 +32,12 @@ _SKIP_DIRS = frozenset(
         ".ruff_cache",
         ".tox",
         "node_modules",
-        "build",
-        "dist",
         ".eggs",
     }
 )
+# Build outputs (``build/lib/...``, wheels in ``dist/``) are skipped, but a package or namespace folder of that name
+# (``epserve/dist/a2a.py``) is source: a directory of these names is skipped unless it holds Python files itself.
+_BUILD_DIRS = frozenset({"build", "dist"})
 _SUPPRESS = re.compile(r"#\s*flashcheck:\s*ignore(?:\[(?P<ids>[^\]]*)\])?(?P<rest>.*)$")
 
 
@@ -101,9 +102,21 @@ def discover(paths: Sequence[str], exclude: Sequence[str], root: Path) -> list[P
             out.add(p.resolve())
             continue
         for dirpath, dirnames, filenames in os.walk(p):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
+            dirnames[:] = sorted(d for d in dirnames if _walked(dirpath, d))
             out.update(Path(dirpath, f).resolve() for f in filenames if f.endswith(".py"))
     return sorted(f for f in out if not _excluded(f, exclude, root))
+
+
+def _walked(parent: str, name: str) -> bool:
+    """Whether `discover` descends into directory `name` of `parent`."""
+    if name in _SKIP_DIRS or name.endswith(".egg-info"):
+        return False
+    if name not in _BUILD_DIRS:
+        return True
+    try:
+        return any(e.name.endswith(".py") and e.is_file() for e in os.scandir(os.path.join(parent, name)))
+    except OSError:
+        return False
 
 
 def _excluded(path: Path, patterns: Sequence[str], root: Path) -> bool:
