@@ -447,13 +447,13 @@ class _Indexer:
             base = target.value
             if isinstance(base, ast.Name):
                 fn.item_stores.setdefault(base.id, []).append(value)
-            elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self":
-                cls = owner_of(fn).cls
-                if cls is not None:
-                    cls.item_assigns.setdefault(base.attr, []).append((value, fn))
-                    key = target.slice
-                    if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
-                        cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
+            elif isinstance(base, ast.Attribute) and dotted(base.value) == "self" and (cls := owner_of(fn).cls):
+                cls.item_assigns.setdefault(base.attr, []).append((value, fn))
+                key = target.slice
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
+                    cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
+            elif isinstance(base, ast.Subscript) and (attr := _self_attr(base)) and (cls := owner_of(fn).cls):
+                cls.item_assigns.setdefault(f"{attr}[]", []).append((value, fn))  # self.graphs[mb][bs] = w
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)
@@ -542,6 +542,13 @@ def field_order(cls: ClassInfo) -> list[str]:
     for c in reversed(with_bases(cls)):
         order.extend(f for f in c.fields if f not in order)
     return order
+
+
+def _self_attr(node: ast.expr) -> str:
+    """``x`` for ``self.x[i]``, ``self.x[i][j]``, ...; empty otherwise."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node.attr if isinstance(node, ast.Attribute) and dotted(node.value) == "self" else ""
 
 
 def loop_containers(name: str, fn: FunctionInfo, line: int | None = None) -> list[ast.expr] | None:

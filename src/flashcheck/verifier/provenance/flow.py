@@ -6,9 +6,8 @@ filled by their callers (and bound by ``functools.partial``/``types.MethodType``
 class and its bases, attributes of other objects (through their type, known from annotations or by following the value
 to a constructor call: dataclass fields by keyword or position, stores after construction, ``@property`` results; or
 every ``obj.x = ...`` of the project when the type is unknown), items of lists and dicts (literals, comprehensions,
-``append``, ``d[k] = v``), loop variables, and return values of project functions, also
-unpacked (``buf, n = self.helper()``). Every analysis (device provenance, wrapper identity, allocations) is built on
-it, so a rule sees one consistent model.
+``append``, ``d[k] = v``, ``self.graphs[mb][bs] = w``), loop variables, and return values of project functions, also
+unpacked (``buf, n = self.helper()``). Every analysis (device provenance, wrapper identity, allocations) is built on it.
 """
 
 from __future__ import annotations
@@ -564,10 +563,14 @@ class ValueFlow:
                     and call.args
                 ):
                     yield call.args[-1], fn
-        elif isinstance(container, ast.Attribute):
-            owner_cls = self.project.instance_type(container.value, fn)
-            for c in with_bases(owner_cls) if owner_cls is not None else []:
-                yield from c.item_assigns.get(container.attr, [])
+        elif isinstance(container, ast.Attribute | ast.Subscript):  # self.d[k] = v; self.graphs[mb][bs] = w
+            inner: ast.expr = container
+            while isinstance(inner, ast.Subscript):
+                inner = inner.value
+            if isinstance(inner, ast.Attribute):
+                key = inner.attr if inner is container else f"{inner.attr}[]"  # items of self.graphs[mb]
+                for c in with_bases(self.project.instance_type(inner.value, fn)):
+                    yield from c.item_assigns.get(key, [])
 
     def self_attr_index(self) -> dict[str, list[Source]]:
         """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""

@@ -118,10 +118,10 @@ def _receiver_builds(
 ) -> list[list[Built]]:
     """The constructions a run() receiver may be: by its storage key, else by the value flow (a wrapper returned
     by a factory, passed in by a caller, or kept in another object). A local chosen by a condition (``w = a if
-    eager else b``) is read through the value flow, which keeps both branches (a storage key names one)."""
-    chosen = isinstance(recv, ast.Name) and any(
-        isinstance(v, ast.IfExp | ast.BoolOp) for v in fn.local_assigns.get(recv.id, [])
-    )
+    eager else b``, or assigned in both branches of an ``if``) is read through the value flow, which keeps every
+    assignment that reaches the call (a storage key names one)."""
+    assigned = fn.local_assigns.get(recv.id, []) if isinstance(recv, ast.Name) else []
+    chosen = len(assigned) > 1 or any(isinstance(v, ast.IfExp | ast.BoolOp) for v in assigned)
     for key in [] if chosen else _receiver_keys(recv, fn, built):
         if built.get(key):
             return [built[key]]
