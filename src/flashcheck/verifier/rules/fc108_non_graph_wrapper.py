@@ -35,8 +35,9 @@ class NonGraphWrapperInCapture(Rule):
         matched to constructions by where they are stored and, failing that, by the value flow: a wrapper returned
         by a factory function, passed in by a caller, kept in another object, or chosen by a conditional
         expression (``w = self.eager[k] if self.graph_bs is None else self.graphs[bs][k]`` is quiet: one branch is a
-        graph-mode wrapper, and which branch runs during capture is a run-time fact). ``self.impl.forward(...)`` where
-        ``self.impl`` holds one of several classes runs the method of each. A dict's items include what other objects
+        graph-mode wrapper, and which branch runs during capture is a run-time fact; so is a local assigned in both
+        branches of an ``if``). ``self.impl.forward(...)`` where ``self.impl`` holds one of several classes runs the
+        method of each, and so does a loop over layers of several classes. A dict's items include what other objects
         store into it (``self.backend.graph_wrappers[bs] = w`` in a graph runner).
 
     Why it breaks serving
