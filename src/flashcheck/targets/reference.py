@@ -3,6 +3,8 @@
 It behaves like a serving backend (persistent per-bucket metadata buffers, a split-KV float workspace from the
 arena, "graphs" that read the persistent buffers at replay time, padding by policy) so that the driver, every
 property and the faulty variants in ``tests/quality`` run without a GPU. It is never evidence for a GPU claim.
+Metadata as a kernel reads it runs every request at once; anything else runs request by request, so that malformed
+metadata misbehaves as it always did (`ReferenceTarget._attend`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from flashcheck.properties.csr import CsrInput
 from flashcheck.targets.protocol import Capacity, TargetEnv
 
 __all__ = ["ReferenceTarget"]
+
+# What `_batched` does in one go; a subclass that changes one of them runs request by request.
+_KERNEL_METHODS = ("_request", "partial_offset", "_write_partials", "_read_partials", "_batched", "_well_formed")
 
 
 @dataclass
@@ -180,13 +185,22 @@ class ReferenceTarget:
 
     # ---- the "kernel" ----------------------------------------------------------------------------------------
     def _attend(self, q: Any, qo: Any, kv: Any, indices: Any, last: Any, n: int) -> Any:
-        """Split-KV attention: per-chunk partials (o, lse) written to the workspace, then merged from it."""
+        """Split-KV attention: per-chunk partials (o, lse) written to the workspace, then merged from it. Metadata
+        that a kernel reads as intended (monotone indptrs within their buffers, last-page lengths in ``1..page``,
+        pages in the cache, no more chunks than a workspace row holds) runs every request at once (`_batched`);
+        anything else runs request by request, so malformed metadata does exactly what it did (overlapping rows,
+        partials past a row's slot, an index error where the kernel would read out of bounds)."""
         t = self.torch
         spec = self.capacity.template
         qo_l, kv_l, last_l, idx = qo.tolist(), kv.tolist(), last.tolist(), indices.long()
         rows = int(qo_l[n])
         out = t.zeros((rows, spec.num_qo_heads, spec.head_dim_vo), dtype=t.float32, device=q.device)
         page = spec.page_size
+        reqs = self._well_formed(qo_l, kv_l, last_l, n, q.shape[0], idx)
+        if reqs is not None:
+            if reqs:
+                self._batched(q, idx, reqs, out)
+            return out.to(q.dtype)
         for i in range(n):
             q0, q1, p0, p1 = qo_l[i], qo_l[i + 1], kv_l[i], kv_l[i + 1]
             if q1 <= q0 or p1 <= p0:
@@ -197,6 +211,105 @@ class ReferenceTarget:
             v = self.env.v_cache[ids].reshape(-1, *self.env.v_cache.shape[2:])[:length].float()
             out[q0:q1] = self._request(q[q0:q1].float(), k, v, q0)
         return out.to(q.dtype)
+
+    def _well_formed(
+        self, qo: list[int], kv: list[int], last: list[int], n: int, q_rows: int, idx: Any
+    ) -> list[tuple[int, int, int, int, int]] | None:
+        """``(q0, q1, p0, p1, kv_len)`` of each request with rows and pages when the metadata is as a kernel reads
+        it; None when the request-by-request path must run (also when a subclass changes how partials are laid
+        out)."""
+        cls = type(self)
+        if any(getattr(cls, m) is not getattr(ReferenceTarget, m) for m in _KERNEL_METHODS):
+            return None
+        page, max_chunks = self.capacity.template.page_size, -(-self.capacity.max_kv_len // self.chunk)
+        if n < 0 or len(qo) <= n or len(kv) <= n or len(last) < n or qo[0] < 0 or kv[0] < 0:
+            return None
+        if qo[n] > q_rows or kv[n] > idx.numel():
+            return None
+        reqs = []
+        for i in range(n):
+            q0, q1, p0, p1 = qo[i], qo[i + 1], kv[i], kv[i + 1]
+            if q1 < q0 or p1 < p0:
+                return None
+            if q1 == q0 or p1 == p0:
+                continue
+            if not 1 <= last[i] <= page:
+                return None
+            length = (p1 - p0 - 1) * page + last[i]
+            if -(-length // self.chunk) > max_chunks:
+                return None
+            reqs.append((q0, q1, p0, p1, length))
+        if reqs:
+            used = idx[min(r[2] for r in reqs) : max(r[3] for r in reqs)]
+            if int(used.min()) < 0 or int(used.max()) >= self.env.k_cache.shape[0]:
+                return None
+        return reqs
+
+    def _batched(self, q: Any, idx: Any, reqs: list[tuple[int, int, int, int, int]], out: Any) -> None:
+        """Every request of well-formed metadata at once, padded to the longest; the same partials written to
+        and read back from the same workspace offsets as `_request`, and the same merge."""
+        t, spec, chunk = self.torch, self.capacity.template, self.chunk
+        page, heads, dv = spec.page_size, spec.num_qo_heads, spec.head_dim_vo
+        max_chunks = -(-self.capacity.max_kv_len // chunk)
+        a_n = len(reqs)
+        l_max = max(q1 - q0 for q0, q1, _, _, _ in reqs)
+        c_max = max(-(-s // chunk) for *_, s in reqs)
+        p_max = max(p1 - p0 for _, _, p0, p1, _ in reqs)
+        s_pad = c_max * chunk
+        # pages (a request's own, then its first page as padding) and query rows, gathered at once
+        pids = [idx[p0:p1].tolist() + [int(idx[p0])] * (p_max - (p1 - p0)) for _, _, p0, p1, _ in reqs]
+        pid = t.tensor(pids, dtype=t.long, device=idx.device)
+        kc, vc = self.env.k_cache, self.env.v_cache
+        k = kc[pid].reshape(a_n, p_max * page, *kc.shape[2:]).float()
+        v = vc[pid].reshape(a_n, p_max * page, *vc.shape[2:]).float()
+        if p_max * page < s_pad:
+            k = t.cat([k, k.new_zeros((a_n, s_pad - p_max * page, *k.shape[2:]))], 1)
+            v = t.cat([v, v.new_zeros((a_n, s_pad - p_max * page, *v.shape[2:]))], 1)
+        k, v = k[:, :s_pad], v[:, :s_pad]
+        s_len = t.tensor([s for *_, s in reqs])
+        key = t.arange(s_pad)
+        inside = key[None, :] < s_len[:, None]  # [a, s]: keys past a request's length are zeroed, as padding is
+        k = k.masked_fill(~inside[:, :, None, None], 0.0)
+        v = v.masked_fill(~inside[:, :, None, None], 0.0)
+        g = heads // k.shape[2]
+        k, v = k.repeat_interleave(g, 2), v.repeat_interleave(g, 2)
+        rows = t.tensor([r for q0, q1, *_ in reqs for r in range(q0, q0 + l_max)]).clamp(max=q.shape[0] - 1)
+        qq = q[rows].float().reshape(a_n, l_max, heads, -1)
+        logits = t.einsum("alhd,ashd->ahls", qq, k) * spec.scale
+        if spec.logits_soft_cap > 0:
+            logits = spec.logits_soft_cap * t.tanh(logits / spec.logits_soft_cap)
+        q_len = t.tensor([q1 - q0 for q0, q1, *_ in reqs])
+        pos = (s_len - q_len)[:, None] + t.arange(l_max)[None, :]  # [a, l]
+        vis = inside[:, None, :].expand(a_n, l_max, s_pad)
+        if spec.causal:
+            vis = vis & (key[None, None, :] <= pos[:, :, None])
+        if spec.window_left >= 0:
+            vis = vis & (key[None, None, :] >= pos[:, :, None] - spec.window_left)
+        logits = logits.masked_fill(~vis[:, None], float("-inf")).reshape(a_n, heads, l_max, c_max, chunk)
+        lse = t.logsumexp(logits, -1)  # [a, h, l, c]
+        p = t.softmax(logits, -1).nan_to_num(0.0)
+        o = t.einsum("ahlcs,acshd->alchd", p, v.reshape(a_n, c_max, chunk, heads, dv))
+        # the partials each request writes (its rows, its chunks), at `partial_offset`, and read back from there
+        per_row = heads * (dv + 1)
+        sel = [
+            (a, r, c) for a, (q0, q1, *_, s) in enumerate(reqs) for r in range(q1 - q0) for c in range(-(-s // chunk))
+        ]
+        ws = self.workspace.view(t.uint8)
+        f32 = t.empty(0, dtype=t.float32, device=ws.device).set_(ws.untyped_storage())
+        start = ws.storage_offset() // 4
+        base = t.tensor([start + ((reqs[a][0] + r) * max_chunks + c) * per_row for a, r, c in sel])
+        flat = (base[:, None] + t.arange(per_row)[None, :]).reshape(-1)
+        data = t.cat([o, lse.permute(0, 2, 3, 1)[..., None]], -1).reshape(a_n, l_max, c_max, per_row)
+        a_i, r_i, c_i = (t.tensor(x) for x in zip(*sel, strict=True))
+        f32.index_put_((flat,), data[a_i, r_i, c_i].reshape(-1))
+        read = f32[flat].reshape(-1, heads, dv + 1)
+        o_all = t.zeros((a_n, l_max, c_max, heads, dv))
+        lse_all = t.full((a_n, l_max, c_max, heads), float("-inf"))  # absent chunks weigh nothing in the merge
+        o_all[a_i, r_i, c_i], lse_all[a_i, r_i, c_i] = read[..., :dv], read[..., dv]
+        w = t.softmax(lse_all, dim=2).nan_to_num(0.0)  # [a, l, c, h]
+        merged = (w[..., None] * o_all).sum(2)  # [a, l, h, dv]
+        for a, (q0, q1, *_) in enumerate(reqs):
+            out[q0:q1] = merged[a, : q1 - q0]
 
     def _request(self, q: Any, k: Any, v: Any, row0: int) -> Any:
         t, spec = self.torch, self.capacity.template
