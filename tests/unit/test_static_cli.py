@@ -259,3 +259,17 @@ def test_a_package_named_dist_or_build_is_checked_and_build_outputs_are_not(tmp_
         "epserve/build/steps.py",
         "epserve/dist/a2a.py",
     }
+
+
+def test_files_python_reads_are_checked_whatever_their_encoding(tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark, a PEP 263 coding declaration and CRLF line ends are valid Python: each file is
+    checked, its findings on the lines Python numbers; bytes that Python cannot decode are FC199."""
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + BACKEND.encode())
+    latin = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + BACKEND
+    (tmp_path / "latin.py").write_bytes(latin.encode("latin-1"))
+    (tmp_path / "crlf.py").write_bytes(BACKEND.replace("\n", "\r\n").encode())
+    (tmp_path / "bad.py").write_bytes(b"x = '\xff'\n")
+    result = check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1))
+    sites = {(f.location.file, f.location.line, f.id) for f in result.findings}
+    assert {("bom.py", 9, "FC101"), ("latin.py", 11, "FC101"), ("crlf.py", 9, "FC101")} <= sites
+    assert {(f, i) for f, _, i in sites if i == "FC199"} == {("bad.py", "FC199")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib.util
 import io
 import os
 import re
@@ -169,9 +170,9 @@ def read_source(path: Path, root: Path) -> SourceFile:
 
 def parse_source(path: Path, rel: str, mod: str, data: bytes) -> SourceFile:
     """Parse the bytes read from `path` (reported as `rel`, module `mod`); never raises for a bad file."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
+    try:  # as Python reads a module: a UTF-8 byte-order mark or a coding declaration, newlines made ``\n``
+        text = importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
         return SourceFile(path, rel, mod, "", None, error=f"cannot read: {exc}")
     lines = text.splitlines()
     try:
