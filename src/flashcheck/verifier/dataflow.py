@@ -14,8 +14,9 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, storage_root
-from flashcheck.verifier.index import field_order, loop_containers, with_bases
+from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
 
 __all__ = [

@@ -15,10 +15,10 @@ from flashcheck.verifier.index import (
     FunctionInfo,
     ModuleInfo,
     ProjectIndex,
-    loop_containers,
     owner_of,
     with_bases,
 )
+from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.returns import returned_class, yielded_class
 

@@ -19,7 +19,6 @@ from flashcheck.verifier.index import (
     FunctionInfo,
     ModuleIndex,
     ModuleInfo,
-    loop_containers,
     owner_of,
     with_bases,
 )
@@ -31,6 +30,7 @@ from flashcheck.verifier.instances import (
     torch_module,
     torch_name,
 )
+from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.source import SourceFile
 

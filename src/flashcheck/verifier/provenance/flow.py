@@ -18,8 +18,9 @@ from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import field_order, innermost_loop, loop_containers, with_bases
+from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.tensors import tuple_op_input
@@ -128,8 +129,8 @@ class ValueFlow:
         return [v for v in dict.fromkeys(self.constants(starts)) if isinstance(v, str)]
 
     def getattr_reads(self, call: ast.Call, fn: FunctionInfo) -> list[ast.Attribute]:
-        """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name; empty
-        when a name is not known. The nodes are kept, so that caches keyed by node stay right."""
+        """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name (none
+        for an unknown name); the nodes are kept, so caches keyed by node stay right."""
         found = self._getattr_reads.get(id(call))
         if found is None:
             names = self.attribute_names(call.args[1], fn, call.lineno) if len(call.args) >= 2 else []
@@ -138,10 +139,9 @@ class ValueFlow:
         return found
 
     def constants(self, starts: list[Source], limit: int = 64) -> Iterator[object]:
-        """The constant values the expressions in `starts` may take, as the value flow reaches them through names,
-        attributes, items, calls, both branches of conditional expressions and the operands of ``and``/``or``
-        (``backend=self.backend`` reaching ``"trtllm-gen"``, ``use_cuda_graph=self.is_cuda_graph`` reaching
-        ``True``); at most `limit` expressions are visited."""
+        """The constant values the expressions in `starts` may take, through names, attributes, items, calls, both
+        branches of conditional expressions and ``and``/``or`` operands (``backend=self.backend`` reaching
+        ``"trtllm-gen"``, ``use_cuda_graph=self.is_cuda_graph`` reaching ``True``); at most `limit` are visited."""
         stack = list(starts)
         seen: set[int] = set()
         while stack and len(seen) < limit:
