@@ -146,6 +146,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "edge_int8_bucket_serve",
         "cross_dc_kv_rdma_pool",
     ),
+    "batch 36": (
+        "sarathi_chunked_piggyback",
+        "paged_vlm_mrope_cache",
+        "rl_sampler_grpo_rollout",
+        "hetero_gpu_split_serve",
+    ),
+    "batch 37": (
+        "spec_mtp_chain_depthgraphs",
+        "kv_offload_nvme_tiers",
+        "tp_pp_hybrid_stages",
+        "long_doc_qa_cascade",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""hgs: heterogeneous split serving (prefill GPU -> decode GPU) over FlashInfer."""

@@ -1,0 +1,1 @@
+"""Long-document QA serving: one shared document prefix, many short questions."""

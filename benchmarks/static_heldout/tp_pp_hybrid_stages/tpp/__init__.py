@@ -1,0 +1,1 @@
+"""TP x PP serving: configuration, per-micro-batch metadata and stage communication."""
