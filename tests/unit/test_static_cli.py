@@ -237,15 +237,19 @@ def test_a_static_run_is_a_run_every_report_format_renders(tmp_path: Path, capsy
 
 
 def test_a_package_named_dist_or_build_is_checked_and_build_outputs_are_not(tmp_path: Path) -> None:
-    """`epserve/dist/a2a.py` (a namespace folder of sources) is checked; `build/lib/...` and a wheel folder are
-    build outputs: they hold no module of their own and are skipped, as are virtual environments."""
+    """`epserve/dist/a2a.py` and `epserve/scale/dist/comm/a2a.py` (namespace folders of sources) are checked;
+    `build/lib/...` (setuptools' copy of the sources, also beside a stray `build/_version.py`) and a wheel folder are
+    build outputs and are skipped, as are virtual environments."""
     from flashcheck.verifier.source import discover
 
     files = {
         "epserve/dist/a2a.py": BACKEND,
         "epserve/build/steps.py": BACKEND,
         "epserve/engine.py": "from epserve.dist.a2a import Backend\n",
+        "epserve/scale/dist/comm/a2a.py": BACKEND,
+        "build/_version.py": "version = '0.1'\n",
         "build/lib/epserve/engine.py": BACKEND,
+        "build/lib.linux-x86_64-cpython-311/epserve/engine.py": BACKEND,
         "dist/epserve-0.1.tar.gz": "",
         ".venv/lib/site.py": BACKEND,
     }
@@ -253,12 +257,10 @@ def test_a_package_named_dist_or_build_is_checked_and_build_outputs_are_not(tmp_
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     found = sorted(p.relative_to(tmp_path).as_posix() for p in discover([str(tmp_path)], (), tmp_path))
-    assert found == ["epserve/build/steps.py", "epserve/dist/a2a.py", "epserve/engine.py"]
+    sources = ["epserve/build/steps.py", "epserve/dist/a2a.py", "epserve/scale/dist/comm/a2a.py"]
+    assert found == ["build/_version.py", *sources[:2], "epserve/engine.py", sources[2]]
     result = check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1))
-    assert {f.location.file for f in result.findings if f.id == "FC101"} == {
-        "epserve/build/steps.py",
-        "epserve/dist/a2a.py",
-    }
+    assert {f.location.file for f in result.findings if f.id == "FC101"} == set(sources)
 
 
 def test_files_python_reads_are_checked_whatever_their_encoding(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "RUN_METHODS",
     "SPECIFIC_PRIVATE",
     "WRAPPER_BUFFERS",
+    "WRAPPER_PRIVATE",
     "ZEROED_WORKSPACE_BACKENDS",
     "ZEROED_WORKSPACE_CONSUMERS",
     "flashinfer_call_sites",
@@ -88,6 +89,34 @@ GENERIC_PRIVATE = frozenset(
         "_workspace_size",
     }
 )
+# Every private attribute FlashInfer's wrapper classes set (its attention wrappers' sources, 2026-08): on a receiver
+# that is a wrapper each is FlashInfer's state, as the common names above are.
+_WRAPPER_PRIVATE_NAMES = """
+    _attention_sinks _backend _batch_decode_wrapper _batch_prefill_wrapper _batch_prefill_wrappers _batch_size
+    _block_tables _cached_kv_data_type _cached_module _cached_o_data_type _cached_q_data_type _causal _compiled
+    _compiled_main _compiled_reducer _cu_seqlens_q _custom_mask_buf _cute_dsl_fmha_plan _cute_dsl_use_fmha
+    _cute_dsl_wrapper _dense_page_idx_kv _device _device_index _fixed_batch_size _float_workspace_buffer
+    _float_workspace_buffer_d _float_workspace_buffer_p _fmha_v2_batch_size _fmha_v2_kv_indptr _fmha_v2_max_kv_len
+    _fmha_v2_max_q_len _fmha_v2_qo_indptr _fmha_v2_seq_lens _geometry _gqa_group_size _head_dim _head_dim_ckv
+    _indptr_type _int_workspace_buffer _int_workspace_buffer_d _int_workspace_buffer_p _jit_additional_scalar_names
+    _jit_additional_tensor_names _jit_module _kv_data_type _kv_dtype _kv_indices_buf _kv_indices_buf_d
+    _kv_indices_buf_p _kv_indptr _kv_indptr_buf _kv_indptr_buf_d _kv_indptr_buf_p _kv_last_page_len_buf_d
+    _kv_last_page_len_buf_p _kv_layout _kv_len_arr_buf _kv_lengths_mode _kv_lens_buffer _kv_lora_rank
+    _kv_prefix_mode _logical_kv_indptr _logits_soft_cap _lse _mask_indptr_buf _mask_mode _mask_type
+    _max_item_len_ptr _max_kv_len _max_q_len _max_qo_len _max_seq_len_q _max_sequence_kv _max_token_per_sequence
+    _max_total_num_rows _num_heads _num_kv_heads _num_levels _num_qo_heads _o_dtype _o_indptr_buf _output_dtype
+    _output_scale _packed_mask_buf _packed_query _page_size _paged_kv_indices _paged_kv_indices_buf _paged_kv_indptr
+    _paged_kv_indptr_buf _paged_kv_last_page_len _paged_kv_last_page_len_buf _partial_o _partial_stats
+    _pin_memory_int_workspace_buffer _pin_memory_int_workspace_buffer_d _pin_memory_int_workspace_buffer_p
+    _plan_info _plan_info_d _plan_info_p _plan_state _planned _planned_total_q _planned_total_q_tokens _policy
+    _pos_encoding_mode _prefix_len_ptr _q_data_type _q_dtype _q_len_per_req _qk_rope_head_dim _qo_indptr
+    _qo_indptr_buf _qo_indptr_buf_d _qo_indptr_buf_p _qo_indptr_last _rope_scale _rope_theta _scale_softmax_log2
+    _seq_len_q _seq_lens _seq_lens_kv _seq_lens_q _sm_aware_sched _sm_scale _split_kv _split_kv_counter
+    _token_pos_in_items_len _token_pos_in_items_ptr _trtllm_gen_multi_ctas_kv_counter_buffer _use_cuda_graph
+    _use_fp16_qk_reduction _use_packed_q _use_profiler _use_tensor_cores _v_indptr_buf _vsa_q2k_index _vsa_q2k_num
+    _window_left _window_right _workspace _workspace_buffer _workspace_layout _workspace_size _workspace_views
+"""
+WRAPPER_PRIVATE = frozenset(_WRAPPER_PRIVATE_NAMES.split())
 PLAN_METHODS = frozenset({"plan", "begin_forward", "fast_decode_plan", "fast_mla_decode_plan"})
 RUN_METHODS = frozenset({"run", "forward", "run_return_lse", "forward_return_lse"})
 ZEROED_WORKSPACE_CONSUMERS = frozenset(

@@ -23,6 +23,7 @@ __all__ = [
     "ProjectIndex",
     "field_order",
     "index_module",
+    "item_keys",
     "owner_of",
     "with_bases",
 ]
@@ -461,8 +462,13 @@ class _Indexer:
                 key = target.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
                     cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
-            elif isinstance(base, ast.Subscript) and (attr := _self_attr(base)) and (cls := owner_of(fn).cls):
-                cls.item_assigns.setdefault(f"{attr}[]", []).append((value, fn))  # self.graphs[mb][bs] = w
+            elif (
+                isinstance(base, ast.Subscript)
+                and (keys := item_keys(base, of_self=True))
+                and (cls := owner_of(fn).cls)
+            ):
+                for k in keys:  # self.graphs[mb][bs] = w, self.bufs["cpu"].append(t)
+                    cls.item_assigns.setdefault(k, []).append((value, fn))
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)
@@ -547,8 +553,17 @@ def field_order(cls: ClassInfo) -> list[str]:
     return order
 
 
-def _self_attr(node: ast.expr) -> str:
-    """``x`` for ``self.x[i]``, ``self.x[i][j]``, ...; empty otherwise."""
+def item_keys(container: ast.expr, *, of_self: bool = False) -> list[str]:
+    """The `ClassInfo.item_assigns` keys of the items of ``obj.x`` (``x``) and of ``obj.x[k]``, ``obj.x[i][j]``
+    (``x[]``, also ``x['cpu'][]`` when the first key is a string constant); empty for other containers, and with
+    `of_self` when ``obj`` is not ``self``."""
+    first, node = None, container
     while isinstance(node, ast.Subscript):
-        node = node.value
-    return node.attr if isinstance(node, ast.Attribute) and dotted(node.value) == "self" else ""
+        first, node = node, node.value
+    if not isinstance(node, ast.Attribute) or (of_self and dotted(node.value) != "self"):
+        return []
+    if first is None:
+        return [node.attr]
+    key = first.slice
+    keyed = [f"{node.attr}[{key.value!r}][]"] if isinstance(key, ast.Constant) and isinstance(key.value, str) else []
+    return [f"{node.attr}[]", *keyed]

@@ -178,12 +178,15 @@ class InstanceTyping(ProjectIndex):
     def _item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
         """The class of each item source of a container (None where unknown): a declared item type of a project
         class, else the items of literals, comprehensions and ``append`` calls of the values it is bound to."""
+        while isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
+            container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
         declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
         if declared is not None:
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:
                 return [t]
         values: list[tuple[ast.expr, FunctionInfo]] = []
+        items: list[tuple[ast.expr, FunctionInfo]] = []
         if isinstance(container, ast.Name):
             values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
             body = fn.module.body
@@ -193,9 +196,9 @@ class InstanceTyping(ProjectIndex):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
             for c in [cls, *cls.bases] if cls is not None else []:
                 values.extend(c.attr_assigns.get(container.attr, []))
+                items.extend(c.item_assigns.get(container.attr, []))  # self.layers.append(Layer(i))
         else:
             values = [(container, fn)]
-        items: list[tuple[ast.expr, FunctionInfo]] = []
         typed: list[ClassInfo | None] = []
         for value, where in values[:8]:
             v = value
@@ -205,6 +208,8 @@ class InstanceTyping(ProjectIndex):
             known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
             if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
                 typed.append(known)
+            elif isinstance(v, ast.Name) and len(where.local_assigns.get(v.id, ())) > 1:
+                typed.append(None)  # a local list bound twice: which appends fill which list is not known here
             elif isinstance(v, ast.Name) and v.id in where.local_assigns:  # layers = []; layers.append(Layer(i))
                 items.extend(
                     (c.args[0], where)
@@ -227,7 +232,13 @@ class InstanceTyping(ProjectIndex):
                 items.extend((e, where) for e in v.values)
             elif isinstance(v, ast.DictComp):
                 items.append((v.value, where))
-        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in items[:16])]
+        branches = [  # layers.append(A() if c else B()): an item of either class (None adds nothing)
+            (b, where)
+            for e, where in items[:16]
+            for b in ((e.body, e.orelse) if isinstance(e, ast.IfExp) else (e,))
+            if not (isinstance(b, ast.Constant) and b.value is None)
+        ]
+        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in branches)]
 
     def _declared_items(
         self, container: ast.expr, fn: FunctionInfo, depth: int

@@ -37,8 +37,10 @@ _SKIP_DIRS = frozenset(
     }
 )
 # Build outputs (``build/lib/...``, wheels in ``dist/``) are skipped, but a package or namespace folder of that name
-# (``epserve/dist/a2a.py``) is source: a directory of these names is skipped unless it holds Python files itself.
+# (``epserve/dist/a2a.py``, ``pkg/dist/comm/a2a.py``) is source: such a folder is walked when it, or a folder in it,
+# holds Python files, and setuptools' output folders inside a ``build`` folder are never walked.
 _BUILD_DIRS = frozenset({"build", "dist"})
+_SETUPTOOLS_OUTPUTS = ("lib.", "bdist.", "temp.", "scripts-")
 _SUPPRESS = re.compile(r"#\s*flashcheck:\s*ignore(?:\[(?P<ids>[^\]]*)\])?(?P<rest>.*)$")
 
 
@@ -112,12 +114,20 @@ def _walked(parent: str, name: str) -> bool:
     """Whether `discover` descends into directory `name` of `parent`."""
     if name in _SKIP_DIRS or name.endswith(".egg-info"):
         return False
-    if name not in _BUILD_DIRS:
-        return True
+    if os.path.basename(parent) == "build" and (name == "lib" or name.startswith(_SETUPTOOLS_OUTPUTS)):
+        return False  # build/lib/pkg: setuptools' copy of the sources
+    return name not in _BUILD_DIRS or _holds_python(os.path.join(parent, name), 2)
+
+
+def _holds_python(path: str, depth: int) -> bool:
+    """A ``.py`` file in `path`, or in a folder below it (`depth` levels), other than build outputs."""
     try:
-        return any(e.name.endswith(".py") and e.is_file() for e in os.scandir(os.path.join(parent, name)))
+        entries = list(os.scandir(path))
     except OSError:
         return False
+    if any(e.name.endswith(".py") and e.is_file() for e in entries):
+        return True
+    return depth > 1 and any(e.is_dir() and _walked(path, e.name) and _holds_python(e.path, depth - 1) for e in entries)
 
 
 def _excluded(path: Path, patterns: Sequence[str], root: Path) -> bool:

@@ -57,7 +57,10 @@ class _Context:
             if expr.id in callee.params and expr.id not in callee.local_assigns:
                 return self._param(expr.id)
             bound = callee.local_assigns.get(expr.id)
-            if expr.id not in callee.params and bound and len(bound) <= 3:
+            rebound = (
+                expr.id in callee.loop_vars or expr.id in self.prov.flow.unpacked(callee) or _augmented(callee, expr.id)
+            )
+            if expr.id not in callee.params and bound and len(bound) <= 3 and not rebound:
                 if expr.id in self.visiting:
                     return HOST  # x = f(x): the other definitions decide
                 if expr.id not in self.locals:
@@ -78,12 +81,13 @@ class _Context:
         return self.prov.of(expr, callee)
 
     def _param(self, name: str) -> Where:
+        arg = arg_for_param(self.call, self.callee, name)
+        passed = self.prov.of(arg, self.caller) if arg is not None else UNKNOWN
         ann = self.callee.params.get(name)
         text = "" if ann is None else ast.unparse(ann)
-        if text and any(w in text for w in HOST_ANNOTATIONS) and "Tensor" not in text:
-            return HOST  # dcp_size: int, whatever the caller passes
-        arg = arg_for_param(self.call, self.callee, name)
-        return self.prov.of(arg, self.caller) if arg is not None else UNKNOWN
+        if passed is UNKNOWN and text and any(w in text for w in HOST_ANNOTATIONS) and "Tensor" not in text:
+            return HOST  # dcp_size: int, unless the call passes a device tensor for it (seq_lens.max())
+        return passed
 
     def _call(self, expr: ast.Call, depth: int) -> Where | None:
         func = expr.func
@@ -108,6 +112,13 @@ class _Context:
                 return None  # .to(device): the device it names
             return self.where(func.value, depth + 1)  # x.squeeze(1), x.to(torch.int32): where x is
         return None
+
+
+def _augmented(fn: FunctionInfo, name: str) -> bool:
+    """`name` is also rebound by an augmented assignment (``out += dev``), which `local_assigns` does not hold."""
+    return any(
+        isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name) and a.target.id == name for a in fn.assigns
+    )
 
 
 def _names_a_device(call: ast.Call) -> bool:

@@ -235,8 +235,8 @@ class Provenance:
     def _host_array(expr: ast.expr, fn: FunctionInfo) -> bool:
         """A parameter declared a numpy array, whose elements are host data too (a host list or dict may hold
         device tensors, and a name the function uses as a tensor may hold a container in another branch)."""
-        if not (isinstance(expr, ast.Name) and expr.id in fn.params):
-            return False
+        if not (isinstance(expr, ast.Name) and expr.id in fn.params) or expr.id in fn.local_assigns:
+            return False  # a parameter rebound in the function (lens = upload(lens)) holds what it was given
         ann = fn.params[expr.id]
         text = "" if ann is None else ast.unparse(ann)
         return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text

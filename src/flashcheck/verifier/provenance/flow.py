@@ -18,7 +18,7 @@ from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import field_order, with_bases
+from flashcheck.verifier.index import field_order, item_keys, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
@@ -243,7 +243,7 @@ class ValueFlow:
         scope: FunctionInfo | None = fn
         while scope is not None:
             values = scope.local_assigns.get(name)
-            unpacked = self._unpacked(scope).get(name)
+            unpacked = self.unpacked(scope).get(name)
             if values or unpacked:
                 found = [(v, scope) for v in values or []]
                 return found + [s for value, i in unpacked or [] for s in self._item_of_result(value, i, scope)]
@@ -258,7 +258,7 @@ class ValueFlow:
                 found = mod.global_values(target.rpartition(".")[2])
         return found
 
-    def _unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
+    def unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
         """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->
         (value, position)."""
         found = self._unpacks.get(id(fn))
@@ -563,14 +563,12 @@ class ValueFlow:
                     and call.args
                 ):
                     yield call.args[-1], fn
-        elif isinstance(container, ast.Attribute | ast.Subscript):  # self.d[k] = v; self.graphs[mb][bs] = w
+        elif keys := item_keys(container):  # self.d[k] = v; self.graphs[mb][bs] = w; self.bufs["cpu"].append(t)
             inner: ast.expr = container
             while isinstance(inner, ast.Subscript):
                 inner = inner.value
-            if isinstance(inner, ast.Attribute):
-                key = inner.attr if inner is container else f"{inner.attr}[]"  # items of self.graphs[mb]
-                for c in with_bases(self.project.instance_type(inner.value, fn)):
-                    yield from c.item_assigns.get(key, [])
+            for c in with_bases(self.project.instance_type(getattr(inner, "value", inner), fn)):
+                yield from c.item_assigns.get(keys[-1], [])
 
     def self_attr_index(self) -> dict[str, list[Source]]:
         """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""

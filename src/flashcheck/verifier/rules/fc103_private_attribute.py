@@ -9,14 +9,18 @@ from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
     GENERIC_PRIVATE,
     SPECIFIC_PRIVATE,
+    WRAPPER_PRIVATE,
     looks_like_wrapper,
 )
+from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.project import FunctionInfo
 
 _REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 
 
-_KNOWN = frozenset(n for n in SPECIFIC_PRIVATE | GENERIC_PRIVATE if n.startswith("_"))
+# Every other private name a FlashInfer wrapper sets counts as the common names do (on a wrapper receiver only).
+_ON_WRAPPERS = GENERIC_PRIVATE | (WRAPPER_PRIVATE - SPECIFIC_PRIVATE)
+_KNOWN = frozenset(n for n in SPECIFIC_PRIVATE | _ON_WRAPPERS if n.startswith("_"))
 
 
 @rule("FC103", "flashinfer-private-attribute")
@@ -30,15 +34,17 @@ class FlashinferPrivateAttribute(Rule):
         ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a local,
         module or class constant (also one imported from another project module), a loop variable over a tuple of them,
         also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]`` and their ``.get(...)``. Common
-        names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by
-        dataflow from its constructor, also as an item of lists and dicts of wrappers, of their
-        ``zip``/``enumerate``/``.items()`` loops and of ``itertools.chain``/``chain.from_iterable`` over them, or named
-        ``*wrapper*``), also a parameter of a shim of any name that receives a wrapper: bound by
-        ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at any position or by keyword), the first
-        parameter of a function assigned onto a wrapper class (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or
-        passed a wrapper by callers. ``self._x`` (common names too) is reported in a class that derives from a
-        FlashInfer wrapper (directly, through project classes or a module-level alias) and in free functions whose first
-        parameter is ``self`` (plan shims monkey-patched onto the wrapper).
+        names (``_backend``, ``_kv_layout``, ``_sm_scale``...), and every other private attribute FlashInfer's wrapper
+        classes set (``_batch_prefill_wrappers``, ``_num_levels``...; a subclass's own store under such a name is its
+        own state), are reported only on a receiver that is a wrapper (by dataflow from its constructor, also as an item
+        of lists and dicts of wrappers, of their ``zip``/``enumerate``/``.items()`` loops and of
+        ``itertools.chain``/``chain.from_iterable`` over them, or named ``*wrapper*``), also a parameter of a shim of
+        any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at
+        any position or by keyword), the first parameter of a function assigned onto a wrapper class
+        (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or passed a wrapper by callers. ``self._x`` (common names
+        too) is reported in a class that derives from a FlashInfer wrapper (directly, through project classes or a
+        module-level alias) and in free functions whose first parameter is ``self`` (plan shims monkey-patched onto the
+        wrapper).
 
     Why it breaks serving
         These fields change meaning, type or existence between FlashInfer releases: ``_plan_info`` is a tensor in
@@ -97,10 +103,12 @@ class FlashinferPrivateAttribute(Rule):
         if attr in SPECIFIC_PRIVATE:
             if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _is_wrapper_self(ctx, fn):
                 return
-        elif attr in GENERIC_PRIVATE:
+        elif attr in _ON_WRAPPERS:
             own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and _is_wrapper_self(ctx, fn)
             if not own and not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
                 return
+            if own and attr not in GENERIC_PRIVATE and _set_by_project_class(fn, attr):
+                return  # a subclass's own state under a name FlashInfer also uses (``self._device = device``)
         else:
             return
         ctx.report(
@@ -136,6 +144,14 @@ def _dict_owner(expr: ast.expr) -> ast.expr | None:
     if isinstance(expr, ast.Attribute) and expr.attr == "__dict__":
         return expr.value
     return None
+
+
+def _set_by_project_class(fn: FunctionInfo, attr: str) -> bool:
+    """The project class that `fn` belongs to, or one of its project bases, assigns ``self.<attr>`` itself."""
+    owner = fn
+    while owner.parent is not None:
+        owner = owner.parent
+    return any(attr in c.attr_assigns for c in with_bases(owner.cls))
 
 
 def _is_wrapper_self(ctx: Context, fn: FunctionInfo) -> bool:
