@@ -343,12 +343,28 @@ def wrapper_buffer_args(call: ast.Call, cls_name: str) -> list[tuple[str, ast.ex
         for kw in call.keywords
         if kw.arg and _is_buffer_param(kw.arg, cls_name) and not isinstance(kw.value, ast.Constant)
     ]
+    for kw in call.keywords:  # a cascade's per-level lists: paged_kv_indices_buf_arr=[doc_indices, unique_indices]
+        if kw.arg and kw.arg.endswith("_buf_arr"):
+            out.extend((f"{kw.arg}[{i}]", e) for i, e in enumerate(_level_buffers(kw.value)))
     first = 1 if cls_name.startswith("CUDAGraph") else 2 if "MLA" in cls_name else 3
     for i, a in enumerate(call.args[first:], start=first):
         if isinstance(a, ast.Constant) or (i < len(names) and not _is_buffer_param(names[i], cls_name)):
             continue  # a layout or flag known by its position (use_tensor_cores)
         out.append((names[i] if i < len(names) else f"positional argument {i}", a))
     return out
+
+
+def _level_buffers(value: ast.expr) -> list[ast.expr]:
+    """The buffers of a cascade wrapper's ``*_buf_arr`` argument: a list's items, or the list a comprehension walks
+    (``[b[: bs + 1] for b in self.kv_indptr_bufs]`` binds every buffer of ``self.kv_indptr_bufs``)."""
+    if isinstance(value, ast.List | ast.Tuple):
+        return [e for e in value.elts if not isinstance(e, ast.Starred | ast.Constant)]
+    if isinstance(value, ast.ListComp) and len(value.generators) == 1:
+        loop = value.generators[0]
+        elt = value.elt.value if isinstance(value.elt, ast.Subscript) else value.elt
+        if isinstance(loop.target, ast.Name) and isinstance(elt, ast.Name) and elt.id == loop.target.id:
+            return [loop.iter]
+    return []
 
 
 def _is_buffer_param(name: str, cls_name: str) -> bool:

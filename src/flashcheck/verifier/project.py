@@ -363,6 +363,8 @@ class Project(InstanceTyping):
 
     def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         func = call.func
+        if isinstance(func, ast.Subscript):  # self.heads[d](x): the item's __call__ (an nn.Module's forward)
+            yield from self.instance_call(func, fn)
         if not isinstance(func, (ast.Name, ast.Attribute)):
             return
         base = func.value if isinstance(func, ast.Attribute) else None
@@ -458,9 +460,9 @@ class Project(InstanceTyping):
         found = self._methods_by_name.get(name, [])
         return found[0] if len(found) == 1 else None
 
-    def instance_call(self, func: ast.Name | ast.Attribute, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+    def instance_call(self, func: ast.expr, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
-        TreeAttention(...)``), and its overrides in subclasses."""
+        TreeAttention(...)``, ``self.heads[d](x)`` of a module list), and its overrides in subclasses."""
         if isinstance(func, ast.Name) and func.id == "cls":  # cls(...) in a classmethod builds an instance
             return
         cls = self.instance_type(func, fn, 1)
