@@ -554,9 +554,9 @@ def field_order(cls: ClassInfo) -> list[str]:
 
 
 def item_keys(container: ast.expr, *, of_self: bool = False) -> list[str]:
-    """The `ClassInfo.item_assigns` keys of the items of ``obj.x`` (``x``) and of ``obj.x[k]``, ``obj.x[i][j]``
-    (``x[]``, also ``x['cpu'][]`` when the first key is a string constant); empty for other containers, and with
-    `of_self` when ``obj`` is not ``self``."""
+    """The `ClassInfo.item_assigns` keys of the items of ``obj.x`` (``x``) and of ``obj.x[k]``, ``obj.x[i][j]``:
+    ``x[]`` (every first key), then ``x['cpu'][]`` for a string-constant first key or ``x[?][]`` for another; empty
+    for other containers, and with `of_self` when ``obj`` is not ``self``."""
     first, node = None, container
     while isinstance(node, ast.Subscript):
         first, node = node, node.value
@@ -565,5 +565,6 @@ def item_keys(container: ast.expr, *, of_self: bool = False) -> list[str]:
     if first is None:
         return [node.attr]
     key = first.slice
-    keyed = [f"{node.attr}[{key.value!r}][]"] if isinstance(key, ast.Constant) and isinstance(key.value, str) else []
-    return [f"{node.attr}[]", *keyed]
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return [f"{node.attr}[]", f"{node.attr}[{key.value!r}][]"]
+    return [f"{node.attr}[]", f"{node.attr}[?][]"]

@@ -187,6 +187,7 @@ class InstanceTyping(ProjectIndex):
                 return [t]
         values: list[tuple[ast.expr, FunctionInfo]] = []
         items: list[tuple[ast.expr, FunctionInfo]] = []
+        stored: list[tuple[ast.expr, FunctionInfo]] = []  # items stored into an attribute: their classes add
         if isinstance(container, ast.Name):
             values = [(v, fn) for v in fn.local_assigns.get(container.id, [])]
             body = fn.module.body
@@ -196,7 +197,7 @@ class InstanceTyping(ProjectIndex):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
             for c in [cls, *cls.bases] if cls is not None else []:
                 values.extend(c.attr_assigns.get(container.attr, []))
-                items.extend(c.item_assigns.get(container.attr, []))  # self.layers.append(Layer(i))
+                stored.extend(c.item_assigns.get(container.attr, []))  # self.layers.append(Layer(i))
         else:
             values = [(container, fn)]
         typed: list[ClassInfo | None] = []
@@ -208,8 +209,8 @@ class InstanceTyping(ProjectIndex):
             known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
             if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
                 typed.append(known)
-            elif isinstance(v, ast.Name) and len(where.local_assigns.get(v.id, ())) > 1:
-                typed.append(None)  # a local list bound twice: which appends fill which list is not known here
+            elif isinstance(v, ast.Name) and sum(map(_fresh_list, where.local_assigns.get(v.id, ()))) > 1:
+                typed.append(None)  # a local name bound to two new lists: which appends fill which is not known
             elif isinstance(v, ast.Name) and v.id in where.local_assigns:  # layers = []; layers.append(Layer(i))
                 items.extend(
                     (c.args[0], where)
@@ -238,7 +239,34 @@ class InstanceTyping(ProjectIndex):
             for b in ((e.body, e.orelse) if isinstance(e, ast.IfExp) else (e,))
             if not (isinstance(b, ast.Constant) and b.value is None)
         ]
-        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in branches)]
+        added = [t for e, where in stored[:8] if (t := self._value_type(e, where, depth + 1)) is not None]
+        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in branches), *added]
+
+    def declared_loop_item(self, expr: ast.expr, fn: FunctionInfo) -> bool:
+        """`expr` is a loop variable over containers declared with an item class (``List[BaseLayer]``), which may
+        hold instances of its subclasses; items the analysis sees built are of their own classes."""
+        if not (isinstance(expr, ast.Name) and expr.id in fn.loop_vars and expr.id not in fn.local_assigns):
+            return False
+        held = loop_containers(expr.id, fn, expr.lineno)
+        return bool(held) and all(self._declared_container(c, fn) for c in held or ())
+
+    def _declared_container(self, container: ast.expr, fn: FunctionInfo) -> bool:
+        """The container (a slice of it too) is declared with an item class, or is an attribute bound to a local
+        or parameter so declared (``blocks: List[BaseBlock] = []``; ``self.layers = nn.ModuleList(blocks)``)."""
+        while isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
+            container = container.value
+        if self._declared_items(container, fn, 1) is not None:
+            return True
+        if not isinstance(container, ast.Attribute):
+            return False
+        for c in with_bases(self.instance_type(container.value, fn, 1)):
+            for bound, where in c.attr_assigns.get(container.attr, [])[:8]:
+                v = bound
+                while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
+                    v = v.args[0]
+                if isinstance(v, ast.Name) and self._declared_items(v, where, 1) is not None:
+                    return True
+        return False
 
     def _declared_items(
         self, container: ast.expr, fn: FunctionInfo, depth: int
@@ -436,3 +464,10 @@ def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
     ``from torch import empty as E`` and for ``T.empty`` after ``import torch as T``; ``torch.cuda.synchronize`` for
     ``sync`` after ``from torch.cuda import synchronize as sync``."""
     return imported_name(node, fn, "torch")
+
+
+def _fresh_list(value: ast.expr) -> bool:
+    """A new list (``[]``, a comprehension, ``list()``), not a view or wrapper of an earlier one."""
+    return isinstance(value, ast.List | ast.ListComp) or (
+        isinstance(value, ast.Call) and dotted(value.func) == "list" and not value.args
+    )

@@ -387,7 +387,7 @@ class Project(InstanceTyping):
                     return
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
-            if inst is not None and isinstance(target, FunctionInfo) and _loop_item(base, fn):
+            if inst is not None and isinstance(target, FunctionInfo) and self.declared_loop_item(base, fn):
                 yield from self.overrides(inst, func.attr)  # for layer in self.layers (List[BaseLayer]): each kind
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
@@ -575,11 +575,6 @@ class Project(InstanceTyping):
             if mod.body is not None:
                 yield mod.body
         yield from self.functions
-
-
-def _loop_item(expr: ast.expr, fn: FunctionInfo) -> bool:
-    """`expr` is a loop variable (an item of a container, whose declared item class may be a base class)."""
-    return isinstance(expr, ast.Name) and expr.id in fn.loop_vars and expr.id not in fn.local_assigns
 
 
 def _imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:

@@ -567,8 +567,10 @@ class ValueFlow:
             inner: ast.expr = container
             while isinstance(inner, ast.Subscript):
                 inner = inner.value
-            for c in with_bases(self.project.instance_type(getattr(inner, "value", inner), fn)):
-                yield from c.item_assigns.get(keys[-1], [])
+            wanted = [keys[0]] if keys[-1].endswith("[?][]") else [keys[-1], keys[-1].split("[")[0] + "[?][]"]
+            for c in with_bases(self.project.instance_type(getattr(inner, "value", inner), fn)):  # x['k'] or x[var]
+                for k in wanted if len(keys) > 1 else keys:
+                    yield from c.item_assigns.get(k, [])
 
     def self_attr_index(self) -> dict[str, list[Source]]:
         """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""

@@ -18,9 +18,10 @@ from flashcheck.verifier.project import FunctionInfo
 _REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 
 
-# Every other private name a FlashInfer wrapper sets counts as the common names do (on a wrapper receiver only).
-_ON_WRAPPERS = GENERIC_PRIVATE | (WRAPPER_PRIVATE - SPECIFIC_PRIVATE)
-_KNOWN = frozenset(n for n in SPECIFIC_PRIVATE | _ON_WRAPPERS if n.startswith("_"))
+# Every other private name a FlashInfer wrapper sets: reported only on a receiver the value flow shows is a wrapper
+# (not by its name alone), and not where the engine's own class sets it (then it is the engine's state).
+_OTHER = WRAPPER_PRIVATE - SPECIFIC_PRIVATE - GENERIC_PRIVATE
+_KNOWN = frozenset(n for n in SPECIFIC_PRIVATE | GENERIC_PRIVATE | _OTHER if n.startswith("_"))
 
 
 @rule("FC103", "flashinfer-private-attribute")
@@ -103,12 +104,13 @@ class FlashinferPrivateAttribute(Rule):
         if attr in SPECIFIC_PRIVATE:
             if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _is_wrapper_self(ctx, fn):
                 return
-        elif attr in _ON_WRAPPERS:
+        elif attr in GENERIC_PRIVATE:
             own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and _is_wrapper_self(ctx, fn)
             if not own and not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
                 return
-            if own and attr not in GENERIC_PRIVATE and _set_by_project_class(fn, attr):
-                return  # a subclass's own state under a name FlashInfer also uses (``self._device = device``)
+        elif attr in _OTHER:
+            if ctx.wrappers.wrapper_class(receiver, fn) is None or _engine_state(ctx, fn, receiver, attr):
+                return
         else:
             return
         ctx.report(
@@ -146,12 +148,33 @@ def _dict_owner(expr: ast.expr) -> ast.expr | None:
     return None
 
 
-def _set_by_project_class(fn: FunctionInfo, attr: str) -> bool:
-    """The project class that `fn` belongs to, or one of its project bases, assigns ``self.<attr>`` itself."""
-    owner = fn
-    while owner.parent is not None:
-        owner = owner.parent
-    return any(attr in c.attr_assigns for c in with_bases(owner.cls))
+def _engine_state(ctx: Context, fn: FunctionInfo, receiver: ast.expr, attr: str) -> bool:
+    """`attr` is state the engine's own classes set on the receiver: its project class (a wrapper subclass), one of
+    that class's project bases or mixins, or a subclass of it, stores ``self.<attr>`` (also by unpacking or
+    ``setattr``)."""
+    cls = ctx.prov.flow.instance_type(receiver, fn)
+    if cls is None:
+        return False
+    related = [*with_bases(cls), *(b for sub in ctx.project.subclasses_of(cls) for b in with_bases(sub))]
+    for c in related:
+        if attr in c.attr_assigns or attr in c.attr_unpacks or attr in c.attr_types:
+            return True
+    names = {n for c in related for m in c.methods.values() for n in _setattr_names(ctx, m)}
+    return attr in names
+
+
+def _setattr_names(ctx: Context, fn: FunctionInfo) -> list[str]:
+    """The attribute names ``setattr(self, name, ...)`` calls in `fn` may set."""
+    return [
+        n
+        for call in fn.calls
+        if isinstance(call.func, ast.Name)
+        and call.func.id == "setattr"
+        and len(call.args) >= 2
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == "self"
+        for n in ctx.prov.flow.attribute_names(call.args[1], fn, call.lineno)
+    ]
 
 
 def _is_wrapper_self(ctx: Context, fn: FunctionInfo) -> bool:
