@@ -35,17 +35,18 @@ class FlashinferPrivateAttribute(Rule):
         ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a local,
         module or class constant (also one imported from another project module), a loop variable over a tuple of them,
         also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]`` and their ``.get(...)``. Common
-        names (``_backend``, ``_kv_layout``, ``_sm_scale``...), and every other private attribute FlashInfer's wrapper
-        classes set (``_batch_prefill_wrappers``, ``_num_levels``...; a subclass's own store under such a name is its
-        own state), are reported only on a receiver that is a wrapper (by dataflow from its constructor, also as an item
-        of lists and dicts of wrappers, of their ``zip``/``enumerate``/``.items()`` loops and of
-        ``itertools.chain``/``chain.from_iterable`` over them, or named ``*wrapper*``), also a parameter of a shim of
-        any name that receives a wrapper: bound by ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at
-        any position or by keyword), the first parameter of a function assigned onto a wrapper class
-        (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or passed a wrapper by callers. ``self._x`` (common names
-        too) is reported in a class that derives from a FlashInfer wrapper (directly, through project classes or a
-        module-level alias) and in free functions whose first parameter is ``self`` (plan shims monkey-patched onto the
-        wrapper).
+        names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by
+        dataflow from its constructor, also as an item of lists and dicts of wrappers, of their
+        ``zip``/``enumerate``/``.items()`` loops and of ``itertools.chain``/``chain.from_iterable`` over them, or named
+        ``*wrapper*``), also a parameter of a shim of any name that receives a wrapper: bound by
+        ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at any position or by keyword), the first
+        parameter of a function assigned onto a wrapper class (``BatchDecodeWithPagedKVCacheWrapper.plan = shim``), or
+        passed a wrapper by callers. ``self._x`` (common names too) is reported in a class that derives from a
+        FlashInfer wrapper (directly, through project classes or a module-level alias) and in free functions whose first
+        parameter is ``self`` (plan shims monkey-patched onto the wrapper). Every other private attribute FlashInfer's
+        wrapper classes set (``_batch_prefill_wrappers``, ``_num_levels``...) is reported on a receiver the value flow
+        shows is a FlashInfer wrapper (not by its name), unless the engine's own classes set it (the receiver's project
+        class, its bases, mixins and subclasses): then it is the engine's state.
 
     Why it breaks serving
         These fields change meaning, type or existence between FlashInfer releases: ``_plan_info`` is a tensor in
