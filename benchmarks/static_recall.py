@@ -158,6 +158,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "tp_pp_hybrid_stages",
         "long_doc_qa_cascade",
     ),
+    "batch 38": (
+        "pd_router_kvx_transfer",
+        "moe_tp_mla_absorb",
+        "batch_api_offline_static",
+        "beam_search_fork_cow",
+    ),
+    "batch 39": (
+        "sliding_kv_ring_serve",
+        "reward_model_batch_scorer",
+        "quant_switch_kv_server",
+        "sp_ulysses_a2a_attn",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""Attention backends over the ring KV cache."""
