@@ -382,17 +382,38 @@ def allocations(
                 for a in again(v, f)
             )
         return found
+    if isinstance(root, ast.Subscript) and isinstance(root.slice, ast.Constant):  # ws["fp8"]: that key's item
+        key, container = root.slice.value, root.value
+        held = _attr_values(container, fn, project, attr_values) if isinstance(container, ast.Attribute) else []
+        if isinstance(container, ast.Name):
+            held = [(v, fn) for v in fn.local_assigns.get(container.id, [])] or fn.module.global_values(container.id)
+        return [a for v, where in held for item in _under_key(v, key) for a in again(item, where)]
     if isinstance(root, ast.Attribute):
-        if isinstance(root.value, ast.Name) and root.value.id == "self":
-            cls = owner(fn).cls
-        else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
-            cls = project.instance_type(root.value, fn) if project is not None else None
-        out: list[tuple[ast.Call, FunctionInfo]] = []
-        if cls is not None and attr_values is not None:
-            values = attr_values(cls, root.attr)
-        else:
-            values = [vw for c in with_bases(cls) for vw in c.attr_assigns.get(root.attr, [])] if cls else []
-        for v, where in values:
-            out.extend(again(v, where))
-        return out
+        return [a for v, where in _attr_values(root, fn, project, attr_values) for a in again(v, where)]
     return []
+
+
+def _attr_values(
+    attr: ast.Attribute, fn: FunctionInfo, project: Project | None, attr_values: AttrValues | None
+) -> list[tuple[ast.expr, FunctionInfo]]:
+    """What ``self.x`` or another object's ``obj.x`` (of a known type) may be bound to."""
+    if isinstance(attr.value, ast.Name) and attr.value.id == "self":
+        cls = owner(fn).cls
+    else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
+        cls = project.instance_type(attr.value, fn) if project is not None else None
+    if cls is not None and attr_values is not None:
+        return attr_values(cls, attr.attr)
+    return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(attr.attr, [])] if cls else []
+
+
+def _under_key(value: ast.expr, key: object) -> list[ast.expr]:
+    """The item a dict bound to `value` holds under `key` (every item of a comprehension, or of a literal that
+    does not name the key); a value that is not a dict literal is followed as it is."""
+    if isinstance(value, ast.DictComp):
+        return [value.value]
+    if isinstance(value, ast.Dict):
+        named = [
+            v for k, v in zip(value.keys, value.values, strict=True) if isinstance(k, ast.Constant) and k.value == key
+        ]
+        return named or list(value.values)
+    return [value]

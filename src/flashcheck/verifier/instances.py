@@ -299,6 +299,56 @@ class InstanceTyping(ProjectIndex):
         found = {id(t): t for t in types if t is not None}
         return next(iter(found.values())) if len(found) == 1 and None not in types else None
 
+    def registry_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes a local picked from a registry may be (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``;
+        ``cls(cfg)`` builds any of them) when the registry is a dict, list or tuple literal of project classes held in
+        a module global (also one imported from another project module) or a class attribute."""
+        if not isinstance(func, ast.Name):
+            return []
+        found: dict[int, ClassInfo] = {}
+        for v in fn.local_assigns.get(func.id, [])[:4]:
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get":
+                table = v.func.value
+            elif isinstance(v, ast.Subscript) and not isinstance(v.slice, ast.Slice):
+                table = v.value
+            else:
+                return []
+            for lit, where in self._table_values(table, fn):
+                items = lit.values if isinstance(lit, ast.Dict) else getattr(lit, "elts", [])
+                for item in items[:16]:
+                    t = self.resolve_def(item, where) if isinstance(item, ast.Name | ast.Attribute) else None
+                    if isinstance(t, ClassInfo):
+                        found[id(t)] = t
+        return list(found.values())
+
+    def registry_names(self) -> dict[str, set[str]]:
+        """Class name -> the local names that may hold it, picked from a registry of classes (``cls =
+        BACKENDS[name]``): calls of those names build it (`Project.callers` of its ``__init__``)."""
+        found: dict[str, set[str]] | None = getattr(self, "_registry_index", None)
+        if found is None:
+            found = {}
+            for fn in self.functions:
+                for name, values in fn.local_assigns.items():
+                    if any(_registry_lookup(v) for v in values):
+                        for c in self.registry_classes(ast.Name(name), fn):
+                            found.setdefault(c.name, set()).add(name)
+            self._registry_index = found
+        return found
+
+    def _table_values(self, table: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What a registry name or attribute is bound to (module globals, imported ones, class attributes)."""
+        if isinstance(table, ast.Attribute):
+            cls = self.instance_type(table.value, fn, 1)
+            return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(table.attr, [])]
+        if not isinstance(table, ast.Name):
+            return []
+        values = fn.module.global_values(table.id)
+        target = fn.module.imports.get(table.id)
+        if not values and target:
+            mod = self.lookup(target.rpartition(".")[0])
+            values = mod.global_values(target.rpartition(".")[2]) if isinstance(mod, ModuleInfo) else []
+        return values
+
     def _class_held(
         self, func: ast.expr, fn: FunctionInfo, depth: int, target: FunctionInfo | ClassInfo | ModuleInfo | None
     ) -> ClassInfo | None:
@@ -471,3 +521,14 @@ def _fresh_list(value: ast.expr) -> bool:
     return isinstance(value, ast.List | ast.ListComp) or (
         isinstance(value, ast.Call) and dotted(value.func) == "list" and not value.args
     )
+
+
+def _registry_lookup(value: ast.expr) -> bool:
+    """``TABLE[key]``, ``TABLE.get(key)`` or ``self.table[key]``: a lookup that may pick a class from a registry."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
+        value = value.func.value
+    elif isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
+        value = value.value
+    else:
+        return False
+    return isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and dotted(value.value) == "self")

@@ -295,7 +295,8 @@ class Project(InstanceTyping):
         calls_by_name = self.calls_by_name()
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name == "__init__" and fn.cls is not None:
-            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses)]
+            held = sorted(self.registry_names().get(fn.cls.name, ()))  # cls = BACKENDS[name]; cls(cfg)
+            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held]
         elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
             names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
@@ -370,6 +371,8 @@ class Project(InstanceTyping):
         base = func.value if isinstance(func, ast.Attribute) else None
         if base is None or (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
             target = self.resolve_def(func, fn)
+            for c in self.registry_classes(func, fn) if target is None else ():  # cls = BACKENDS[name]; cls(cfg)
+                yield from [init] if (init := self.method(c, "__init__")) is not None else []
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
