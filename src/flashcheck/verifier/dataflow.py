@@ -169,8 +169,9 @@ def _key_is(node: ast.expr | None, key: object) -> bool:
 
 
 def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, typer: Typer | None) -> list[Key]:
-    """Keys of the lasting places `fn` stores the local `name` in: ``self.buf = name``, or a dict literal holding it
-    under a string key stored there (``self.cuda_graphs[bs] = {"block_tables_ptr": name, ...}``)."""
+    """Keys of the lasting places `fn` stores the local `name` in: ``self.buf = name``, a dict literal holding it
+    under a string key stored there (``self.cuda_graphs[bs] = {"block_tables_ptr": name, ...}``), or a list it is
+    appended to (``self.kv_indptr.append(name)``)."""
     keys: list[Key] = []
     for a in fn.assigns:
         if not isinstance(a, ast.Assign):
@@ -191,6 +192,16 @@ def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, t
         for t in a.targets:
             if not isinstance(t, ast.Name):  # a lasting place: an attribute, or an item of one
                 keys.extend((k0, k1, k2 + suffix) for k0, k1, k2 in storage_keys(t, fn, depth + 1, project, typer))
+    for call in fn.calls:  # self.kv_indptr.append(name): an item of a lasting list
+        f, last = call.func, call.args[-1] if call.args else None
+        appended = isinstance(last, ast.Name) and last.id == name
+        if (
+            appended
+            and isinstance(f, ast.Attribute)
+            and f.attr in ("append", "insert")
+            and not isinstance(f.value, ast.Name)
+        ):
+            keys.extend(storage_keys(f.value, fn, depth + 1, project, typer))
     return keys
 
 
