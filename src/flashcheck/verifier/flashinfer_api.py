@@ -361,8 +361,9 @@ def _level_buffers(value: ast.expr) -> list[ast.expr]:
         return [e for e in value.elts if not isinstance(e, ast.Starred | ast.Constant)]
     if isinstance(value, ast.ListComp) and len(value.generators) == 1:
         loop = value.generators[0]
-        sliced = isinstance(value.elt, ast.Subscript) and isinstance(value.elt.slice, ast.Slice)
-        elt = value.elt.value if sliced and isinstance(value.elt, ast.Subscript) else value.elt
+        elt = value.elt
+        if isinstance(elt, ast.Subscript) and isinstance(elt.slice, ast.Slice):
+            elt = elt.value
         if isinstance(loop.target, ast.Name) and isinstance(elt, ast.Name) and elt.id == loop.target.id:
             return [loop.iter]
     return []

@@ -24,6 +24,7 @@ __all__ = [
     "field_order",
     "index_module",
     "item_keys",
+    "item_lookup_keys",
     "owner_of",
     "with_bases",
 ]
@@ -568,3 +569,12 @@ def item_keys(container: ast.expr, *, of_self: bool = False) -> list[str]:
     if isinstance(key, ast.Constant) and isinstance(key.value, str):
         return [f"{node.attr}[]", f"{node.attr}[{key.value!r}][]"]
     return [f"{node.attr}[]", f"{node.attr}[?][]"]
+
+
+def item_lookup_keys(container: ast.expr) -> list[str]:
+    """The `ClassInfo.item_assigns` keys whose stores are the items of `container`: ``x`` for ``obj.x``; every
+    first key's (``x[]``) for ``obj.x[var]``; for ``obj.x['cpu']`` that key's and the variable keys' stores."""
+    keys = item_keys(container)
+    if len(keys) < 2 or keys[1].endswith("[?][]"):
+        return keys[:1]
+    return [keys[1], keys[0][:-2] + "[?][]"]

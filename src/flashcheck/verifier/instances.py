@@ -335,6 +335,11 @@ class InstanceTyping(ProjectIndex):
             self._registry_index = found
         return found
 
+    def registry_held(self, func: ast.expr) -> bool:
+        """Whether `func` is a local name some function binds from a registry of classes (the index, built once,
+        answers before `registry_classes` looks at the function's own bindings)."""
+        return isinstance(func, ast.Name) and any(func.id in names for names in self.registry_names().values())
+
     def _table_values(self, table: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
         """What a registry name or attribute is bound to (module globals, imported ones, class attributes)."""
         if isinstance(table, ast.Attribute):

@@ -371,7 +371,8 @@ class Project(InstanceTyping):
         base = func.value if isinstance(func, ast.Attribute) else None
         if base is None or (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
             target = self.resolve_def(func, fn)
-            for c in self.registry_classes(func, fn) if target is None else ():  # cls = BACKENDS[name]; cls(cfg)
+            picked = target is None and self.registry_held(func)  # cls = BACKENDS[name]; cls(cfg)
+            for c in self.registry_classes(func, fn) if picked else ():
                 yield from [init] if (init := self.method(c, "__init__")) is not None else []
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)

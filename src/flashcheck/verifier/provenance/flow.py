@@ -18,7 +18,7 @@ from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import field_order, item_keys, with_bases
+from flashcheck.verifier.index import field_order, item_lookup_keys, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
@@ -563,14 +563,12 @@ class ValueFlow:
                     and call.args
                 ):
                     yield call.args[-1], fn
-        elif keys := item_keys(container):  # self.d[k] = v; self.graphs[mb][bs] = w; self.bufs["cpu"].append(t)
+        elif keys := item_lookup_keys(container):  # self.d[k] = v; self.graphs[mb][bs] = w; self.b["cpu"].append(t)
             inner: ast.expr = container
             while isinstance(inner, ast.Subscript):
                 inner = inner.value
-            wanted = [keys[0]] if keys[-1].endswith("[?][]") else [keys[-1], keys[-1].split("[")[0] + "[?][]"]
-            for c in with_bases(self.project.instance_type(getattr(inner, "value", inner), fn)):  # x['k'] or x[var]
-                for k in wanted if len(keys) > 1 else keys:
-                    yield from c.item_assigns.get(k, [])
+            owner_cls = self.project.instance_type(inner.value, fn) if isinstance(inner, ast.Attribute) else None
+            yield from (vw for c in with_bases(owner_cls) for k in keys for vw in c.item_assigns.get(k, []))
 
     def self_attr_index(self) -> dict[str, list[Source]]:
         """``self.x = value`` of every class, by attribute name (for receivers of unknown type)."""
