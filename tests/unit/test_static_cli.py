@@ -9,6 +9,7 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -275,3 +276,27 @@ def test_files_python_reads_are_checked_whatever_their_encoding(tmp_path: Path) 
     sites = {(f.location.file, f.location.line, f.id) for f in result.findings}
     assert {("bom.py", 9, "FC101"), ("latin.py", 11, "FC101"), ("crlf.py", 9, "FC101")} <= sites
     assert {(f, i) for f, _, i in sites if i == "FC199"} == {("bad.py", "FC199")}
+
+
+def test_a_folder_that_cannot_be_read_stops_the_run_with_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its files would otherwise go unchecked without a word: the run stops (exit 2) and names the folder."""
+    import os
+
+    (tmp_path / "pkg" / "locked").mkdir(parents=True)
+    (tmp_path / "pkg" / "backend.py").write_text(BACKEND)
+    (tmp_path / "pkg" / "locked" / "kernels.py").write_text(BACKEND)
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(InvalidArgument, match=r"cannot read folder .*locked: Permission denied"):
+        check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1))
+    # excluded, as the message says, the folder is never listed and the rest is checked
+    result = check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1, exclude=("pkg/locked/*",)))
+    assert result.files == ["pkg/backend.py"]

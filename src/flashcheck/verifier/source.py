@@ -104,10 +104,19 @@ def discover(paths: Sequence[str], exclude: Sequence[str], root: Path) -> list[P
         if p.is_file():
             out.add(p.resolve())
             continue
-        for dirpath, dirnames, filenames in os.walk(p):
-            dirnames[:] = sorted(d for d in dirnames if _walked(dirpath, d))
+        for dirpath, dirnames, filenames in os.walk(p, onerror=_unreadable):
+            kept = (d for d in dirnames if not _excluded(Path(dirpath, d, "*").resolve(), exclude, root))
+            dirnames[:] = sorted(d for d in kept if _walked(dirpath, d))  # an excluded folder is not even listed
             out.update(Path(dirpath, f).resolve() for f in filenames if f.endswith(".py"))
     return sorted(f for f in out if not _excluded(f, exclude, root))
+
+
+def _unreadable(exc: OSError) -> None:
+    """A folder under the paths that cannot be listed: its files would go unchecked without a word."""
+    raise InvalidArgument(
+        f"cannot read folder {exc.filename}: {exc.strerror}; make it readable or add it to exclude (or pass paths "
+        "that leave it out)"
+    )
 
 
 def _walked(parent: str, name: str) -> bool:
@@ -124,7 +133,7 @@ def _holds_python(path: str, depth: int) -> bool:
     try:
         entries = list(os.scandir(path))
     except OSError:
-        return False
+        return True  # walked, so that the walk reports what it cannot read
     if any(e.name.endswith(".py") and e.is_file() for e in entries):
         return True
     return depth > 1 and any(e.is_dir() and _walked(path, e.name) and _holds_python(e.path, depth - 1) for e in entries)
