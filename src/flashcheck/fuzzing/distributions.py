@@ -31,6 +31,13 @@ PRODUCTION_MIX: tuple[tuple[int, int, float], ...] = (
 )
 
 
+_CHUNKS = (64, 128, 256, 512)  # chunked prefill's chunk sizes
+_MIX_LO = np.array([b[0] for b in PRODUCTION_MIX])
+_MIX_HI = np.array([b[1] for b in PRODUCTION_MIX])
+_MIX_W = np.array([b[2] for b in PRODUCTION_MIX])
+_MIX_P = _MIX_W / _MIX_W.sum()
+
+
 def sample_lengths(
     dist: str, batch_size: int, seed: int, *, max_kv: int = 4096, page_size: int = 16
 ) -> tuple[I64, I64]:
@@ -49,8 +56,8 @@ def sample_lengths(
         raise InvalidArgument(f"unknown distribution {dist!r}; choose one of {', '.join(DISTRIBUTIONS)}") from None
     rng = np.random.default_rng(seed)
     qo, kv = fn(rng, batch_size, max_kv, page_size)
-    kv = np.clip(kv, 1, max_kv)
-    qo = np.clip(qo, 1, kv)
+    kv = np.minimum(np.maximum(kv, 1), max_kv)  # np.clip's values, without its Python-level overhead
+    qo = np.minimum(np.maximum(qo, 1), kv)
     return qo.astype(np.int64), kv.astype(np.int64)
 
 
@@ -67,7 +74,7 @@ def _decode_heavy(rng: np.random.Generator, n: int, max_kv: int, page: int) -> t
 
 
 def _chunked_prefill(rng: np.random.Generator, n: int, max_kv: int, page: int) -> tuple[I64, I64]:
-    chunk = int(rng.choice([64, 128, 256, 512]))
+    chunk = _CHUNKS[int(rng.integers(0, len(_CHUNKS)))]  # the draw of rng.choice(_CHUNKS), without an array
     kv = rng.integers(1, max_kv + 1, n)
     qo = np.minimum(kv, chunk)
     return qo, kv
@@ -80,12 +87,9 @@ def _spec_decode(rng: np.random.Generator, n: int, max_kv: int, page: int) -> tu
 
 
 def _production(rng: np.random.Generator, n: int, max_kv: int, page: int) -> tuple[I64, I64]:
-    lo = np.array([b[0] for b in PRODUCTION_MIX])
-    hi = np.array([b[1] for b in PRODUCTION_MIX])
-    w = np.array([b[2] for b in PRODUCTION_MIX])
-    scale = min(1.0, max_kv / float(hi[-1]))
-    bucket = rng.choice(len(w), size=n, p=w / w.sum())
-    kv = (rng.integers(lo[bucket], hi[bucket]) * scale).astype(np.int64)
+    scale = min(1.0, max_kv / float(_MIX_HI[-1]))
+    bucket = rng.choice(len(_MIX_W), size=n, p=_MIX_P)
+    kv = (rng.integers(_MIX_LO[bucket], _MIX_HI[bucket]) * scale).astype(np.int64)
     return np.ones(n, dtype=np.int64), np.maximum(kv, 1)
 
 

@@ -16,8 +16,8 @@ __all__ = ["fit_lengths", "random_steps"]
 
 def fit_lengths(cap: Capacity, qo: np.ndarray, kv: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Clip generated lengths into what `cap` accepts: qo <= max_qo_len, kv <= max_kv_len, pages fit the pool."""
-    qo = np.clip(qo, 1, cap.max_qo_len)
-    kv = np.clip(np.maximum(kv, qo), 1, cap.max_kv_len)
+    qo = np.minimum(np.maximum(qo, 1), cap.max_qo_len)  # np.clip's values, without its Python-level overhead
+    kv = np.minimum(np.maximum(np.maximum(kv, qo), 1), cap.max_kv_len)
     page = cap.template.page_size
     budget = cap.max_pages - 2  # one spare page for padding rows
     pages = -(-kv // page)
@@ -33,7 +33,7 @@ def fit_lengths(cap: Capacity, qo: np.ndarray, kv: np.ndarray) -> tuple[tuple[in
     total_qo = int(qo.sum())
     if total_qo > cap.max_total_qo:
         qo = np.minimum(qo, max(1, cap.max_total_qo // len(qo)))
-    return tuple(int(x) for x in qo), tuple(int(x) for x in kv)
+    return tuple(qo.tolist()), tuple(kv.tolist())
 
 
 def random_steps(
@@ -47,7 +47,7 @@ def random_steps(
 
     def batch(bs: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         s = int(rng.integers(1 << 31))
-        dist = str(rng.choice(dists))
+        dist = dists[int(rng.integers(0, len(dists)))]  # the draw of rng.choice(dists), without an array
         qo, kv = sample_lengths(dist, bs, s, max_kv=max(8, max_kv), page_size=cap.template.page_size)
         q, k = fit_lengths(cap, qo, kv)
         return q, k, s
@@ -59,13 +59,13 @@ def random_steps(
             steps.append(Step("capture", q, k, bucket=b, seed=s, allocator="shuffled"))
     while len(steps) < n:
         r = rng.random()
-        alloc = str(rng.choice(allocs))
+        alloc = allocs[int(rng.integers(0, len(allocs)))]
         if cap.buckets and r < 0.65:
             bs = int(rng.integers(1, cap.buckets[-1] + 1))
             q, k, s = batch(bs)
             steps.append(Step("replay", q, k, seed=s, allocator=alloc))
         elif cap.buckets and r < 0.7:
-            b = int(rng.choice(cap.buckets))
+            b = cap.buckets[int(rng.integers(0, len(cap.buckets)))]
             q, k, s = batch(int(rng.integers(1, b + 1)))
             steps.append(Step("capture", q, k, bucket=b, seed=s, allocator=alloc))
         else:
