@@ -170,6 +170,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "quant_switch_kv_server",
         "sp_ulysses_a2a_attn",
     ),
+    "batch 40": (
+        "kv_defrag_compactor",
+        "slora_unified_paging",
+        "fid_rag_cross_fusion",
+        "bucket_autotune_recapture",
+    ),
+    "batch 41": (
+        "cla_cross_layer_kvshare",
+        "yarn_rope_context_ext",
+        "token_healing_constrained",
+        "elastic_tp_rescale",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,3 @@
+from clashare.attn.backend import CLAFlashInferBackend
+
+__all__ = ["CLAFlashInferBackend"]

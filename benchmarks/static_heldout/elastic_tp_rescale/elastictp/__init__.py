@@ -1,0 +1,1 @@
+"""Runtime rescaling of tensor parallelism (TP=2 <-> TP=4)."""

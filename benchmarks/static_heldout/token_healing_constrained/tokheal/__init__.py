@@ -1,0 +1,1 @@
+"""Token healing with constrained re-decoding of the prompt's last tokens."""

@@ -1,0 +1,1 @@
+"""Long-context serving with RoPE scaling chosen per request length band."""
