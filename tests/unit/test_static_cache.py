@@ -242,6 +242,31 @@ def test_the_key_follows_the_code_that_builds_summaries(monkeypatch: pytest.Monk
     assert "flashcheck.verifier.index" in cache.SUMMARY_MODULES
 
 
+def test_every_module_the_indexer_imports_is_part_of_the_key() -> None:
+    """An edit to any module whose code builds a summary (the indexer and what it imports) changes the key."""
+    import ast
+    import importlib.util
+
+    from flashcheck.verifier import cache
+
+    seen: set[str] = set()
+    todo = ["flashcheck.verifier.index"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        tree = ast.parse(Path(spec.origin).read_text())
+        todo += [
+            n.module
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("flashcheck.verifier")
+        ]
+    assert seen <= set(cache.SUMMARY_MODULES), sorted(seen - set(cache.SUMMARY_MODULES))
+
+
 def test_a_link_where_a_directory_of_entries_goes_is_not_written_through(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()

@@ -278,6 +278,21 @@ def test_files_python_reads_are_checked_whatever_their_encoding(tmp_path: Path) 
     assert {(f, i) for f, _, i in sites if i == "FC199"} == {("bad.py", "FC199")}
 
 
+def test_suppressions_and_lines_stay_on_python_lines_past_form_feeds_and_unicode_line_breaks(tmp_path: Path) -> None:
+    """A form feed, or U+0085 / U+2028 inside a comment, does not end a line for Python: a suppression comment still
+    suppresses the line below it, and the file's line count and line texts are Python's."""
+    note = "        # flashcheck: ignore[FC101] debug-only path\n"
+    suppressed = BACKEND.replace("        return self.kv_indptr", note + "        return self.kv_indptr")
+    (tmp_path / "ff.py").write_text("import torch\n\x0c\n" + suppressed)
+    (tmp_path / "nel.py").write_bytes(("# coding: latin-1\n# a\x85b\n" + suppressed).encode("latin-1"))
+    (tmp_path / "ls.py").write_text("# a\u2028b\n" + BACKEND)
+    result = check_paths([str(tmp_path)], StaticConfig(root=str(tmp_path), jobs=1))
+    assert {(f.location.file, f.location.line) for f in result.findings} == {("ls.py", 10)}
+    assert result.suppressed == 2 and result.lines == sum(
+        (tmp_path / n).read_bytes().count(b"\n") for n in ("ff.py", "nel.py", "ls.py")
+    )
+
+
 def test_a_folder_that_cannot_be_read_stops_the_run_with_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, storage_root
 from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
 
@@ -173,11 +174,18 @@ def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, t
     under a string key stored there (``self.cuda_graphs[bs] = {"block_tables_ptr": name, ...}``), or a list it is
     appended to (``self.kv_indptr.append(name)``)."""
     keys: list[Key] = []
+
+    def holds(v: ast.expr | None) -> bool:  # name itself, or an item of a list or tuple literal
+        elts = v.elts if isinstance(v, ast.List | ast.Tuple) else [v]
+        return any(isinstance(e, ast.Name) and e.id == name for e in elts)
+
     for a in fn.assigns:
+        if isinstance(a, ast.AugAssign) and not isinstance(a.target, ast.Name) and holds(a.value):
+            keys.extend(storage_keys(a.target, fn, depth + 1, project, typer))  # self.kv_indptr += [name]
         if not isinstance(a, ast.Assign):
             continue
         suffix: str | None = None
-        if isinstance(a.value, ast.Name) and a.value.id == name:
+        if holds(a.value):  # self.buf = name; self.bufs[bs] = (name, other)
             suffix = ""
         elif isinstance(a.value, ast.Dict):
             held = [
@@ -192,15 +200,12 @@ def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, t
         for t in a.targets:
             if not isinstance(t, ast.Name):  # a lasting place: an attribute, or an item of one
                 keys.extend((k0, k1, k2 + suffix) for k0, k1, k2 in storage_keys(t, fn, depth + 1, project, typer))
-    for call in fn.calls:  # self.kv_indptr.append(name): an item of a lasting list
+    for call in fn.calls:  # self.kv_indptr.append(name), .extend([name]): an item of a lasting list
         f, last = call.func, call.args[-1] if call.args else None
-        appended = isinstance(last, ast.Name) and last.id == name
-        if (
-            appended
-            and isinstance(f, ast.Attribute)
-            and f.attr in ("append", "insert")
-            and not isinstance(f.value, ast.Name)
-        ):
+        if not isinstance(f, ast.Attribute) or f.attr not in ("append", "insert", "extend"):
+            continue
+        literal = isinstance(last, ast.List | ast.Tuple)
+        if not isinstance(f.value, ast.Name) and holds(last) and literal == (f.attr == "extend"):
             keys.extend(storage_keys(f.value, fn, depth + 1, project, typer))
     return keys
 
@@ -395,6 +400,8 @@ def allocations(
         return found
     if isinstance(root, ast.Subscript) and isinstance(root.slice, ast.Constant):  # ws["fp8"]: that key's item
         key, container = root.slice.value, root.value
+        if stored := _keyed_stores(root, fn, project):  # self.ws["trtllm"] = torch.zeros(...): what that key holds
+            return [a for v, where in stored for a in again(v, where)]
         held = _attr_values(container, fn, project, attr_values) if isinstance(container, ast.Attribute) else []
         if isinstance(container, ast.Name):
             held = [(v, fn) for v in fn.local_assigns.get(container.id, [])] or fn.module.global_values(container.id)
@@ -402,6 +409,9 @@ def allocations(
     if isinstance(root, ast.Attribute):
         return [a for v, where in _attr_values(root, fn, project, attr_values) for a in again(v, where)]
     return []
+
+
+Held = tuple[ast.expr, FunctionInfo]
 
 
 def _attr_values(
@@ -415,6 +425,18 @@ def _attr_values(
     if cls is not None and attr_values is not None:
         return attr_values(cls, attr.attr)
     return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(attr.attr, [])] if cls else []
+
+
+def _keyed_stores(
+    read: ast.Subscript, fn: FunctionInfo, project: Project | None
+) -> list[tuple[ast.expr, FunctionInfo]]:
+    """The values stored under the string key `read` reads (``self.ws["trtllm"] = ...``), by the owner's class."""
+    at = keyed_lookup(read.value, read.slice.value) if isinstance(read.slice, ast.Constant) else None
+    if at is None:
+        return []
+    self_owned = isinstance(at[0], ast.Name) and at[0].id == "self"
+    cls = owner(fn).cls if self_owned else project.instance_type(at[0], fn) if project is not None else None
+    return [vw for c in with_bases(cls) for k in at[1] for vw in c.item_assigns.get(k, [])]
 
 
 def _under_key(value: ast.expr, key: object) -> list[ast.expr]:

@@ -355,17 +355,24 @@ def wrapper_buffer_args(call: ast.Call, cls_name: str) -> list[tuple[str, ast.ex
 
 
 def _level_buffers(value: ast.expr) -> list[ast.expr]:
-    """The buffers of a cascade wrapper's ``*_buf_arr`` argument: a list's items, or the list a comprehension walks
-    (``[b[: bs + 1] for b in self.kv_indptr_bufs]`` binds every buffer of ``self.kv_indptr_bufs``)."""
+    """The buffers of a cascade wrapper's ``*_buf_arr`` argument: a list's items; the list a comprehension walks
+    (``[b[: bs + 1] for b in self.kv_indptr_bufs]`` binds every buffer of ``self.kv_indptr_bufs``) or indexes by
+    its loop variable (``[self.kv_indices_bufs[i] for i in range(2)]``); a list passed whole (``self.bufs``)."""
     if isinstance(value, ast.List | ast.Tuple):
         return [e for e in value.elts if not isinstance(e, ast.Starred | ast.Constant)]
+    if isinstance(value, ast.Name | ast.Attribute):
+        return [value]
     if isinstance(value, ast.ListComp) and len(value.generators) == 1:
         loop = value.generators[0]
         elt = value.elt
         if isinstance(elt, ast.Subscript) and isinstance(elt.slice, ast.Slice):
             elt = elt.value
-        if isinstance(loop.target, ast.Name) and isinstance(elt, ast.Name) and elt.id == loop.target.id:
+        if not isinstance(loop.target, ast.Name):
+            return []
+        if isinstance(elt, ast.Name) and elt.id == loop.target.id:
             return [loop.iter]
+        if isinstance(elt, ast.Subscript) and isinstance(elt.slice, ast.Name) and elt.slice.id == loop.target.id:
+            return [elt.value]
     return []
 
 

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.itemkeys import item_keys, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
 __all__ = [
@@ -23,8 +24,6 @@ __all__ = [
     "ProjectIndex",
     "field_order",
     "index_module",
-    "item_keys",
-    "item_lookup_keys",
     "owner_of",
     "with_bases",
 ]
@@ -468,6 +467,9 @@ class _Indexer:
                 and (keys := item_keys(base, of_self=True))
                 and (cls := owner_of(fn).cls)
             ):
+                key = target.slice
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.bufs[bs]["host"] = t
+                    keys = [*keys, *keyed_store_keys(base, key.value)]
                 for k in keys:  # self.graphs[mb][bs] = w, self.bufs["cpu"].append(t)
                     cls.item_assigns.setdefault(k, []).append((value, fn))
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
@@ -552,29 +554,3 @@ def field_order(cls: ClassInfo) -> list[str]:
     for c in reversed(with_bases(cls)):
         order.extend(f for f in c.fields if f not in order)
     return order
-
-
-def item_keys(container: ast.expr, *, of_self: bool = False) -> list[str]:
-    """The `ClassInfo.item_assigns` keys of the items of ``obj.x`` (``x``) and of ``obj.x[k]``, ``obj.x[i][j]``:
-    ``x[]`` (every first key), then ``x['cpu'][]`` for a string-constant first key or ``x[?][]`` for another; empty
-    for other containers, and with `of_self` when ``obj`` is not ``self``."""
-    first, node = None, container
-    while isinstance(node, ast.Subscript):
-        first, node = node, node.value
-    if not isinstance(node, ast.Attribute) or (of_self and dotted(node.value) != "self"):
-        return []
-    if first is None:
-        return [node.attr]
-    key = first.slice
-    if isinstance(key, ast.Constant) and isinstance(key.value, str):
-        return [f"{node.attr}[]", f"{node.attr}[{key.value!r}][]"]
-    return [f"{node.attr}[]", f"{node.attr}[?][]"]
-
-
-def item_lookup_keys(container: ast.expr) -> list[str]:
-    """The `ClassInfo.item_assigns` keys whose stores are the items of `container`: ``x`` for ``obj.x``; every
-    first key's (``x[]``) for ``obj.x[var]``; for ``obj.x['cpu']`` that key's and the variable keys' stores."""
-    keys = item_keys(container)
-    if len(keys) < 2 or keys[1].endswith("[?][]"):
-        return keys[:1]
-    return [keys[1], keys[0][:-2] + "[?][]"]

@@ -22,7 +22,14 @@ from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.returns import returned_class, yielded_class
 
-__all__ = ["PROPERTIES", "InstanceTyping", "argument", "imported_name", "torch_module", "torch_name"]
+__all__ = [
+    "PROPERTIES",
+    "InstanceTyping",
+    "argument",
+    "imported_name",
+    "torch_module",
+    "torch_name",
+]
 
 PROPERTIES = frozenset({"property", "functools.cached_property", "cached_property"})
 _MAX_DEPTH = 9
@@ -180,11 +187,30 @@ class InstanceTyping(ProjectIndex):
         class, else the items of literals, comprehensions and ``append`` calls of the values it is bound to."""
         while isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
             container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
+        seen = self._seen_item_types(container, fn, depth)
         declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
-        if declared is not None:
+        if declared is not None and (not seen or None in seen):  # items seen built are of their own classes
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:
                 return [t]
+        return seen
+
+    def _seen_item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
+        typed, items, stored = self._item_sources(container, fn, depth)
+        added = [t for e, where in stored[:8] if (t := self._value_type(e, where, depth + 1)) is not None]
+        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in items), *added]
+
+    def container_items(self, container: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]] | None:
+        """The item expressions the analysis sees put into a container (literal items, comprehension elements,
+        appended and stored values); None where some items are only declared or not seen."""
+        typed, items, stored = self._item_sources(container, fn, 1)
+        return None if typed or not (items or stored) else [*items, *stored]
+
+    def _item_sources(
+        self, container: ast.expr, fn: FunctionInfo, depth: int
+    ) -> tuple[list[ClassInfo | None], list[tuple[ast.expr, FunctionInfo]], list[tuple[ast.expr, FunctionInfo]]]:
+        """The classes of items known by declaration (None where unknown), the item expressions seen put into the
+        container (both values of a conditional), and the values stored into it as an attribute's items."""
         values: list[tuple[ast.expr, FunctionInfo]] = []
         items: list[tuple[ast.expr, FunctionInfo]] = []
         stored: list[tuple[ast.expr, FunctionInfo]] = []  # items stored into an attribute: their classes add
@@ -205,6 +231,7 @@ class InstanceTyping(ProjectIndex):
             v = value
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
+                v = v.value if isinstance(v, ast.Starred) else v  # nn.Sequential(*layers)
             declared = self._declared_items(v, where, depth + 1) if isinstance(v, ast.Name) else None
             known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
             if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
@@ -221,14 +248,14 @@ class InstanceTyping(ProjectIndex):
                     and c.func.value.id == v.id
                     and c.args
                 )
+                for bound in where.local_assigns[v.id]:  # layers = [Attn(b), Mamba()]; attn + ssm
+                    items.extend((e, where) for e in _sequence_items(bound, where))
                 if not items and declared is not None:  # declared List[nn.Module], filled elsewhere
                     typed.append(None)
             elif declared is not None:
                 typed.append(None)
-            elif isinstance(v, ast.List | ast.Tuple | ast.Set):
-                items.extend((e, where) for e in v.elts if not isinstance(e, ast.Starred))
-            elif isinstance(v, ast.ListComp | ast.SetComp | ast.GeneratorExp):
-                items.append((v.elt, where))
+            elif seq := _sequence_items(v, where):  # a literal, a comprehension, a concatenation
+                items.extend((e, where) for e in seq)
             elif isinstance(v, ast.Dict):
                 items.extend((e, where) for e in v.values)
             elif isinstance(v, ast.DictComp):
@@ -239,8 +266,7 @@ class InstanceTyping(ProjectIndex):
             for b in ((e.body, e.orelse) if isinstance(e, ast.IfExp) else (e,))
             if not (isinstance(b, ast.Constant) and b.value is None)
         ]
-        added = [t for e, where in stored[:8] if (t := self._value_type(e, where, depth + 1)) is not None]
-        return [*typed, *(self._value_type(e, where, depth + 1) for e, where in branches), *added]
+        return typed, branches, stored
 
     def declared_loop_item(self, expr: ast.expr, fn: FunctionInfo) -> bool:
         """`expr` is a loop variable over containers declared with an item class (``List[BaseLayer]``), which may
@@ -298,61 +324,6 @@ class InstanceTyping(ProjectIndex):
         """The class when every entry names the same one (None when one is unknown or they differ)."""
         found = {id(t): t for t in types if t is not None}
         return next(iter(found.values())) if len(found) == 1 and None not in types else None
-
-    def registry_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
-        """The classes a local picked from a registry may be (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``;
-        ``cls(cfg)`` builds any of them) when the registry is a dict, list or tuple literal of project classes held in
-        a module global (also one imported from another project module) or a class attribute."""
-        if not isinstance(func, ast.Name):
-            return []
-        found: dict[int, ClassInfo] = {}
-        for v in fn.local_assigns.get(func.id, [])[:4]:
-            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get":
-                table = v.func.value
-            elif isinstance(v, ast.Subscript) and not isinstance(v.slice, ast.Slice):
-                table = v.value
-            else:
-                return []
-            for lit, where in self._table_values(table, fn):
-                items = lit.values if isinstance(lit, ast.Dict) else getattr(lit, "elts", [])
-                for item in items[:16]:
-                    t = self.resolve_def(item, where) if isinstance(item, ast.Name | ast.Attribute) else None
-                    if isinstance(t, ClassInfo):
-                        found[id(t)] = t
-        return list(found.values())
-
-    def registry_names(self) -> dict[str, set[str]]:
-        """Class name -> the local names that may hold it, picked from a registry of classes (``cls =
-        BACKENDS[name]``): calls of those names build it (`Project.callers` of its ``__init__``)."""
-        found: dict[str, set[str]] | None = getattr(self, "_registry_index", None)
-        if found is None:
-            found = {}
-            for fn in self.functions:
-                for name, values in fn.local_assigns.items():
-                    if any(_registry_lookup(v) for v in values):
-                        for c in self.registry_classes(ast.Name(name), fn):
-                            found.setdefault(c.name, set()).add(name)
-            self._registry_index = found
-        return found
-
-    def registry_held(self, func: ast.expr) -> bool:
-        """Whether `func` is a local name some function binds from a registry of classes (the index, built once,
-        answers before `registry_classes` looks at the function's own bindings)."""
-        return isinstance(func, ast.Name) and any(func.id in names for names in self.registry_names().values())
-
-    def _table_values(self, table: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
-        """What a registry name or attribute is bound to (module globals, imported ones, class attributes)."""
-        if isinstance(table, ast.Attribute):
-            cls = self.instance_type(table.value, fn, 1)
-            return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(table.attr, [])]
-        if not isinstance(table, ast.Name):
-            return []
-        values = fn.module.global_values(table.id)
-        target = fn.module.imports.get(table.id)
-        if not values and target:
-            mod = self.lookup(target.rpartition(".")[0])
-            values = mod.global_values(target.rpartition(".")[2]) if isinstance(mod, ModuleInfo) else []
-        return values
 
     def _class_held(
         self, func: ast.expr, fn: FunctionInfo, depth: int, target: FunctionInfo | ClassInfo | ModuleInfo | None
@@ -521,19 +492,22 @@ def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
     return imported_name(node, fn, "torch")
 
 
+def _sequence_items(value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ast.expr]:
+    """The item expressions of a list, tuple or set literal, a comprehension, a concatenation of those (``attn +
+    ssm``) and of local names bound to them; empty for anything else."""
+    if isinstance(value, ast.List | ast.Tuple | ast.Set):
+        return [e for e in value.elts if not isinstance(e, ast.Starred)]
+    if isinstance(value, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+        return [value.elt]
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and depth < 4:
+        return [*_sequence_items(value.left, fn, depth + 1), *_sequence_items(value.right, fn, depth + 1)]
+    if isinstance(value, ast.Name) and depth < 4:
+        return [e for b in fn.local_assigns.get(value.id, [])[:4] for e in _sequence_items(b, fn, depth + 1)]
+    return []
+
+
 def _fresh_list(value: ast.expr) -> bool:
     """A new list (``[]``, a comprehension, ``list()``), not a view or wrapper of an earlier one."""
     return isinstance(value, ast.List | ast.ListComp) or (
         isinstance(value, ast.Call) and dotted(value.func) == "list" and not value.args
     )
-
-
-def _registry_lookup(value: ast.expr) -> bool:
-    """``TABLE[key]``, ``TABLE.get(key)`` or ``self.table[key]``: a lookup that may pick a class from a registry."""
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
-        value = value.func.value
-    elif isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
-        value = value.value
-    else:
-        return False
-    return isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and dotted(value.value) == "self")

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import dotted, literal_items, terminal_name
+from flashcheck.verifier.dispatch import InstanceCalls
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -24,14 +25,13 @@ from flashcheck.verifier.index import (
 )
 from flashcheck.verifier.instances import (
     PROPERTIES,
-    InstanceTyping,
     argument,
     imported_name,
     torch_module,
     torch_name,
 )
-from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.reaching import Reaching
+from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
 
 PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-class Project(InstanceTyping):
+class Project(InstanceCalls):
     """Index of the parsed files; resolves names and calls between them."""
 
     def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
@@ -247,6 +247,7 @@ class Project(InstanceTyping):
                 for call in caller.calls:
                     f = call.func
                     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                    name = name or registry_call_key(f)  # BACKENDS[name](cfg) under BACKENDS[]
                     if name is not None:
                         self._calls_by_name.setdefault(name, []).append((caller, call))
         return self._calls_by_name
@@ -364,6 +365,9 @@ class Project(InstanceTyping):
 
     def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         func = call.func
+        if not isinstance(func, ast.Name | ast.Attribute) and self.registry_held(func):  # BACKENDS[name](cfg)
+            yield from (i for c in self.registry_classes(func, fn) if (i := self.method(c, "__init__")) is not None)
+            return
         if isinstance(func, ast.Subscript):  # self.heads[d](x): the item's __call__ (an nn.Module's forward)
             yield from self.instance_call(func, fn)
         if not isinstance(func, (ast.Name, ast.Attribute)):
@@ -414,40 +418,6 @@ class Project(InstanceTyping):
         if is_self_call and target.cls is not None:
             yield from self.overrides(target.cls, target.name)
 
-    def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
-        """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
-        branch, ``FullImpl(cfg)`` in the other); empty for one class or none."""
-        owner = self.instance_type(attr.value, fn, 1)
-        found: dict[int, ClassInfo] = {}
-        for c in with_bases(owner) if owner is not None else []:
-            for value, where in c.attr_assigns.get(attr.attr, [])[:8]:
-                t = self._value_type(value, where, 1)
-                if t is not None:
-                    found[id(t)] = t
-        return list(found.values()) if len(found) > 1 else []
-
-    def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
-        """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
-        differ (``for b in (self.full_backend, self.linear_backend)``), or from a container filled with them
-        (``for layer in self.layers``, `element_classes`); empty when one item's class is unknown."""
-        if name.id in fn.local_assigns or name.id in fn.params:
-            return []
-        containers = loop_containers(name.id, fn, name.lineno) or fn.loop_vars.get(name.id, [])
-        found: dict[int, ClassInfo] = {}
-        for c in containers:
-            if not isinstance(c, ast.Tuple | ast.List):
-                held = self.element_classes(c, fn)
-                if not held:
-                    return []
-                found.update((id(t), t) for t in held)
-                continue
-            for e in c.elts[:8]:
-                t = self._value_type(e, fn, 1) if not isinstance(e, ast.Starred) else None
-                if t is None:
-                    return []
-                found[id(t)] = t
-        return list(found.values())
-
     def sole_method(self, name: str) -> FunctionInfo | None:
         """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
         that name and the name is compound (``forward_decode``, ``init_forward_metadata_capture_cuda_graph``; not
@@ -463,20 +433,6 @@ class Project(InstanceTyping):
             self._methods_by_name = index
         found = self._methods_by_name.get(name, [])
         return found[0] if len(found) == 1 else None
-
-    def instance_call(self, func: ast.expr, fn: FunctionInfo) -> Iterator[FunctionInfo]:
-        """``__call__`` of the project class `func` is an instance of (``self.tree_attn(q)`` with ``self.tree_attn =
-        TreeAttention(...)``, ``self.heads[d](x)`` of a module list), and its overrides in subclasses."""
-        if isinstance(func, ast.Name) and func.id == "cls":  # cls(...) in a classmethod builds an instance
-            return
-        cls = self.instance_type(func, fn, 1)
-        call = self.method(cls, "__call__") if cls is not None else None
-        if call is None and cls is not None and torch_module(cls):  # an nn.Module's __call__ runs its forward
-            call = self.method(cls, "forward")
-        if call is not None:
-            yield call
-            if call.cls is not None:
-                yield from self.overrides(call.cls, call.name)
 
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
         """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)

@@ -193,7 +193,9 @@ def parse_source(path: Path, rel: str, mod: str, data: bytes) -> SourceFile:
         text = importlib.util.decode_source(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
         return SourceFile(path, rel, mod, "", None, error=f"cannot read: {exc}")
-    lines = text.splitlines()
+    lines = text.split("\n")  # the tokenizer's lines: str.splitlines also splits on \f, \x1c-\x1e, \x85, \u2028, \u2029
+    if lines[-1] == "":
+        lines.pop()
     try:
         tree = ast.parse(text, filename=str(path))
     except (SyntaxError, ValueError) as exc:

@@ -54,12 +54,18 @@ class _Context:
         if isinstance(expr, ast.Constant):
             return HOST
         if isinstance(expr, ast.Name):
-            if expr.id in callee.params and expr.id not in callee.local_assigns:
-                return self._param(expr.id)
             bound = callee.local_assigns.get(expr.id)
             rebound = (
                 expr.id in callee.loop_vars or expr.id in self.prov.flow.unpacked(callee) or _augmented(callee, expr.id)
             )
+            if expr.id in callee.params and expr.id not in callee.local_assigns:
+                held = [self._param(expr.id)]
+                if rebound:  # lens, _ = torch.sort(table); for lens in parts: also what those bind
+                    held += [self.where(v, depth + 1) for v, _ in self.prov.flow.unpacked(callee).get(expr.id, [])]
+                    items = self.prov.flow.loop_item_sources(expr.id, callee) if expr.id in callee.loop_vars else None
+                    held += [self.prov.merge_sources(items)] if items else []  # for lens in parts: their items
+                    held += [self.where(a.value, depth + 1) for a in _augmented_values(callee, expr.id)]
+                return merge(held)
             if expr.id not in callee.params and bound and len(bound) <= 3 and not rebound:
                 if expr.id in self.visiting:
                     return HOST  # x = f(x): the other definitions decide
@@ -116,9 +122,13 @@ class _Context:
 
 def _augmented(fn: FunctionInfo, name: str) -> bool:
     """`name` is also rebound by an augmented assignment (``out += dev``), which `local_assigns` does not hold."""
-    return any(
-        isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name) and a.target.id == name for a in fn.assigns
-    )
+    return bool(_augmented_values(fn, name))
+
+
+def _augmented_values(fn: FunctionInfo, name: str) -> list[ast.AugAssign]:
+    return [
+        a for a in fn.assigns if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name) and a.target.id == name
+    ]
 
 
 def _names_a_device(call: ast.Call) -> bool:

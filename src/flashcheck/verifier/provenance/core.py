@@ -126,7 +126,14 @@ class Provenance:
             held = terminal_name(expr.value) if isinstance(expr.value, ast.Name | ast.Attribute) else None
             if held is not None and self.by_name(held) is HOST:
                 return HOST  # seq_lens_cpu[i]: an element of what its name says is host data
-            base = self._cached(expr, fn, lambda: self.merge_sources(self.flow.element_sources(expr.value, fn)))
+            sub = expr  # a store under a string key (self.bufs[bs]["host"]) before every element of the container
+            base = self._cached(
+                expr,
+                fn,
+                lambda: self.merge_sources(
+                    self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
+                ),
+            )
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
                 return self.by_name(expr.slice.value)
             if base is UNKNOWN and self._host_array(expr.value, fn):

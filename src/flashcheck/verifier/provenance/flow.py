@@ -18,8 +18,9 @@ from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import field_order, item_lookup_keys, with_bases
+from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys, keyed_lookup
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
@@ -78,11 +79,9 @@ class ValueFlow:
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
             key = expr.slice
             base = expr.value
-            if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(base, ast.Attribute):
-                cls = self.project.instance_type(base.value, fn)
-                keyed = [s for c in with_bases(cls) for s in c.item_assigns.get(f"{base.attr}[{key.value!r}]", [])]
-                if keyed:
-                    return keyed
+            keyed = self.keyed_sources(expr, fn)
+            if keyed:
+                return keyed
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 literal = self._keyed(base, key.value, fn)  # {"paged": wrapper}["paged"]
                 if literal is not None:
@@ -103,6 +102,13 @@ class ValueFlow:
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
         return []
+
+    def keyed_sources(self, expr: ast.Subscript, fn: FunctionInfo) -> list[Source]:
+        """The values stored into an attribute under the string key `expr` reads (``self.d["decode"]``,
+        ``self.bufs[bs]["host"]``); empty for another key or when no store is known."""
+        at = keyed_lookup(expr.value, expr.slice.value) if isinstance(expr.slice, ast.Constant) else None
+        cls = self.project.instance_type(at[0], fn) if at else None
+        return [s for c in with_bases(cls) for k in (at[1] if at else []) for s in c.item_assigns.get(k, [])]
 
     def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source] | None:
         """The values stored under a string key when every dict the container may be is a literal or ``dict(...)``
@@ -194,12 +200,12 @@ class ValueFlow:
             if id(v) in seen:
                 continue
             seen.add(id(v))
-            if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not _is_dict_call(v):
+            if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not is_dict_call(v):
                 stack.extend(self.sources(v, where))  # backend_kw = self._backend_kwargs(): what it returns
                 continue
             if isinstance(v, ast.Dict):
-                out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if _is_key(k, key))
-            elif _is_dict_call(v):
+                out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key))
+            elif is_dict_call(v):
                 assert isinstance(v, ast.Call)
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
             else:
@@ -209,7 +215,7 @@ class ValueFlow:
                 targets = a.targets if isinstance(a, ast.Assign) else [a.target]
                 for t in targets:
                     named = isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names
-                    if named and isinstance(t, ast.Subscript) and _is_key(t.slice, key) and a.value is not None:
+                    if named and isinstance(t, ast.Subscript) and is_key(t.slice, key) and a.value is not None:
                         out.append((a.value, where))
         return out
 
@@ -588,11 +594,3 @@ class ValueFlow:
                 for name, values in f.item_stores.items():
                     self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
         return self._module_items
-
-
-def _is_key(node: ast.expr | None, key: str) -> bool:
-    return isinstance(node, ast.Constant) and node.value == key
-
-
-def _is_dict_call(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and dotted(node.func) == "dict"

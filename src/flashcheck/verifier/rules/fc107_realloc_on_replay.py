@@ -25,20 +25,21 @@ class ReallocOnReplayPath(Rule):
         paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
         ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute built as a list
         or dict of device buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
-        torch.empty_like(x)``; also a list a constructor fills by ``self.bufs.append(torch.zeros(...))``; not a list of
-        ``None`` slots or an empty dict or list filled as it goes) an attribute of an object ``self`` keeps
-        (``self.backend.kv_indptr``) or of an object that holds a captured ``torch.cuda.CUDAGraph`` (a runner's record
-        per size, however it is fetched: ``entry = self.graphs.get(bs); entry.positions = x.clone()``), also through
-        ``setattr(self, name, ...)`` with a literal name or the constants a loop gives it (``for name in
-        self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and ``.resize_()`` of such a buffer. A
-        lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is
-        None``, also through a local bound to the attribute) is not reported, nor are the buffers its block allocates
-        beside it, when the block sets the attribute the test asks about (``if params.top_k is None: self.top_k =
-        torch.full(...)`` is reported), but a guard that also lets growth through (``if self.x is None or self.x.numel()
-        < n:``) is; the same holds for conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and
-        ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is
-        ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``, pinned, no device,
-        ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph reads.
+        torch.empty_like(x)``; also a list a constructor or a setup method no per-step root runs
+        (``init_cuda_graph_state``) fills by ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an
+        empty dict or list filled as it goes) an attribute of an object ``self`` keeps (``self.backend.kv_indptr``) or
+        of an object that holds a captured ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched:
+        ``entry = self.graphs.get(bs); entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a
+        literal name or the constants a loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name,
+        getattr(fb, name).clone())``), and ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if
+        self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to
+        the attribute) is not reported, nor are the buffers its block allocates beside it, when the block sets the
+        attribute the test asks about (``if params.top_k is None: self.top_k = torch.full(...)`` is reported), but a
+        guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for
+        conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are
+        lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step,
+        nor a host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of
+        host buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -90,7 +91,7 @@ class ReallocOnReplayPath(Rule):
                 if ctx.prov.of(a.value, fn) is Where.HOST:
                     continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
-                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx) or _is_graph_record_field(t, fn, ctx):
+                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx, step) or _is_graph_record_field(t, fn, ctx):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
                 if (
@@ -188,9 +189,10 @@ def _names_cuda_graph(ann: ast.expr) -> bool:
     return found is not None and (dotted(found) or "").rsplit(".", 1)[-1] == "CUDAGraph"
 
 
-def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
+def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[FunctionInfo, Hop]) -> bool:
     """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) was built as a list or
-    dict of buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead)."""
+    dict of buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead).
+    Appends count as building it where no per-step root runs them (a constructor, ``init_cuda_graph_state``)."""
     if not isinstance(t, ast.Subscript) or isinstance(t.slice, ast.Slice) or not _is_self_buffer(t.value):
         return False
     if any(_holds_buffers(v, where) for v, where in ctx.prov.flow.sources(t.value, fn)):
@@ -201,8 +203,8 @@ def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
     filled = [
         vw for c in with_bases(ctx.prov.flow.instance_type(held.value, fn)) for vw in c.item_assigns.get(held.attr, [])
     ]
-    # appended in a constructor, one buffer per bucket (self.bufs.append(torch.zeros(...))): built holding buffers
-    built = [(v, w) for v, w in filled if w.name == "__init__"]
+    # appended in setup code, one buffer per bucket (self.bufs.append(torch.zeros(...))): built holding buffers
+    built = [(v, w) for v, w in filled if w.name == "__init__" or w not in step]
     return bool(built) and all(_is_fresh_tensor(v, w) for v, w in built)
 
 

@@ -27,18 +27,21 @@ class NonGraphWrapperInCapture(Rule):
 
     What it checks
         Wrappers (also imported under another name: ``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as
-        Decode``) constructed (into ``self.<attr>``, a list or dict of them, or a local) without
-        ``use_cuda_graph=True`` (absent or ``False``; ``CUDAGraph*`` wrappers are graph-mode), whose ``run()`` /
-        ``forward()`` / ``run_return_lse()`` is called in a function reachable from a capture root
-        (``capture_one_batch_size``, ``init_forward_metadata_capture_cuda_graph``, ``capture-paths``). A receiver
-        that is also bound to a graph-mode wrapper, or whose mode is a variable, is not reported. Receivers are
-        matched to constructions by where they are stored and, failing that, by the value flow: a wrapper returned
-        by a factory function, passed in by a caller, kept in another object, or chosen by a conditional
-        expression (``w = self.eager[k] if self.graph_bs is None else self.graphs[bs][k]`` is quiet: one branch is a
-        graph-mode wrapper, and which branch runs during capture is a run-time fact; so is a local assigned in both
-        branches of an ``if``). ``self.impl.forward(...)`` where ``self.impl`` holds one of several classes runs the
-        method of each, and so does a loop over layers of several classes. A dict's items include what other objects
-        store into it (``self.backend.graph_wrappers[bs] = w`` in a graph runner).
+        Decode``) constructed (into ``self.<attr>``, a list or dict of them, or a local) without ``use_cuda_graph=True``
+        (absent or ``False``; ``CUDAGraph*`` wrappers are graph-mode), whose ``run()`` / ``forward()`` /
+        ``run_return_lse()`` is called in a function reachable from a capture root (``capture_one_batch_size``,
+        ``init_forward_metadata_capture_cuda_graph``, ``capture-paths``). A receiver that is also bound to a graph-mode
+        wrapper, or whose mode is a variable, is not reported. Receivers are matched to constructions by where they are
+        stored and, failing that, by the value flow: a wrapper returned by a factory function, passed in by a caller,
+        kept in another object, or chosen by a conditional expression (``w = self.eager[k] if self.graph_bs is None else
+        self.graphs[bs][k]`` is quiet: one branch is a graph-mode wrapper, and which branch runs during capture is a
+        run-time fact; so is a local assigned in both branches of an ``if``). ``self.impl.forward(...)`` where
+        ``self.impl`` holds one of several classes runs the method of each, and so does a loop over layers of several
+        classes (a list built by ``append``, a literal, a comprehension, a concatenation or ``nn.Sequential(*layers)``),
+        also where the layer is called (``layer(q)``, ``self.heads[kind](x)``: each class's ``forward``). An object seen
+        built as one class runs that class's methods, not its subclasses' overrides, even in a list declared with a base
+        class. A dict's items include what other objects store into it (``self.backend.graph_wrappers[bs] = w`` in a
+        graph runner).
 
     Why it breaks serving
         A wrapper outside graph mode reallocates its index buffers on every ``plan()`` and lets ``run()`` pick

@@ -1,0 +1,107 @@
+"""Which classes' methods a call on an object runs when the object may be of several classes: an attribute whose
+stores build different classes (``self.impl = ChunkedImpl(cfg)`` or ``FullImpl(cfg)``), a loop variable over
+objects of several classes (``for layer in self.layers`` over attention and Mamba layers), an item of a container
+filled with several (``self.heads[kind](x)``), and the ``__call__`` (an ``nn.Module``'s ``forward``) that calling
+such an object runs. Part of `flashcheck.verifier.project.Project`'s call graph."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.instances import torch_module
+from flashcheck.verifier.loops import loop_containers
+from flashcheck.verifier.registries import Registries
+
+__all__ = ["InstanceCalls"]
+
+
+class InstanceCalls(Registries):
+    """The dispatch half of `flashcheck.verifier.project.Project` for objects of several classes."""
+
+    if TYPE_CHECKING:
+
+        def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
+
+    def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
+        branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry); empty for one
+        class or none."""
+        owner = self.instance_type(attr.value, fn, 1)
+        found: dict[int, ClassInfo] = {}
+        for c in with_bases(owner) if owner is not None else []:
+            for value, where in c.attr_assigns.get(attr.attr, [])[:8]:
+                built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
+                for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
+                    if t is not None:
+                        found[id(t)] = t
+        return list(found.values()) if len(found) > 1 else []
+
+    def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
+        differ (``for b in (self.full_backend, self.linear_backend)``), or from a container filled with them
+        (``for layer in self.layers``, `element_classes`); empty when one item's class is unknown."""
+        if name.id in fn.local_assigns or name.id in fn.params:
+            return []
+        containers = loop_containers(name.id, fn, name.lineno) or fn.loop_vars.get(name.id, [])
+        found: dict[int, ClassInfo] = {}
+        for c in containers:
+            if not isinstance(c, ast.Tuple | ast.List):
+                held = self.element_classes(c, fn)
+                if not held:
+                    return []
+                found.update((id(t), t) for t in held)
+                continue
+            for e in c.elts[:8]:
+                t = self._value_type(e, fn, 1) if not isinstance(e, ast.Starred) else None
+                if t is None:
+                    return []
+                found[id(t)] = t
+        return list(found.values())
+
+    def instance_call(self, func: ast.expr, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """``__call__`` (an ``nn.Module``'s ``forward``) of the project classes `func` may be an instance of: its one
+        class (``self.tree_attn(q)`` with ``self.tree_attn = TreeAttention(...)``), or each class where the items
+        or stores differ (``layer(q)`` for layer in a list of attention and Mamba layers, ``self.heads[kind](x)`` of
+        a dict of two head classes); and the overrides in subclasses of a class the object is not seen built as
+        (a parameter or attribute declared with a base class)."""
+        if isinstance(func, ast.Name) and func.id == "cls":  # cls(...) in a classmethod builds an instance
+            return
+        several = self._call_classes(func, fn)
+        for cls in several or [c for c in [self.instance_type(func, fn, 1)] if c is not None]:
+            call = self.method(cls, "__call__")
+            if call is None and torch_module(cls):  # an nn.Module's __call__ runs its forward
+                call = self.method(cls, "forward")
+            if call is None:
+                continue
+            yield call
+            if not several and call.cls is not None and not self._built(func, fn):
+                yield from self.overrides(call.cls, call.name)
+
+    def _call_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes a called object may be of, where they differ (empty for one class or an unknown one)."""
+        if isinstance(func, ast.Name):
+            return self._item_classes(func, fn)
+        if isinstance(func, ast.Attribute):
+            return self._attr_classes(func, fn)
+        if isinstance(func, ast.Subscript) and not isinstance(func.slice, ast.Slice):
+            return self.element_classes(func.value, fn)
+        return []
+
+    def _built(self, obj: ast.expr, fn: FunctionInfo) -> bool:
+        """Whether every value the analysis sees `obj` bound to is built by calling a project class (``self.head =
+        Head()``, items of ``nn.ModuleList([Head() for _ in range(n)])``): then it is of that class, not a subclass."""
+        if isinstance(obj, ast.Subscript) and not isinstance(obj.slice, ast.Slice):
+            values = self.container_items(obj.value, fn) or []
+        elif isinstance(obj, ast.Attribute):
+            owner = self.instance_type(obj.value, fn, 1)
+            values = [vw for c in with_bases(owner) for vw in c.attr_assigns.get(obj.attr, [])] if owner else []
+        elif isinstance(obj, ast.Name) and obj.id not in fn.params:
+            values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
+        else:
+            return False
+        return bool(values) and all(
+            isinstance(v, ast.Call) and isinstance(self.resolve_def(v.func, where), ClassInfo) for v, where in values
+        )

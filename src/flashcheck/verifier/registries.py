@@ -1,0 +1,104 @@
+"""Registries of classes: a class picked from a table (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``, a lookup
+called directly: ``BACKENDS[name](cfg)``) may be any class the table lists, so calling the pick builds any of them
+and its arguments reach each one's ``__init__``. Part of `flashcheck.verifier.project.Project`'s call graph."""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, with_bases
+from flashcheck.verifier.instances import InstanceTyping
+
+__all__ = ["Registries", "registry_call_key"]
+
+
+class Registries(InstanceTyping):
+    """The registry half of `flashcheck.verifier.project.Project`."""
+
+    def registry_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes a local picked from a registry may be (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``;
+        ``cls(cfg)`` builds any of them), or a lookup called directly (``BACKENDS[name](cfg)``), when the registry is a
+        dict, list or tuple literal of project classes held in a module global (also one imported from another project
+        module) or a class attribute."""
+        if isinstance(func, ast.Name):
+            lookups = fn.local_assigns.get(func.id, [])[:4]
+        elif _registry_lookup(func):
+            lookups = [func]  # BACKENDS[name](cfg): the lookup called directly
+        else:
+            return []
+        found: dict[int, ClassInfo] = {}
+        for v in lookups:
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get":
+                table = v.func.value
+            elif isinstance(v, ast.Subscript) and not isinstance(v.slice, ast.Slice):
+                table = v.value
+            else:
+                return []
+            for lit, where in self._table_values(table, fn):
+                items = lit.values if isinstance(lit, ast.Dict) else getattr(lit, "elts", [])
+                for item in items[:16]:
+                    t = self.resolve_def(item, where) if isinstance(item, ast.Name | ast.Attribute) else None
+                    if isinstance(t, ClassInfo):
+                        found[id(t)] = t
+        return list(found.values())
+
+    def registry_names(self) -> dict[str, set[str]]:
+        """Class name -> the local names that may hold it, picked from a registry of classes (``cls =
+        BACKENDS[name]``): calls of those names build it (`Project.callers` of its ``__init__``)."""
+        found: dict[str, set[str]] | None = getattr(self, "_registry_index", None)
+        if found is None:
+            found = {}
+            for fn in self.functions:
+                for name, values in fn.local_assigns.items():
+                    if any(_registry_lookup(v) for v in values):
+                        for c in self.registry_classes(ast.Name(name), fn):
+                            found.setdefault(c.name, set()).add(name)
+                for call in fn.calls:  # BACKENDS[name](cfg): under the key `calls_by_name` files it by
+                    key = registry_call_key(call.func)
+                    for c in self.registry_classes(call.func, fn) if key else ():
+                        found.setdefault(c.name, set()).add(key or "")
+            self._registry_index = found
+        return found
+
+    def registry_held(self, func: ast.expr) -> bool:
+        """Whether `func` is a local name some function binds from a registry of classes (the index, built once,
+        answers before `registry_classes` looks at the function's own bindings)."""
+        key = func.id if isinstance(func, ast.Name) else registry_call_key(func)
+        return key is not None and any(key in names for names in self.registry_names().values())
+
+    def _table_values(self, table: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What a registry name or attribute is bound to (module globals, imported ones, class attributes)."""
+        if isinstance(table, ast.Attribute):
+            cls = self.instance_type(table.value, fn, 1)
+            return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(table.attr, [])]
+        if not isinstance(table, ast.Name):
+            return []
+        values = fn.module.global_values(table.id)
+        target = fn.module.imports.get(table.id)
+        if not values and target:
+            mod = self.lookup(target.rpartition(".")[0])
+            values = mod.global_values(target.rpartition(".")[2]) if isinstance(mod, ModuleInfo) else []
+        return values
+
+
+def registry_call_key(func: ast.expr) -> str | None:
+    """``BACKENDS[]`` for a call of a lookup in a table (``BACKENDS[name](cfg)``, ``self.table.get(name)(cfg)``):
+    the name `Project.calls_by_name` files such calls by; None for other callees."""
+    if not _registry_lookup(func):
+        return None
+    table = func.func.value if isinstance(func, ast.Call) and isinstance(func.func, ast.Attribute) else func
+    table = table.value if isinstance(table, ast.Subscript) else table
+    name = table.id if isinstance(table, ast.Name) else table.attr if isinstance(table, ast.Attribute) else None
+    return f"{name}[]" if name else None
+
+
+def _registry_lookup(value: ast.expr) -> bool:
+    """``TABLE[key]``, ``TABLE.get(key)`` or ``self.table[key]``: a lookup that may pick a class from a registry."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
+        value = value.func.value
+    elif isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
+        value = value.value
+    else:
+        return False
+    return isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and dotted(value.value) == "self")
