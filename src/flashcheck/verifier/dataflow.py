@@ -185,7 +185,7 @@ def _kept_at(name: str, fn: FunctionInfo, depth: int, project: Project | None, t
         if not isinstance(a, ast.Assign):
             continue
         suffix: str | None = None
-        if holds(a.value):  # self.buf = name; self.bufs[bs] = (name, other)
+        if isinstance(a.value, ast.Name) and a.value.id == name:  # (a tuple's items would lose their positions)
             suffix = ""
         elif isinstance(a.value, ast.Dict):
             held = [
@@ -400,12 +400,12 @@ def allocations(
         return found
     if isinstance(root, ast.Subscript) and isinstance(root.slice, ast.Constant):  # ws["fp8"]: that key's item
         key, container = root.slice.value, root.value
-        if stored := _keyed_stores(root, fn, project):  # self.ws["trtllm"] = torch.zeros(...): what that key holds
-            return [a for v, where in stored for a in again(v, where)]
+        stored = _keyed_stores(root, fn, project)  # self.ws["trtllm"] = torch.zeros(...): also what that key holds
         held = _attr_values(container, fn, project, attr_values) if isinstance(container, ast.Attribute) else []
         if isinstance(container, ast.Name):
             held = [(v, fn) for v in fn.local_assigns.get(container.id, [])] or fn.module.global_values(container.id)
-        return [a for v, where in held for item in _under_key(v, key) for a in again(item, where)]
+        items = [(item, where) for v, where in held for item in _under_key(v, key, named_only=bool(stored))]
+        return [a for v, where in [*items, *stored] for a in again(v, where)]
     if isinstance(root, ast.Attribute):
         return [a for v, where in _attr_values(root, fn, project, attr_values) for a in again(v, where)]
     return []
@@ -439,14 +439,15 @@ def _keyed_stores(
     return [vw for c in with_bases(cls) for k in at[1] for vw in c.item_assigns.get(k, [])]
 
 
-def _under_key(value: ast.expr, key: object) -> list[ast.expr]:
+def _under_key(value: ast.expr, key: object, *, named_only: bool = False) -> list[ast.expr]:
     """The item a dict bound to `value` holds under `key` (every item of a comprehension, or of a literal that
-    does not name the key); a value that is not a dict literal is followed as it is."""
+    does not name the key, unless `named_only`: the key is known stored elsewhere); a value that is not a dict
+    literal is followed as it is."""
     if isinstance(value, ast.DictComp):
         return [value.value]
     if isinstance(value, ast.Dict):
         named = [
             v for k, v in zip(value.keys, value.values, strict=True) if isinstance(k, ast.Constant) and k.value == key
         ]
-        return named or list(value.values)
+        return named if named or named_only else list(value.values)
     return [value]

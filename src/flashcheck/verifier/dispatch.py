@@ -32,12 +32,24 @@ class InstanceCalls(Registries):
         owner = self.instance_type(attr.value, fn, 1)
         found: dict[int, ClassInfo] = {}
         for c in with_bases(owner) if owner is not None else []:
-            for value, where in c.attr_assigns.get(attr.attr, [])[:8]:
-                built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
-                for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
-                    if t is not None:
-                        found[id(t)] = t
+            for stored, where in c.attr_assigns.get(attr.attr, [])[:8]:
+                for value in _either(stored):  # self.backend = A(ws) if fi else B(ws)
+                    built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
+                    for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
+                        if t is not None:
+                            found[id(t)] = t
         return list(found.values()) if len(found) > 1 else []
+
+    def _attr_store_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo]]]:
+        """Every store of an attribute name in the project (``self.x = v`` in any class, ``obj.x = v``), made once."""
+        index: dict[str, list[tuple[ast.expr, FunctionInfo]]] | None = getattr(self, "_attr_store_memo", None)
+        if index is None:
+            index = {k: list(v) for k, v in self.attr_stores.items()}
+            for c in self.classes.values():
+                for attr, values in c.attr_assigns.items():
+                    index.setdefault(attr, []).extend(values)
+            self._attr_store_memo = index
+        return index
 
     def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
@@ -86,22 +98,60 @@ class InstanceCalls(Registries):
             return self._item_classes(func, fn)
         if isinstance(func, ast.Attribute):
             return self._attr_classes(func, fn)
+        if isinstance(func, ast.Subscript) and isinstance(func.slice, ast.Constant):  # self.heads["medusa"](x)
+            return self._keyed_item_classes(func.value, func.slice.value, fn)
         if isinstance(func, ast.Subscript) and not isinstance(func.slice, ast.Slice):
             return self.element_classes(func.value, fn)
         return []
 
+    def _keyed_item_classes(self, container: ast.expr, key: object, fn: FunctionInfo) -> list[ClassInfo]:
+        """The class of the item a module dict or list literal holds under a constant key or index (``self.heads =
+        nn.ModuleDict({"medusa": MedusaHead(), ...})``, read as ``self.heads["medusa"]``); empty when unknown."""
+        if not isinstance(container, ast.Attribute):
+            return []
+        owner = self.instance_type(container.value, fn, 1)
+        found: dict[int, ClassInfo] = {}
+        for c in with_bases(owner) if owner is not None else []:
+            for value, where in c.attr_assigns.get(container.attr, [])[:8]:
+                v = value.args[0] if isinstance(value, ast.Call) and len(value.args) == 1 else value
+                if isinstance(v, ast.Dict):
+                    items = [
+                        e
+                        for k, e in zip(v.keys, v.values, strict=True)
+                        if isinstance(k, ast.Constant) and k.value == key
+                    ]
+                elif isinstance(v, ast.List | ast.Tuple) and isinstance(key, int) and -len(v.elts) <= key < len(v.elts):
+                    items = [v.elts[key]]
+                else:
+                    return []
+                for e in items:
+                    t = self._value_type(e, where, 1)
+                    if t is None:
+                        return []
+                    found[id(t)] = t
+        return list(found.values())
+
     def _built(self, obj: ast.expr, fn: FunctionInfo) -> bool:
-        """Whether every value the analysis sees `obj` bound to is built by calling a project class (``self.head =
-        Head()``, items of ``nn.ModuleList([Head() for _ in range(n)])``): then it is of that class, not a subclass."""
+        """Whether every value the analysis sees `obj` bound to is built by calling one project class (``self.head =
+        Head()``, items of ``nn.ModuleList([Head() for _ in range(n)])``): then it is of that class, not a subclass.
+        An attribute counts every store of its name in the project (a subclass's or another object's may hold a
+        subclass instance); a container extended or added to anywhere (``self.heads.extend(more)``) is not seen
+        whole."""
         if isinstance(obj, ast.Subscript) and not isinstance(obj.slice, ast.Slice):
-            values = self.container_items(obj.value, fn) or []
+            name = obj.value.attr if isinstance(obj.value, ast.Attribute) else None
+            values = self.container_items(obj.value, fn) if name is None or name not in self.grown_names() else None
         elif isinstance(obj, ast.Attribute):
-            owner = self.instance_type(obj.value, fn, 1)
-            values = [vw for c in with_bases(owner) for vw in c.attr_assigns.get(obj.attr, [])] if owner else []
+            values = self._attr_store_index().get(obj.attr, [])
         elif isinstance(obj, ast.Name) and obj.id not in fn.params:
             values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
         else:
             return False
-        return bool(values) and all(
-            isinstance(v, ast.Call) and isinstance(self.resolve_def(v.func, where), ClassInfo) for v, where in values
-        )
+        built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values or ()]
+        return bool(built) and all(isinstance(b, ClassInfo) and b is built[0] for b in built)
+
+
+def _either(value: ast.expr) -> list[ast.expr]:
+    """Both values of a conditional expression (a ``None`` branch adds nothing), else the value itself."""
+    if isinstance(value, ast.IfExp):
+        return [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+    return [value]

@@ -462,6 +462,10 @@ class _Indexer:
                 key = target.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.d["decode"] = ...
                     cls.item_assigns.setdefault(f"{base.attr}[{key.value!r}]", []).append((value, fn))
+                for dk, dv in zip(value.keys, value.values, strict=True) if isinstance(value, ast.Dict) else ():
+                    if isinstance(dk, ast.Constant) and isinstance(dk.value, str):  # self.bufs[bs] = {"host": t}
+                        for item_key in keyed_store_keys(target, dk.value):
+                            cls.item_assigns.setdefault(item_key, []).append((dv, fn))
             elif (
                 isinstance(base, ast.Subscript)
                 and (keys := item_keys(base, of_self=True))

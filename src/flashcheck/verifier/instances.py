@@ -7,6 +7,7 @@ it; the call graph (`Project.callers`) answers for parameters no annotation type
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted
@@ -182,6 +183,14 @@ class InstanceTyping(ProjectIndex):
         found = {id(t): t for t in types if t is not None}
         return list(found.values()) if len(found) > 1 and None not in types else []
 
+    def grown_names(self) -> frozenset[str]:
+        """Attribute names some function adds items to in bulk (``extend``, ``update``, ``+=``): containers of that
+        name are not seen whole by their literals and appends."""
+        names: frozenset[str] | None = getattr(self, "_grown_memo", None)
+        if names is None:
+            names = self._grown_memo = frozenset(n for f in self.functions for n in _grown(f))
+        return names
+
     def _item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
         """The class of each item source of a container (None where unknown): a declared item type of a project
         class, else the items of literals, comprehensions and ``append`` calls of the values it is bound to."""
@@ -189,7 +198,8 @@ class InstanceTyping(ProjectIndex):
             container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
         seen = self._seen_item_types(container, fn, depth)
         declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
-        if declared is not None and (not seen or None in seen):  # items seen built are of their own classes
+        whole = not (isinstance(container, ast.Attribute) and container.attr in self.grown_names())
+        if declared is not None and (not seen or None in seen or not whole):  # items seen built: their own classes
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:
                 return [t]
@@ -248,7 +258,8 @@ class InstanceTyping(ProjectIndex):
                     and c.func.value.id == v.id
                     and c.args
                 )
-                for bound in where.local_assigns[v.id]:  # layers = [Attn(b), Mamba()]; attn + ssm
+                reaching = self.reaching.keep(where.local_assigns[v.id], v, where)  # the binding read here
+                for bound in reaching:  # layers = [Attn(b), Mamba()]; attn + ssm
                     items.extend((e, where) for e in _sequence_items(bound, where))
                 if not items and declared is not None:  # declared List[nn.Module], filled elsewhere
                     typed.append(None)
@@ -511,3 +522,14 @@ def _fresh_list(value: ast.expr) -> bool:
     return isinstance(value, ast.List | ast.ListComp) or (
         isinstance(value, ast.Call) and dotted(value.func) == "list" and not value.args
     )
+
+
+def _grown(fn: FunctionInfo) -> Iterator[str]:
+    """Names of attributes `fn` adds items to in bulk (``self.heads.extend(more)``, ``.update(...)``, ``+=``)."""
+    for call in fn.calls:
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in ("extend", "update") and isinstance(f.value, ast.Attribute):
+            yield f.value.attr
+    for a in fn.assigns:
+        if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Attribute):
+            yield a.target.attr

@@ -365,8 +365,9 @@ class Project(InstanceCalls):
 
     def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         func = call.func
-        if not isinstance(func, ast.Name | ast.Attribute) and self.registry_held(func):  # BACKENDS[name](cfg)
-            yield from (i for c in self.registry_classes(func, fn) if (i := self.method(c, "__init__")) is not None)
+        looked_up = self.registry_classes(func, fn) if not isinstance(func, ast.Name | ast.Attribute) else []
+        if looked_up and self.registry_held(func):  # BACKENDS[name](cfg)
+            yield from (i for c in looked_up if (i := self.method(c, "__init__")) is not None)
             return
         if isinstance(func, ast.Subscript):  # self.heads[d](x): the item's __call__ (an nn.Module's forward)
             yield from self.instance_call(func, fn)

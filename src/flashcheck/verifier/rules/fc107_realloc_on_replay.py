@@ -192,7 +192,8 @@ def _names_cuda_graph(ann: ast.expr) -> bool:
 def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[FunctionInfo, Hop]) -> bool:
     """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) was built as a list or
     dict of buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead).
-    Appends count as building it where no per-step root runs them (a constructor, ``init_cuda_graph_state``)."""
+    Appends count as building it in a constructor or in a setup method no per-step root runs
+    (``init_cuda_graph_state``)."""
     if not isinstance(t, ast.Subscript) or isinstance(t.slice, ast.Slice) or not _is_self_buffer(t.value):
         return False
     if any(_holds_buffers(v, where) for v, where in ctx.prov.flow.sources(t.value, fn)):
@@ -204,8 +205,14 @@ def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[F
         vw for c in with_bases(ctx.prov.flow.instance_type(held.value, fn)) for vw in c.item_assigns.get(held.attr, [])
     ]
     # appended in setup code, one buffer per bucket (self.bufs.append(torch.zeros(...))): built holding buffers
-    built = [(v, w) for v, w in filled if w.name == "__init__" or w not in step]
+    built = [(v, w) for v, w in filled if w.name == "__init__" or (w not in step and _setup_name(w.name))]
     return bool(built) and all(_is_fresh_tensor(v, w) for v, w in built)
+
+
+def _setup_name(name: str) -> bool:
+    """A one-time setup method by its name (``init_cuda_graph_state``, ``_setup_buffers``, ``allocate_graph_bufs``),
+    not a handler that runs per request (``add_request``)."""
+    return name.lstrip("_").startswith(("init", "setup", "alloc", "create", "build"))
 
 
 def _holds_buffers(v: ast.expr, fn: FunctionInfo) -> bool:
