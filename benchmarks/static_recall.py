@@ -182,6 +182,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "token_healing_constrained",
         "elastic_tp_rescale",
     ),
+    "batch 42": (
+        "expert_offload_lru_prefetch",
+        "async_detok_output_overlap",
+        "batch_reorder_permuted_graphs",
+        "prefix_tree_refcount_gc",
+    ),
+    "batch 43": (
+        "logits_processor_plugins",
+        "kv_restore_warm_restart",
+        "fp8_online_kv_calibration",
+        "vocab_parallel_sampler",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

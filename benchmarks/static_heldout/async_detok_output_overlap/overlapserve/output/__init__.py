@@ -1,0 +1,3 @@
+from .pinned_ring import PinnedOutputRing
+
+__all__ = ["PinnedOutputRing"]

@@ -1,0 +1,1 @@
+"""FlashInfer attention over the FP8 cache."""

@@ -1,0 +1,1 @@
+"""Attention for the warm-restart engine."""

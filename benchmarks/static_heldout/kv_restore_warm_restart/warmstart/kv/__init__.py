@@ -1,0 +1,3 @@
+from warmstart.kv.pool import PagedKVPool, ReqToPageTable
+
+__all__ = ["PagedKVPool", "ReqToPageTable"]

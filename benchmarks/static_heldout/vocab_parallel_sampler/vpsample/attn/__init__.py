@@ -1,0 +1,1 @@
+"""Per-rank FlashInfer attention metadata (each rank owns a slice of the heads)."""
