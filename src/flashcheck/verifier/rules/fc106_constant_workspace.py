@@ -35,17 +35,17 @@ class ConstantWorkspaceSize(Rule):
         environment variable with a constant default, a number or a string of digits read with ``int()``
         (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
         or 64 << 20)``), or the result of a call that returns a constant (a helper without parameters, a module-level
-        lambda, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a method of an enum member that returns a
-        constant of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in a list comprehension or a dataclass
-        field's ``default_factory``. Allocations behind project factories and caches are traced; so are functions with
-        ``workspace`` in their name that return an allocation. Sizes computed from configuration or engine limits
-        (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields of a class whose constructor is
-        built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even with a constant default
-        (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar`` is still reported), nor
-        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``), nor a local
-        named like a workspace that only callables from outside the project and outside FlashInfer are handed and
-        that the function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``: another
-        kernel's scratch).
+        lambda, also imported from another module, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a
+        method of an enum member that returns a constant of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in
+        a list comprehension or a dataclass field's ``default_factory``. Allocations behind project factories and caches
+        are traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
+        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
+        of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
+        with a constant default (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar``
+        is still reported), nor is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``,
+        ``bench_*.py``), nor a local named like a workspace that only callables from outside the project and outside
+        FlashInfer are handed and that the function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer,
+        ...)``: another kernel's scratch).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -219,10 +219,16 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
         key = func.slice.value if isinstance(func.slice, ast.Constant) else _ANY_KEY
         items = _table_items(func.value, key, fn, project)
         return bool(items) and all(_returns_constant(v, where, project, depth + 1) for v, where in items)
-    if isinstance(func, ast.Name) and fn.module.body is not None and func.id not in fn.params:
-        values = fn.module.body.local_assigns.get(func.id, [])
-        if len(values) == 1 and isinstance(values[0], ast.Lambda) and func.id not in fn.local_assigns:
-            return _is_constant(values[0].body, fn.module.body, project, depth + 1)
+    body = fn.module.body
+    if isinstance(func, ast.Name) and body is not None and func.id not in fn.params and func.id not in fn.local_assigns:
+        name, imported = func.id, fn.module.imports.get(func.id, "") if func.id not in body.local_assigns else ""
+        if "." in imported:  # from .config import ws_bytes: the lambda that module binds
+            mod, _, name = imported.rpartition(".")
+            found = project.lookup(mod)
+            body = found.body if isinstance(found, ModuleInfo) else None
+        values = body.local_assigns.get(name, []) if body is not None else []
+        if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
+            return _is_constant(values[0].body, body, project, depth + 1)
     target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
     if target is None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
         owner = project.resolve_def(func.value.value, fn)  # WorkspaceTier.LARGE.nbytes(): the enum's method

@@ -25,21 +25,22 @@ class ReallocOnReplayPath(Rule):
         paths; not capture), assignments of a fresh tensor (``torch.empty``/``zeros``/``full``/..., ``.clone()``,
         ``torch.cat``, ``x.new_*``) to ``self.<attr>``, ``self.<attr>["key"]``, any item of an attribute built as a list
         or dict of device buffers (``self.kv_indices[g] = torch.empty(...)``, ``self.static_inputs[name] =
-        torch.empty_like(x)``; also a list a constructor or a setup method no per-step root runs
-        (``init_cuda_graph_state``) fills by ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an
-        empty dict or list filled as it goes) an attribute of an object ``self`` keeps (``self.backend.kv_indptr``) or
-        of an object that holds a captured ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched:
-        ``entry = self.graphs.get(bs); entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a
-        literal name or the constants a loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name,
-        getattr(fb, name).clone())``), and ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if
-        self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to
-        the attribute) is not reported, nor are the buffers its block allocates beside it, when the block sets the
-        attribute the test asks about (``if params.top_k is None: self.top_k = torch.full(...)`` is reported), but a
-        guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for
-        conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are
-        lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step,
-        nor a host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of
-        host buffers), which no captured graph reads.
+        torch.empty_like(x)``; also a list a constructor or a setup method no per-step root runs (by its name:
+        ``init*``, ``setup*``, ``alloc*``, ``create*``, ``build*``; ``init_cuda_graph_state``) fills by
+        ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an empty dict or list filled as it goes)
+        an attribute of an object ``self`` keeps (``self.backend.kv_indptr``) or of an object that holds a captured
+        ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
+        entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a literal name or the constants a
+        loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and
+        ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not
+        hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to the attribute) is not reported,
+        nor are the buffers its block allocates beside it, when the block sets the attribute the test asks about (``if
+        params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through
+        (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional expressions (``torch.zeros(n)
+        if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else
+        self.x`` grows); nor is ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``,
+        pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph
+        reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
