@@ -418,13 +418,26 @@ def _attr_values(
     attr: ast.Attribute, fn: FunctionInfo, project: Project | None, attr_values: AttrValues | None
 ) -> list[tuple[ast.expr, FunctionInfo]]:
     """What ``self.x`` or another object's ``obj.x`` (of a known type) may be bound to."""
-    if isinstance(attr.value, ast.Name) and attr.value.id == "self":
+    classes = _owner_classes(
+        attr.value, fn, project
+    )  # self, or another object (self.backend.ws, pool.ws) of known type
+    if attr_values is not None:
+        return [vw for cls in classes for vw in attr_values(cls, attr.attr)]
+    return [vw for cls in classes for c in with_bases(cls) for vw in c.attr_assigns.get(attr.attr, [])]
+
+
+def _owner_classes(obj: ast.expr, fn: FunctionInfo, project: Project | None) -> list[ClassInfo]:
+    """The classes an object may be of: the class of ``self``, every class callers pass for a parameter, else the
+    one the project's typing finds."""
+    if isinstance(obj, ast.Name) and obj.id == "self":
         cls = owner(fn).cls
-    else:  # another object's attribute (self.backend.workspace, runner.ws) when its type is known
-        cls = project.instance_type(attr.value, fn) if project is not None else None
-    if cls is not None and attr_values is not None:
-        return attr_values(cls, attr.attr)
-    return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(attr.attr, [])] if cls else []
+        return [cls] if cls is not None else []
+    if project is None:
+        return []
+    if isinstance(obj, ast.Name) and obj.id in fn.params and obj.id not in fn.local_assigns:
+        return project.param_classes(obj.id, fn)
+    cls = project.instance_type(obj, fn)
+    return [cls] if cls is not None else []
 
 
 def _keyed_stores(
@@ -434,9 +447,8 @@ def _keyed_stores(
     at = keyed_lookup(read.value, read.slice.value) if isinstance(read.slice, ast.Constant) else None
     if at is None:
         return []
-    self_owned = isinstance(at[0], ast.Name) and at[0].id == "self"
-    cls = owner(fn).cls if self_owned else project.instance_type(at[0], fn) if project is not None else None
-    return [vw for c in with_bases(cls) for k in at[1] for vw in c.item_assigns.get(k, [])]
+    classes = _owner_classes(at[0], fn, project)
+    return [vw for cls in classes for c in with_bases(cls) for k in at[1] for vw in c.item_assigns.get(k, [])]
 
 
 def _under_key(value: ast.expr, key: object, *, named_only: bool = False) -> list[ast.expr]:
@@ -446,8 +458,8 @@ def _under_key(value: ast.expr, key: object, *, named_only: bool = False) -> lis
     if isinstance(value, ast.DictComp):
         return [value.value]
     if isinstance(value, ast.Dict):
-        named = [
-            v for k, v in zip(value.keys, value.values, strict=True) if isinstance(k, ast.Constant) and k.value == key
-        ]
-        return named if named or named_only else list(value.values)
+        pairs = list(zip(value.keys, value.values, strict=True))
+        named = [v for k, v in pairs if isinstance(k, ast.Constant) and k.value == key]
+        unknown = [v for k, v in pairs if k is not None and not isinstance(k, ast.Constant)]  # {TRT: ...}: may be it
+        return named + unknown if named or named_only else list(value.values)
     return [value]

@@ -25,6 +25,8 @@ class InstanceCalls(Registries):
 
         def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
 
+        def subclasses_of(self, ci: ClassInfo) -> list[ClassInfo]: ...
+
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
         branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry); empty for one
@@ -40,16 +42,12 @@ class InstanceCalls(Registries):
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 else []
 
-    def _attr_store_index(self) -> dict[str, list[tuple[ast.expr, FunctionInfo]]]:
-        """Every store of an attribute name in the project (``self.x = v`` in any class, ``obj.x = v``), made once."""
-        index: dict[str, list[tuple[ast.expr, FunctionInfo]]] | None = getattr(self, "_attr_store_memo", None)
-        if index is None:
-            index = {k: list(v) for k, v in self.attr_stores.items()}
-            for c in self.classes.values():
-                for attr, values in c.attr_assigns.items():
-                    index.setdefault(attr, []).extend(values)
-            self._attr_store_memo = index
-        return index
+    def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases
+        and its subclasses (a subclass's constructor may store another class's instance), and ``obj.<attr> = v``
+        anywhere (a builder's ``runner.head = TreeHead(w)``)."""
+        family = [*with_bases(owner), *self.subclasses_of(owner)] if owner is not None else []
+        return [vw for c in family for vw in c.attr_assigns.get(attr, [])] + self.attr_stores.get(attr, [])
 
     def _item_classes(self, name: ast.Name, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes of the items a loop variable takes from literal tuples or lists of objects whose classes
@@ -105,31 +103,29 @@ class InstanceCalls(Registries):
         return []
 
     def _keyed_item_classes(self, container: ast.expr, key: object, fn: FunctionInfo) -> list[ClassInfo]:
-        """The class of the item a module dict or list literal holds under a constant key or index (``self.heads =
-        nn.ModuleDict({"medusa": MedusaHead(), ...})``, read as ``self.heads["medusa"]``); empty when unknown."""
+        """The classes of the item a module dict or list literal holds under a constant key or index (``self.heads =
+        nn.ModuleDict({"medusa": MedusaHead(), ...})`` read as ``self.heads["medusa"]``), with what is stored under
+        that key later (``self.heads["medusa"] = TreeHead(w)``); empty when unknown or grown in bulk."""
         if not isinstance(container, ast.Attribute):
             return []
         owner = self.instance_type(container.value, fn, 1)
-        found: dict[int, ClassInfo] = {}
-        for c in with_bases(owner) if owner is not None else []:
-            for value, where in c.attr_assigns.get(container.attr, [])[:8]:
-                v = value.args[0] if isinstance(value, ast.Call) and len(value.args) == 1 else value
-                if isinstance(v, ast.Dict):
-                    items = [
-                        e
-                        for k, e in zip(v.keys, v.values, strict=True)
-                        if isinstance(k, ast.Constant) and k.value == key
-                    ]
-                elif isinstance(v, ast.List | ast.Tuple) and isinstance(key, int) and -len(v.elts) <= key < len(v.elts):
-                    items = [v.elts[key]]
-                else:
-                    return []
-                for e in items:
-                    t = self._value_type(e, where, 1)
-                    if t is None:
-                        return []
-                    found[id(t)] = t
-        return list(found.values())
+        if owner is None or self.grown(container, fn):
+            return []
+        items: list[tuple[ast.expr, FunctionInfo]] = []
+        for value, where in self.family_stores(owner, container.attr)[:8]:
+            v = value.args[0] if isinstance(value, ast.Call) and len(value.args) == 1 else value
+            if isinstance(v, ast.Dict):
+                pairs = zip(v.keys, v.values, strict=True)
+                items += [(e, where) for k, e in pairs if isinstance(k, ast.Constant) and k.value == key]
+            elif isinstance(v, ast.List | ast.Tuple) and isinstance(key, int) and -len(v.elts) <= key < len(v.elts):
+                items.append((v.elts[key], where))
+            else:
+                return []
+        if isinstance(key, str):
+            family = [*with_bases(owner), *self.subclasses_of(owner)]
+            items += [vw for c in family for vw in c.item_assigns.get(f"{container.attr}[{key!r}]", [])]
+        types = [self._value_type(e, where, 1) for e, where in items]
+        return [] if not types or None in types else list({id(t): t for t in types if t is not None}.values())
 
     def _built(self, obj: ast.expr, fn: FunctionInfo) -> bool:
         """Whether every value the analysis sees `obj` bound to is built by calling one project class (``self.head =
@@ -138,10 +134,9 @@ class InstanceCalls(Registries):
         subclass instance); a container extended or added to anywhere (``self.heads.extend(more)``) is not seen
         whole."""
         if isinstance(obj, ast.Subscript) and not isinstance(obj.slice, ast.Slice):
-            name = obj.value.attr if isinstance(obj.value, ast.Attribute) else None
-            values = self.container_items(obj.value, fn) if name is None or name not in self.grown_names() else None
+            values = None if self.grown(obj.value, fn) else self.container_items(obj.value, fn)
         elif isinstance(obj, ast.Attribute):
-            values = self._attr_store_index().get(obj.attr, [])
+            values = self.family_stores(self.instance_type(obj.value, fn, 1), obj.attr)
         elif isinstance(obj, ast.Name) and obj.id not in fn.params:
             values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
         else:

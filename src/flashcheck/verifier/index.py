@@ -400,6 +400,13 @@ class _Indexer:
                 and type(f.value) is not ast.Name
             ):
                 self._record_target(fn, ast.Subscript(f.value, ast.Constant(None)), node.args[-1])
+            elif type(f) is ast.Attribute and f.attr == "extend" and node.args and type(f.value) is not ast.Name:
+                for item in _literal_elements(node.args[0]):  # self.layers.extend([Layer(i) for i in ...])
+                    self._record_target(fn, ast.Subscript(f.value, ast.Constant(None)), item)
+            elif type(f) is ast.Attribute and f.attr == "update" and node.args and type(f.value) is not ast.Name:
+                added = node.args[0]  # self.heads.update({"tree": TreeHead(w)}): a store under each key
+                for k, v in zip(added.keys, added.values, strict=True) if isinstance(added, ast.Dict) else ():
+                    self._record_target(fn, ast.Subscript(f.value, k if k is not None else ast.Constant(None)), v)
         elif kind == "attr":
             fn.attributes.append(node)
         elif kind == "sub":
@@ -408,6 +415,9 @@ class _Indexer:
             fn.assigns.append(node)
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 fn.local_types.setdefault(node.target.id, node.annotation)
+            if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and type(node.target) is not ast.Name:
+                for item in _literal_elements(node.value):  # self.layers += [Layer(i)]: an item store
+                    self._record_target(fn, ast.Subscript(node.target, ast.Constant(None)), item)
             if isinstance(node, ast.AugAssign) or node.value is None:
                 return
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -558,3 +568,12 @@ def field_order(cls: ClassInfo) -> list[str]:
     for c in reversed(with_bases(cls)):
         order.extend(f for f in c.fields if f not in order)
     return order
+
+
+def _literal_elements(value: ast.expr) -> list[ast.expr]:
+    """The items of a list or tuple literal (not starred ones) or the element of a comprehension; else none."""
+    if isinstance(value, ast.List | ast.Tuple):
+        return [e for e in value.elts if not isinstance(e, ast.Starred)]
+    if isinstance(value, ast.ListComp | ast.GeneratorExp):
+        return [value.elt]
+    return []

@@ -165,6 +165,21 @@ class InstanceTyping(ProjectIndex):
             return self.instance_type(value, fn, depth + 1)
         return None
 
+    def param_classes(self, name: str, fn: FunctionInfo) -> list[ClassInfo]:
+        """Every project class a parameter may hold: its annotation's, else each class the callers pass (a pool of
+        one class from one caller, of another from the next)."""
+        ann = fn.params.get(name)
+        declared = self._annotation_class(ann, fn, 1) if ann is not None else None
+        if declared is not None:
+            return [declared]
+        found: dict[int, ClassInfo] = {}
+        for caller, call in self.callers(fn)[:8]:
+            arg = argument(call, fn, name)
+            t = self.instance_type(arg, caller, 1) if arg is not None else None
+            if t is not None:
+                found[id(t)] = t
+        return list(found.values())
+
     def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in
         a local, a module global or an attribute of an object of known type)."""
@@ -183,13 +198,27 @@ class InstanceTyping(ProjectIndex):
         found = {id(t): t for t in types if t is not None}
         return list(found.values()) if len(found) > 1 and None not in types else []
 
-    def grown_names(self) -> frozenset[str]:
-        """Attribute names some function adds items to in bulk (``extend``, ``update``, ``+=``): containers of that
-        name are not seen whole by their literals and appends."""
-        names: frozenset[str] | None = getattr(self, "_grown_memo", None)
-        if names is None:
-            names = self._grown_memo = frozenset(n for f in self.functions for n in _grown(f))
-        return names
+    def grown(self, container: ast.expr, fn: FunctionInfo, depth: int = 1) -> bool:
+        """Whether some function adds items to the attribute `container` in bulk from something other than a literal
+        (``self.heads.extend(more)``, ``.update(more)``, ``+= more``) on an object of its class, a base or a subclass,
+        or binds an attribute of that name on another object (``runner.heads = ...``): then its literals and appends
+        do not show all its items."""
+        if not isinstance(container, ast.Attribute):
+            return False
+        if self.attr_stores.get(container.attr):
+            return True  # runner.heads = nn.ModuleDict(...) elsewhere: another object may fill it
+        memo: dict[str, list[ClassInfo]] | None = getattr(self, "_grown_memo", None)
+        if memo is None:  # by the class of self where it grows its own attribute (other receivers are not typed)
+            memo = {}
+            for f in self.functions:
+                for attr, receiver in _grown(f):
+                    own = owner_of(f)
+                    if isinstance(receiver, ast.Name) and receiver.id == "self" and own.cls is not None:
+                        memo.setdefault(attr, []).append(own.cls)
+            self._grown_memo: dict[str, list[ClassInfo]] = memo
+        owners = memo.get(container.attr)
+        cls = self.instance_type(container.value, fn, depth + 1) if owners else None
+        return cls is not None and any(cls in with_bases(o) or o in with_bases(cls) for o in owners or ())
 
     def _item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
         """The class of each item source of a container (None where unknown): a declared item type of a project
@@ -198,7 +227,7 @@ class InstanceTyping(ProjectIndex):
             container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
         seen = self._seen_item_types(container, fn, depth)
         declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
-        whole = not (isinstance(container, ast.Attribute) and container.attr in self.grown_names())
+        whole = not self.grown(container, fn, depth)
         if declared is not None and (not seen or None in seen or not whole):  # items seen built: their own classes
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:
@@ -231,7 +260,7 @@ class InstanceTyping(ProjectIndex):
                 values = [(v, body) for v in body.local_assigns.get(container.id, [])]
         elif isinstance(container, ast.Attribute):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
-            for c in [cls, *cls.bases] if cls is not None else []:
+            for c in [cls, *cls.bases, *cls.subclasses] if cls is not None else []:  # a subclass may fill it too
                 values.extend(c.attr_assigns.get(container.attr, []))
                 stored.extend(c.item_assigns.get(container.attr, []))  # self.layers.append(Layer(i))
         else:
@@ -257,6 +286,9 @@ class InstanceTyping(ProjectIndex):
                     and isinstance(c.func.value, ast.Name)
                     and c.func.value.id == v.id
                     and c.args
+                )
+                items.extend(  # layers.extend([Draft(w)]); layers += [Draft(w)]
+                    (e, where) for grown in _local_growth(v.id, where) for e in _sequence_items(grown, where)
                 )
                 reaching = self.reaching.keep(where.local_assigns[v.id], v, where)  # the binding read here
                 for bound in reaching:  # layers = [Attn(b), Mamba()]; attn + ssm
@@ -517,6 +549,17 @@ def _sequence_items(value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[a
     return []
 
 
+def _local_growth(name: str, fn: FunctionInfo) -> Iterator[ast.expr]:
+    """What `fn` adds to its local list `name` in bulk: ``name.extend(x)``, ``name += x``."""
+    for c in fn.calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr == "extend" and isinstance(f.value, ast.Name) and c.args:
+            yield from [c.args[0]] if f.value.id == name else []
+    for a in fn.assigns:
+        if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name) and a.target.id == name:
+            yield a.value
+
+
 def _fresh_list(value: ast.expr) -> bool:
     """A new list (``[]``, a comprehension, ``list()``), not a view or wrapper of an earlier one."""
     return isinstance(value, ast.List | ast.ListComp) or (
@@ -524,12 +567,22 @@ def _fresh_list(value: ast.expr) -> bool:
     )
 
 
-def _grown(fn: FunctionInfo) -> Iterator[str]:
-    """Names of attributes `fn` adds items to in bulk (``self.heads.extend(more)``, ``.update(...)``, ``+=``)."""
+def _grown(fn: FunctionInfo) -> Iterator[tuple[str, ast.expr]]:
+    """(attribute, receiver) of each bulk addition `fn` makes from something other than a literal or comprehension
+    (``self.heads.extend(more)``, ``.update(more)``, ``self.blocks += extra``); a literal's items are item stores."""
     for call in fn.calls:
         f = call.func
-        if isinstance(f, ast.Attribute) and f.attr in ("extend", "update") and isinstance(f.value, ast.Attribute):
-            yield f.value.attr
+        added = call.args[0] if call.args else None
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in ("extend", "update")
+            and isinstance(f.value, ast.Attribute)
+            and not isinstance(added, ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp | ast.Dict)
+        ):
+            yield f.value.attr, f.value.value
+    literal = ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp
     for a in fn.assigns:
-        if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Attribute):
-            yield a.target.attr
+        if not isinstance(a, ast.AugAssign) or not isinstance(a.op, ast.Add | ast.BitOr):
+            continue
+        if isinstance(a.target, ast.Attribute) and not isinstance(a.value, literal):
+            yield a.target.attr, a.target.value

@@ -192,6 +192,8 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         if not all(_is_constant(g, scope, project, depth + 1) for g in grown):
             return False  # workspace_bytes += 4 * bs * ...: added up from the batch (``*= 2`` keeps a constant)
         values = scope.local_assigns.get(expr.id)
+        if values and scope is fn.module.body and fn.module.global_stores.get(expr.id):
+            return False  # _WS = 128 << 20, and configure() sets it after ``global _WS``: configuration
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
         target = fn.module.imports.get(expr.id)
@@ -227,6 +229,12 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
             found = project.lookup(mod)
             body = found.body if isinstance(found, ModuleInfo) else None
         values = body.local_assigns.get(name, []) if body is not None else []
+        if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
+            return _is_constant(values[0].body, body, project, depth + 1)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # config.ws_bytes() of a module
+        held = project.resolve_def(func.value, fn)
+        body = held.body if isinstance(held, ModuleInfo) else None
+        values = body.local_assigns.get(func.attr, []) if body is not None else []
         if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
             return _is_constant(values[0].body, body, project, depth + 1)
     target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None

@@ -75,6 +75,7 @@ class ReallocOnReplayPath(Rule):
 
     def check(self, ctx: Context) -> None:
         step = ctx.hot.reach("step")
+        setup = {id(f) for f in ctx.hot.reach("capture")}  # appends there build a list, as a constructor's do
         for fn in step:
             if fn.name in ("__init__", "__post_init__"):
                 continue
@@ -92,7 +93,11 @@ class ReallocOnReplayPath(Rule):
                 if ctx.prov.of(a.value, fn) is Where.HOST:
                     continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
-                    if _is_self_buffer(t) or _is_container_item(t, fn, ctx, step) or _is_graph_record_field(t, fn, ctx):
+                    if (
+                        _is_self_buffer(t)
+                        or _is_container_item(t, fn, ctx, step, setup)
+                        or _is_graph_record_field(t, fn, ctx)
+                    ):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
                 if (
@@ -190,7 +195,9 @@ def _names_cuda_graph(ann: ast.expr) -> bool:
     return found is not None and (dotted(found) or "").rsplit(".", 1)[-1] == "CUDAGraph"
 
 
-def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[FunctionInfo, Hop]) -> bool:
+def _is_container_item(
+    t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[FunctionInfo, Hop], capture: set[int]
+) -> bool:
     """``self.bufs[i] = ...`` where ``self.bufs`` (or an attribute of an object ``self`` keeps) was built as a list or
     dict of buffers: the item is rebound to new storage (a tensor attribute indexed so is written into instead).
     Appends count as building it in a constructor or in a setup method no per-step root runs
@@ -206,14 +213,15 @@ def _is_container_item(t: ast.expr, fn: FunctionInfo, ctx: Context, step: dict[F
         vw for c in with_bases(ctx.prov.flow.instance_type(held.value, fn)) for vw in c.item_assigns.get(held.attr, [])
     ]
     # appended in setup code, one buffer per bucket (self.bufs.append(torch.zeros(...))): built holding buffers
-    built = [(v, w) for v, w in filled if w.name == "__init__" or (w not in step and _setup_name(w.name))]
+    setup = [w.name == "__init__" or (w not in step and (id(w) in capture or _setup_name(w.name))) for _, w in filled]
+    built = [(v, w) for (v, w), s in zip(filled, setup, strict=True) if s]
     return bool(built) and all(_is_fresh_tensor(v, w) for v, w in built)
 
 
 def _setup_name(name: str) -> bool:
-    """A one-time setup method by its name (``init_cuda_graph_state``, ``_setup_buffers``, ``allocate_graph_bufs``),
-    not a handler that runs per request (``add_request``)."""
-    return name.lstrip("_").startswith(("init", "setup", "alloc", "create", "build"))
+    """A one-time setup method by its name (``init_cuda_graph_state``, ``_setup_buffers``, ``allocate_graph_bufs``,
+    ``reserve_buffers``, ``warmup``), not a handler that runs per request (``add_request``, ``create_request``)."""
+    return name.lstrip("_").startswith(("init", "setup", "alloc", "reserve", "warmup"))
 
 
 def _holds_buffers(v: ast.expr, fn: FunctionInfo) -> bool:
