@@ -194,6 +194,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "fp8_online_kv_calibration",
         "vocab_parallel_sampler",
     ),
+    "batch 44": (
+        "prompt_adapter_soft_tokens",
+        "epd_three_stage_disagg",
+        "two_level_speculative_drafts",
+        "token_budget_mixed_scheduler",
+    ),
+    "batch 45": (
+        "moe_shared_expert_side_stream",
+        "small_large_model_cascade",
+        "priority_page_reservation",
+        "cpu_offload_decode_attention",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""FlashInfer attention for the shared-expert MoE server."""

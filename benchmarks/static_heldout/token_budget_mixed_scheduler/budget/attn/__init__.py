@@ -1,0 +1,3 @@
+from .kv_pool import PagedKVPool
+
+__all__ = ["PagedKVPool"]
