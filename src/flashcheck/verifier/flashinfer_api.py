@@ -401,8 +401,10 @@ def _buffer_stem(name: str) -> str:
     return stem
 
 
-def workspace_arg(call: ast.Call) -> ast.expr | None:
-    """The workspace a FlashInfer call or constructor receives (keyword, or the name of a positional argument)."""
+def workspace_arg(call: ast.Call, fn: FunctionInfo | None = None) -> ast.expr | None:
+    """The workspace a FlashInfer call or constructor receives (keyword, or the name of a positional argument); with
+    `fn`, a kernel function imported under another name (``trtllm_batch_context_with_kv_cache as trt_context``) is
+    known by its own name."""
     for k in _WORKSPACE_KWARGS:
         v = kwarg(call, k)
         if v is not None:
@@ -412,6 +414,8 @@ def workspace_arg(call: ast.Call) -> ast.expr | None:
         if n is not None and name_tokens(n) & {"workspace", "ws"}:
             return a
     callee = terminal_name(call.func) or ""
+    if fn is not None and isinstance(call.func, ast.Name) and call.func.id in fn.module.imports:
+        callee = (imported_name(call.func, fn, "flashinfer") or callee).rsplit(".", 1)[-1]
     if is_wrapper_class_name(callee) and call.args:
         return call.args[0]
     if callee.startswith(("trtllm_", "xqa_")) and len(call.args) > 2:  # (query, kv_cache, workspace_buffer, ...)

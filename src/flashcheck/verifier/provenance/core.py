@@ -15,7 +15,7 @@ import ast
 import fnmatch
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, name_words, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.context import in_context
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
@@ -168,8 +168,8 @@ class Provenance:
         if any(fnmatch.fnmatchcase(name, p) for p in self.host_names):
             return HOST
         words = name_tokens(name)
-        if words & _HOST_WORDS:
-            return HOST
+        if words & _HOST_WORDS and (not words & _DEVICE_WORDS or _last_place_word(name) in _HOST_WORDS):
+            return HOST  # (of both kinds, the last place word decides: max_host_len_dev is a device value)
         if (
             self.names_give_device
             and words & _DEVICE_WORDS
@@ -525,3 +525,8 @@ class Provenance:
 def _returns_tensor(fn: FunctionInfo) -> bool:
     node = fn.node
     return not isinstance(node, ast.Module) and node.returns is not None and is_tensor_annotation(node.returns)
+
+
+def _last_place_word(name: str) -> str:
+    """The last word of `name` that says host or device (``max_host_len_dev``: ``dev``)."""
+    return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]

@@ -89,7 +89,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                 consumer = needs_zeroed_workspace(call, extra, fn) or _runtime_backend(ctx, call, fn)
                 if consumer is None:
                     continue
-                ws = workspace_arg(call)
+                ws = workspace_arg(call, fn)
                 if ws is None:
                     continue
                 for alloc, where in allocations(

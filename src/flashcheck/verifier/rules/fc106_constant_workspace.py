@@ -94,7 +94,7 @@ class ConstantWorkspaceSize(Rule):
                     candidates.extend(allocations(r, fn, project=project))
             for call in fn.calls if id(fn) in flashinfer_sites else ():
                 if ctx.wrappers.constructed(call, fn) or imports_flashinfer(fn, call.func):
-                    ws = workspace_arg(call)
+                    ws = workspace_arg(call, fn)
                     if ws is not None:
                         candidates.extend(allocations(ws, fn, project=project))
             for alloc, where in candidates:
