@@ -85,7 +85,8 @@ class HostSyncInHotPath(Rule):
         attributes and dataclass fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and
         fields of objects that project functions return, built by keyword or position, ``@property`` results, return
         values, ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
-        reported: ``*_cpu``/``*_host``/``*_np`` names, pinned buffers, numpy arrays, factories with ``device="cpu"`` or
+        reported: ``*_cpu``/``*_host``/``*_np`` names (of a name with a host and a device word, the last one decides:
+        ``max_host_len_dev`` is device data), pinned buffers, numpy arrays, factories with ``device="cpu"`` or
         without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()``
         calls are allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
         ``capture-paths`` or the default ``capture`` pattern) is judged as capture code even when a per-step root also
