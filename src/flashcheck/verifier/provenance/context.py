@@ -35,13 +35,22 @@ _MAX_NODES = 48  # expressions looked at per question (a helper's locals may bra
 
 
 def in_context(prov: Provenance, expr: ast.expr, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo) -> Where:
-    """Where the return expression `expr` of `callee` lives for `call` (made in `caller`)."""
+    """Where the expression `expr` of `callee` (a return expression, or an operand) lives for `call` (made in
+    `caller`)."""
     return _Context(prov, callee, call, caller).where(expr, 0)
 
 
 class _Context:
-    def __init__(self, prov: Provenance, callee: FunctionInfo, call: ast.Call, caller: FunctionInfo) -> None:
+    def __init__(
+        self,
+        prov: Provenance,
+        callee: FunctionInfo,
+        call: ast.Call,
+        caller: FunctionInfo,
+        outer: _Context | None = None,
+    ) -> None:
         self.prov, self.callee, self.call, self.caller = prov, callee, call, caller
+        self.outer = outer  # the context `call` is made in: its arguments are answered there
         self.visiting: set[str] = set()  # locals under evaluation: a recursive definition adds nothing
         self.locals: dict[str, Where] = {}  # locals answered (a helper reads them more than once)
         self.nodes = 0
@@ -88,7 +97,12 @@ class _Context:
 
     def _param(self, name: str) -> Where:
         arg = arg_for_param(self.call, self.callee, name)
-        passed = self.prov.of(arg, self.caller) if arg is not None else UNKNOWN
+        if arg is None:
+            passed = UNKNOWN
+        elif self.outer is not None:
+            passed = self.outer.where(arg, 0)
+        else:
+            passed = self.prov.of(arg, self.caller)
         ann = self.callee.params.get(name)
         text = "" if ann is None else ast.unparse(ann)
         if passed is UNKNOWN and text and any(w in text for w in HOST_ANNOTATIONS) and "Tensor" not in text:
@@ -117,6 +131,18 @@ class _Context:
             if func.attr == "to" and (kwarg(expr, "device") is not None or _names_a_device(expr)):
                 return None  # .to(device): the device it names
             return self.where(func.value, depth + 1)  # x.squeeze(1), x.to(torch.int32): where x is
+        named = isinstance(func, ast.Name | ast.Attribute)
+        target = self.prov.project.resolve_def(func, self.callee) if named else None
+        if isinstance(target, FunctionInfo) and target.returns and self.outer is None and depth < _MAX_DEPTH // 2:
+            nested = _Context(self.prov, target, expr, self.callee, outer=self)  # prepare_lens(cu_seqlens) here
+            nested.nodes = self.nodes
+            found = merge([nested.where(r, depth + 1) for r in target.returns[:4]])
+            self.nodes = nested.nodes
+            return found
+        if named and target is None and not name.startswith("torch.") and (expr.args or expr.keywords):
+            args = [*expr.args, *(k.value for k in expr.keywords)]  # triton.cdiv(lens, chunk): of host values, host
+            if all(self.where(a, depth + 1) is HOST for a in args[:4]) and len(args) <= 4:
+                return HOST
         return None
 
 

@@ -11,6 +11,7 @@ from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
+from flashcheck.verifier.provenance.context import in_context
 
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
 _SYNC_FUNCS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream.synchronize"})
@@ -127,8 +128,10 @@ class HostSyncInHotPath(Rule):
         extension (rtp-llm's attention inputs) have no Python class: their fields are judged by the stores of
         attributes of that name elsewhere in the project, and a host field can read as a device one, unless the
         project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which makes
-        the bare name the host mirror. A parameter's device is what any caller passes: a helper that one hot-path
-        caller hands a host mirror and other code a device tensor is judged a device read on the hot path too. A
+        the bare name the host mirror. A helper's read of its parameters is judged with the calls that reach it on the
+        hot path: one that every hot caller hands a host mirror is quiet whatever code off the hot path passes
+        (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``),
+        but one that a hot caller hands a device tensor, or a value of unknown place, is reported. A
         base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
         judged with the tensors of the other platforms.
 
@@ -161,9 +164,17 @@ class HostSyncInHotPath(Rule):
     ) -> None:
         stored = {id(n) for lam in _stored_lambdas(fn) for n in ast.walk(lam.body)}
 
-        def hit(node: ast.AST, what: str, where: Where, confidence: Confidence | None = None) -> None:
+        def hit(
+            node: ast.AST,
+            what: str,
+            where: Where,
+            confidence: Confidence | None = None,
+            operand: ast.expr | None = None,
+        ) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
+            if operand is not None and _host_in_hot_calls(ctx, fn, operand, reach):
+                return  # a helper every hot caller hands host data (other callers' device tensors run elsewhere)
             if not ctx.hot.live(fn, node, kind) or (also_step and ctx.hot.live(fn, node, "step")):
                 return  # a branch every path here rules out with a constant argument, or reported as step code
             root = reach[fn].root
@@ -187,7 +198,7 @@ class HostSyncInHotPath(Rule):
             device low."""
             w = strict.of(expr, fn)
             if w is Where.DEVICE:
-                hit(node, what, w)
+                hit(node, what, w, operand=expr)
             elif w is Where.UNKNOWN and prov.tensorish(expr, fn) and prov.tensor_where(expr, fn) is not Where.HOST:
                 unsure = (
                     what.replace("a device tensor", "a tensor of unknown device") + " (a sync if it is on the device)"
@@ -250,7 +261,7 @@ class HostSyncInHotPath(Rule):
                     if method in _NONZERO_METHODS
                     else "copies device data to the host"
                 )
-                hit(call, what, w)
+                hit(call, what, w, operand=func.value)
         for value, node in _formatted(fn):
             host_read(value, "formats a device tensor as text (copies it to the host)", node)
         for line, text, use in _early_reads(fn, pending):
@@ -500,3 +511,27 @@ def _stored_lambdas(fn: FunctionInfo) -> list[ast.Lambda]:
         for kw in call.keywords
         if isinstance(kw.value, ast.Lambda) and kw.arg not in (None, "key")
     ]
+
+
+def _host_in_hot_calls(ctx: Context, fn: FunctionInfo, operand: ast.expr, reach: dict[FunctionInfo, Hop]) -> bool:
+    """Whether `operand` is host data in every call that reaches `fn` on this hot path: a helper the hot path hands
+    host mirrors (``prepare_chunk_indices(query_start_loc_cpu, ...)`` from a metadata builder) while other, cold
+    callers hand it device tensors. Only for a function that is not itself a root and has hot callers."""
+    if reach[fn].parent is None or not _reads_params(operand, fn):
+        return False
+    calls = [(caller, call) for caller, call in ctx.project.callers(fn) if caller in reach]
+    return bool(calls) and all(in_context(ctx.prov, operand, fn, call, caller) is Where.HOST for caller, call in calls)
+
+
+def _reads_params(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
+    """Whether `expr` reads a parameter of `fn` other than ``self``/``cls``, directly or through its locals' values:
+    only then can the calls that reach `fn` change where it lives."""
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Name) or node.id in ("self", "cls"):
+            continue
+        if node.id in fn.params:
+            return True
+        values = fn.local_assigns.get(node.id, []) if depth < 3 else []
+        if any(_reads_params(v, fn, depth + 1) for v in values[:4]):
+            return True
+    return False
