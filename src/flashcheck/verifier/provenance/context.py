@@ -67,6 +67,8 @@ class _Context:
             rebound = (
                 expr.id in callee.loop_vars or expr.id in self.prov.flow.unpacked(callee) or _augmented(callee, expr.id)
             )
+            if _filled(callee, expr.id):
+                return UNKNOWN  # parts.append(dev): a list filled as it goes is not answered here
             if expr.id in callee.params and expr.id not in callee.local_assigns:
                 held = [self._param(expr.id)]
                 if rebound:  # lens, _ = torch.sort(table); for lens in parts: also what those bind
@@ -99,6 +101,10 @@ class _Context:
         arg = arg_for_param(self.call, self.callee, name)
         if arg is None:
             passed = UNKNOWN
+        elif isinstance(arg, ast.Name) and _filled(self.caller, arg.id):
+            passed = UNKNOWN  # a list the caller fills by appends: what it holds is not answered here
+        elif any(_placing(n) for n in ast.walk(arg)):
+            passed = UNKNOWN  # cpu.type_as(dev), x.to(torch.cuda.current_device()): placed by another value
         elif self.outer is not None:
             passed = self.outer.where(arg, 0)
         else:
@@ -127,21 +133,29 @@ class _Context:
             else:
                 operands = expr.args[:2]
             return merge([self.where(a, depth + 1) for a in operands[:4]])
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("type_as", "new_tensor", "cuda", "to")
+            and func.attr != "to"
+        ):
+            return self.where(expr.args[0], depth + 1) if func.attr == "type_as" and expr.args else None
         if isinstance(func, ast.Attribute) and (func.attr in TENSOR_METHODS or func.attr == "to"):
             if func.attr == "to" and (kwarg(expr, "device") is not None or _names_a_device(expr)):
                 return None  # .to(device): the device it names
             return self.where(func.value, depth + 1)  # x.squeeze(1), x.to(torch.int32): where x is
         named = isinstance(func, ast.Name | ast.Attribute)
         target = self.prov.project.resolve_def(func, self.callee) if named else None
-        if isinstance(target, FunctionInfo) and target.returns and self.outer is None and depth < _MAX_DEPTH // 2:
+        short_returns = isinstance(target, FunctionInfo) and 0 < len(target.returns) <= 4
+        if isinstance(target, FunctionInfo) and short_returns and self.outer is None and depth < _MAX_DEPTH // 2:
             nested = _Context(self.prov, target, expr, self.callee, outer=self)  # prepare_lens(cu_seqlens) here
             nested.nodes = self.nodes
             found = merge([nested.where(r, depth + 1) for r in target.returns[:4]])
             self.nodes = nested.nodes
             return found
-        if named and target is None and not name.startswith("torch.") and (expr.args or expr.keywords):
+        if target is None and _library_function(func, self.callee) and (expr.args or expr.keywords):
             args = [*expr.args, *(k.value for k in expr.keywords)]  # triton.cdiv(lens, chunk): of host values, host
-            if all(self.where(a, depth + 1) is HOST for a in args[:4]) and len(args) <= 4:
+            strings = any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in args)  # "cuda"
+            if not strings and len(args) <= 4 and all(self.where(a, depth + 1) is HOST for a in args):
                 return HOST
         return None
 
@@ -158,9 +172,44 @@ def _augmented_values(fn: FunctionInfo, name: str) -> list[ast.AugAssign]:
 
 
 def _names_a_device(call: ast.Call) -> bool:
-    """``.to(...)`` given a positional argument that is not a dtype (``torch.int32``, ``x.dtype``)."""
+    """``.to(...)`` given a positional argument that is not a dtype (``torch.int32``, ``x.dtype``); a call
+    (``torch.cuda.current_device()``, ``torch.device(...)``) names a device."""
     for a in call.args:
         text = ast.unparse(a)
-        if not (text.startswith("torch.") and not text.startswith("torch.device")) and not text.endswith("dtype"):
+        dtype = text.startswith("torch.") and not text.startswith(("torch.device", "torch.cuda")) and "(" not in text
+        if not dtype and not text.endswith("dtype"):
             return True
     return False
+
+
+def _filled(fn: FunctionInfo, name: str) -> bool:
+    """Whether `fn` adds items to its local or parameter `name` (``parts.append(dev)``, ``parts.extend(...)``)."""
+    return name in fn.item_stores or any(
+        isinstance(c.func, ast.Attribute)
+        and c.func.attr in ("append", "extend", "insert")
+        and isinstance(c.func.value, ast.Name)
+        and c.func.value.id == name
+        for c in fn.calls
+    )
+
+
+def _library_function(func: ast.expr, fn: FunctionInfo) -> bool:
+    """A function of another library, not torch's, called by its module (``triton.cdiv``, ``math.ceil``) or imported
+    by name from one (``from triton import cdiv``): not a method of an object, a callable parameter or an alias."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = fn.module.imports.get(func.value.id, "")
+        return bool(module) and func.value.id not in fn.params and not module.startswith("torch")
+    if isinstance(func, ast.Name) and func.id not in fn.params and func.id not in fn.local_assigns:
+        target = fn.module.imports.get(func.id, "")
+        return bool(target) and not target.startswith("torch")
+    return False
+
+
+def _placing(node: ast.AST) -> bool:
+    """A call that puts a tensor where another value says: ``x.type_as(y)``, ``.to(<device>)``, ``.cuda()``."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    attr = node.func.attr
+    return attr in ("type_as", "cuda") or (
+        attr == "to" and (kwarg(node, "device") is not None or _names_a_device(node))
+    )

@@ -173,10 +173,10 @@ class HostSyncInHotPath(Rule):
         ) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
-            if operand is not None and _host_in_hot_calls(ctx, fn, operand, reach):
-                return  # a helper every hot caller hands host data (other callers' device tensors run elsewhere)
             if not ctx.hot.live(fn, node, kind) or (also_step and ctx.hot.live(fn, node, "step")):
                 return  # a branch every path here rules out with a constant argument, or reported as step code
+            if operand is not None and _host_in_hot_calls(ctx, fn, operand, reach):
+                return  # a helper every hot caller hands host data (other callers' device tensors run elsewhere)
             root = reach[fn].root
             when = "before every step or replay" if kind == "step" else "while CUDA graphs are captured"
             ctx.report(
@@ -517,10 +517,13 @@ def _host_in_hot_calls(ctx: Context, fn: FunctionInfo, operand: ast.expr, reach:
     """Whether `operand` is host data in every call that reaches `fn` on this hot path: a helper the hot path hands
     host mirrors (``prepare_chunk_indices(query_start_loc_cpu, ...)`` from a metadata builder) while other, cold
     callers hand it device tensors. Only for a function that is not itself a root and has hot callers."""
-    if reach[fn].parent is None or not _reads_params(operand, fn):
+    if reach[fn].parent is None or fn.name in ctx.project.value_names() or not _reads_params(operand, fn):
+        return False  # (a helper also handed on as a value, a partial or callback, may run with other arguments)
+    callers = ctx.project.callers(fn)
+    calls = [(caller, call) for caller, call in callers if caller in reach]
+    if not calls or len(callers) >= 64:  # (callers() keeps 64: a hot call beyond them would not be asked)
         return False
-    calls = [(caller, call) for caller, call in ctx.project.callers(fn) if caller in reach]
-    return bool(calls) and all(in_context(ctx.prov, operand, fn, call, caller) is Where.HOST for caller, call in calls)
+    return all(in_context(ctx.prov, operand, fn, call, caller) is Where.HOST for caller, call in calls)
 
 
 def _reads_params(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
