@@ -206,6 +206,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "priority_page_reservation",
         "cpu_offload_decode_attention",
     ),
+    "batch 46": (
+        "shared_helpers_host_mirrors",
+        "dual_graph_pools_decode_verify",
+        "async_engine_step_futures",
+        "kv_layout_nhd_hnd_convert",
+    ),
+    "batch 47": (
+        "multi_lora_graph_slots",
+        "chunked_vocab_logits_sampling",
+        "hybrid_swa_full_layers",
+        "request_migration_between_gpus",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,1 @@
+"""Speculative decoding with two CUDA graph pools: draft decode and target verify."""
