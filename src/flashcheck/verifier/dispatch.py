@@ -37,6 +37,10 @@ class InstanceCalls(Registries):
             for stored, where in c.attr_assigns.get(attr.attr, [])[:8]:
                 for value in _either(stored):  # self.backend = A(ws) if fi else B(ws)
                     built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
+                    name = value.id if isinstance(value, ast.Name) else ""
+                    if name in where.params and name not in ("self", "cls") and name not in where.local_assigns:
+                        found.update((id(t), t) for t in self.param_classes(name, where))  # self.model = model
+                        continue
                     for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
                         if t is not None:
                             found[id(t)] = t

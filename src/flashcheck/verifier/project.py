@@ -297,7 +297,7 @@ class Project(InstanceCalls):
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name == "__init__" and fn.cls is not None:
             held = sorted(self.registry_names().get(fn.cls.name, ()))  # cls = BACKENDS[name]; cls(cfg)
-            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held]
+            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held, "__init__"]  # and super().__init__
         elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
             names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
@@ -382,8 +382,9 @@ class Project(InstanceCalls):
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
-                each = [m for c in self._attr_classes(base, fn) if (m := self.method(c, func.attr)) is not None]
-                if len(each) > 1:
+                classes = self._attr_classes(base, fn)
+                each = [m for c in classes if (m := self.method(c, func.attr)) is not None]
+                if len(each) > 1 or (each and len(classes) > 1):  # (a method only one of the classes defines)
                     yield from each
                     return
             inst = self.instance_type(base, fn, 1)

@@ -138,6 +138,8 @@ class Provenance:
                 return self.by_name(expr.slice.value)
             if base is UNKNOWN and self._host_array(expr.value, fn):
                 return HOST  # lens_np[i] of a parameter declared np.ndarray: an element of host data
+            if base is not HOST and isinstance(expr.value, ast.Name) and self._host_tensor(expr.value, fn):
+                return HOST  # indptr[-1] of a helper's result that this call makes on the host
             return base
         if isinstance(expr, ast.Call):
             return self._cached(expr, fn, lambda: self._call(expr, fn))
@@ -297,6 +299,16 @@ class Provenance:
         if full is not None and full != name and full.rsplit(".", 1)[-1] in FACTORIES | LIKE_FACTORIES:
             return full
         return name
+
+    def _host_tensor(self, name: ast.Name, fn: FunctionInfo) -> bool:
+        """A local bound once, to a call of a project helper whose result for this call is host data: its elements
+        are host data too (the helper's elements, asked without the call, would be every caller's)."""
+        bound = fn.local_assigns.get(name.id, []) if name.id not in fn.params else []
+        if len(bound) != 1 or not isinstance(bound[0], ast.Call):
+            return False
+        return self.of(bound[0], fn) is HOST and isinstance(
+            self.flow.project.resolve_def(bound[0].func, fn), FunctionInfo
+        )
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         """Whether `expr` is known to be a tensor (of unknown device): a public torch operation's result, a
