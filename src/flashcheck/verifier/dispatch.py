@@ -29,22 +29,24 @@ class InstanceCalls(Registries):
 
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
-        branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry); empty for one
-        class or none."""
+        branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry), or bound from a
+        constructor's parameter (each class the calls made for an object of `attr`'s owner pass); else empty."""
         owner = self.instance_type(attr.value, fn, 1)
         found: dict[int, ClassInfo] = {}
+        handed = False  # bound from a constructor's parameter: the classes the calls for this owner pass
         for c in with_bases(owner) if owner is not None else []:
             for stored, where in c.attr_assigns.get(attr.attr, [])[:8]:
                 for value in _either(stored):  # self.backend = A(ws) if fi else B(ws)
                     built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
                     name = value.id if isinstance(value, ast.Name) else ""
                     if name in where.params and name not in ("self", "cls") and name not in where.local_assigns:
-                        found.update((id(t), t) for t in self.param_classes(name, where))  # self.model = model
+                        found.update((id(t), t) for t in self.param_classes(name, where, owner))  # self.model = model
+                        handed = True
                         continue
                     for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
                         if t is not None:
                             found[id(t)] = t
-        return list(found.values()) if len(found) > 1 else []
+        return list(found.values()) if len(found) > 1 or (handed and found) else []
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases

@@ -165,15 +165,22 @@ class InstanceTyping(ProjectIndex):
             return self.instance_type(value, fn, depth + 1)
         return None
 
-    def param_classes(self, name: str, fn: FunctionInfo) -> list[ClassInfo]:
+    def param_classes(self, name: str, fn: FunctionInfo, owner: ClassInfo | None = None) -> list[ClassInfo]:
         """Every project class a parameter may hold: its annotation's, else each class the callers pass (a pool of
-        one class from one caller, of another from the next)."""
+        one class from one caller, of another from the next); with `owner`, only calls made for an object of that
+        class (a sibling subclass's ``super().__init__(model)`` or ``self.attach(runner)`` passes its own)."""
         ann = fn.params.get(name)
         declared = self._annotation_class(ann, fn, 1) if ann is not None else None
         if declared is not None:
             return [declared]
         found: dict[int, ClassInfo] = {}
+        family = {id(c) for c in with_bases(owner)} | {id(c) for c in owner.subclasses} if owner is not None else set()
         for caller, call in self.callers(fn)[:8]:
+            if family and caller.cls is not None and id(caller.cls) not in family:
+                continue
+            f = call.func
+            if isinstance(f, ast.Attribute) and f.attr == "__init__" and not isinstance(f.value, ast.Call):
+                continue  # Base.__init__(self, ...): its arguments are one place to the right
             arg = argument(call, fn, name)
             t = self.instance_type(arg, caller, 1) if arg is not None else None
             if t is not None:

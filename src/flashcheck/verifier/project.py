@@ -297,10 +297,14 @@ class Project(InstanceCalls):
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name == "__init__" and fn.cls is not None:
             held = sorted(self.registry_names().get(fn.cls.name, ()))  # cls = BACKENDS[name]; cls(cfg)
-            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held, "__init__"]  # and super().__init__
+            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held]
         elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
             names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
+        if fn.name == "__init__" and fn.cls is not None:  # super().__init__(...) in a direct subclass's constructor
+            for sub in fn.cls.subclasses:
+                init = sub.methods.get("__init__")
+                out += [(init, c) for c in init.calls if _super_init(c.func)] if init is not None else []
         for name in names:
             for caller, call in calls_by_name.get(name, [])[:256]:
                 if any(t is fn for t in self._call_targets(call, caller)):
@@ -384,7 +388,7 @@ class Project(InstanceCalls):
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
                 classes = self._attr_classes(base, fn)
                 each = [m for c in classes if (m := self.method(c, func.attr)) is not None]
-                if len(each) > 1 or (each and len(classes) > 1):  # (a method only one of the classes defines)
+                if each:  # each class's method (also where only one of them defines it)
                     yield from each
                     return
             inst = self.instance_type(base, fn, 1)
@@ -555,3 +559,14 @@ def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:
         yield from c.args
         for k in c.keywords:
             yield k.value
+
+
+def _super_init(func: ast.expr) -> bool:
+    """``super().__init__``."""
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__init__"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )

@@ -306,9 +306,12 @@ class Provenance:
         bound = fn.local_assigns.get(name.id, []) if name.id not in fn.params else []
         if len(bound) != 1 or not isinstance(bound[0], ast.Call):
             return False
-        return self.of(bound[0], fn) is HOST and isinstance(
-            self.flow.project.resolve_def(bound[0].func, fn), FunctionInfo
-        )
+        helper = self.flow.project.resolve_def(bound[0].func, fn)
+        if not isinstance(helper, FunctionInfo) or not helper.returns:
+            return False  # (a helper returning a tuple, list or dict holds values of their own places)
+        if any(isinstance(r, ast.Tuple | ast.List | ast.Dict | ast.Set) for r in helper.returns):
+            return False
+        return self.of(bound[0], fn) is HOST
 
     def tensorish(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         """Whether `expr` is known to be a tensor (of unknown device): a public torch operation's result, a
