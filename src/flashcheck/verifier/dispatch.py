@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
-from flashcheck.verifier.instances import torch_module
+from flashcheck.verifier.instances import branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 
@@ -36,7 +36,7 @@ class InstanceCalls(Registries):
         handed = False  # bound from a constructor's parameter: the classes the calls for this owner pass
         for c in with_bases(owner) if owner is not None else []:
             for stored, where in c.attr_assigns.get(attr.attr, [])[:8]:
-                for value in _either(stored):  # self.backend = A(ws) if fi else B(ws)
+                for value in branches(stored):  # self.backend = A(ws) if fi else B(ws)
                     built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
                     name = value.id if isinstance(value, ast.Name) else ""
                     if name in where.params and name not in ("self", "cls") and name not in where.local_assigns:
@@ -97,7 +97,8 @@ class InstanceCalls(Registries):
                 yield from self.overrides(call.cls, call.name)
 
     def _call_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
-        """The classes a called object may be of, where they differ (empty for one class or an unknown one)."""
+        """The classes a called object may be of where the analysis sees them (several classes, a constant key's item,
+        a constructor parameter's classes); empty where `instance_type` answers alone."""
         if isinstance(func, ast.Name):
             return self._item_classes(func, fn)
         if isinstance(func, ast.Attribute):
@@ -136,9 +137,8 @@ class InstanceCalls(Registries):
     def _built(self, obj: ast.expr, fn: FunctionInfo) -> bool:
         """Whether every value the analysis sees `obj` bound to is built by calling one project class (``self.head =
         Head()``, items of ``nn.ModuleList([Head() for _ in range(n)])``): then it is of that class, not a subclass.
-        An attribute counts every store of its name in the project (a subclass's or another object's may hold a
-        subclass instance); a container extended or added to anywhere (``self.heads.extend(more)``) is not seen
-        whole."""
+        An attribute counts the stores of its class, bases and subclasses and ``obj.attr`` stores anywhere (they may
+        hold a subclass instance); a container grown in bulk (``self.heads.extend(more)``) is not seen whole."""
         if isinstance(obj, ast.Subscript) and not isinstance(obj.slice, ast.Slice):
             values = None if self.grown(obj.value, fn) else self.container_items(obj.value, fn)
         elif isinstance(obj, ast.Attribute):
@@ -149,10 +149,3 @@ class InstanceCalls(Registries):
             return False
         built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values or ()]
         return bool(built) and all(isinstance(b, ClassInfo) and b is built[0] for b in built)
-
-
-def _either(value: ast.expr) -> list[ast.expr]:
-    """Both values of a conditional expression (a ``None`` branch adds nothing), else the value itself."""
-    if isinstance(value, ast.IfExp):
-        return [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
-    return [value]

@@ -27,6 +27,7 @@ __all__ = [
     "PROPERTIES",
     "InstanceTyping",
     "argument",
+    "branches",
     "imported_name",
     "torch_module",
     "torch_name",
@@ -394,7 +395,7 @@ class InstanceTyping(ProjectIndex):
             factory = self.resolve_def(func.func, fn, depth + 1)
             if isinstance(factory, FunctionInfo):
                 values = [(r, factory) for r in factory.returns]
-        values = [(b, where) for v, where in values for b in _branches(v)]
+        values = [(b, where) for v, where in values for b in branches(v)]
         found: dict[int, ClassInfo] = {}
         for v, where in values[:8]:
             if isinstance(v, ast.Constant) and v.value is None:
@@ -513,10 +514,10 @@ _WEAK_REFS = frozenset({"weakref.ref", "weakref.ReferenceType", "weakref.WeakMet
 _WEAK_PROXIES = frozenset({"weakref.proxy"})  # used as the object itself
 
 
-def _branches(value: ast.expr) -> list[ast.expr]:
+def branches(value: ast.expr) -> list[ast.expr]:
     """The values a conditional expression may take (``weakref.ref(m) if m is not None else None``), else itself."""
     if isinstance(value, ast.IfExp):
-        return [*_branches(value.body), *_branches(value.orelse)]
+        return [*branches(value.body), *branches(value.orelse)]
     return [value]
 
 
