@@ -133,11 +133,7 @@ class _Context:
             else:
                 operands = expr.args[:2]
             return merge([self.where(a, depth + 1) for a in operands[:4]])
-        if (
-            isinstance(func, ast.Attribute)
-            and func.attr in ("type_as", "new_tensor", "cuda", "to")
-            and func.attr != "to"
-        ):
+        if isinstance(func, ast.Attribute) and func.attr in ("type_as", "new_tensor", "cuda"):  # placed by another
             return self.where(expr.args[0], depth + 1) if func.attr == "type_as" and expr.args else None
         if isinstance(func, ast.Attribute) and (func.attr in TENSOR_METHODS or func.attr == "to"):
             if func.attr == "to" and (kwarg(expr, "device") is not None or _names_a_device(expr)):
