@@ -57,6 +57,8 @@ class InstanceTyping(ProjectIndex):
 
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
+        def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]: ...
+
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends
         on the expression, its function and the depth left alone)."""
@@ -98,12 +100,7 @@ class InstanceTyping(ProjectIndex):
                 values = [(v, outer) for v in outer.local_assigns.get(expr.id, [])]
                 outer = outer.parent
             if not values:  # a module global, or one imported from a project module
-                values = fn.module.global_values(expr.id)
-                target = fn.module.imports.get(expr.id)
-                if not values and target:
-                    mod = self.lookup(target.rpartition(".")[0])
-                    if isinstance(mod, ModuleInfo):
-                        values = mod.global_values(target.rpartition(".")[2])
+                values = self.global_values(fn.module, expr.id)
             types = {id(t): t for v, scope in values if (t := self._value_type(v, scope, depth)) is not None}
             return next(iter(types.values())) if len(types) == 1 else None
         if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):

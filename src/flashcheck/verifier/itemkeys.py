@@ -45,25 +45,37 @@ def _first_key(container: ast.Subscript) -> str:
 
 def keyed_store_keys(container: ast.Subscript, key: str) -> list[str]:
     """The `ClassInfo.item_assigns` keys of a store under the string `key` into ``obj.x[k]`` (``obj.x[k]["host"] =
-    t``): ``x['cpu']['host']`` or ``x[?]['host']`` by the first key, and ``x[*]['host']`` for any first key; none
-    deeper down (``obj.x[i][j]["host"]``)."""
+    t``): ``x['cpu']['host']`` or ``x[?]['host']`` by the first key, and ``x[*]['host']`` for any first key; deeper
+    down (``obj.x[mb][bs]["host"] = t``) only ``x[*]['host']``."""
     if not isinstance(container.value, ast.Attribute):
-        return []
+        base = _deep_attribute(container)
+        return [f"{base.attr}[*][{key!r}]"] if base is not None else []
     attr = container.value.attr
     return [f"{attr}[{_first_key(container)}][{key!r}]", f"{attr}[*][{key!r}]"]
+
+
+def _deep_attribute(container: ast.Subscript) -> ast.Attribute | None:
+    """``obj.x`` of ``obj.x[i][j]...``, two keys deep or more; None for other containers."""
+    node: ast.expr = container.value
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, ast.Attribute) else None
 
 
 def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]] | None:
     """The owner expression and the `ClassInfo.item_assigns` keys whose stores are ``container[key]`` for a string
     `key`: ``obj`` and ``x['k']`` for ``obj.x['k']``; for ``obj.x[i]['k']`` the stores under that string key below
-    the same first key, or below any first key when ``i`` is not a string constant. None for other containers and
-    keys."""
+    the same first key, or below any first key when ``i`` is not a string constant; for ``obj.x[i][j]['k']`` the
+    stores under that key below any keys. None for other containers and keys."""
     if not isinstance(key, str):
         return None
     if isinstance(container, ast.Attribute):
         return container.value, [f"{container.attr}[{key!r}]"]
-    if not (isinstance(container, ast.Subscript) and isinstance(container.value, ast.Attribute)):
+    if not isinstance(container, ast.Subscript):
         return None
+    if not isinstance(container.value, ast.Attribute):
+        base = _deep_attribute(container)
+        return (base.value, [f"{base.attr}[*][{key!r}]"]) if base is not None else None
     first, attr = _first_key(container), container.value.attr
     keys = [f"{attr}[*][{key!r}]"] if first == "?" else [f"{attr}[{first}][{key!r}]", f"{attr}[?][{key!r}]"]
     return container.value.value, keys

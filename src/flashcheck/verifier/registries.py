@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import InstanceTyping
 
 __all__ = ["Registries", "registry_call_key"]
@@ -74,12 +74,7 @@ class Registries(InstanceTyping):
             return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(table.attr, [])]
         if not isinstance(table, ast.Name):
             return []
-        values = fn.module.global_values(table.id)
-        target = fn.module.imports.get(table.id)
-        if not values and target:
-            mod = self.lookup(target.rpartition(".")[0])
-            values = mod.global_values(target.rpartition(".")[2]) if isinstance(mod, ModuleInfo) else []
-        return values
+        return self.global_values(fn.module, table.id)
 
 
 def registry_call_key(func: ast.expr) -> str | None:

@@ -131,7 +131,11 @@ class Provenance:
                 expr,
                 fn,
                 lambda: self.merge_sources(
-                    self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
+                    self.flow.keyed_sources(sub, fn)
+                    or (  # self.bufs[bs]["host"][i]: an element of that item
+                        self.flow.keyed_sources(sub.value, fn) if isinstance(sub.value, ast.Subscript) else []
+                    )
+                    or self.flow.element_sources(sub.value, fn)
                 ),
             )
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):
@@ -453,6 +457,9 @@ class Provenance:
             if method in LIKE_FACTORIES or method.startswith("new_"):
                 dev = self.device_arg(call, fn)
                 return dev if dev is not UNKNOWN else self.of(func.value, fn)
+            if method == "type_as" and call.args:  # cpu.type_as(dev) lands where its argument lives
+                other = self.of(call.args[0], fn)
+                return other if other is not UNKNOWN else self.of(func.value, fn)
             return self.of(func.value, fn)
         return UNKNOWN
 

@@ -22,7 +22,7 @@ from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys, keyed_lookup
 from flashcheck.verifier.loops import innermost_loop, loop_containers
-from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, ModuleInfo, Project
+from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.tensors import tuple_op_input
 
@@ -257,11 +257,8 @@ class ValueFlow:
                 return self.param_sources(scope, name)
             scope = scope.parent
         found = fn.module.global_values(name) if fn is not fn.module.body else []
-        target = fn.module.imports.get(name) if not found else None
-        if target and "." in target:  # from .backends import PLAN_INFO_ATTR: that module's global
-            mod = self.project.lookup(target.rpartition(".")[0])
-            if isinstance(mod, ModuleInfo):
-                found = mod.global_values(target.rpartition(".")[2])
+        if not found and name in fn.module.imports:  # from .backends import PLAN_INFO_ATTR: that module's global
+            found = self.project.global_values(fn.module, name)
         return found
 
     def unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
@@ -548,7 +545,8 @@ class ValueFlow:
         out: list[Source] = []
         for src, where in self.sources(container, fn):
             out.extend(self.element_sources(src, where, depth + 1))
-        out.extend(self._item_stores(container, fn))
+        if not (isinstance(container, ast.Subscript) and out and self.keyed_sources(container, fn)):
+            out.extend(self._item_stores(container, fn))  # not for an item stored under its key (bufs[bs]["host"])
         if not out and not self.sources(container, fn):
             return [(container, fn)]
         return out[:_MAX_SOURCES]

@@ -27,25 +27,25 @@ class ConstantWorkspaceSize(Rule):
         Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a name
         with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
         literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
-        imported or read as ``cfg_module.WORKSPACE``), a class attribute bound once and read through the instance
-        (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``), an attribute of a
-        module-level config object that is set once to a constant (``global_config.flashinfer_workspace_size``), an
-        entry of a module-level dict or tuple literal that no code stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``;
-        under a key only known at run time, ``_WS_MIB[kernel.value]``, when every entry is a constant), or an
-        environment variable with a constant default, a number or a string of digits read with ``int()``
-        (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
-        or 64 << 20)``), or the result of a call that returns a constant (a helper without parameters, a module-level
-        lambda, also imported from another module, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a
-        method of an enum member that returns a constant of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in
-        a list comprehension or a dataclass field's ``default_factory``. Allocations behind project factories and caches
-        are traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
-        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
-        of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
-        with a constant default (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar``
-        is still reported), nor is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``,
-        ``bench_*.py``), nor a local named like a workspace that only callables from outside the project and outside
-        FlashInfer are handed and that the function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer,
-        ...)``: another kernel's scratch).
+        imported, also from a package that re-exports it, or read as ``cfg_module.WORKSPACE``), a class attribute bound
+        once and read through the instance (``self.WORKSPACE_BYTES``) or through the class, enum members included
+        (``WsSize.DECODE``), an attribute of a module-level config object that is set once to a constant
+        (``global_config.flashinfer_workspace_size``), an entry of a module-level dict or tuple literal that no code
+        stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``; under a key only known at run time,
+        ``_WS_MIB[kernel.value]``, when every entry is a constant), or an environment variable with a constant default,
+        a number or a string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``,
+        ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS") or 64 << 20)``), or the result of a call that
+        returns a constant (a helper without parameters, a module-level lambda, also imported from another module, a
+        table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a method of an enum member that returns a constant
+        of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in a list comprehension or a dataclass field's
+        ``default_factory``. Allocations behind project factories and caches are traced; so are functions with
+        ``workspace`` in their name that return an allocation. Sizes computed from configuration or engine limits
+        (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields of a class whose constructor is
+        built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even with a constant default
+        (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar`` is still reported), nor
+        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``), nor a local named
+        like a workspace that only callables from outside the project and outside FlashInfer are handed and that the
+        function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``: another kernel's scratch).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -196,13 +196,10 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
             return False  # _WS = 128 << 20, and configure() sets it after ``global _WS``: configuration
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
-        target = fn.module.imports.get(expr.id)
-        if target:
-            mod_name, _, const = target.rpartition(".")
-            mod = project.lookup(mod_name)
-            if isinstance(mod, ModuleInfo) and mod.body is not None:
-                vals = mod.body.local_assigns.get(const) or []
-                return len(vals) == 1 and _is_constant(vals[0], mod.body, project, depth + 1, text)
+        found = project.binding(fn.module, expr.id) if expr.id in fn.module.imports else None
+        if found is not None and found[0].body is not None:  # imported, also through a package's re-export
+            vals = found[0].body.local_assigns.get(found[1]) or []
+            return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1, text)
     return False
 
 
@@ -223,11 +220,10 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
         return bool(items) and all(_returns_constant(v, where, project, depth + 1) for v, where in items)
     body = fn.module.body
     if isinstance(func, ast.Name) and body is not None and func.id not in fn.params and func.id not in fn.local_assigns:
-        name, imported = func.id, fn.module.imports.get(func.id, "") if func.id not in body.local_assigns else ""
-        if "." in imported:  # from .config import ws_bytes: the lambda that module binds
-            mod, _, name = imported.rpartition(".")
-            found = project.lookup(mod)
-            body = found.body if isinstance(found, ModuleInfo) else None
+        name = func.id
+        if func.id not in body.local_assigns and func.id in fn.module.imports:  # the lambda that module binds
+            found = project.binding(fn.module, func.id)
+            body, name = (found[0].body, found[1]) if found is not None else (None, name)
         values = body.local_assigns.get(name, []) if body is not None else []
         if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
             return _is_constant(values[0].body, body, project, depth + 1)
@@ -260,11 +256,9 @@ def _table_items(
     body, table_name, module = fn.module.body, name.id, fn.module.name
     if body is None or name.id in fn.params or name.id in fn.local_assigns:
         return []
-    target = fn.module.imports.get(name.id, "") if name.id not in body.local_assigns else ""
-    if "." in target:  # from .config import _WS_MIB: that module's table
-        source = project.lookup(target.rpartition(".")[0])
-        if isinstance(source, ModuleInfo) and source.body is not None:
-            body, table_name, module = source.body, target.rpartition(".")[2], source.name
+    bound = project.binding(fn.module, name.id) if name.id not in body.local_assigns else None
+    if bound is not None and bound[0].body is not None:  # from .config import _WS_MIB: that module's table
+        body, table_name, module = bound[0].body, bound[1], bound[0].name
     values = body.local_assigns.get(table_name, [])
     if len(values) != 1 or _changed(table_name, module, project):
         return []
@@ -318,9 +312,12 @@ def _is_env(expr: ast.expr) -> bool:
 def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project, depth: int) -> bool:
     """``config_module.WORKSPACE_BYTES`` or ``global_config.flashinfer_workspace_size`` bound once to a constant."""
     base = project.resolve_def(expr.value, fn)
-    if isinstance(base, ModuleInfo) and base.body is not None:
-        vals = base.body.local_assigns.get(expr.attr) or []
-        return len(vals) == 1 and _is_constant(vals[0], base.body, project, depth + 1)
+    if isinstance(base, ModuleInfo):  # config_module.WS, also one its package's __init__.py re-exports
+        found = project.binding(base, expr.attr)
+        if found is None or found[0].body is None:
+            return False
+        vals = found[0].body.local_assigns.get(found[1]) or []
+        return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1)
     if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value
         inner = project.resolve_def(expr.value.value, fn)
         if isinstance(inner, ClassInfo):
