@@ -1,0 +1,1 @@
+"""Token-granular KV memory (page size 1) with a radix-tree prefix cache."""
