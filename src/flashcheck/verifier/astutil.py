@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 __all__ = [
     "IN_PLACE_EXCEPTIONS",
@@ -19,6 +20,7 @@ __all__ = [
     "is_in_place_method",
     "kwarg",
     "name_tokens",
+    "runs_after",
     "storage_root",
     "terminal_name",
 ]
@@ -184,3 +186,49 @@ def annotation(ann: ast.expr | None) -> ast.expr | None:
         else:
             return ann
     return ann
+
+
+def runs_after(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
+    """Whether code on a given line may run after the statement on `line` of a function `body` (structured control
+    flow only): the statements after it in its block and in the blocks around it, up to a ``return`` or ``raise``
+    that ends its path, and the whole of any loop around it; not the other branches of an ``if`` it sits in, nor
+    code after a branch that returns (``if decode: ...; write; return`` is followed by nothing of the prefill
+    branch below). Any line, when `line` is in no statement of `body`."""
+    ranges = _after(body, line)
+    if ranges is None:
+        return lambda _: True
+    spans = ranges[0]
+    return lambda other: any(start <= other <= end for start, end in spans)
+
+
+def _after(body: list[ast.stmt], line: int) -> tuple[list[tuple[int, int]], bool] | None:
+    """(line spans that may run after `line`, whether its path ends in this block) or None when `body` does not
+    hold `line`."""
+    for i, stmt in enumerate(body):
+        end = stmt.end_lineno or stmt.lineno
+        if not stmt.lineno <= line <= end:
+            continue
+        spans: list[tuple[int, int]] = []
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for block in _blocks(stmt):
+                inner = _after(block, line)
+                if inner is not None:
+                    spans, ended = inner
+                    if ended:
+                        return spans, True
+                    break
+        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
+            spans.append((stmt.lineno, end))  # the next iteration
+        for later in body[i + 1 :]:
+            spans.append((later.lineno, later.end_lineno or later.lineno))
+            if isinstance(later, ast.Return | ast.Raise):
+                return spans, True
+        return spans, False
+    return None
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    blocks = [getattr(stmt, name) for name in ("body", "orelse", "finalbody") if getattr(stmt, name, None)]
+    blocks.extend(h.body for h in getattr(stmt, "handlers", []))
+    blocks.extend(c.body for c in getattr(stmt, "cases", []))
+    return [b for b in blocks if isinstance(b, list)]

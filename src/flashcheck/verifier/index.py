@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.itemkeys import item_keys, keyed_store_keys
+from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_key, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
 __all__ = [
@@ -464,6 +464,7 @@ class _Indexer:
             else:
                 self.attr_stores.setdefault(target.attr, []).append((value, fn))
         elif isinstance(target, ast.Subscript):
+            target = defaulted_items(target)  # self.bufs.setdefault(mb, {})[bs] = t: self.bufs[mb][bs] = t
             base = target.value
             if isinstance(base, ast.Name):
                 fn.item_stores.setdefault(base.id, []).append(value)
@@ -484,8 +485,14 @@ class _Indexer:
                 key = target.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.bufs[bs]["host"] = t
                     keys = [*keys, *keyed_store_keys(base, key.value)]
+                if (keyed := keyed_items_key(base)) is not None:  # self.bufs[bs]["host"][i] = t, .append(t)
+                    keys = [*keys, keyed]
                 for k in keys:  # self.graphs[mb][bs] = w, self.bufs["cpu"].append(t)
                     cls.item_assigns.setdefault(k, []).append((value, fn))
+                for dk, dv in zip(value.keys, value.values, strict=True) if isinstance(value, ast.Dict) else ():
+                    if isinstance(dk, ast.Constant) and isinstance(dk.value, str):  # self.bufs[mb][bs] = {"host": t}
+                        for item_key in keyed_store_keys(target, dk.value):
+                            cls.item_assigns.setdefault(item_key, []).append((dv, fn))
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for t, v in zip(target.elts, value.elts, strict=False):
                 self._record_target(fn, t, v)

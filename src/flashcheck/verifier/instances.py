@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted
+from flashcheck.verifier.bindings import ModuleBindings
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
     ModuleInfo,
-    ProjectIndex,
     owner_of,
     with_bases,
 )
@@ -37,7 +37,7 @@ PROPERTIES = frozenset({"property", "functools.cached_property", "cached_propert
 _MAX_DEPTH = 9
 
 
-class InstanceTyping(ProjectIndex):
+class InstanceTyping(ModuleBindings):
     """The typing half of `flashcheck.verifier.project.Project` (name resolution and the call graph are there)."""
 
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
@@ -56,8 +56,6 @@ class InstanceTyping(ProjectIndex):
         def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
 
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
-
-        def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]: ...
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends

@@ -8,7 +8,16 @@ import ast
 
 from flashcheck.verifier.astutil import dotted
 
-__all__ = ["is_dict_call", "is_key", "item_keys", "item_lookup_keys", "keyed_lookup", "keyed_store_keys"]
+__all__ = [
+    "defaulted_items",
+    "is_dict_call",
+    "is_key",
+    "item_keys",
+    "item_lookup_keys",
+    "keyed_items_key",
+    "keyed_lookup",
+    "keyed_store_keys",
+]
 
 
 def is_key(node: ast.expr | None, key: str) -> bool:
@@ -46,20 +55,53 @@ def _first_key(container: ast.Subscript) -> str:
 def keyed_store_keys(container: ast.Subscript, key: str) -> list[str]:
     """The `ClassInfo.item_assigns` keys of a store under the string `key` into ``obj.x[k]`` (``obj.x[k]["host"] =
     t``): ``x['cpu']['host']`` or ``x[?]['host']`` by the first key, and ``x[*]['host']`` for any first key; deeper
-    down (``obj.x[mb][bs]["host"] = t``) only ``x[*]['host']``."""
-    if not isinstance(container.value, ast.Attribute):
-        base = _deep_attribute(container)
-        return [f"{base.attr}[*][{key!r}]"] if base is not None else []
-    attr = container.value.attr
-    return [f"{attr}[{_first_key(container)}][{key!r}]", f"{attr}[*][{key!r}]"]
+    down (``obj.x["decode"][bs]["host"] = t``) the keys between are left out."""
+    found = _first_subscript(container)
+    if found is None:
+        return []
+    first, attr = found
+    return [f"{attr.attr}[{_first_key(first)}][{key!r}]", f"{attr.attr}[*][{key!r}]"]
 
 
-def _deep_attribute(container: ast.Subscript) -> ast.Attribute | None:
-    """``obj.x`` of ``obj.x[i][j]...``, two keys deep or more; None for other containers."""
-    node: ast.expr = container.value
-    while isinstance(node, ast.Subscript):
+def defaulted_items(target: ast.Subscript) -> ast.Subscript:
+    """`target` with each ``x.setdefault(k, default)`` in its chain read as ``x[k]`` (``self.bufs.setdefault(mb,
+    {})[bs]`` is ``self.bufs[mb][bs]``); `target` itself when there is none. New nodes share the originals'
+    positions."""
+    value = target.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "setdefault":
+        if value.args and not value.keywords:
+            inner = ast.Subscript(value.func.value, value.args[0], ast.Load())
+            value = defaulted_items(inner) if isinstance(value.func.value, ast.Subscript | ast.Call) else inner
+    elif isinstance(value, ast.Subscript):
+        value = defaulted_items(value)
+    if value is target.value:
+        return target
+    return ast.copy_location(ast.Subscript(value, target.slice, getattr(target, "ctx", ast.Store())), target)
+
+
+def _first_subscript(container: ast.Subscript) -> tuple[ast.Subscript, ast.Attribute] | None:
+    """The first subscript of ``obj.x[i]...[j]`` (``obj.x[i]``) and ``obj.x``; None when no attribute is indexed."""
+    first: ast.Subscript = container
+    while isinstance(first.value, ast.Subscript):
+        first = first.value
+    return (first, first.value) if isinstance(first.value, ast.Attribute) else None
+
+
+def keyed_items_key(container: ast.expr) -> str | None:
+    """The `ClassInfo.item_assigns` key of the items stored into an item kept under a string key below another key
+    (``obj.x[bs]["host"][i] = t``, ``obj.x[mb][bs]["blocks"].append(t)``, ``obj.x[mb]["host"][bs][i] = t``):
+    ``x[*]['host'][]`` for the last such key, whatever keys come between; None for other containers (``obj.x["cpu"]``
+    and its items have their own keys, `item_keys`)."""
+    key: str | None = None
+    node = container
+    while isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript):
+        k = node.slice
+        if key is None and isinstance(k, ast.Constant) and isinstance(k.value, str):
+            key = k.value
         node = node.value
-    return node if isinstance(node, ast.Attribute) else None
+    if key is None or not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)):
+        return None
+    return f"{node.value.attr}[*][{key!r}][]"
 
 
 def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]] | None:
@@ -71,19 +113,20 @@ def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]]
         return None
     if isinstance(container, ast.Attribute):
         return container.value, [f"{container.attr}[{key!r}]"]
-    if not isinstance(container, ast.Subscript):
+    found = _first_subscript(container) if isinstance(container, ast.Subscript) else None
+    if found is None:
         return None
-    if not isinstance(container.value, ast.Attribute):
-        base = _deep_attribute(container)
-        return (base.value, [f"{base.attr}[*][{key!r}]"]) if base is not None else None
-    first, attr = _first_key(container), container.value.attr
+    first, attr = _first_key(found[0]), found[1].attr
     keys = [f"{attr}[*][{key!r}]"] if first == "?" else [f"{attr}[{first}][{key!r}]", f"{attr}[?][{key!r}]"]
-    return container.value.value, keys
+    return found[1].value, keys
 
 
 def item_lookup_keys(container: ast.expr) -> list[str]:
     """The `ClassInfo.item_assigns` keys whose stores are the items of `container`: ``x`` for ``obj.x``; every
     first key's (``x[]``) for ``obj.x[var]``; for ``obj.x['cpu']`` that key's and the variable keys' stores."""
+    keyed = keyed_items_key(container)
+    if keyed is not None:
+        return [keyed]  # obj.x[bs]["host"]: what is stored into that item, not every item of obj.x
     keys = item_keys(container)
     if len(keys) < 2 or keys[1].endswith("[?][]"):
         return keys[:1]

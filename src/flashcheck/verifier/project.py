@@ -126,27 +126,6 @@ class Project(InstanceCalls):
             return self.method(d, name)
         return None
 
-    def binding(self, module: ModuleInfo, name: str) -> tuple[ModuleInfo, str] | None:
-        """The module whose top level binds the global `name` that `module` reads, and its name there: `module`
-        itself, or the project module it imports the name from, followed through re-exports (``from .sizes import
-        WS_MB`` in a package's ``__init__.py``) for a few hops; None when no project module binds it."""
-        for _ in range(6):
-            if name in module.global_stores or (module.body is not None and name in module.body.local_assigns):
-                return module, name
-            target = module.imports.get(name, "")
-            source, _, name = target.rpartition(".")
-            found = self.lookup(source) if source else None
-            if not isinstance(found, ModuleInfo):
-                return None
-            module = found
-        return None
-
-    def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
-        """What the global `name` that `module` reads may hold (`ModuleInfo.global_values` of the module that binds
-        it, through imports and re-exports)."""
-        found = self.binding(module, name)
-        return found[0].global_values(found[1]) if found is not None else []
-
     def method(self, ci: ClassInfo, name: str) -> FunctionInfo | None:
         """`name` looked up along the project-visible bases of `ci` (depth-first, like a simple MRO)."""
         seen: set[int] = set()

@@ -131,11 +131,7 @@ class Provenance:
                 expr,
                 fn,
                 lambda: self.merge_sources(
-                    self.flow.keyed_sources(sub, fn)
-                    or (  # self.bufs[bs]["host"][i]: an element of that item
-                        self.flow.keyed_sources(sub.value, fn) if isinstance(sub.value, ast.Subscript) else []
-                    )
-                    or self.flow.element_sources(sub.value, fn)
+                    self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
                 ),
             )
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):

@@ -20,10 +20,11 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys, keyed_lookup
+from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
+from flashcheck.verifier.provenance.keyed import KeyedItems
 from flashcheck.verifier.provenance.tensors import tuple_op_input
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
@@ -33,7 +34,7 @@ _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 
 
-class ValueFlow:
+class ValueFlow(KeyedItems):
     """Sources of references within one project (results are cached per node)."""
 
     def __init__(self, project: Project) -> None:
@@ -102,30 +103,6 @@ class ValueFlow:
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
         return []
-
-    def keyed_sources(self, expr: ast.Subscript, fn: FunctionInfo) -> list[Source]:
-        """The values stored into an attribute under the string key `expr` reads (``self.d["decode"]``,
-        ``self.bufs[bs]["host"]``); empty for another key or when no store is known."""
-        at = keyed_lookup(expr.value, expr.slice.value) if isinstance(expr.slice, ast.Constant) else None
-        cls = self.project.instance_type(at[0], fn) if at else None
-        return [s for c in with_bases(cls) for k in (at[1] if at else []) for s in c.item_assigns.get(k, [])]
-
-    def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source] | None:
-        """The values stored under a string key when every dict the container may be is a literal or ``dict(...)``
-        (``res["metadata"]`` of ``{"metadata": m, "output": t}`` is ``m``); None when some dict is not one."""
-        sources = self.sources(container, fn)
-        if not sources:
-            return None
-        out: list[Source] = []
-        for v, where in sources:
-            if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
-                pairs = zip(v.keys, v.values, strict=False)
-                out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
-            elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
-                out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
-            else:
-                return None
-        return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
     def attribute_names(self, arg: ast.expr, fn: FunctionInfo, line: int) -> list[str]:
         """The string constants the name argument of ``getattr``/``setattr`` may be: a literal, a constant, or the
@@ -545,8 +522,7 @@ class ValueFlow:
         out: list[Source] = []
         for src, where in self.sources(container, fn):
             out.extend(self.element_sources(src, where, depth + 1))
-        if not (isinstance(container, ast.Subscript) and out and self.keyed_sources(container, fn)):
-            out.extend(self._item_stores(container, fn))  # not for an item stored under its key (bufs[bs]["host"])
+        out.extend(self._item_stores(container, fn))
         if not out and not self.sources(container, fn):
             return [(container, fn)]
         return out[:_MAX_SOURCES]

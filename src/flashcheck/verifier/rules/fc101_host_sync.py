@@ -65,13 +65,13 @@ class HostSyncInHotPath(Rule):
 
     What it checks
         Code reachable from a hot-path root (per-step metadata build, graph replay preparation, plan wrappers, graph
-        capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``, ``.numpy()``
-        on a device tensor, ``torch.cuda.synchronize()`` (also imported under another name), a stream or event
-        ``synchronize()``, ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument
-        ``torch.where`` (functions and methods), ``torch.repeat_interleave`` with tensor repeats and no
-        ``output_size=``, ``torch.equal``/``torch.allclose``, boolean-mask indexing (a
-        comparison, its ``~``/``&``/``|``, a predicate such as ``isnan()`` or ``any(dim)``, a name assigned one; in
-        any dimension: ``q[:, is_ret]``),
+        capture; see ``docs/static.md``) that calls ``.item()``, ``.tolist()``, ``.cpu()``, ``.to("cpu")``,
+        ``.numpy()``, ``.type_as(host_tensor)`` on a device tensor, ``torch.cuda.synchronize()`` (also imported under
+        another name), a stream or event ``synchronize()``,
+        ``nonzero``/``argwhere``/``masked_select``/``unique``/``unique_consecutive``/one-argument ``torch.where``
+        (functions and methods), ``torch.repeat_interleave`` with tensor repeats and no ``output_size=``,
+        ``torch.equal``/``torch.allclose``, boolean-mask indexing (a comparison, its ``~``/``&``/``|``, a predicate such
+        as ``isnan()`` or ``any(dim)``, a name assigned one; in any dimension: ``q[:, is_ret]``),
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
         ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
         device tensor, a device scalar as a slice bound (in any dimension: ``t[:b, :n]``), ``host.copy_(device)``
@@ -87,9 +87,9 @@ class HostSyncInHotPath(Rule):
         fields of objects that project functions return, built by keyword or position, ``@property`` results, return
         values, ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
         reported: ``*_cpu``/``*_host``/``*_np`` names (of a name with a host and a device word, the last one decides:
-        ``max_host_len_dev`` is device data), pinned buffers, numpy arrays, factories with ``device="cpu"`` or
-        without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()``
-        calls are allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
+        ``max_host_len_dev`` is device data), pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a
+        device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are
+        allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
         ``capture-paths`` or the default ``capture`` pattern) is judged as capture code even when a per-step root also
         calls it (a ``forward`` that captures each new batch size on first sight): its device-to-host reads are
         reported, its ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a
@@ -244,13 +244,15 @@ class HostSyncInHotPath(Rule):
                 if prov.of(func.value, fn) is Where.HOST:  # into host memory: from a device or unknown tensor
                     host_read(call.args[0], "copies a device tensor into host memory (blocking)", call)
                 continue
-            if method in _D2H_METHODS or method in ("numpy", "to") or method in _NONZERO_METHODS:
+            if method in _D2H_METHODS or method in ("numpy", "to", "type_as") or method in _NONZERO_METHODS:
                 if (
                     method == "to"
                     and prov.device_arg(call, fn) is not Where.HOST
                     and not _cpu_positional(call, prov, fn)
                 ):
                     continue
+                if method == "type_as" and not (call.args and prov.of(call.args[0], fn) is Where.HOST):
+                    continue  # dev.type_as(host_tensor) copies to the host; to another device tensor it does not
                 if method in ("to", "cpu") and _non_blocking(call):
                     continue  # asynchronous; a host read before an event sync is reported below
                 w = prov.of(func.value, fn)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import VIEW_METHODS, dotted, is_in_place_method, kwarg, storage_root
+from flashcheck.verifier.astutil import VIEW_METHODS, dotted, is_in_place_method, kwarg, runs_after, storage_root
 from flashcheck.verifier.dataflow import Key, param_storage_keys, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -175,7 +175,8 @@ class GraphBufferWrittenElsewhere(Rule):
             return
         for node, b, key in flow.writes(fn):
             line = getattr(node, "lineno", 0)
-            if any(p < line for p in plans) and not any(p > line for p in plans):
+            later = runs_after(fn.node.body, line)  # a plan in a branch that returned earlier does not follow
+            if any(p < line for p in plans) and not any(p > line and later(p) for p in plans):
                 self._hit(
                     ctx,
                     fn,

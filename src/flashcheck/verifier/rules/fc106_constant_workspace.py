@@ -179,7 +179,11 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         return _returns_constant(expr.func, fn, project, depth + 1)
     if isinstance(expr, ast.Attribute):
         return _attribute_constant(expr, fn, project, depth)
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and not isinstance(expr.slice, ast.Slice):
+    if (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Name | ast.Attribute)
+        and not isinstance(expr.slice, ast.Slice)
+    ):
         # _WS_BYTES["full"] of a module-level table; _WS_MIB[kernel.value]: whichever entry, each one a constant
         key = expr.slice.value if isinstance(expr.slice, ast.Constant) else _ANY_KEY
         items = _table_items(expr.value, key, fn, project)
@@ -188,6 +192,14 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         scope = fn if expr.id in fn.local_assigns else fn.module.body
         if scope is None or expr.id in fn.params:
             return False
+        outer = fn.parent if scope is not fn else None
+        while outer is not None and outer is not fn.module.body:  # a closure reads its enclosing function's local
+            if expr.id in outer.params:
+                return False
+            if expr.id in outer.local_assigns:
+                scope = outer
+                break
+            outer = outer.parent
         grown = [a.value for a in scope.assigns if isinstance(a, ast.AugAssign) and _is_name(a.target, expr.id)]
         if not all(_is_constant(g, scope, project, depth + 1) for g in grown):
             return False  # workspace_bytes += 4 * bs * ...: added up from the batch (``*= 2`` keeps a constant)
@@ -196,8 +208,8 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
             return False  # _WS = 128 << 20, and configure() sets it after ``global _WS``: configuration
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
-        found = project.binding(fn.module, expr.id) if expr.id in fn.module.imports else None
-        if found is not None and found[0].body is not None:  # imported, also through a package's re-export
+        found = project.binding(fn.module, expr.id)
+        if found is not None and found[0] is not fn.module and found[0].body is not None:  # imported, re-exported
             vals = found[0].body.local_assigns.get(found[1]) or []
             return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1, text)
     return False
@@ -221,7 +233,7 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
     body = fn.module.body
     if isinstance(func, ast.Name) and body is not None and func.id not in fn.params and func.id not in fn.local_assigns:
         name = func.id
-        if func.id not in body.local_assigns and func.id in fn.module.imports:  # the lambda that module binds
+        if func.id not in body.local_assigns:  # imported, also re-exported: the lambda that module binds
             found = project.binding(fn.module, func.id)
             body, name = (found[0].body, found[1]) if found is not None else (None, name)
         values = body.local_assigns.get(name, []) if body is not None else []
@@ -229,8 +241,9 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
             return _is_constant(values[0].body, body, project, depth + 1)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # config.ws_bytes() of a module
         held = project.resolve_def(func.value, fn)
-        body = held.body if isinstance(held, ModuleInfo) else None
-        values = body.local_assigns.get(func.attr, []) if body is not None else []
+        bound = project.binding(held, func.attr) if isinstance(held, ModuleInfo) else None  # or its re-export
+        body = bound[0].body if bound is not None else None
+        values = body.local_assigns.get(bound[1], []) if body is not None and bound is not None else []
         if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
             return _is_constant(values[0].body, body, project, depth + 1)
     target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
@@ -248,17 +261,30 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
 
 
 def _table_items(
-    name: ast.Name, key: object, fn: FunctionInfo, project: Project
+    name: ast.Name | ast.Attribute, key: object, fn: FunctionInfo, project: Project
 ) -> list[tuple[ast.expr, FunctionInfo]]:
     """The entry under `key` (every entry for `_ANY_KEY`) of a module-level dict or tuple literal bound once that no
     code of the project changes (an item stored, ``update``/``setdefault``/``pop``/``clear``, here or where it is
-    imported); empty when there is no such table or entry."""
+    imported), read by name or through its module (``limits.WS_BY_KIND``); empty when there is no such table or
+    entry."""
+    if isinstance(name, ast.Attribute):
+        held = project.resolve_def(name.value, fn)
+        bound = project.binding(held, name.attr) if isinstance(held, ModuleInfo) else None
+        if bound is None or bound[0].body is None:
+            return []
+        return _table_entries(bound[0].body, bound[1], bound[0].name, key, project)
     body, table_name, module = fn.module.body, name.id, fn.module.name
     if body is None or name.id in fn.params or name.id in fn.local_assigns:
         return []
     bound = project.binding(fn.module, name.id) if name.id not in body.local_assigns else None
     if bound is not None and bound[0].body is not None:  # from .config import _WS_MIB: that module's table
         body, table_name, module = bound[0].body, bound[1], bound[0].name
+    return _table_entries(body, table_name, module, key, project)
+
+
+def _table_entries(
+    body: FunctionInfo, table_name: str, module: str, key: object, project: Project
+) -> list[tuple[ast.expr, FunctionInfo]]:
     values = body.local_assigns.get(table_name, [])
     if len(values) != 1 or _changed(table_name, module, project):
         return []
@@ -281,24 +307,50 @@ _MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__set
 
 
 def _changed(table: str, module: str, project: Project) -> bool:
-    """Whether code of `module`, or of a module that imports `table` from it, stores into or updates `table`."""
+    """Whether code of `module`, or of a module that imports `table` from it (also through re-exports and under
+    another name), stores into or updates `table`, or does so through the module (``limits.TABLE[k] = n``)."""
+    where = (module, table)
+    names: dict[str, str | None] = {}  # module -> the name `table` has there
     for f in project.all_functions():
-        local = table if f.module.name == module else None
-        if local is None:
-            local = next((a for a, t in f.module.imports.items() if t == f"{module}.{table}"), None)
-        if local is None:
-            continue
-        if local in f.item_stores:
+        m = f.module
+        if m.name not in names:
+            names[m.name] = table if m.name == module else _local_name(m, where, project)
+        local = names[m.name]
+        if local is not None and local in f.item_stores:
             return True
         for c in f.calls:
             g = c.func
-            if (
-                isinstance(g, ast.Attribute)
-                and g.attr in _MUTATORS
-                and isinstance(g.value, ast.Name)
-                and g.value.id == local
-            ):
+            if isinstance(g, ast.Attribute) and g.attr in _MUTATORS and _is_table(g.value, local, where, f, project):
                 return True
+        for s in f.subscripts:
+            stored = isinstance(s.ctx, ast.Store | ast.Del) and isinstance(s.value, ast.Attribute)
+            if stored and _is_table(s.value, None, where, f, project):
+                return True
+    return False
+
+
+def _local_name(m: ModuleInfo, where: tuple[str, str], project: Project) -> str | None:
+    """The name module `m` imports the global `where` (module, name) under, if it does."""
+    for alias in m.imports:
+        found = project.binding(m, alias) if not alias.startswith("*") else None
+        if found is not None and (found[0].name, found[1]) == where:
+            return alias
+    return None
+
+
+def _is_table(expr: ast.expr, local: str | None, where: tuple[str, str], f: FunctionInfo, project: Project) -> bool:
+    """Whether `expr` is the table: the name it has in `f`'s module, or ``module.TABLE`` of a module that binds it."""
+    if isinstance(expr, ast.Name):
+        return expr.id == local
+    if isinstance(expr, ast.Attribute):
+        root = expr.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not (isinstance(root, ast.Name) and root.id in f.module.imports):
+            return False  # self.bufs[k] = v: no module's global
+        owner = project.resolve_def(expr.value, f)
+        found = project.binding(owner, expr.attr) if isinstance(owner, ModuleInfo) else None
+        return found is not None and (found[0].name, found[1]) == where
     return False
 
 
@@ -314,8 +366,8 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     base = project.resolve_def(expr.value, fn)
     if isinstance(base, ModuleInfo):  # config_module.WS, also one its package's __init__.py re-exports
         found = project.binding(base, expr.attr)
-        if found is None or found[0].body is None:
-            return False
+        if found is None or found[0].body is None or found[0].global_stores.get(found[1]):
+            return False  # unknown, or set after ``global`` by a configure(): configuration
         vals = found[0].body.local_assigns.get(found[1]) or []
         return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1)
     if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value

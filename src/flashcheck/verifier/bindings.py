@@ -1,0 +1,53 @@
+"""Module globals across modules: the module whose top level binds a global another module reads, through imports,
+package re-exports (``from .limits import WS_MB`` in an ``__init__.py``) and star imports. Part of
+`flashcheck.verifier.project.Project`'s name resolution."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex
+
+__all__ = ["ModuleBindings"]
+
+_MAX_HOPS = 5
+
+
+class ModuleBindings(ProjectIndex):
+    """The globals half of `flashcheck.verifier.project.Project`'s name resolution."""
+
+    if TYPE_CHECKING:
+
+        def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
+    def binding(self, module: ModuleInfo, name: str) -> tuple[ModuleInfo, str] | None:
+        """The module whose top level binds the global `name` that `module` reads, and its name there: `module`
+        itself, or the project module it imports the name from, followed through re-exports and star imports for a
+        few hops; None when no project module binds it (or it names a function or class: `Project.resolve_def`)."""
+        return self._binding(module, name, 0)
+
+    def _binding(self, module: ModuleInfo, name: str, depth: int) -> tuple[ModuleInfo, str] | None:
+        if depth > _MAX_HOPS:
+            return None
+        if name in module.global_stores or (module.body is not None and name in module.body.local_assigns):
+            return module, name
+        if name in module.functions or name in module.classes:
+            return None
+        target = module.imports.get(name)
+        if target is not None:
+            source, _, attr = target.rpartition(".")
+            found = self.lookup(source) if source else None
+            return self._binding(found, attr, depth + 1) if isinstance(found, ModuleInfo) else None
+        for key, star in module.imports.items():  # from .limits import *: whatever that module binds
+            if key.startswith("*") and isinstance(found := self.lookup(star), ModuleInfo) and found is not module:
+                bound = self._binding(found, name, depth + 1)
+                if bound is not None:
+                    return bound
+        return None
+
+    def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What the global `name` that `module` reads may hold (`ModuleInfo.global_values` of the module that binds
+        it, through imports and re-exports)."""
+        found = self.binding(module, name)
+        return found[0].global_values(found[1]) if found is not None else []
