@@ -17,6 +17,9 @@ _MAX_HOPS = 5
 class ModuleBindings(ProjectIndex):
     """The globals half of `flashcheck.verifier.project.Project`'s name resolution."""
 
+    _bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None]  # made by Project
+    _star_modules: dict[int, list[ModuleInfo]]
+
     if TYPE_CHECKING:
 
         def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
@@ -24,8 +27,22 @@ class ModuleBindings(ProjectIndex):
     def binding(self, module: ModuleInfo, name: str) -> tuple[ModuleInfo, str] | None:
         """The module whose top level binds the global `name` that `module` reads, and its name there: `module`
         itself, or the project module it imports the name from, followed through re-exports and star imports for a
-        few hops; None when no project module binds it (or it names a function or class: `Project.resolve_def`)."""
-        return self._binding(module, name, 0)
+        few hops; None when no project module binds it (or it names a function or class: `Project.resolve_def`).
+        Memoised per module and name."""
+        key = (id(module), name)
+        if key not in self._bindings:
+            self._bindings[key] = self._binding(module, name, 0)
+        return self._bindings[key]
+
+    def _stars(self, module: ModuleInfo) -> list[ModuleInfo]:
+        """The project modules `module` star-imports (``from .limits import *``)."""
+        found = self._star_modules.get(id(module))
+        if found is None:
+            targets = [self.lookup(t) for k, t in module.imports.items() if k.startswith("*")]
+            found = self._star_modules[id(module)] = [
+                m for m in targets if isinstance(m, ModuleInfo) and m is not module
+            ]
+        return found
 
     def _binding(self, module: ModuleInfo, name: str, depth: int) -> tuple[ModuleInfo, str] | None:
         if depth > _MAX_HOPS:
@@ -39,11 +56,10 @@ class ModuleBindings(ProjectIndex):
             source, _, attr = target.rpartition(".")
             found = self.lookup(source) if source else None
             return self._binding(found, attr, depth + 1) if isinstance(found, ModuleInfo) else None
-        for key, star in module.imports.items():  # from .limits import *: whatever that module binds
-            if key.startswith("*") and isinstance(found := self.lookup(star), ModuleInfo) and found is not module:
-                bound = self._binding(found, name, depth + 1)
-                if bound is not None:
-                    return bound
+        for star in reversed(self._stars(module)):  # from .limits import *: the last one that binds it wins
+            bound = self._binding(star, name, depth + 1)
+            if bound is not None:
+                return bound
         return None
 
     def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]:

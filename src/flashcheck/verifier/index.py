@@ -11,7 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_key, keyed_store_keys
+from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_keys, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
 __all__ = [
@@ -485,8 +485,7 @@ class _Indexer:
                 key = target.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):  # self.bufs[bs]["host"] = t
                     keys = [*keys, *keyed_store_keys(base, key.value)]
-                if (keyed := keyed_items_key(base)) is not None:  # self.bufs[bs]["host"][i] = t, .append(t)
-                    keys = [*keys, keyed]
+                keys = [*keys, *keyed_items_keys(base)]  # self.bufs[bs]["host"][i] = t, .append(t)
                 for k in keys:  # self.graphs[mb][bs] = w, self.bufs["cpu"].append(t)
                     cls.item_assigns.setdefault(k, []).append((value, fn))
                 for dk, dv in zip(value.keys, value.values, strict=True) if isinstance(value, ast.Dict) else ():

@@ -14,7 +14,7 @@ __all__ = [
     "is_key",
     "item_keys",
     "item_lookup_keys",
-    "keyed_items_key",
+    "keyed_items_keys",
     "keyed_lookup",
     "keyed_store_keys",
 ]
@@ -87,11 +87,13 @@ def _first_subscript(container: ast.Subscript) -> tuple[ast.Subscript, ast.Attri
     return (first, first.value) if isinstance(first.value, ast.Attribute) else None
 
 
-def keyed_items_key(container: ast.expr) -> str | None:
-    """The `ClassInfo.item_assigns` key of the items stored into an item kept under a string key below another key
-    (``obj.x[bs]["host"][i] = t``, ``obj.x[mb][bs]["blocks"].append(t)``, ``obj.x[mb]["host"][bs][i] = t``):
-    ``x[*]['host'][]`` for the last such key, whatever keys come between; None for other containers (``obj.x["cpu"]``
-    and its items have their own keys, `item_keys`)."""
+def keyed_items_keys(container: ast.expr, *, lookup: bool = False) -> list[str]:
+    """The `ClassInfo.item_assigns` keys of the items stored into an item kept under a string key below another key
+    (``obj.x[bs]["host"][i] = t``, ``obj.x[mb][bs]["blocks"].append(t)``, ``obj.x[mb]["host"][bs][i] = t``), by
+    the chain's first key and its last such string key, whatever keys come between, as `keyed_store_keys` files
+    items: ``x['decode']['host'][]`` or ``x[?]['host'][]`` and ``x[*]['host'][]`` for a store; for a `lookup`,
+    ``x['decode']['host'][]`` and ``x[?]['host'][]`` under a string first key, else ``x[*]['host'][]``. Empty for
+    other containers (``obj.x["cpu"]`` and its items have their own keys, `item_keys`)."""
     key: str | None = None
     node = container
     while isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript):
@@ -100,8 +102,13 @@ def keyed_items_key(container: ast.expr) -> str | None:
             key = k.value
         node = node.value
     if key is None or not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)):
-        return None
-    return f"{node.value.attr}[*][{key!r}][]"
+        return []
+    attr, first = node.value.attr, _first_key(node)
+    if lookup:
+        if first == "?":
+            return [f"{attr}[*][{key!r}][]"]
+        return [f"{attr}[{first}][{key!r}][]", f"{attr}[?][{key!r}][]"]
+    return [f"{attr}[{first}][{key!r}][]", f"{attr}[*][{key!r}][]"]
 
 
 def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]] | None:
@@ -124,9 +131,9 @@ def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]]
 def item_lookup_keys(container: ast.expr) -> list[str]:
     """The `ClassInfo.item_assigns` keys whose stores are the items of `container`: ``x`` for ``obj.x``; every
     first key's (``x[]``) for ``obj.x[var]``; for ``obj.x['cpu']`` that key's and the variable keys' stores."""
-    keyed = keyed_items_key(container)
-    if keyed is not None:
-        return [keyed]  # obj.x[bs]["host"]: what is stored into that item, not every item of obj.x
+    keyed = keyed_items_keys(container, lookup=True)
+    if keyed:
+        return keyed  # obj.x[bs]["host"]: what is stored into that item, not every item of obj.x
     keys = item_keys(container)
     if len(keys) < 2 or keys[1].endswith("[?][]"):
         return keys[:1]

@@ -66,6 +66,8 @@ class Project(InstanceCalls):
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._instance_memo: dict[tuple[int, int, int], ClassInfo | None] = {}
+        self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
+        self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._link_classes()
 
     def forget_answers(self) -> None:

@@ -256,8 +256,8 @@ class HostSyncInHotPath(Rule):
                 if method in ("to", "cpu") and _non_blocking(call):
                     continue  # asynchronous; a host read before an event sync is reported below
                 w = prov.of(func.value, fn)
-                if w is Where.HOST or (method == "numpy" and w is not Where.DEVICE):
-                    continue
+                if w is Where.HOST or (method in ("numpy", "type_as") and w is not Where.DEVICE):
+                    continue  # x.type_as(host) of a tensor of unknown place is mostly a dtype cast on the host
                 what = (
                     "has a data-dependent output size (device-to-host sync)"
                     if method in _NONZERO_METHODS

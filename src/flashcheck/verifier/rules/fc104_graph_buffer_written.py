@@ -7,7 +7,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flashcheck.verifier.astutil import VIEW_METHODS, dotted, is_in_place_method, kwarg, runs_after, storage_root
+from flashcheck.verifier.astutil import (
+    VIEW_METHODS,
+    dotted,
+    is_in_place_method,
+    kwarg,
+    runs_after,
+    runs_before,
+    storage_root,
+)
 from flashcheck.verifier.dataflow import Key, param_storage_keys, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.flashinfer_api import (
@@ -74,10 +82,13 @@ class GraphBufferWrittenElsewhere(Rule):
         parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
         ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
         ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
-        reported, and a write before it is the required pattern (a call of a function that plans counts as a plan, also
-        through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is
-        reported once: at the line that writes when its function is itself reported there, else at the call (a helper
-        that writes its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
+        reported, once a plan has run on its own path and unless one may run after it there (a plan in another branch of
+        an ``if`` or ``match``, or in a branch that returned, neither precedes nor follows it; one later in an enclosing
+        loop, a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing), and a write before
+        it is the required pattern (a call of a function that plans counts as a plan, also through a method alias kept
+        in an attribute: ``self.update = self.update_single_wrapper``). Each write is reported once: at the line that
+        writes when its function is itself reported there, else at the call (a helper that writes its parameter, a
+        replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
@@ -176,7 +187,8 @@ class GraphBufferWrittenElsewhere(Rule):
         for node, b, key in flow.writes(fn):
             line = getattr(node, "lineno", 0)
             later = runs_after(fn.node.body, line)  # a plan in a branch that returned earlier does not follow
-            if any(p < line for p in plans) and not any(p > line and later(p) for p in plans):
+            earlier = runs_before(fn.node.body, line)  # nor does one of a branch that returned precede it
+            if any(p < line and earlier(p) for p in plans) and not any(p > line and later(p) for p in plans):
                 self._hit(
                     ctx,
                     fn,

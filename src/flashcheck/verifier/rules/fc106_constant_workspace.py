@@ -27,25 +27,27 @@ class ConstantWorkspaceSize(Rule):
         Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a name
         with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
         literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
-        imported, also from a package that re-exports it, or read as ``cfg_module.WORKSPACE``), a class attribute bound
-        once and read through the instance (``self.WORKSPACE_BYTES``) or through the class, enum members included
-        (``WsSize.DECODE``), an attribute of a module-level config object that is set once to a constant
+        imported, also from a package that re-exports it or through a star import, or read as ``cfg_module.WORKSPACE``;
+        not one that other code rebinds, through the module or after ``global``), a class attribute bound once and read
+        through the instance (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``),
+        an attribute of a module-level config object that is set once to a constant
         (``global_config.flashinfer_workspace_size``), an entry of a module-level dict or tuple literal that no code
-        stores into (``_WS_BYTES["full"]``, ``_TIERS[0]``; under a key only known at run time,
-        ``_WS_MIB[kernel.value]``, when every entry is a constant), or an environment variable with a constant default,
-        a number or a string of digits read with ``int()`` (``int(os.environ.get("WS_BYTES", 128 << 20))``,
-        ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS") or 64 << 20)``), or the result of a call that
-        returns a constant (a helper without parameters, a module-level lambda, also imported from another module, a
-        table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a method of an enum member that returns a constant
-        of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in a list comprehension or a dataclass field's
-        ``default_factory``. Allocations behind project factories and caches are traced; so are functions with
-        ``workspace`` in their name that return an allocation. Sizes computed from configuration or engine limits
-        (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields of a class whose constructor is
-        built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even with a constant default
-        (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar`` is still reported), nor
-        is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``, ``bench_*.py``), nor a local named
-        like a workspace that only callables from outside the project and outside FlashInfer are handed and that the
-        function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer, ...)``: another kernel's scratch).
+        stores into, updates or rebinds (also through an import, a re-export or the module) (``_WS_BYTES["full"]``,
+        ``_TIERS[0]``; under a key only known at run time, ``_WS_MIB[kernel.value]``, when every entry is a constant),
+        or an environment variable with a constant default, a number or a string of digits read with ``int()``
+        (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
+        or 64 << 20)``), or the result of a call that returns a constant (a helper without parameters, a module-level
+        lambda, also imported from another module, a table of lambdas picked at run time: ``_WS_BYTES[kind]()``, a
+        method of an enum member that returns a constant of its value: ``WorkspaceTier.LARGE.nbytes()``), also built in
+        a list comprehension or a dataclass field's ``default_factory``. Allocations behind project factories and caches
+        are traced; so are functions with ``workspace`` in their name that return an allocation. Sizes computed from
+        configuration or engine limits (``max_num_tokens``, ``chunked_prefill_size``) are not reported, nor are fields
+        of a class whose constructor is built from its fields (``@dataclass``, attrs, ``NamedTuple``, pydantic) even
+        with a constant default (``cfg.workspace_bytes``: each instance may be built with another value; a ``ClassVar``
+        is still reported), nor is code in tests and benchmarks (``tests/``, ``test_*.py``, ``benchmarks/``,
+        ``bench_*.py``), nor a local named like a workspace that only callables from outside the project and outside
+        FlashInfer are handed and that the function keeps nowhere (``flash_mla_cuda.dense_prefill_fwd(workspace_buffer,
+        ...)``: another kernel's scratch).
 
     Why it breaks serving
         The bytes FlashInfer's planner needs grow with the batch: split-k partial outputs scale with tokens, heads
@@ -190,8 +192,8 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         return bool(items) and all(_is_constant(v, where, project, depth + 1, text) for v, where in items)
     if isinstance(expr, ast.Name):
         scope = fn if expr.id in fn.local_assigns else fn.module.body
-        if scope is None or expr.id in fn.params:
-            return False
+        if scope is None or expr.id in fn.params or (scope is not fn and _bound_otherwise(expr.id, fn)):
+            return False  # a parameter, a loop variable or a name unpacked from a call: not a constant
         outer = fn.parent if scope is not fn else None
         while outer is not None and outer is not fn.module.body:  # a closure reads its enclosing function's local
             if expr.id in outer.params:
@@ -286,7 +288,7 @@ def _table_entries(
     body: FunctionInfo, table_name: str, module: str, key: object, project: Project
 ) -> list[tuple[ast.expr, FunctionInfo]]:
     values = body.local_assigns.get(table_name, [])
-    if len(values) != 1 or _changed(table_name, module, project):
+    if len(values) != 1 or body.module.global_stores.get(table_name) or _changed(table_name, module, project):
         return []
     table = values[0]
     if isinstance(table, ast.Dict):
@@ -326,6 +328,9 @@ def _changed(table: str, module: str, project: Project) -> bool:
             stored = isinstance(s.ctx, ast.Store | ast.Del) and isinstance(s.value, ast.Attribute)
             if stored and _is_table(s.value, None, where, f, project):
                 return True
+        for a in f.attributes:  # tables.WS_TABLE = {...} from another module
+            if isinstance(a.ctx, ast.Store) and _is_table(a, None, where, f, project):
+                return True
     return False
 
 
@@ -335,7 +340,23 @@ def _local_name(m: ModuleInfo, where: tuple[str, str], project: Project) -> str 
         found = project.binding(m, alias) if not alias.startswith("*") else None
         if found is not None and (found[0].name, found[1]) == where:
             return alias
-    return None
+    found = project.binding(m, where[1])  # from .defaults import *
+    return where[1] if found is not None and found[0] is not m and (found[0].name, found[1]) == where else None
+
+
+def _bound_otherwise(name: str, fn: FunctionInfo) -> bool:
+    """Whether `fn` binds `name` other than by a plain assignment: a loop or comprehension variable, or a target
+    of unpacking (``ws, n = sizes()``)."""
+    if name in fn.loop_vars:
+        return True
+    for a in fn.assigns:
+        targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+        for t in targets:
+            if isinstance(t, ast.Tuple | ast.List) and any(
+                isinstance(n, ast.Name) and n.id == name for n in ast.walk(t)
+            ):
+                return True
+    return False
 
 
 def _is_table(expr: ast.expr, local: str | None, where: tuple[str, str], f: FunctionInfo, project: Project) -> bool:
@@ -368,6 +389,8 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
         found = project.binding(base, expr.attr)
         if found is None or found[0].body is None or found[0].global_stores.get(found[1]):
             return False  # unknown, or set after ``global`` by a configure(): configuration
+        if _changed(found[1], found[0].name, project):
+            return False  # rebound through the module elsewhere (limits.WS = n): configuration
         vals = found[0].body.local_assigns.get(found[1]) or []
         return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1)
     if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value
