@@ -222,7 +222,9 @@ def param_storage_keys(
 ) -> list[Key]:
     """Keys of the storage a parameter (or a view of one) holds: the arguments the project's callers pass."""
     root = storage_root(value)
-    if not isinstance(root, ast.Name) or root.id not in fn.params or root.id in fn.local_assigns:
+    if not isinstance(root, ast.Name) or root.id not in fn.params:
+        return []
+    if root.id in fn.local_assigns and not defaulted_param(root.id, fn):
         return []
     keys: list[Key] = []
     for caller, call in project.callers(fn)[:8]:
@@ -233,6 +235,30 @@ def param_storage_keys(
                 found = param_storage_keys(arg, caller, depth + 1, project, typer)
             keys.extend(found)
     return keys
+
+
+def defaulted_param(name: str, fn: FunctionInfo) -> bool:
+    """Whether every assignment to parameter `name` in `fn` is the default of an optional one (``if buf is None:
+    buf = torch.zeros(...)``): the name then holds what callers pass, or that default."""
+    guarded: list[tuple[int, int]] = []
+    for node in ast.walk(fn.node):
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == name
+            and isinstance(test.ops[0], ast.Is)
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None
+            and isinstance(node, ast.If)
+        ):
+            guarded.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+    stores = [a for a in fn.assigns if any(isinstance(t, ast.Name) and t.id == name for t in _targets(a))]
+    return bool(guarded) and all(any(s <= a.lineno <= e for s, e in guarded) for a in stores)
+
+
+def _targets(a: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[ast.expr]:
+    return a.targets if isinstance(a, ast.Assign) else [a.target]
 
 
 def _descendants(cls: ClassInfo) -> list[ClassInfo]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import kwarg
+from flashcheck.verifier.astutil import kwarg, terminal_name
 from flashcheck.verifier.index import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, is_tensor_op
@@ -179,14 +179,30 @@ def _names_a_device(call: ast.Call) -> bool:
 
 
 def _filled(fn: FunctionInfo, name: str) -> bool:
-    """Whether `fn` adds items to its local or parameter `name` (``parts.append(dev)``, ``parts.extend(...)``)."""
-    return name in fn.item_stores or any(
+    """Whether `fn` adds items to its local or parameter `name` (``parts.append(dev)``, ``parts.extend(...)``,
+    ``parts[i] = dev``); not stores into a tensor the function allocates (``out[1:] = torch.cumsum(...)`` leaves
+    ``out`` where ``torch.zeros(..., device=x.device)`` put it)."""
+    stored = name in fn.item_stores and not _allocated(fn, name)
+    return stored or any(
         isinstance(c.func, ast.Attribute)
         and c.func.attr in ("append", "extend", "insert")
         and isinstance(c.func.value, ast.Name)
         and c.func.value.id == name
         for c in fn.calls
     )
+
+
+def _allocated(fn: FunctionInfo, name: str) -> bool:
+    """Whether every value `fn` binds to its local `name` is an array allocation (``torch.zeros(...)``,
+    ``x.new_zeros(...)``, ``torch.empty_like(x)``, ``np.zeros(n)``): storing into it does not move it."""
+    values = fn.local_assigns.get(name) if name not in fn.params else None
+    return bool(values) and all(isinstance(v, ast.Call) and terminal_name(v.func) in _ALLOCATING for v in values or ())
+
+
+_ALLOCATING = frozenset(
+    {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
+    | {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
+)
 
 
 def _library_function(func: ast.expr, fn: FunctionInfo) -> bool:
