@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
 
 __all__ = [
     "IN_PLACE_EXCEPTIONS",
@@ -20,8 +19,6 @@ __all__ = [
     "is_in_place_method",
     "kwarg",
     "name_tokens",
-    "runs_after",
-    "runs_before",
     "storage_root",
     "terminal_name",
 ]
@@ -187,116 +184,3 @@ def annotation(ann: ast.expr | None) -> ast.expr | None:
         else:
             return ann
     return ann
-
-
-def runs_after(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
-    """Whether code on a given line may run after the statement on `line` of a function `body` (structured control
-    flow only): the statements after it in its block and in the blocks around it, up to a ``return`` or ``raise``
-    that ends its path, and the whole of any loop around it; not the other branches of an ``if`` it sits in, nor
-    code after a branch that returns (``if decode: ...; write; return`` is followed by nothing of the prefill
-    branch below). Any line, when `line` is in no statement of `body`."""
-    ranges = _after(body, line)
-    if ranges is None or ranges[1] == "raise":  # a path that raises replays nothing: any line may follow
-        return lambda _: True
-    spans = ranges[0]
-    return lambda other: any(start <= other <= end for start, end in spans)
-
-
-_Spans = list[tuple[int, int]]
-
-
-def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
-    """(line spans that may run after `line`, how its path ends in this block: "" when it goes on after the block,
-    "return" or "raise") or None when `body` does not hold `line`."""
-    for i, stmt in enumerate(body):
-        end = stmt.end_lineno or stmt.lineno
-        if not stmt.lineno <= line <= end:
-            continue
-        spans: _Spans = []
-        ended = ""
-        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            blocks = _blocks(stmt)
-            for j, block in enumerate(blocks):
-                inner = _after(block, line)
-                if inner is None:
-                    continue
-                spans, ended = inner
-                finalbody = getattr(stmt, "finalbody", None)  # a try (also try/except*)
-                if isinstance(finalbody, list):  # handlers, else and finally run after the body; finally always
-                    later_blocks = blocks[j + 1 :] if not ended else [finalbody]
-                    spans += [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in later_blocks if b]
-                break
-        if ended:
-            return spans, ended
-        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
-            spans.append((stmt.lineno, end))  # the next iteration
-        for later in body[i + 1 :]:
-            spans.append((later.lineno, later.end_lineno or later.lineno))
-            if isinstance(later, ast.Return | ast.Raise):
-                return spans, "return" if isinstance(later, ast.Return) else "raise"
-        return spans, ""
-    return None
-
-
-def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
-    """The statement lists of `stmt` in the order they may run: a ``try``'s body, handlers, ``else``, ``finally``."""
-    body = getattr(stmt, "body", None)
-    blocks: list[list[ast.stmt]] = [body] if isinstance(body, list) else []
-    blocks.extend(h.body for h in getattr(stmt, "handlers", []))
-    blocks.extend(c.body for c in getattr(stmt, "cases", []))
-    blocks.extend(getattr(stmt, name) for name in ("orelse", "finalbody") if getattr(stmt, name, None))
-    return blocks
-
-
-def runs_before(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
-    """Whether code on a given line may have run before the statement on `line` of a function `body` on its path
-    (structured control flow only): earlier statements of its block and of the blocks around it, not the branches
-    of an earlier statement that end in ``return``/``raise`` nor the other branches of an ``if`` it sits in; the
-    whole of any loop around it (an earlier iteration). Any line, when `line` is in no statement of `body`."""
-    spans = _before(body, line)
-    if spans is None:
-        return lambda _: True
-    return lambda other: any(start <= other <= end for start, end in spans)
-
-
-def _before(body: list[ast.stmt], line: int) -> _Spans | None:
-    for i, stmt in enumerate(body):
-        end = stmt.end_lineno or stmt.lineno
-        if not stmt.lineno <= line <= end:
-            continue
-        spans: _Spans = [s for earlier in body[:i] for s in _falls_through(earlier)]
-        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
-            spans.append((stmt.lineno, end))  # an earlier iteration
-        elif isinstance(stmt, ast.If):
-            spans.append((stmt.test.lineno, stmt.test.end_lineno or stmt.test.lineno))
-        elif isinstance(stmt, ast.With | ast.AsyncWith | ast.Match):  # its context managers or subject ran first
-            spans.append(
-                (stmt.lineno, stmt.body[0].lineno - 1 if isinstance(stmt, ast.With | ast.AsyncWith) else stmt.lineno)
-            )
-        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            blocks = _blocks(stmt)
-            for j, block in enumerate(blocks):
-                inner = _before(block, line)
-                if inner is not None:
-                    spans += inner
-                    if isinstance(getattr(stmt, "finalbody", None), list):  # a try's earlier blocks ran first
-                        spans += [(b[0].lineno, b[-1].end_lineno or b[-1].lineno) for b in blocks[:j] if b]
-                    break
-        return spans
-    return None
-
-
-def _falls_through(stmt: ast.stmt) -> _Spans:
-    """Line spans of `stmt` that may run before the code after it: a simple statement, a compound one without its
-    blocks whose last statement returns or raises (``if prefill: plan(); return``)."""
-    end = stmt.end_lineno or stmt.lineno
-    blocks = _blocks(stmt)
-    if not blocks or isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return [(stmt.lineno, end)]
-    if not any(b and isinstance(b[-1], ast.Return | ast.Raise) for b in blocks):
-        return [(stmt.lineno, end)]
-    return [
-        (b[0].lineno, b[-1].end_lineno or b[-1].lineno)
-        for b in blocks
-        if b and not isinstance(b[-1], ast.Return | ast.Raise)
-    ]

@@ -57,6 +57,9 @@ class ModuleBindings(ProjectIndex):
             found = self.lookup(source) if source else None
             return self._binding(found, attr, depth + 1) if isinstance(found, ModuleInfo) else None
         for star in reversed(self._stars(module)):  # from .limits import *: the last one that binds it wins
+            exported = _exports(star)
+            if exported is not None and name not in exported:
+                continue  # not in its __all__: the star import does not bring it
             bound = self._binding(star, name, depth + 1)
             if bound is not None:
                 return bound
@@ -67,3 +70,12 @@ class ModuleBindings(ProjectIndex):
         it, through imports and re-exports)."""
         found = self.binding(module, name)
         return found[0].global_values(found[1]) if found is not None else []
+
+
+def _exports(module: ModuleInfo) -> frozenset[str] | None:
+    """The names a module's ``__all__`` literal lists (what ``from module import *`` brings); None without one."""
+    values = module.body.local_assigns.get("__all__", []) if module.body is not None else []
+    if len(values) != 1 or not isinstance(values[0], ast.List | ast.Tuple):
+        return None
+    names = [e.value for e in values[0].elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return frozenset(names) if len(names) == len(values[0].elts) else None

@@ -253,12 +253,8 @@ def defaulted_param(name: str, fn: FunctionInfo) -> bool:
             and isinstance(node, ast.If)
         ):
             guarded.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
-    stores = [a for a in fn.assigns if any(isinstance(t, ast.Name) and t.id == name for t in _targets(a))]
-    return bool(guarded) and all(any(s <= a.lineno <= e for s, e in guarded) for a in stores)
-
-
-def _targets(a: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[ast.expr]:
-    return a.targets if isinstance(a, ast.Assign) else [a.target]
+    stores = [n for n in ast.walk(fn.node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    return bool(guarded) and all(any(s <= n.lineno <= e for s, e in guarded) for n in stores)
 
 
 def _descendants(cls: ClassInfo) -> list[ClassInfo]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
-from flashcheck.verifier.instances import branches, torch_module
+from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 
@@ -26,6 +26,8 @@ class InstanceCalls(Registries):
         def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
 
         def subclasses_of(self, ci: ClassInfo) -> list[ClassInfo]: ...
+
+        def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
@@ -149,3 +151,36 @@ class InstanceCalls(Registries):
             return False
         built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values or ()]
         return bool(built) and all(isinstance(b, ClassInfo) and b is built[0] for b in built)
+
+    def _subclass_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """The subclass methods a call ``base.name()`` may also run when `base` is declared with the class `inst`: a
+        loop variable over a container declared with it (``List[BaseLayer]``): each override; a parameter so
+        declared (``backend: AttentionBackendBase``): the methods of the classes its callers hand it, when every
+        caller hands an object of a known class (``self``, or one built as that class), else each override outside
+        tests and benchmarks."""
+        if self.declared_loop_item(base, fn):
+            yield from self.overrides(inst, name)
+            return
+        if not (isinstance(base, ast.Name) and base.id not in fn.local_assigns and fn.params.get(base.id) is not None):
+            return
+        passed = self._passed_classes(base.id, fn)
+        if passed is not None:
+            yield from (m for c in passed if c is not inst and (m := self.method(c, name)) is not None)
+            return
+        serving = not fn.source.is_tooling
+        yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+
+    def _passed_classes(self, param: str, fn: FunctionInfo) -> list[ClassInfo] | None:
+        """The classes of what `fn`'s callers pass as `param`, when each is known: ``self`` (the caller's class) or
+        an object the analysis sees built as one class; None when some caller passes another value."""
+        found: dict[int, ClassInfo] = {}
+        callers = self.feeding_callers(fn)[:8]
+        for caller, call in callers:
+            arg = argument(call, fn, param)
+            cls = caller.cls if isinstance(arg, ast.Name) and arg.id == "self" else None
+            if cls is None and arg is not None and self._built(arg, caller):
+                cls = self.instance_type(arg, caller, 1)
+            if cls is None:
+                return None
+            found[id(cls)] = cls
+        return list(found.values()) if callers else None

@@ -403,8 +403,8 @@ class Project(InstanceCalls):
                     return
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
-            if inst is not None and isinstance(target, FunctionInfo) and self._declared_base(base, target, fn):
-                yield from self.overrides(inst, func.attr)  # List[BaseLayer] items, backend: Base: each kind
+            if inst is not None and isinstance(target, FunctionInfo):
+                yield from self._subclass_targets(base, inst, func.attr, fn)  # List[BaseLayer], backend: Base
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 if not held and isinstance(base, ast.Name) and base.id == "self":
@@ -425,17 +425,6 @@ class Project(InstanceCalls):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self.overrides(target.cls, target.name)
-
-    def _declared_base(self, base: ast.expr, target: FunctionInfo, fn: FunctionInfo) -> bool:
-        """Whether a call of `target` on `base` may run an override in a subclass: `base` is a loop variable over a
-        container declared with the item class (``List[BaseLayer]``) or a parameter declared with the class
-        (``backend: AttentionBackendBase``), either of which may hold an instance of any subclass, or `target` is
-        abstract (``@abc.abstractmethod``: only overrides run)."""
-        if self.declared_loop_item(base, fn):
-            return True
-        if isinstance(base, ast.Name) and base.id not in fn.local_assigns and fn.params.get(base.id) is not None:
-            return True
-        return any((dotted(d) or "").endswith("abstractmethod") for d in target.decorators)
 
     def sole_method(self, name: str) -> FunctionInfo | None:
         """The method a call on a receiver of unknown type runs when exactly one project class defines a method of

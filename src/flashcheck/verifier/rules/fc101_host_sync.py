@@ -12,6 +12,7 @@ from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
 from flashcheck.verifier.provenance.context import in_context
+from flashcheck.verifier.provenance.tensors import TENSOR_METHODS
 
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
 _SYNC_FUNCS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream.synchronize"})
@@ -256,8 +257,10 @@ class HostSyncInHotPath(Rule):
                 if method in ("to", "cpu") and _non_blocking(call):
                     continue  # asynchronous; a host read before an event sync is reported below
                 w = prov.of(func.value, fn)
-                if w is Where.HOST or (method in ("numpy", "type_as") and w is not Where.DEVICE):
-                    continue  # x.type_as(host) of a tensor of unknown place is mostly a dtype cast on the host
+                if w is Where.HOST or (method == "numpy" and w is not Where.DEVICE):
+                    continue
+                if method == "type_as" and w is not Where.DEVICE and not _tensor_result(func.value, prov, fn):
+                    continue  # x.type_as(host) of a value of unknown place and kind: mostly a dtype cast
                 what = (
                     "has a data-dependent output size (device-to-host sync)"
                     if method in _NONZERO_METHODS
@@ -540,3 +543,12 @@ def _reads_params(expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         if any(_reads_params(v, fn, depth + 1) for v in values[:4]):
             return True
     return False
+
+
+def _tensor_result(expr: ast.expr, prov: Provenance, fn: FunctionInfo) -> bool:
+    """A tensor by the call that computes it: a tensor method's result (``logits.argmax(-1)``) or a torch
+    operation's; a name or attribute of unknown place is not (``positions.type_as(lens_cpu)`` is mostly a cast)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    f = expr.func
+    return (isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS) or prov.tensorish(expr, fn)

@@ -12,8 +12,6 @@ from flashcheck.verifier.astutil import (
     dotted,
     is_in_place_method,
     kwarg,
-    runs_after,
-    runs_before,
     storage_root,
 )
 from flashcheck.verifier.dataflow import Key, param_storage_keys, storage_keys
@@ -28,6 +26,7 @@ from flashcheck.verifier.flashinfer_api import (
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.index import owner_of, with_bases
+from flashcheck.verifier.paths import runs_after, runs_before
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
