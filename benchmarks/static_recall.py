@@ -242,6 +242,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "eplb_expert_rebalance",
         "mooncake_kv_store_hooks",
     ),
+    "batch 52": (
+        "prefix_sharing_fork_join_agents",
+        "fp8_kv_scales_per_head_dispatch",
+        "async_output_processing_pipeline",
+        "chunked_prefill_decode_interleave_graphs",
+    ),
+    "batch 53": (
+        "pipeline_parallel_microbatch_graphs",
+        "speculative_tree_draft_budget",
+        "vision_prefix_cache_reuse",
+        "sampler_graph_with_penalties_and_grammar",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
