@@ -17,6 +17,7 @@ __all__ = [
     "dotted",
     "enclosing_tests",
     "is_in_place_method",
+    "item_annotation",
     "kwarg",
     "name_tokens",
     "storage_root",
@@ -184,3 +185,38 @@ def annotation(ann: ast.expr | None) -> ast.expr | None:
         else:
             return ann
     return ann
+
+
+_SEQUENCES = frozenset(
+    {
+        "List",
+        "list",
+        "Sequence",
+        "MutableSequence",
+        "Iterable",
+        "Set",
+        "set",
+        "FrozenSet",
+        "frozenset",
+        "Deque",
+        "deque",
+        "Tuple",
+        "tuple",
+    }
+)
+_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict", "defaultdict", "OrderedDict"})
+
+
+def item_annotation(ann: ast.expr) -> ast.expr | None:
+    """The annotation of the items of a container annotation: ``X`` of ``List[X]``, ``Dict[K, X]``,
+    ``Tuple[X, ...]``, ``Optional[Sequence[X]]`` (also written as a string); None for anything else."""
+    found = annotation(ann)
+    if not isinstance(found, ast.Subscript):
+        return None
+    head = (dotted(found.value) or "").rsplit(".", 1)[-1]
+    args = found.slice.elts if isinstance(found.slice, ast.Tuple) else [found.slice]
+    if head in _MAPPINGS and len(args) == 2:
+        return args[1]
+    if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):
+        return None  # Tuple[A, B]: items of different types
+    return args[0] if head in _SEQUENCES and args else None

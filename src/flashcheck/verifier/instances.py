@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import annotation, dotted
+from flashcheck.verifier.astutil import annotation, dotted, item_annotation
 from flashcheck.verifier.bindings import ModuleBindings
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -184,13 +184,24 @@ class InstanceTyping(ModuleBindings):
         return list(found.values())
 
     def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
-        """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in
-        a local, a module global or an attribute of an object of known type)."""
+        """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in a
+        local, a global, an attribute, a loop variable over such lists, or returned by a function so annotated)."""
         if depth > 4:
             return None
         if isinstance(container, ast.Call) and not _module_container(container.func, fn):
             gen = self.resolve_def(container.func, fn, depth + 1)  # for mb in self._split_microbatches(batch)
-            return yielded_class(self, gen) if isinstance(gen, FunctionInfo) else None
+            if not isinstance(gen, FunctionInfo):
+                return None
+            ret = getattr(gen.node, "returns", None)  # def entries(...) -> List[CachedImage]
+            item = item_annotation(ret) if ret is not None else None
+            return self._annotation_class(item, gen, depth + 1) if item is not None else yielded_class(self, gen)
+        if isinstance(container, ast.Name) and container.id in fn.loop_vars and container.id not in fn.local_assigns:
+            held = loop_containers(container.id, fn, container.lineno) or []  # for es in entries: items of items
+            inner = [
+                self._element_type(e, w, depth + 1) for c in held for e, w in (self.container_items(c, fn) or [])[:4]
+            ]
+            if inner and None not in inner:
+                return self._same_class(inner)
         return self._same_class(self._item_types(container, fn, depth))
 
     def element_classes(self, container: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
@@ -362,7 +373,7 @@ class InstanceTyping(ModuleBindings):
             outer = self._declared_items(container.value, fn, depth + 1)
             if outer is not None:
                 ann, scope = outer
-        item = _item_annotation(ann) if ann is not None else None
+        item = item_annotation(ann) if ann is not None else None
         return (item, scope) if item is not None else None
 
     @staticmethod
@@ -450,41 +461,6 @@ _MODULE_RETURNS_SELF = frozenset(
     {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_", "to_empty"}
 )
 _ITEM_GETTERS = frozenset({"get", "pop", "setdefault"})  # d.get(key): an item of d
-_SEQUENCES = frozenset(
-    {
-        "List",
-        "list",
-        "Sequence",
-        "MutableSequence",
-        "Iterable",
-        "Set",
-        "set",
-        "FrozenSet",
-        "frozenset",
-        "Deque",
-        "deque",
-        "Tuple",
-        "tuple",
-    }
-)
-_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping", "DefaultDict", "defaultdict", "OrderedDict"})
-
-
-def _item_annotation(ann: ast.expr) -> ast.expr | None:
-    """The annotation of the items of a container annotation: ``X`` of ``List[X]``, ``Dict[K, X]``,
-    ``Tuple[X, ...]``, ``Optional[Sequence[X]]`` (also written as a string); None for anything else."""
-    found = annotation(ann)
-    if not isinstance(found, ast.Subscript):
-        return None
-    head = (dotted(found.value) or "").rsplit(".", 1)[-1]
-    args = found.slice.elts if isinstance(found.slice, ast.Tuple) else [found.slice]
-    if head in _MAPPINGS and len(args) == 2:
-        return args[1]
-    if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):
-        return None  # Tuple[A, B]: items of different types
-    return args[0] if head in _SEQUENCES and args else None
-
-
 _MODULE_CONTAINERS = frozenset(
     {"torch.nn.ModuleList", "torch.nn.ModuleDict", "torch.nn.Sequential", "list", "tuple", "dict", "set"}
 )
