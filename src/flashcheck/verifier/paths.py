@@ -17,7 +17,8 @@ def runs_after(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
     """Whether code on a given line may run after the statement on `line` of a function `body`: the statements after
     it in its block and in the blocks around it, up to a ``return`` or ``raise`` that ends its path (a ``raise``
     caught by a ``try`` around it goes on in the handlers), a ``try``'s handlers, ``else`` and ``finally`` after its
-    body (only ``finally`` after a handler or the ``else``), and the whole of any loop around it; not the other
+    body (only ``finally`` after a handler or the ``else``), and the whole of any loop around it (after a ``break``,
+    only what follows the loop); not the other
     branches of an ``if`` it sits in. Any line, when `line` is in no statement of `body` or its path raises out of
     the function (nothing is replayed then)."""
     found = _after(body, line)
@@ -74,9 +75,12 @@ def _header(stmt: ast.stmt) -> _Spans:
     return []
 
 
+_ENDINGS = {ast.Return: "return", ast.Raise: "raise", ast.Break: "break", ast.Continue: "continue"}
+
+
 def _ends(block: list[ast.stmt]) -> str:
-    last = block[-1] if block else None
-    return "return" if isinstance(last, ast.Return) else "raise" if isinstance(last, ast.Raise) else ""
+    """How a block's last statement ends its path: "return", "raise", "break", "continue", or ""."""
+    return _ENDINGS.get(type(block[-1]), "") if block else ""
 
 
 def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
@@ -95,10 +99,12 @@ def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
                 if inner is not None:
                     spans, ended = inner
                     break
+        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
+            if ended != "break":  # the next iteration (and the loop's else); a break leaves both out
+                spans.append((stmt.lineno, stmt.end_lineno or stmt.lineno))
+            ended = "" if ended in ("break", "continue") else ended  # then what follows the loop
         if ended:
             return spans, ended
-        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
-            spans.append((stmt.lineno, stmt.end_lineno or stmt.lineno))  # the next iteration
         for later in body[i + 1 :]:
             spans.append((later.lineno, later.end_lineno or later.lineno))
             if _ends([later]):

@@ -83,11 +83,11 @@ class GraphBufferWrittenElsewhere(Rule):
         ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a call that plans) is
         reported, once a plan has run on its own path and unless one may run after it there (a plan in another branch of
         an ``if`` or ``match``, or in a branch that returned, neither precedes nor follows it; one later in an enclosing
-        loop, a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing), and a write before
-        it is the required pattern (a call of a function that plans counts as a plan, also through a method alias kept
-        in an attribute: ``self.update = self.update_single_wrapper``). Each write is reported once: at the line that
-        writes when its function is itself reported there, else at the call (a helper that writes its parameter, a
-        replay-prep helper or ``init_*`` function called from elsewhere).
+        loop (unless a ``break`` leaves it), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises
+        replays nothing), and a write before it is the required pattern (a call of a function that plans counts as a
+        plan, also through a method alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each
+        write is reported once: at the line that writes when its function is itself reported there, else at the call (a
+        helper that writes its parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
     Why it breaks serving
         A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
