@@ -239,22 +239,41 @@ def param_storage_keys(
 
 def defaulted_param(name: str, fn: FunctionInfo) -> bool:
     """Whether every assignment to parameter `name` in `fn` is the default of an optional one (``if buf is None:
-    buf = torch.zeros(...)``): the name then holds what callers pass, or that default."""
+    buf = torch.zeros(...)``, ``buf = buf if buf is not None else torch.zeros(...)``, ``buf = buf or ...``): the
+    name then holds what callers pass, or that default."""
     guarded: list[tuple[int, int]] = []
+    kept: set[int] = set()  # lines of buf = buf if buf is not None else d / buf = buf or d
     for node in ast.walk(fn.node):
-        test = node.test if isinstance(node, ast.If) else None
-        if (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == name
-            and isinstance(test.ops[0], ast.Is)
-            and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value is None
-            and isinstance(node, ast.If)
-        ):
+        if isinstance(node, ast.If) and _is_none_test(node.test, name, ast.Is):
             guarded.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        elif isinstance(node, ast.Assign) and _keeps_param(node.value, name):
+            kept.add(node.lineno)
     stores = [n for n in ast.walk(fn.node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
-    return bool(guarded) and all(any(s <= n.lineno <= e for s, e in guarded) for n in stores)
+    in_guard = [n.lineno in kept or any(s <= n.lineno <= e for s, e in guarded) for n in stores]
+    return bool(stores) and all(in_guard)
+
+
+def _is_none_test(test: ast.expr, name: str, op: type[ast.cmpop]) -> bool:
+    """``name is None`` (`op` ``ast.Is``) or ``name is not None`` (``ast.IsNot``)."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == name
+        and isinstance(test.ops[0], op)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
+
+
+def _keeps_param(value: ast.expr, name: str) -> bool:
+    """``name if name is not None else d``, ``d if name is None else name``, ``name or d``: the parameter or a
+    default."""
+    if isinstance(value, ast.IfExp):
+        kept = value.body if _is_none_test(value.test, name, ast.IsNot) else None
+        kept = value.orelse if _is_none_test(value.test, name, ast.Is) else kept
+        return isinstance(kept, ast.Name) and kept.id == name
+    first = value.values[0] if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or) else None
+    return isinstance(first, ast.Name) and first.id == name
 
 
 def _descendants(cls: ClassInfo) -> list[ClassInfo]:

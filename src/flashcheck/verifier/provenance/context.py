@@ -16,6 +16,7 @@ from flashcheck.verifier.index import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, is_tensor_op
 from flashcheck.verifier.provenance.where import (
+    DEVICE,
     FACTORIES,
     HOST,
     HOST_ANNOTATIONS,
@@ -123,6 +124,10 @@ class _Context:
             dev = kwarg(expr, "device")  # torch.arange(n, device=seq_lens.device): where seq_lens is
             if isinstance(dev, ast.Attribute) and dev.attr == "device":
                 return self.where(dev.value, depth + 1)
+            if isinstance(dev, ast.Name) and dev.id in self.callee.params and dev.id not in self.callee.local_assigns:
+                arg = arg_for_param(self.call, self.callee, dev.id)  # device=device, the caller passing "cpu"
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    return HOST if arg.value.startswith("cpu") else DEVICE
             return None
         if is_tensor_op(name) and expr.args:
             first = expr.args[0]  # torch.cat([a, b]): the listed tensors
