@@ -254,6 +254,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "vision_prefix_cache_reuse",
         "sampler_graph_with_penalties_and_grammar",
     ),
+    "batch 54": (
+        "lora_hot_swap_graph_rebind",
+        "sliding_window_ring_pages",
+        "multi_tenant_qos_scheduler",
+        "mla_absorbed_decode_runner",
+    ),
+    "batch 55": (
+        "beam_width_adaptive_decode",
+        "kv_cache_compression_quant_tiers",
+        "streaming_tts_codec_decoder",
+        "serverless_cold_start_warmup",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

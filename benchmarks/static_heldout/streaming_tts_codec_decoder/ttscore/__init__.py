@@ -1,0 +1,4 @@
+from .config import TTSConfig
+from .stream import ChunkScheduler, StreamState
+
+__all__ = ["TTSConfig", "ChunkScheduler", "StreamState"]
