@@ -99,10 +99,10 @@ def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
                 if inner is not None:
                     spans, ended = inner
                     break
-        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
+        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While) and ended in ("", "break", "continue"):
             if ended != "break":  # the next iteration (and the loop's else); a break leaves both out
                 spans.append((stmt.lineno, stmt.end_lineno or stmt.lineno))
-            ended = "" if ended in ("break", "continue") else ended  # then what follows the loop
+            ended = ""  # then what follows the loop
         if ended:
             return spans, ended
         for later in body[i + 1 :]:
@@ -170,6 +170,8 @@ def _falls_through(stmt: ast.stmt) -> _Spans:
     blocks = _blocks(stmt) + [h.body for h in getattr(stmt, "handlers", [])]
     final = getattr(stmt, "finalbody", None)
     blocks += [final] if isinstance(final, list) else []
-    if not any(b and _ends(b) for b in blocks):
+    loop = isinstance(stmt, ast.For | ast.AsyncFor | ast.While)  # a loop's break or continue still reaches past it
+    stops = ("return", "raise") if loop else ("return", "raise", "break", "continue")
+    if not any(b and _ends(b) in stops for b in blocks):
         return [(stmt.lineno, stmt.end_lineno or stmt.lineno)]
-    return _header(stmt) + [_span(b) for b in blocks if b and not _ends(b)]
+    return _header(stmt) + [_span(b) for b in blocks if b and _ends(b) not in stops]
