@@ -84,8 +84,8 @@ def _ends(block: list[ast.stmt]) -> str:
 
 
 def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
-    """(line spans that may run after `line`, how its path ends: "" when it goes on after `body`, "return" or
-    "raise") or None when `body` does not hold `line`."""
+    """(line spans that may run after `line`, how its path ends: "" when it goes on after `body`, "return",
+    "raise", or "break"/"continue" out of the loop around `body`) or None when `body` does not hold `line`."""
     for i, stmt in enumerate(body):
         if not _holds(stmt, line):
             continue
