@@ -243,12 +243,14 @@ def defaulted_param(name: str, fn: FunctionInfo) -> bool:
     name then holds what callers pass, or that default."""
     guarded: list[tuple[int, int]] = []
     kept: set[int] = set()  # the name stores of buf = buf if buf is not None else d / buf = buf or d
+    stores: list[ast.Name] = []
     for node in ast.walk(fn.node):
         if isinstance(node, ast.If) and _is_none_test(node.test, name, ast.Is):
             guarded.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
         elif isinstance(node, ast.Assign) and _keeps_param(node.value, name):
             kept.update(id(t) for t in node.targets if isinstance(t, ast.Name))
-    stores = [n for n in ast.walk(fn.node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+        elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            stores.append(node)
     in_guard = [id(n) in kept or any(s <= n.lineno <= e for s, e in guarded) for n in stores]
     return bool(stores) and all(in_guard)
 

@@ -57,10 +57,17 @@ def keyed_store_keys(container: ast.Subscript, key: str) -> list[str]:
     t``): ``x['cpu']['host']`` or ``x[?]['host']`` by the first key, and ``x[*]['host']`` for any first key; deeper
     down (``obj.x["decode"][bs]["host"] = t``) the keys between are left out."""
     found = _first_subscript(container)
-    if found is None:
-        return []
-    first, attr = found
-    return [f"{attr.attr}[{_first_key(first)}][{key!r}]", f"{attr.attr}[*][{key!r}]"]
+    return _stored_under(found[1].attr, _first_key(found[0]), f"[{key!r}]") if found is not None else []
+
+
+def _stored_under(attr: str, first: str, below: str) -> list[str]:
+    """The keys a store is filed under: by its first key (a string's repr, or ``?``), and ``*`` for any."""
+    return [f"{attr}[{first}]{below}", f"{attr}[*]{below}"]
+
+
+def _looked_up(attr: str, first: str, below: str) -> list[str]:
+    """The keys a read looks up: its string first key's and the variable keys' stores, or any first key's."""
+    return [f"{attr}[*]{below}"] if first == "?" else [f"{attr}[{first}]{below}", f"{attr}[?]{below}"]
 
 
 def defaulted_items(target: ast.Subscript) -> ast.Subscript:
@@ -103,19 +110,14 @@ def keyed_items_keys(container: ast.expr, *, lookup: bool = False) -> list[str]:
         node = node.value
     if key is None or not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)):
         return []
-    attr, first = node.value.attr, _first_key(node)
-    if lookup:
-        if first == "?":
-            return [f"{attr}[*][{key!r}][]"]
-        return [f"{attr}[{first}][{key!r}][]", f"{attr}[?][{key!r}][]"]
-    return [f"{attr}[{first}][{key!r}][]", f"{attr}[*][{key!r}][]"]
+    return (_looked_up if lookup else _stored_under)(node.value.attr, _first_key(node), f"[{key!r}][]")
 
 
 def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]] | None:
     """The owner expression and the `ClassInfo.item_assigns` keys whose stores are ``container[key]`` for a string
-    `key`: ``obj`` and ``x['k']`` for ``obj.x['k']``; for ``obj.x[i]['k']`` the stores under that string key below
-    the same first key, or below any first key when ``i`` is not a string constant; for ``obj.x[i][j]['k']`` the
-    stores under that key below any keys. None for other containers and keys."""
+    `key`: ``obj`` and ``x['k']`` for ``obj.x['k']``; for ``obj.x[i]['k']`` and ``obj.x[i][j]['k']`` the stores
+    under that string key below the same first key, or below any first key when ``i`` is not a string constant
+    (keys between are left out). None for other containers and keys."""
     if not isinstance(key, str):
         return None
     if isinstance(container, ast.Attribute):
@@ -123,9 +125,7 @@ def keyed_lookup(container: ast.expr, key: object) -> tuple[ast.expr, list[str]]
     found = _first_subscript(container) if isinstance(container, ast.Subscript) else None
     if found is None:
         return None
-    first, attr = _first_key(found[0]), found[1].attr
-    keys = [f"{attr}[*][{key!r}]"] if first == "?" else [f"{attr}[{first}][{key!r}]", f"{attr}[?][{key!r}]"]
-    return found[1].value, keys
+    return found[1].value, _looked_up(found[1].attr, _first_key(found[0]), f"[{key!r}]")
 
 
 def item_lookup_keys(container: ast.expr) -> list[str]:

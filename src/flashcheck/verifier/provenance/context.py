@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from flashcheck.verifier.astutil import kwarg, terminal_name
 from flashcheck.verifier.index import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
-from flashcheck.verifier.provenance.tensors import TENSOR_METHODS, is_tensor_op
+from flashcheck.verifier.provenance.tensors import SEQUENCES, TENSOR_METHODS, is_tensor_op, sequence_items
 from flashcheck.verifier.provenance.where import (
     DEVICE,
     FACTORIES,
@@ -131,12 +131,7 @@ class _Context:
             return None
         if is_tensor_op(name) and expr.args:
             first = expr.args[0]  # torch.cat([a, b]): the listed tensors
-            if isinstance(first, ast.List | ast.Tuple):
-                operands = list(first.elts)
-            elif isinstance(first, ast.ListComp | ast.GeneratorExp):
-                operands = [first.elt]
-            else:
-                operands = expr.args[:2]
+            operands = sequence_items(first) if isinstance(first, SEQUENCES) else expr.args[:2]
             return merge([self.where(a, depth + 1) for a in operands[:4]])
         if isinstance(func, ast.Attribute) and func.attr in ("type_as", "new_tensor", "cuda"):  # placed by another
             return self.where(expr.args[0], depth + 1) if func.attr == "type_as" and expr.args else None
@@ -201,13 +196,11 @@ def _allocated(fn: FunctionInfo, name: str) -> bool:
     """Whether every value `fn` binds to its local `name` is an array allocation (``torch.zeros(...)``,
     ``x.new_zeros(...)``, ``torch.empty_like(x)``, ``np.zeros(n)``): storing into it does not move it."""
     values = fn.local_assigns.get(name) if name not in fn.params else None
-    return bool(values) and all(isinstance(v, ast.Call) and terminal_name(v.func) in _ALLOCATING for v in values or ())
-
-
-_ALLOCATING = frozenset(
-    {"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like", "full_like"}
-    | {"new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
-)
+    return bool(values) and all(
+        isinstance(v, ast.Call)
+        and ((made := terminal_name(v.func) or "") in FACTORIES | LIKE_FACTORIES or made.startswith("new_"))
+        for v in values or ()
+    )
 
 
 def _library_function(func: ast.expr, fn: FunctionInfo) -> bool:

@@ -24,12 +24,14 @@ from flashcheck.verifier.provenance.tensors import (
     HOST_BUILTINS,
     HOST_RESULT_METHODS,
     NOT_TENSOR_WORDS,
+    SEQUENCES,
     TENSOR_METHODS,
     TensorUses,
     is_predicate,
     is_tensor_annotation,
     is_tensor_op,
     scalar_annotation,
+    sequence_items,
     tuple_op_input,
 )
 from flashcheck.verifier.provenance.where import (
@@ -487,8 +489,8 @@ class Provenance:
             items = self.flow.element_sources(tensors[0], fn)[:4]  # torch.cat(parts): the tensors appended to it
             if items:
                 return merge([self.of(e, where) for e, where in items])
-        if tensors and isinstance(tensors[0], ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp | ast.BoolOp):
-            tensors = _sequence_items(tensors[0])  # torch.cat([h for _, h in results] or [empty]): the items
+        if tensors and isinstance(tensors[0], SEQUENCES):
+            tensors = sequence_items(tensors[0])  # torch.cat([h for _, h in results] or [empty]): the items
         return merge([self.of(a, fn) for a in tensors[:2]])
 
     def _to_call(self, call: ast.Call, receiver: ast.expr, fn: FunctionInfo) -> Where:
@@ -546,17 +548,3 @@ def _returns_tensor(fn: FunctionInfo) -> bool:
 def _last_place_word(name: str) -> str:
     """The last word of `name` that says host or device (``max_host_len_dev``: ``dev``)."""
     return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]
-
-
-def _sequence_items(seq: ast.expr) -> list[ast.expr]:
-    """The tensors a sequence argument holds: a literal's items, a comprehension's element, and those of each
-    alternative of ``parts or [empty]`` / ``a if c else b``."""
-    if isinstance(seq, ast.List | ast.Tuple):
-        return [e for e in seq.elts if not isinstance(e, ast.Starred)]
-    if isinstance(seq, ast.ListComp | ast.GeneratorExp):
-        return [seq.elt]
-    if isinstance(seq, ast.BoolOp):
-        return [e for v in seq.values for e in _sequence_items(v)]
-    if isinstance(seq, ast.IfExp):
-        return _sequence_items(seq.body) + _sequence_items(seq.orelse)
-    return [seq]

@@ -19,6 +19,7 @@ __all__ = [
     "HOST_RESULT_METHODS",
     "NOT_TENSOR_TORCH",
     "NOT_TENSOR_WORDS",
+    "SEQUENCES",
     "TENSOR_METHODS",
     "TUPLE_OPS",
     "TensorUses",
@@ -26,6 +27,7 @@ __all__ = [
     "is_tensor_annotation",
     "is_tensor_op",
     "scalar_annotation",
+    "sequence_items",
     "tuple_op_input",
 ]
 
@@ -286,3 +288,20 @@ def is_tensor_op(name: str) -> bool:
         and not last.startswith(_NOT_TENSOR_PREFIXES)
         and last not in NOT_TENSOR_TORCH
     )
+
+
+SEQUENCES = (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp, ast.BoolOp, ast.IfExp)
+
+
+def sequence_items(seq: ast.expr) -> list[ast.expr]:
+    """The tensors a sequence argument (``torch.cat(seq)``) holds: a literal's items, a comprehension's element, and
+    those of each alternative of ``parts or [empty]`` / ``a if c else b``; `seq` itself for anything else."""
+    if isinstance(seq, ast.List | ast.Tuple):
+        return [e for e in seq.elts if not isinstance(e, ast.Starred)]
+    if isinstance(seq, ast.ListComp | ast.GeneratorExp):
+        return [seq.elt]
+    if isinstance(seq, ast.BoolOp):
+        return [e for v in seq.values for e in sequence_items(v)]
+    if isinstance(seq, ast.IfExp):
+        return sequence_items(seq.body) + sequence_items(seq.orelse)
+    return [seq]

@@ -210,11 +210,25 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
             return False  # _WS = 128 << 20, and configure() sets it after ``global _WS``: configuration
         if values:
             return len(values) == 1 and _is_constant(values[0], scope, project, depth + 1, text)
-        found = project.binding(fn.module, expr.id)
-        if found is not None and found[0] is not fn.module and found[0].body is not None:  # imported, re-exported
-            vals = found[0].body.local_assigns.get(found[1]) or []
-            return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1, text)
+        bound = _module_value(fn.module, expr.id, project)  # imported, also re-exported
+        if bound is not None and bound[1] is not fn.module.body:
+            return _is_constant(bound[0], bound[1], project, depth + 1, text)
     return False
+
+
+def _module_value(module: ModuleInfo, name: str, project: Project) -> tuple[ast.expr, FunctionInfo] | None:
+    """The one value the module that binds the global `name` (as `module` reads it: its own, imported, re-exported)
+    gives it at its top level, with that module's body; None when it is bound more than once, set after ``global``
+    by a function, or changed or rebound by other code (configuration, not a fixed size)."""
+    found = project.binding(module, name)
+    body = found[0].body if found is not None else None
+    if found is None or body is None:
+        return None
+    owner, bound = found
+    values = body.local_assigns.get(bound, [])
+    if len(values) != 1 or owner.global_stores.get(bound) or _changed(bound, owner.name, project):
+        return None
+    return values[0], body
 
 
 _ANY_KEY = object()  # a key the analysis does not know: any entry of the table
@@ -232,22 +246,14 @@ def _returns_constant(func: ast.expr, fn: FunctionInfo, project: Project, depth:
         key = func.slice.value if isinstance(func.slice, ast.Constant) else _ANY_KEY
         items = _table_items(func.value, key, fn, project)
         return bool(items) and all(_returns_constant(v, where, project, depth + 1) for v, where in items)
-    body = fn.module.body
-    if isinstance(func, ast.Name) and body is not None and func.id not in fn.params and func.id not in fn.local_assigns:
-        name = func.id
-        if func.id not in body.local_assigns:  # imported, also re-exported: the lambda that module binds
-            found = project.binding(fn.module, func.id)
-            body, name = (found[0].body, found[1]) if found is not None else (None, name)
-        values = body.local_assigns.get(name, []) if body is not None else []
-        if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
-            return _is_constant(values[0].body, body, project, depth + 1)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # config.ws_bytes() of a module
+    lam: tuple[ast.expr, FunctionInfo] | None = None  # a module-level lambda: its own module's, imported, re-exported
+    if isinstance(func, ast.Name) and func.id not in fn.params and func.id not in fn.local_assigns:
+        lam = _module_value(fn.module, func.id, project)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):  # config.ws_bytes() of a module
         held = project.resolve_def(func.value, fn)
-        bound = project.binding(held, func.attr) if isinstance(held, ModuleInfo) else None  # or its re-export
-        body = bound[0].body if bound is not None else None
-        values = body.local_assigns.get(bound[1], []) if body is not None and bound is not None else []
-        if body is not None and len(values) == 1 and isinstance(values[0], ast.Lambda):
-            return _is_constant(values[0].body, body, project, depth + 1)
+        lam = _module_value(held, func.attr, project) if isinstance(held, ModuleInfo) else None
+    if lam is not None and isinstance(lam[0], ast.Lambda):
+        return _is_constant(lam[0].body, lam[1], project, depth + 1)
     target = project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
     if target is None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
         owner = project.resolve_def(func.value.value, fn)  # WorkspaceTier.LARGE.nbytes(): the enum's method
@@ -271,26 +277,14 @@ def _table_items(
     entry."""
     if isinstance(name, ast.Attribute):
         held = project.resolve_def(name.value, fn)
-        bound = project.binding(held, name.attr) if isinstance(held, ModuleInfo) else None
-        if bound is None or bound[0].body is None:
-            return []
-        return _table_entries(bound[0].body, bound[1], bound[0].name, key, project)
-    body, table_name, module = fn.module.body, name.id, fn.module.name
-    if body is None or name.id in fn.params or name.id in fn.local_assigns:
+        bound = _module_value(held, name.attr, project) if isinstance(held, ModuleInfo) else None
+    elif name.id in fn.params or name.id in fn.local_assigns:
         return []
-    bound = project.binding(fn.module, name.id) if name.id not in body.local_assigns else None
-    if bound is not None and bound[0].body is not None:  # from .config import _WS_MIB: that module's table
-        body, table_name, module = bound[0].body, bound[1], bound[0].name
-    return _table_entries(body, table_name, module, key, project)
-
-
-def _table_entries(
-    body: FunctionInfo, table_name: str, module: str, key: object, project: Project
-) -> list[tuple[ast.expr, FunctionInfo]]:
-    values = body.local_assigns.get(table_name, [])
-    if len(values) != 1 or body.module.global_stores.get(table_name) or _changed(table_name, module, project):
+    else:  # the module's own table, or one imported from another (from .config import _WS_MIB)
+        bound = _module_value(fn.module, name.id, project)
+    if bound is None:
         return []
-    table = values[0]
+    table, body = bound
     if isinstance(table, ast.Dict):
         if None in table.keys:  # {**other, ...}
             return []
@@ -386,13 +380,8 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     """``config_module.WORKSPACE_BYTES`` or ``global_config.flashinfer_workspace_size`` bound once to a constant."""
     base = project.resolve_def(expr.value, fn)
     if isinstance(base, ModuleInfo):  # config_module.WS, also one its package's __init__.py re-exports
-        found = project.binding(base, expr.attr)
-        if found is None or found[0].body is None or found[0].global_stores.get(found[1]):
-            return False  # unknown, or set after ``global`` by a configure(): configuration
-        if _changed(found[1], found[0].name, project):
-            return False  # rebound through the module elsewhere (limits.WS = n): configuration
-        vals = found[0].body.local_assigns.get(found[1]) or []
-        return len(vals) == 1 and _is_constant(vals[0], found[0].body, project, depth + 1)
+        bound = _module_value(base, expr.attr, project)
+        return bound is not None and _is_constant(bound[0], bound[1], project, depth + 1)
     if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value
         inner = project.resolve_def(expr.value.value, fn)
         if isinstance(inner, ClassInfo):
