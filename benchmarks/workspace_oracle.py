@@ -140,9 +140,13 @@ def render_one(doc: dict[str, Any]) -> str:
                 if isinstance(hw, int)
                 else f"| {r['config']} | {r['use']} | {r['bound']:,} | {r.get('witness')} | - | {r['status']} |"
             )
-            if "workspace_size_agrees" in r:
-                ws = r["workspace_size"][-1] if r["workspace_size"] else None
+            if "workspace_size_absent" in r:
+                lines.append(f"| | `workspace_size()` | not offered | oracle {r['oracle_plan']} | | not compared |")
+            elif "workspace_size_agrees" in r and not r["workspace_size"]:  # no plan reported a size
+                lines.append(f"| | `workspace_size()` | none recorded | oracle {r['oracle_plan']} | | not compared |")
+            elif "workspace_size_agrees" in r:
                 agree = "agrees" if r["workspace_size_agrees"] else "**differs**"
+                ws = r["workspace_size"][-1]
                 lines.append(f"| | `workspace_size()` | {ws} | oracle {r['oracle_plan']} | | {agree} |")
     lines += [
         "",

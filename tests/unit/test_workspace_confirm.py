@@ -81,3 +81,49 @@ def test_plan_arguments_become_the_batch_the_oracle_plans() -> None:
     tally = _compare_sizes(cfg, spec, [([p.float_bytes, p.int_bytes], b), ([p.float_bytes + 1, p.int_bytes], b)])
     assert (tally["equal"], tally["oracle_smaller"], tally["oracle_larger"]) == (1, 1, 0)
     assert tally["examples"][0]["workspace_size"] == [p.float_bytes + 1, p.int_bytes]
+
+
+class _Sized:
+    def plan(self, *a: object) -> str:
+        return "planned"
+
+    def workspace_size(self, *a: object) -> tuple[int, int]:
+        return (100, 8)
+
+
+class _Unsized:  # 0.7's MLA wrapper: plans, but offers no workspace_size()
+    def plan(self, *a: object) -> str:
+        return "planned"
+
+
+def test_the_size_cross_check_names_a_wrapper_without_workspace_size_instead_of_disagreeing() -> None:
+    from types import SimpleNamespace
+
+    from flashcheck.workspace.confirm import _workspace_size_spy
+
+    sizes: list[object] = []
+    absent: list[str] = []
+    sized = SimpleNamespace(eager=_Sized(), kind="mla")
+    _workspace_size_spy(sizes, 1, absent)(sized)
+    assert sized.eager.plan() == "planned" and sizes == [([100, 8], None)] and absent == []
+    unsized = SimpleNamespace(eager=_Unsized(), kind="mla")
+    _workspace_size_spy(sizes, 1, absent)(unsized)
+    assert unsized.eager.plan() == "planned" and len(sizes) == 1
+    assert absent == ["_Unsized has no workspace_size()"]
+
+
+def test_render_shows_a_size_not_offered_as_not_compared() -> None:
+    rec = {"config": "mla", "use": "mla-fa2 eager", "bound": 100, "searched": 100, "witness": "w", "high_water": 0,
+           "overflows_below_need": True, "status": "confirmed", "oracle_plan": [100, 8],
+           "workspace_size_absent": "BatchMLAPagedAttentionWrapper has no workspace_size()"}  # fmt: skip
+    doc = {
+        "command": "python benchmarks/workspace_oracle.py",
+        "date": "2026-01-01",
+        "environment": {"flashinfer": "0.7.2.post1", "device": "H100"},
+        "witnesses": [{"what": "witnesses mla", "status": "ran", "result": [rec]}],
+        "fuzz": [],
+        "replays": [],
+    }
+    text = _bench().render_one(doc)
+    assert "| | `workspace_size()` | not offered | oracle [100, 8] | | not compared |" in text
+    assert "**differs**" not in text
