@@ -266,6 +266,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "streaming_tts_codec_decoder",
         "serverless_cold_start_warmup",
     ),
+    "batch 56": (
+        "minference_vertical_slash_prefill",
+        "prompt_logprobs_chunked",
+        "cuda_ipc_kv_frontend_workers",
+        "kv_event_router_publisher",
+    ),
+    "batch 57": (
+        "ntk_rope_per_request_scaling",
+        "long_prefill_kv_split_merge",
+        "multi_stream_prefill_decode_overlap",
+        "nvml_telemetry_watchdog",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
