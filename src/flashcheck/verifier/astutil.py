@@ -64,6 +64,16 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
+def class_base(node: ast.expr) -> ast.expr:
+    """The class a base expression names: ``Base`` of a generic ``Base[Meta]`` (``Protocol[T]``), else `node`."""
+    return node.value if isinstance(node, ast.Subscript) else node
+
+
+def is_protocol(node: ast.ClassDef) -> bool:
+    """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``)."""
+    return any((dotted(class_base(b)) or "").endswith("Protocol") for b in node.bases)
+
+
 def terminal_name(node: ast.AST) -> str | None:
     """The last identifier of an expression: ``x`` for ``x``, ``b`` for ``a.b``, the key of ``m["k"]``."""
     if isinstance(node, ast.Name):

@@ -239,8 +239,8 @@ def param_storage_keys(
 
 def defaulted_param(name: str, fn: FunctionInfo) -> bool:
     """Whether every assignment to parameter `name` in `fn` is the default of an optional one (``if buf is None:
-    buf = torch.zeros(...)``, ``buf = buf if buf is not None else torch.zeros(...)``, ``buf = buf or ...``): the
-    name then holds what callers pass, or that default."""
+    buf = torch.zeros(...)``, ``buf = buf if buf is not None else torch.zeros(...)``, ``buf = buf or ...``, also
+    annotated or as a walrus): the name then holds what callers pass, or that default."""
     guarded: list[tuple[int, int]] = []
     kept: set[int] = set()  # the name stores of buf = buf if buf is not None else d / buf = buf or d
     stores: list[ast.Name] = []
@@ -249,6 +249,8 @@ def defaulted_param(name: str, fn: FunctionInfo) -> bool:
             guarded.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
         elif isinstance(node, ast.Assign) and _keeps_param(node.value, name):
             kept.update(id(t) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value and _keeps_param(node.value, name):
+            kept.add(id(node.target))  # buf: Tensor = buf if buf is not None else d; (buf := buf or d)
         elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
             stores.append(node)
     in_guard = [id(n) in kept or any(s <= n.lineno <= e for s, e in guarded) for n in stores]

@@ -7,15 +7,16 @@ such an object runs. Part of `flashcheck.verifier.project.Project`'s call graph.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from flashcheck.verifier.astutil import is_protocol
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 
-__all__ = ["InstanceCalls"]
+__all__ = ["InstanceCalls", "link_protocols"]
 
 
 class InstanceCalls(Registries):
@@ -170,6 +171,29 @@ class InstanceCalls(Registries):
         serving = not fn.source.is_tooling
         yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
 
+    def protocol_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """The methods a call ``base.name()`` runs when `base` is an attribute or a local declared with a
+        ``typing.Protocol`` of the project (``self.reader: LensReader = FileReader()``): the methods of the classes
+        its stores build when each is known, else those of every class implementing the protocol (parameters and
+        loop items so declared are `_subclass_targets`'s)."""
+        if not is_protocol(inst.node) or (isinstance(base, ast.Name) and base.id in fn.params):
+            return
+        if self.declared_loop_item(base, fn):
+            return
+        if isinstance(base, ast.Attribute):
+            values = self.family_stores(self.instance_type(base.value, fn, 1), base.attr)
+        elif isinstance(base, ast.Name):
+            values = [(v, fn) for v in fn.local_assigns.get(base.id, [])]
+        else:
+            values = []
+        built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values]
+        if built and all(isinstance(b, ClassInfo) for b in built):
+            classes = {id(b): b for b in built if isinstance(b, ClassInfo) and b is not inst}
+            yield from (m for c in classes.values() if (m := self.method(c, name)) is not None)
+            return
+        serving = not fn.source.is_tooling
+        yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+
     def _passed_classes(self, param: str, fn: FunctionInfo) -> list[ClassInfo] | None:
         """The classes of what `fn`'s callers pass as `param`, when each is known: ``self`` (the caller's class) or
         an object the analysis sees built as one class; None when some caller passes another value."""
@@ -184,3 +208,35 @@ class InstanceCalls(Registries):
                 return None
             found[id(cls)] = cls
         return list(found.values()) if callers else None
+
+
+_MAX_IMPLEMENTERS = 8  # classes implementing one protocol beyond which it stays an interface
+
+
+def link_protocols(classes: Iterable[ClassInfo]) -> None:
+    """Make the classes that implement a ``typing.Protocol`` of the project (every method it declares, own or
+    inherited) its subclasses, so that a call on an object declared with the protocol runs theirs, as a call on
+    one declared with a base class runs the overrides. A protocol more than `_MAX_IMPLEMENTERS` classes
+    implement (one method named ``forward``) stays an interface: nothing is linked."""
+    classes = list(classes)
+    protocols = [ci for ci in classes if is_protocol(ci.node)]
+    if not protocols:
+        return
+    definers: dict[str, list[ClassInfo]] = {}
+    for ci in classes:
+        for name in ci.methods:
+            definers.setdefault(name, []).append(ci)
+    for p in protocols:
+        names = [n for n in p.methods if not n.startswith("__")]
+        if not names:
+            continue
+        rarest = min(names, key=lambda n: len(definers.get(n, [])))
+        found = []
+        for c in definers.get(rarest, []):
+            if c is p or is_protocol(c.node) or any(b is p for b in with_bases(c)):
+                continue
+            have = {n for b in with_bases(c) for n in b.methods}
+            if all(n in have for n in names):
+                found.append(c)
+        if len(found) <= _MAX_IMPLEMENTERS:
+            p.subclasses.extend(c for c in found if all(c is not s for s in p.subclasses))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import dotted, literal_items, name_tokens, terminal_name
+from flashcheck.verifier.astutil import is_protocol, literal_items, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
@@ -375,7 +375,7 @@ _MAX_BINDINGS = 8  # explorations of one function before constant arguments are 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:
     """A method of a ``typing.Protocol`` class: an interface, not the code a call runs."""
-    return fn.cls is not None and any((dotted(b) or "").endswith("Protocol") for b in fn.cls.node.bases)
+    return fn.cls is not None and is_protocol(fn.cls.node)
 
 
 def _self_member(node: ast.expr) -> str | None:

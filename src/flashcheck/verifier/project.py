@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import dotted, literal_items, terminal_name
-from flashcheck.verifier.dispatch import InstanceCalls
+from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
+from flashcheck.verifier.dispatch import InstanceCalls, link_protocols
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -83,12 +83,18 @@ class Project(InstanceCalls):
         self._callers_active.clear()
 
     def _link_classes(self) -> None:
+        """Each class's project bases and subclasses. A generic base (``MetadataBuilder[FlashInferMetadata]``) gives
+        the class its methods, but the class is not listed among that base's subclasses: a call on an object known
+        only as the generic base is not expanded to every override below it (frameworks put dozens of host-side
+        implementations under one generic base, such as multimodal processors reached from a warm-up run)."""
         for ci in self.classes.values():
             for b in ci.node.bases:
-                target = self.resolve_def(b, ci.module.body)
+                target = self.resolve_def(class_base(b), ci.module.body)  # Builder[Meta]: a generic base
                 if isinstance(target, ClassInfo) and target is not ci:
                     ci.bases.append(target)
-                    target.subclasses.append(ci)
+                    if not isinstance(b, ast.Subscript):
+                        target.subclasses.append(ci)
+        link_protocols(self.classes.values())
 
     # ------------------------------------------------------------------ name resolution
     def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None:
@@ -405,6 +411,7 @@ class Project(InstanceCalls):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and isinstance(target, FunctionInfo):
                 yield from self._subclass_targets(base, inst, func.attr, fn)  # List[BaseLayer], backend: Base
+                yield from self.protocol_targets(base, inst, func.attr, fn)  # self.reader: LensReader (a Protocol)
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 if not held and isinstance(base, ast.Name) and base.id == "self":

@@ -128,6 +128,9 @@ class _Context:
                 arg = arg_for_param(self.call, self.callee, dev.id)  # device=device, the caller passing "cpu"
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     return HOST if arg.value.startswith("cpu") else DEVICE
+                if arg is not None and not isinstance(arg, ast.Constant):  # torch.device("cpu"), self.cpu_device
+                    placed = self.prov.device_value(arg, self.caller)
+                    return placed if placed is not UNKNOWN else None
             return None
         if is_tensor_op(name) and expr.args:
             first = expr.args[0]  # torch.cat([a, b]): the listed tensors

@@ -531,6 +531,10 @@ class Provenance:
         owner = dev.value if isinstance(dev, ast.Attribute) and dev.attr == "device" and depth < 4 else None
         if owner is not None and fn is not None and self.of(owner, fn) is HOST:
             return HOST  # ``t.device`` of a host tensor ``t`` is the host
+        if isinstance(dev, ast.Attribute) and dev.attr != "device" and fn is not None and depth < 4:
+            stored = self._stored_device(dev, fn, depth)  # self.dev = torch.device("cpu")
+            if stored is not UNKNOWN:
+                return stored
         name = terminal_name(dev)
         if name is None:
             return UNKNOWN
@@ -538,6 +542,15 @@ class Provenance:
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+    def _stored_device(self, dev: ast.Attribute, fn: FunctionInfo, depth: int) -> Where:
+        """Where the stores of the attribute `dev` name (``self.dev = torch.device("cpu")``) when they all agree."""
+        owner = self.project.instance_type(dev.value, fn, 1)
+        values = self.project.family_stores(owner, dev.attr) if owner is not None else []
+        if not values or len(values) > 4:
+            return UNKNOWN
+        found = {self.device_value(v, w, depth + 1) for v, w in values}
+        return found.pop() if len(found) == 1 else UNKNOWN
 
 
 def _returns_tensor(fn: FunctionInfo) -> bool:

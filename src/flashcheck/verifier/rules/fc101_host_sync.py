@@ -134,7 +134,10 @@ class HostSyncInHotPath(Rule):
         (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``),
         but one that a hot caller hands a device tensor, or a value of unknown place, is reported. A
         base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
-        judged with the tensors of the other platforms.
+        judged with the tensors of the other platforms. A class inherits the methods of a generic base
+        (``MetadataBuilder[FlashInferMetadata]``), and an object declared with a ``typing.Protocol`` runs the methods of
+        the classes that implement it. A tensor allocated on a ``torch.device`` object lives where the object names,
+        also when a helper allocates on its ``device`` parameter (``allocate(n, self.host_dev)``).
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
@@ -142,7 +145,9 @@ class HostSyncInHotPath(Rule):
         formatted only when the level is enabled), properties read from objects whose class the analysis cannot tell (or
         through ``getattr``; objects project functions return and items project generators yield are typed by
         annotations and constructors), syncs in a lambda handed to a call as a keyword argument other than ``key=``
-        (taken for a callback run later), and hot paths no root reaches (configure ``hot-paths``). Code in a branch that
+        (taken for a callback run later), overrides below a generic base (``Processor[T]``) reached through an object
+        known only as that base (a framework's dozens of host-side implementations would all count), and hot paths no
+        root reaches (configure ``hot-paths``). Code in a branch that
         every path to its function rules out with a constant argument (``if not skip_eplb:`` when every call passes
         ``skip_eplb=True``; ``docs/static.md``) is not checked.
     """
