@@ -69,9 +69,18 @@ def class_base(node: ast.expr) -> ast.expr:
     return node.value if isinstance(node, ast.Subscript) else node
 
 
-def is_protocol(node: ast.ClassDef) -> bool:
-    """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``)."""
-    return any((dotted(class_base(b)) or "").endswith("Protocol") for b in node.bases)
+_PROTOCOLS = frozenset({"typing.Protocol", "typing_extensions.Protocol"})
+
+
+def is_protocol(node: ast.ClassDef, imports: dict[str, str]) -> bool:
+    """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``), with `imports` the module's
+    (local name -> dotted target): a project class or ``asyncio.Protocol`` named alike is not one."""
+    for b in node.bases:
+        name = dotted(class_base(b)) or ""
+        head, _, rest = name.partition(".")
+        if f"{imports.get(head, head)}{'.' if rest else ''}{rest}" in _PROTOCOLS:
+            return True
+    return False
 
 
 def terminal_name(node: ast.AST) -> str | None:

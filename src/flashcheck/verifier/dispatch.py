@@ -176,7 +176,7 @@ class InstanceCalls(Registries):
         ``typing.Protocol`` of the project (``self.reader: LensReader = FileReader()``): the methods of the classes
         its stores build when each is known, else those of every class implementing the protocol (parameters and
         loop items so declared are `_subclass_targets`'s)."""
-        if not is_protocol(inst.node) or (isinstance(base, ast.Name) and base.id in fn.params):
+        if not _protocol(inst) or (isinstance(base, ast.Name) and base.id in fn.params):
             return
         if self.declared_loop_item(base, fn):
             return
@@ -186,13 +186,26 @@ class InstanceCalls(Registries):
             values = [(v, fn) for v in fn.local_assigns.get(base.id, [])]
         else:
             values = []
-        built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values]
-        if built and all(isinstance(b, ClassInfo) for b in built):
-            classes = {id(b): b for b in built if isinstance(b, ClassInfo) and b is not inst}
+        built = [self._store_classes(v, w) for v, w in values if not _is_none(v)]  # self.drafter = None first
+        if built and all(b is not None for b in built):
+            classes = {id(c): c for b in built for c in b or ()}
             yield from (m for c in classes.values() if (m := self.method(c, name)) is not None)
             return
         serving = not fn.source.is_tooling
         yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+
+    def _store_classes(self, value: ast.expr, where: FunctionInfo, depth: int = 0) -> list[ClassInfo] | None:
+        """The classes of what a store binds, when the analysis knows them and none is a protocol: a constructor
+        call, a factory annotated with a class or returning objects of known classes, an alias of an object of a
+        known class; None otherwise."""
+        built = self.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
+        t = built if isinstance(built, ClassInfo) else self._value_type(value, where, 1)
+        if t is not None and not _protocol(t):
+            return [t]
+        if isinstance(built, FunctionInfo) and built.returns and depth < 2:  # def make() -> Proto: return Impl()
+            each = [self._store_classes(r, built, depth + 1) for r in built.returns[:4]]
+            return [c for e in each for c in e or ()] if all(e is not None for e in each) else None
+        return None
 
     def _passed_classes(self, param: str, fn: FunctionInfo) -> list[ClassInfo] | None:
         """The classes of what `fn`'s callers pass as `param`, when each is known: ``self`` (the caller's class) or
@@ -219,7 +232,7 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
     one declared with a base class runs the overrides. A protocol more than `_MAX_IMPLEMENTERS` classes
     implement (one method named ``forward``) stays an interface: nothing is linked."""
     classes = list(classes)
-    protocols = [ci for ci in classes if is_protocol(ci.node)]
+    protocols = [ci for ci in classes if _protocol(ci)]
     if not protocols:
         return
     definers: dict[str, list[ClassInfo]] = {}
@@ -227,16 +240,25 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
         for name in ci.methods:
             definers.setdefault(name, []).append(ci)
     for p in protocols:
-        names = [n for n in p.methods if not n.startswith("__")]
+        declared = [c for c in with_bases(p) if _protocol(c)]  # a protocol's own methods and its protocol bases'
+        names = sorted({n for c in declared for n in c.methods if not n.startswith("__")})
         if not names:
             continue
         rarest = min(names, key=lambda n: len(definers.get(n, [])))
         found = []
         for c in definers.get(rarest, []):
-            if c is p or is_protocol(c.node) or any(b is p for b in with_bases(c)):
+            if c is p or _protocol(c) or any(b is p for b in with_bases(c)):
                 continue
             have = {n for b in with_bases(c) for n in b.methods}
             if all(n in have for n in names):
                 found.append(c)
         if len(found) <= _MAX_IMPLEMENTERS:
             p.subclasses.extend(c for c in found if all(c is not s for s in p.subclasses))
+
+
+def _protocol(ci: ClassInfo) -> bool:
+    return is_protocol(ci.node, ci.module.imports)
+
+
+def _is_none(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None

@@ -375,7 +375,7 @@ _MAX_BINDINGS = 8  # explorations of one function before constant arguments are 
 
 def _protocol_stub(fn: FunctionInfo) -> bool:
     """A method of a ``typing.Protocol`` class: an interface, not the code a call runs."""
-    return fn.cls is not None and is_protocol(fn.cls.node)
+    return fn.cls is not None and is_protocol(fn.cls.node, fn.cls.module.imports)
 
 
 def _self_member(node: ast.expr) -> str | None:

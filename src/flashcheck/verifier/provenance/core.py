@@ -531,7 +531,7 @@ class Provenance:
         owner = dev.value if isinstance(dev, ast.Attribute) and dev.attr == "device" and depth < 4 else None
         if owner is not None and fn is not None and self.of(owner, fn) is HOST:
             return HOST  # ``t.device`` of a host tensor ``t`` is the host
-        if isinstance(dev, ast.Attribute) and dev.attr != "device" and fn is not None and depth < 4:
+        if isinstance(dev, ast.Attribute) and fn is not None and depth < 4:
             stored = self._stored_device(dev, fn, depth)  # self.dev = torch.device("cpu")
             if stored is not UNKNOWN:
                 return stored
@@ -544,13 +544,34 @@ class Provenance:
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
 
     def _stored_device(self, dev: ast.Attribute, fn: FunctionInfo, depth: int) -> Where:
-        """Where the stores of the attribute `dev` name (``self.dev = torch.device("cpu")``) when they all agree."""
+        """Where the stores of the attribute `dev` of a project object name (``self.dev = torch.device("cpu")``) when
+        each names a place literally (a string, ``torch.device("cpu")``, a local bound once to one, another such
+        attribute) and they agree; UNKNOWN otherwise (a store of a parameter: the attribute's name decides), also
+        where the class computes the attribute (a property) or a store elsewhere binds it (``None`` stores aside)."""
         owner = self.project.instance_type(dev.value, fn, 1)
-        values = self.project.family_stores(owner, dev.attr) if owner is not None else []
+        if owner is None:
+            return UNKNOWN
+        family = [*with_bases(owner), *self.project.subclasses_of(owner)]
+        if any(dev.attr in c.methods for c in family):
+            return UNKNOWN
+        values = [(v, w) for c in family for v, w in c.attr_assigns.get(dev.attr, []) if not _none(v)]
         if not values or len(values) > 4:
             return UNKNOWN
-        found = {self.device_value(v, w, depth + 1) for v, w in values}
+        found = {self._literal_place(v, w, depth + 1) for v, w in values}
         return found.pop() if len(found) == 1 else UNKNOWN
+
+    def _literal_place(self, dev: ast.expr, fn: FunctionInfo, depth: int) -> Where:
+        """`device_value` of an expression that names a place literally; UNKNOWN for names it would only guess."""
+        if isinstance(dev, ast.Call) and dotted(dev.func) in ("torch.device", "device") and dev.args:
+            dev = dev.args[0]
+        if isinstance(dev, ast.Constant):
+            return self.device_value(dev, fn, depth)
+        if isinstance(dev, ast.Name) and dev.id not in fn.params and depth < 4:
+            values = fn.local_assigns.get(dev.id)
+            return self._literal_place(values[0], fn, depth + 1) if values and len(values) == 1 else UNKNOWN
+        if isinstance(dev, ast.Attribute) and depth < 4:
+            return self._stored_device(dev, fn, depth)
+        return UNKNOWN
 
 
 def _returns_tensor(fn: FunctionInfo) -> bool:
@@ -561,3 +582,7 @@ def _returns_tensor(fn: FunctionInfo) -> bool:
 def _last_place_word(name: str) -> str:
     """The last word of `name` that says host or device (``max_host_len_dev``: ``dev``)."""
     return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]
+
+
+def _none(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None

@@ -86,15 +86,18 @@ class HostSyncInHotPath(Rule):
         self.update_single_wrapper``). Device-ness follows the project's value flow (callers' arguments, other objects'
         attributes and dataclass fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and
         fields of objects that project functions return, built by keyword or position, ``@property`` results, return
-        values, ``with torch.device(...)``, module globals that a function assigns after ``global X``). Host data is not
-        reported: ``*_cpu``/``*_host``/``*_np`` names (of a name with a host and a device word, the last one decides:
-        ``max_host_len_dev`` is device data), pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a
-        device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are
-        allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
-        ``capture-paths`` or the default ``capture`` pattern) is judged as capture code even when a per-step root also
-        calls it (a ``forward`` that captures each new batch size on first sight): its device-to-host reads are
-        reported, its ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a
-        per-step root reaches them.
+        values, ``with torch.device(...)``, module globals that a function assigns after ``global X``; a tensor
+        allocated on a ``torch.device`` object lives where the object names, also when a helper allocates on its
+        ``device`` parameter: ``allocate(n, self.host_dev)``). A class inherits the methods of a generic base
+        (``MetadataBuilder[FlashInferMetadata]``), and an object declared with a ``typing.Protocol`` runs the methods
+        of the classes that implement it. Host data is not reported: ``*_cpu``/``*_host``/``*_np`` names (of a name with
+        a host and a device word, the last one decides: ``max_host_len_dev`` is device data), pinned buffers, numpy
+        arrays, factories with ``device="cpu"`` or without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``.
+        On capture paths explicit ``synchronize()`` calls are allowed (they sit around the capture, not inside it). A
+        function that is itself a capture root (by ``capture-paths`` or the default ``capture`` pattern) is judged as
+        capture code even when a per-step root also calls it (a ``forward`` that captures each new batch size on first
+        sight): its device-to-host reads are reported, its ``synchronize()`` calls are not; the functions it calls keep
+        the per-step judgement when a per-step root reaches them.
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -134,10 +137,9 @@ class HostSyncInHotPath(Rule):
         (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``),
         but one that a hot caller hands a device tensor, or a value of unknown place, is reported. A
         base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
-        judged with the tensors of the other platforms. A class inherits the methods of a generic base
-        (``MetadataBuilder[FlashInferMetadata]``), and an object declared with a ``typing.Protocol`` runs the methods of
-        the classes that implement it. A tensor allocated on a ``torch.device`` object lives where the object names,
-        also when a helper allocates on its ``device`` parameter (``allocate(n, self.host_dev)``).
+        judged with the tensors of the other platforms. An ``event.synchronize()`` before each plan that
+        waits for an event recorded right after the previous plan (guarding a reused pinned staging buffer) is
+        reported, though it only bounds how far the host runs ahead; suppress it with that reason.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
