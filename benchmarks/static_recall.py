@@ -278,6 +278,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "multi_stream_prefill_decode_overlap",
         "nvml_telemetry_watchdog",
     ),
+    "batch 58": (
+        "async_double_buffer_page_tables",
+        "speculative_rollback_kv_truncate",
+        "deterministic_replay_step_logger",
+        "elastic_kv_pool_resize",
+    ),
+    "batch 59": (
+        "vision_tower_bucket_graphs",
+        "flashinfer_sampling_graph",
+        "warm_standby_replica_sync",
+        "kv_aware_request_batcher",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,69 @@
+"""A Qwen2-shaped decoder over the batcher's backend."""
+
+import flashinfer
+import torch
+from torch import nn
+
+from kb_attn.backend import BatcherBackend
+from kvbatch.config import BatcherConfig
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: BatcherConfig, layer_id: int, backend: BatcherBackend):
+        super().__init__()
+        self.layer_id = layer_id
+        self.backend = backend
+        self.page_size = cfg.page_size
+        self.nq, self.nkv, self.hd = cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim
+        self.ln1 = nn.RMSNorm(cfg.hidden_size)
+        self.qkv = nn.Linear(cfg.hidden_size, (self.nq + 2 * self.nkv) * self.hd, bias=True)
+        self.o = nn.Linear(self.nq * self.hd, cfg.hidden_size, bias=False)
+        self.ln2 = nn.RMSNorm(cfg.hidden_size)
+        self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def _q(self, h, positions, kv_cache, slots):
+        n = h.shape[0]
+        q, k, v = self.qkv(self.ln1(h)).split([self.nq * self.hd, self.nkv * self.hd, self.nkv * self.hd], -1)
+        q, k = flashinfer.apply_rope_pos_ids(
+            q.view(n, self.nq, self.hd), k.view(n, self.nkv, self.hd), positions, rope_theta=1e6
+        )
+        page = torch.div(slots, self.page_size, rounding_mode="floor")
+        off = slots - page * self.page_size
+        kv_cache[self.layer_id][page, 0, :, off] = k
+        kv_cache[self.layer_id][page, 1, :, off] = v.view(n, self.nkv, self.hd)
+        return q
+
+    def _rest(self, h, o):
+        h = h + self.o(o.reshape(h.shape[0], -1))
+        g, u = self.gate_up(self.ln2(h)).chunk(2, -1)
+        return h + self.down(nn.functional.silu(g) * u)
+
+    def forward_decode(self, h, positions, kv_cache, slots):
+        q = self._q(h, positions, kv_cache, slots)
+        return self._rest(h, self.backend.forward_decode(q, kv_cache, self.layer_id))
+
+    def forward_prefill(self, h, positions, kv_cache, slots):
+        q = self._q(h, positions, kv_cache, slots)
+        return self._rest(h, self.backend.forward_prefill(q, kv_cache, self.layer_id))
+
+
+class BatchedLM(nn.Module):
+    def __init__(self, cfg: BatcherConfig, backend: BatcherBackend):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.blocks = nn.ModuleList([Block(cfg, i, backend) for i in range(cfg.num_layers)])
+        self.norm = nn.RMSNorm(cfg.hidden_size)
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward_decode(self, input_ids, positions, kv_cache, slots) -> torch.Tensor:
+        h = self.embed(input_ids)
+        for blk in self.blocks:
+            h = blk.forward_decode(h, positions, kv_cache, slots)
+        return self.head(self.norm(h))
+
+    def forward_prefill(self, input_ids, positions, kv_cache, slots, last_rows) -> torch.Tensor:
+        h = self.embed(input_ids)
+        for blk in self.blocks:
+            h = blk.forward_prefill(h, positions, kv_cache, slots)
+        return self.head(self.norm(h.index_select(0, last_rows)))
