@@ -449,6 +449,16 @@ def allocations(
         held = _attr_values(container, fn, project, attr_values) if isinstance(container, ast.Attribute) else []
         if isinstance(container, ast.Name):
             held = [(v, fn) for v in fn.local_assigns.get(container.id, [])] or fn.module.global_values(container.id)
+            cache = container.id not in fn.local_assigns and container.id not in fn.params
+            if project is not None and cache and held and all(isinstance(v, ast.Dict) for v, _ in held):
+                stored = [  # _CACHE["verify"] = torch.empty(...) in a function of the module (any key)
+                    *stored,
+                    *(
+                        (v, f)
+                        for f in project.by_module.get(fn.module.name, [])
+                        for v in f.item_stores.get(container.id, [])
+                    ),
+                ]
         items = [(item, where) for v, where in held for item in _under_key(v, key, named_only=bool(stored))]
         return [a for v, where in [*items, *stored] for a in again(v, where)]
     if isinstance(root, ast.Attribute):

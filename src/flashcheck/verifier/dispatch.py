@@ -43,7 +43,12 @@ class InstanceCalls(Registries):
                     built = value.func if isinstance(value, ast.Call) and self.registry_held(value.func) else None
                     name = value.id if isinstance(value, ast.Name) else ""
                     if name in where.params and name not in ("self", "cls") and name not in where.local_assigns:
-                        found.update((id(t), t) for t in self.param_classes(name, where, owner))  # self.model = model
+                        held = self.param_classes(name, where, owner)  # self.model = model
+                        if any(_protocol(t) for t in held):  # declared with a protocol: what callers hand
+                            held = [t for t in self._passed_classes(name, where) or [] if not _protocol(t)]
+                            if not held:
+                                return []  # unknown: `protocol_targets` answers
+                        found.update((id(t), t) for t in held)
                         handed = True
                         continue
                     for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
@@ -197,7 +202,10 @@ class InstanceCalls(Registries):
     def _store_classes(self, value: ast.expr, where: FunctionInfo, depth: int = 0) -> list[ClassInfo] | None:
         """The classes of what a store binds, when the analysis knows them and none is a protocol: a constructor
         call, a factory annotated with a class or returning objects of known classes, an alias of an object of a
-        known class; None otherwise."""
+        known class, a parameter every caller hands an object of a known class; None otherwise."""
+        if isinstance(value, ast.Name) and value.id in where.params and value.id not in where.local_assigns:
+            passed = self._passed_classes(value.id, where) if value.id not in ("self", "cls") else None
+            return [c for c in passed if not _protocol(c)] or None if passed else None  # self.backend = backend
         built = self.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
         t = built if isinstance(built, ClassInfo) else self._value_type(value, where, 1)
         if t is not None and not _protocol(t):

@@ -294,9 +294,15 @@ def is_wrapper_class_name(name: str) -> bool:
 def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     """The FlashInfer wrapper class a call constructs (``BatchDecodeWithPagedKVCacheWrapper``), if any, also under
     another name (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as Decode``)."""
-    func = call.func
+    func: ast.expr = call.func
     # Every call of the project passes here: a name that neither ends in ``Wrapper`` nor is imported from
-    # flashinfer (the only way a renamed class gets here) is none, before any string is built.
+    # flashinfer nor a module's alias of a class (the only ways a renamed class gets here) is none, before any
+    # string is built.
+    if isinstance(func, ast.Name) and not is_flashinfer_import(fn, func.id):
+        alias = _class_alias(func, fn)  # Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper
+        if alias is None and not func.id.endswith("Wrapper"):
+            return None
+        func = alias if alias is not None else func
     if isinstance(func, ast.Attribute):
         if not (func.attr.endswith("Wrapper") or func.attr in UNSUFFIXED_WRAPPERS):
             return None
@@ -305,7 +311,7 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     name = dotted(func)
     if name is None:
         return None
-    full = imported_name(call.func, fn, "flashinfer") or name
+    full = imported_name(func, fn, "flashinfer") or name
     if full.startswith("flashinfer.") and is_wrapper_class_name(full.rsplit(".", 1)[-1]):
         return full.rsplit(".", 1)[-1]
     last = name.rsplit(".", 1)[-1]
@@ -316,6 +322,16 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
     ):
         return last
     return None
+
+
+def _class_alias(func: ast.Name, fn: FunctionInfo) -> ast.expr | None:
+    """What a module global named like a class is bound to, once, as a name or attribute chain (``Decode =
+    flashinfer.BatchDecodeWithPagedKVCacheWrapper``); None for anything else."""
+    if not func.id[:1].isupper() or func.id in fn.module.classes or func.id in fn.local_assigns:
+        return None
+    held = fn.module.global_values(func.id)
+    value = held[0][0] if len(held) == 1 else None
+    return value if isinstance(value, ast.Name | ast.Attribute) else None
 
 
 def graph_mode(call: ast.Call, cls_name: str, *, positions: bool = True) -> bool | None:
@@ -438,6 +454,8 @@ def needs_zeroed_workspace(
         name = wrapper_class_of_call(call, fn) or (imported.rsplit(".", 1)[-1] if imported else name)
     if name in ZEROED_WORKSPACE_CONSUMERS or name in extra:
         return name
+    if not is_wrapper_class_name(name) and fn is not None:  # Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper
+        name = wrapper_class_of_call(call, fn) or name
     if not is_wrapper_class_name(name):
         return None
     backend = kwarg(call, "backend")

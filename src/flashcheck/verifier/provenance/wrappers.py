@@ -150,9 +150,11 @@ class Wrappers:
         return out
 
     def _foreign_items(self, e: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
-        """For ``self.graphs[bs]``: wrappers other objects store into that dict (``self.backend.graphs[bs] = w`` in
-        a graph runner), by the receiver's class. Read for wrapper identity only: device provenance keeps to the
-        owner's own stores (a dict like ``node.meta`` is written from everywhere)."""
+        """For ``self.graphs[bs]`` (also ``self.graphs.get(bs)``): wrappers other objects store into that dict
+        (``self.backend.graphs[bs] = w`` in a graph runner), by the receiver's class. Read for wrapper identity only:
+        device provenance keeps to the owner's own stores (a dict like ``node.meta`` is written from everywhere)."""
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "get" and e.args:
+            e = ast.Subscript(value=e.func.value, slice=e.args[0], ctx=ast.Load())  # self.graphs.get(bs)
         if not isinstance(e, ast.Subscript) or not isinstance(e.value, ast.Attribute):
             return []
         owner_cls = self.flow.project.instance_type(e.value.value, fn)
