@@ -74,12 +74,17 @@ _PROTOCOLS = frozenset({"typing.Protocol", "typing_extensions.Protocol"})
 
 def is_protocol(node: ast.ClassDef, imports: dict[str, str]) -> bool:
     """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``), with `imports` the module's
-    (local name -> dotted target): a project class or ``asyncio.Protocol`` named alike is not one."""
+    (local name -> dotted target): a name ``Protocol`` imported from elsewhere (a module re-exporting typing's, a
+    star import) counts; ``asyncio.Protocol`` and a project class named ``*Protocol`` do not."""
     for b in node.bases:
         name = dotted(class_base(b)) or ""
         head, _, rest = name.partition(".")
-        if f"{imports.get(head, head)}{'.' if rest else ''}{rest}" in _PROTOCOLS:
+        target = f"{imports.get(head, head)}{'.' if rest else ''}{rest}"
+        if target in _PROTOCOLS:
             return True
+        if name == "Protocol" and not target.startswith("asyncio"):
+            # re-exported by a project module (``from eng._typing import Protocol``) or a star import of typing
+            return head in imports or any(k.startswith("*") for k in imports)
     return False
 
 

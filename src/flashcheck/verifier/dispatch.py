@@ -244,6 +244,7 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
     if not protocols:
         return
     definers: dict[str, list[ClassInfo]] = {}
+    owned: dict[int, set[str]] = {}  # the method names of a class and its bases, once per class
     for ci in classes:
         for name in ci.methods:
             definers.setdefault(name, []).append(ci)
@@ -257,9 +258,13 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
         for c in definers.get(rarest, []):
             if c is p or _protocol(c) or any(b is p for b in with_bases(c)):
                 continue
-            have = {n for b in with_bases(c) for n in b.methods}
+            have = owned.get(id(c))
+            if have is None:
+                have = owned[id(c)] = {n for b in with_bases(c) for n in b.methods}
             if all(n in have for n in names):
                 found.append(c)
+                if len(found) > _MAX_IMPLEMENTERS:
+                    break  # an interface: nothing is linked
         if len(found) <= _MAX_IMPLEMENTERS:
             p.subclasses.extend(c for c in found if all(c is not s for s in p.subclasses))
 

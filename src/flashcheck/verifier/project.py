@@ -54,6 +54,7 @@ class Project(InstanceCalls):
     def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
         super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
+        self.generic_subclasses: dict[int, list[ClassInfo]] = {}  # classes deriving from Base[T], by id(Base)
         self.cuts = 0
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
@@ -94,6 +95,8 @@ class Project(InstanceCalls):
                     ci.bases.append(target)
                     if not isinstance(b, ast.Subscript):
                         target.subclasses.append(ci)
+                    else:  # kept apart: dispatch does not expand to them, the places of attributes do
+                        self.generic_subclasses.setdefault(id(target), []).append(ci)
         link_protocols(self.classes.values())
 
     # ------------------------------------------------------------------ name resolution

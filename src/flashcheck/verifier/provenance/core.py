@@ -19,6 +19,7 @@ from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, name_words, 
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.context import in_context
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
+from flashcheck.verifier.provenance.places import StoredPlaces
 from flashcheck.verifier.provenance.tensors import (
     HOST_ATTRS,
     HOST_BUILTINS,
@@ -55,7 +56,7 @@ _NUMPY_ROOTS = ("np.", "numpy.")
 _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
 
 
-class Provenance:
+class Provenance(StoredPlaces):
     """Classifies expressions inside the functions of one project (results are cached per node)."""
 
     def __init__(
@@ -543,36 +544,6 @@ class Provenance:
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
 
-    def _stored_device(self, dev: ast.Attribute, fn: FunctionInfo, depth: int) -> Where:
-        """Where the stores of the attribute `dev` of a project object name (``self.dev = torch.device("cpu")``) when
-        each names a place literally (a string, ``torch.device("cpu")``, a local bound once to one, another such
-        attribute) and they agree; UNKNOWN otherwise (a store of a parameter: the attribute's name decides), also
-        where the class computes the attribute (a property) or a store elsewhere binds it (``None`` stores aside)."""
-        owner = self.project.instance_type(dev.value, fn, 1)
-        if owner is None:
-            return UNKNOWN
-        family = [*with_bases(owner), *self.project.subclasses_of(owner)]
-        if any(dev.attr in c.methods for c in family):
-            return UNKNOWN
-        values = [(v, w) for c in family for v, w in c.attr_assigns.get(dev.attr, []) if not _none(v)]
-        if not values or len(values) > 4:
-            return UNKNOWN
-        found = {self._literal_place(v, w, depth + 1) for v, w in values}
-        return found.pop() if len(found) == 1 else UNKNOWN
-
-    def _literal_place(self, dev: ast.expr, fn: FunctionInfo, depth: int) -> Where:
-        """`device_value` of an expression that names a place literally; UNKNOWN for names it would only guess."""
-        if isinstance(dev, ast.Call) and dotted(dev.func) in ("torch.device", "device") and dev.args:
-            dev = dev.args[0]
-        if isinstance(dev, ast.Constant):
-            return self.device_value(dev, fn, depth)
-        if isinstance(dev, ast.Name) and dev.id not in fn.params and depth < 4:
-            values = fn.local_assigns.get(dev.id)
-            return self._literal_place(values[0], fn, depth + 1) if values and len(values) == 1 else UNKNOWN
-        if isinstance(dev, ast.Attribute) and depth < 4:
-            return self._stored_device(dev, fn, depth)
-        return UNKNOWN
-
 
 def _returns_tensor(fn: FunctionInfo) -> bool:
     node = fn.node
@@ -582,7 +553,3 @@ def _returns_tensor(fn: FunctionInfo) -> bool:
 def _last_place_word(name: str) -> str:
     """The last word of `name` that says host or device (``max_host_len_dev``: ``dev``)."""
     return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]
-
-
-def _none(value: ast.expr) -> bool:
-    return isinstance(value, ast.Constant) and value.value is None

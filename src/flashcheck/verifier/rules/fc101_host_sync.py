@@ -139,7 +139,10 @@ class HostSyncInHotPath(Rule):
         base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
         judged with the tensors of the other platforms. An ``event.synchronize()`` before each plan that
         waits for an event recorded right after the previous plan (guarding a reused pinned staging buffer) is
-        reported, though it only bounds how far the host runs ahead; suppress it with that reason.
+        reported, though it only bounds how far the host runs ahead; suppress it with that reason. An attribute
+        declared with a ``typing.Protocol`` runs what every store of that attribute name builds, also a store on
+        another class's object (``worker.sink = DeviceRingSink(n)`` in another component) when the analysis cannot
+        tell the stores apart.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
