@@ -70,21 +70,23 @@ def class_base(node: ast.expr) -> ast.expr:
 
 
 _PROTOCOLS = frozenset({"typing.Protocol", "typing_extensions.Protocol"})
+_TYPING = frozenset({"typing", "typing_extensions"})
 
 
 def is_protocol(node: ast.ClassDef, imports: dict[str, str]) -> bool:
     """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``), with `imports` the module's
-    (local name -> dotted target): a name ``Protocol`` imported from elsewhere (a module re-exporting typing's, a
-    star import) counts; ``asyncio.Protocol`` and a project class named ``*Protocol`` do not."""
+    (local name -> dotted target): ``Protocol`` from a project module named for typing (``eng._typing``) or a star
+    import of typing counts; ``asyncio.Protocol`` and a project class named ``Protocol`` or ``*Protocol`` do not."""
     for b in node.bases:
         name = dotted(class_base(b)) or ""
         head, _, rest = name.partition(".")
         target = f"{imports.get(head, head)}{'.' if rest else ''}{rest}"
         if target in _PROTOCOLS:
             return True
-        if name == "Protocol" and not target.startswith("asyncio"):
-            # re-exported by a project module (``from eng._typing import Protocol``) or a star import of typing
-            return head in imports or any(k.startswith("*") for k in imports)
+        if name == "Protocol" and head in imports and "typing" in target:
+            return True  # re-exported by a typing module of the project (``from eng._typing import Protocol``)
+        if name == "Protocol" and head not in imports and any(imports.get(k) in _TYPING for k in imports):
+            return True  # ``from typing import *``
     return False
 
 

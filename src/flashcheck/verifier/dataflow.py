@@ -451,14 +451,7 @@ def allocations(
             held = [(v, fn) for v in fn.local_assigns.get(container.id, [])] or fn.module.global_values(container.id)
             cache = container.id not in fn.local_assigns and container.id not in fn.params
             if project is not None and cache and held and all(isinstance(v, ast.Dict) for v, _ in held):
-                stored = [  # _CACHE["verify"] = torch.empty(...) in a function of the module (any key)
-                    *stored,
-                    *(
-                        (v, f)
-                        for f in project.by_module.get(fn.module.name, [])
-                        for v in f.item_stores.get(container.id, [])
-                    ),
-                ]
+                stored = [*stored, *_cache_stores(container.id, key, project.by_module.get(fn.module.name, []))]
         items = [(item, where) for v, where in held for item in _under_key(v, key, named_only=bool(stored))]
         return [a for v, where in [*items, *stored] for a in again(v, where)]
     if isinstance(root, ast.Attribute):
@@ -518,3 +511,19 @@ def _under_key(value: ast.expr, key: object, *, named_only: bool = False) -> lis
         unknown = [v for k, v in pairs if k is not None and not isinstance(k, ast.Constant)]  # {TRT: ...}: may be it
         return named + unknown if named or named_only else list(value.values)
     return [value]
+
+
+def _cache_stores(name: str, key: object, functions: list[FunctionInfo]) -> list[Held]:
+    """``name[key] = value`` in the given functions (a module cache: ``_CACHE["verify"] = torch.empty(...)``), also
+    stores under a key that is not a constant (it may be `key`); stores under another constant key are not."""
+    out: list[Held] = []
+    for f in functions:
+        for a in f.assigns if name in f.item_stores else ():
+            if not isinstance(a, ast.Assign):
+                continue
+            for t in a.targets:
+                if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == name):
+                    continue
+                if not isinstance(t.slice, ast.Constant) or t.slice.value == key:
+                    out.append((a.value, f))
+    return out

@@ -223,6 +223,9 @@ class InstanceCalls(Registries):
         for caller, call in callers:
             arg = argument(call, fn, param)
             cls = caller.cls if isinstance(arg, ast.Name) and arg.id == "self" else None
+            if cls is None and isinstance(arg, ast.Call):  # Batcher(n, LinearCost())
+                built = self.resolve_def(arg.func, caller)
+                cls = built if isinstance(built, ClassInfo) else None
             if cls is None and arg is not None and self._built(arg, caller):
                 cls = self.instance_type(arg, caller, 1)
             if cls is None:

@@ -325,12 +325,17 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
 
 
 def _class_alias(func: ast.Name, fn: FunctionInfo) -> ast.expr | None:
-    """What a module global named like a class is bound to, once, as a name or attribute chain (``Decode =
-    flashinfer.BatchDecodeWithPagedKVCacheWrapper``); None for anything else."""
+    """What a module global named like a class is bound to, once (a ``None`` fallback aside), as a name or attribute
+    chain (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``; of a conditional one, its first branch); None
+    for anything else."""
     if not func.id[:1].isupper() or func.id in fn.module.classes or func.id in fn.local_assigns:
         return None
-    held = fn.module.global_values(func.id)
-    value = held[0][0] if len(held) == 1 else None
+    held = [v for v, _ in fn.module.global_values(func.id) if not (isinstance(v, ast.Constant) and v.value is None)]
+    value = held[0] if len(held) == 1 else None  # try: Decode = flashinfer.X / except ImportError: Decode = None
+    if isinstance(value, ast.IfExp) and all(
+        isinstance(b, ast.Name | ast.Attribute) for b in (value.body, value.orelse)
+    ):
+        value = value.body  # Prefill = flashinfer.A if ragged else flashinfer.B: built the same way
     return value if isinstance(value, ast.Name | ast.Attribute) else None
 
 
@@ -432,6 +437,8 @@ def workspace_arg(call: ast.Call, fn: FunctionInfo | None = None) -> ast.expr | 
     callee = terminal_name(call.func) or ""
     if fn is not None and isinstance(call.func, ast.Name) and call.func.id in fn.module.imports:
         callee = (imported_name(call.func, fn, "flashinfer") or callee).rsplit(".", 1)[-1]
+    elif fn is not None and isinstance(call.func, ast.Name) and not is_wrapper_class_name(callee):
+        callee = wrapper_class_of_call(call, fn) or callee  # Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper
     if is_wrapper_class_name(callee) and call.args:
         return call.args[0]
     if callee.startswith(("trtllm_", "xqa_")) and len(call.args) > 2:  # (query, kv_cache, workspace_buffer, ...)

@@ -46,14 +46,14 @@ class StoredPlaces:
 
     def _stored_on(self, store: tuple[ast.expr, FunctionInfo], dev: ast.Attribute, family: list[ClassInfo]) -> bool:
         """Whether ``obj.<attr> = value`` elsewhere stores on an object of the family (``runner.device = ...`` in a
-        worker), or on one whose class the analysis cannot tell."""
+        worker); a store on an object whose class the analysis cannot tell (``args.device``) is not counted."""
         value, where = store
         for a in where.assigns:
             if isinstance(a, ast.Assign) and a.value is value:
                 for t in a.targets:
                     if isinstance(t, ast.Attribute) and t.attr == dev.attr:
                         cls = self.project.instance_type(t.value, where, 1)
-                        return cls is None or any(cls is c for c in family)
+                        return cls is not None and any(cls is c for c in family)
         return False
 
     def _place_family(self, owner: ClassInfo) -> list[ClassInfo]:
