@@ -205,7 +205,8 @@ class InstanceCalls(Registries):
         known class, a parameter every caller hands an object of a known class; None otherwise."""
         if isinstance(value, ast.Name) and value.id in where.params and value.id not in where.local_assigns:
             passed = self._passed_classes(value.id, where) if value.id not in ("self", "cls") else None
-            return [c for c in passed if not _protocol(c)] or None if passed else None  # self.backend = backend
+            known = [c for c in passed or () if not _protocol(c)]  # self.backend = backend: what callers hand
+            return known or None
         built = self.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
         t = built if isinstance(built, ClassInfo) else self._value_type(value, where, 1)
         if t is not None and not _protocol(t):
