@@ -258,10 +258,13 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
         if not names:
             continue
         rarest = min(names, key=lambda n: len(definers.get(n, [])))
-        found = []
-        for c in definers.get(rarest, []):
-            if c is p or _protocol(c) or any(b is p for b in with_bases(c)):
+        found: list[ClassInfo] = []
+        todo, seen = list(definers.get(rarest, [])), set[int]()
+        while todo and len(seen) < 256:
+            c = todo.pop()
+            if id(c) in seen or c is p or _protocol(c) or any(b is p for b in with_bases(c)):
                 continue
+            seen.add(id(c))
             have = owned.get(id(c))
             if have is None:
                 have = owned[id(c)] = {n for b in with_bases(c) for n in b.methods}
@@ -269,6 +272,8 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
                 found.append(c)
                 if len(found) > _MAX_IMPLEMENTERS:
                     break  # an interface: nothing is linked
+            else:  # a mixin defining part of it: a subclass may define the rest
+                todo.extend(c.subclasses)
         if len(found) <= _MAX_IMPLEMENTERS:
             p.subclasses.extend(c for c in found if all(c is not s for s in p.subclasses))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
+from flashcheck.verifier.astutil import class_base, dotted, is_protocol, literal_items, terminal_name
 from flashcheck.verifier.dispatch import InstanceCalls, link_protocols
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -541,11 +541,16 @@ class Project(InstanceCalls):
         return []
 
     def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
-        """Methods `name` (property setters with `setters`) that subclasses of `ci` (at any depth) define."""
+        """Methods `name` (property setters with `setters`) that subclasses of `ci` (at any depth) define; of a
+        ``typing.Protocol``, also the method an implementer inherits (from a mixin)."""
+        structural = not setters and is_protocol(ci.node, ci.module.imports)
+        seen: set[int] = set()
         for c in self.subclasses_of(ci):
             table = c.setters if setters else c.methods
-            if name in table:
-                yield table[name]
+            m = table.get(name) if name in table or not structural else self.method(c, name)
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield m
 
     def all_functions(self) -> Iterator[FunctionInfo]:
         """Every function and every module's top-level code."""
