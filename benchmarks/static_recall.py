@@ -290,6 +290,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "warm_standby_replica_sync",
         "kv_aware_request_batcher",
     ),
+    "batch 60": (
+        "awq_marlin_quantized_serving",
+        "multi_node_tp_kv_indices_allgather",
+        "reasoning_budget_scheduler",
+        "request_tracing_profiler_hooks",
+    ),
+    "batch 61": (
+        "byte_level_patch_decoder",
+        "kv_integrity_checksum_scanner",
+        "draft_target_split_gpus",
+        "grammar_constrained_json_mode",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
