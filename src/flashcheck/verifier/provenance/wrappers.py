@@ -287,7 +287,7 @@ class Wrappers:
             if isinstance(name, ast.Constant) and name.value in PLAN_METHODS:
                 cls = self.wrapper_class(func.args[0], fn)
                 return ("method", cls, 0) if cls is not None else None
-        if isinstance(func, ast.Name | ast.Attribute):
+        if isinstance(func, ast.Name | ast.Attribute | ast.Subscript):  # also self._plans[bs]: what the dict holds
             for src, where in self.flow.sources(func, fn):
                 found = self.callable_target(src, where, depth + 1)
                 if found is not None:
