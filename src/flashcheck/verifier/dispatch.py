@@ -48,6 +48,8 @@ class InstanceCalls(Registries):
                             held = [t for t in self._passed_classes(name, where) or [] if not _protocol(t)]
                             if not held:
                                 return []  # unknown: `protocol_targets` answers
+                        elif any(t.subclasses for t in held):  # declared with a base class: what callers hand
+                            held = self._passed_classes(name, where) or held
                         found.update((id(t), t) for t in held)
                         handed = True
                         continue
@@ -216,9 +218,10 @@ class InstanceCalls(Registries):
             return [c for e in each for c in e or ()] if all(e is not None for e in each) else None
         return None
 
-    def _passed_classes(self, param: str, fn: FunctionInfo) -> list[ClassInfo] | None:
-        """The classes of what `fn`'s callers pass as `param`, when each is known: ``self`` (the caller's class) or
-        an object the analysis sees built as one class; None when some caller passes another value."""
+    def _passed_classes(self, param: str, fn: FunctionInfo, depth: int = 0) -> list[ClassInfo] | None:
+        """The classes of what `fn`'s callers pass as `param`, when each is known: ``self`` (the caller's class), an
+        object the analysis sees built as one class, or the caller's own parameter that its callers fill so (a model
+        handing its ``attn`` on to each layer); None when some caller passes another value."""
         found: dict[int, ClassInfo] = {}
         callers = self.feeding_callers(fn)[:8]
         for caller, call in callers:
@@ -229,6 +232,13 @@ class InstanceCalls(Registries):
                 cls = built if isinstance(built, ClassInfo) else None
             if cls is None and arg is not None and self._built(arg, caller):
                 cls = self.instance_type(arg, caller, 1)
+            forwarded = isinstance(arg, ast.Name) and arg.id in caller.params and arg.id not in caller.local_assigns
+            if cls is None and forwarded and depth < 2 and isinstance(arg, ast.Name) and arg.id != "self":
+                inner = self._passed_classes(arg.id, caller, depth + 1)
+                if inner is None:
+                    return None
+                found.update((id(c), c) for c in inner)
+                continue
             if cls is None:
                 return None
             found[id(cls)] = cls
