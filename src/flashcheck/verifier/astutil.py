@@ -64,6 +64,11 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
+def is_none(node: ast.AST) -> bool:
+    """The constant ``None``."""
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def class_base(node: ast.expr) -> ast.expr:
     """The class a base expression names: ``Base`` of a generic ``Base[Meta]`` (``Protocol[T]``), else `node`."""
     return node.value if isinstance(node, ast.Subscript) else node

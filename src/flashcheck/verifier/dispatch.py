@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import is_protocol
+from flashcheck.verifier.astutil import is_none, is_protocol
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
@@ -30,6 +30,8 @@ class InstanceCalls(Registries):
 
         def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
+        def is_protocol_class(self, ci: ClassInfo) -> bool: ...
+
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
         branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry), or bound from a
@@ -44,8 +46,8 @@ class InstanceCalls(Registries):
                     name = value.id if isinstance(value, ast.Name) else ""
                     if name in where.params and name not in ("self", "cls") and name not in where.local_assigns:
                         held = self.param_classes(name, where, owner)  # self.model = model
-                        if any(_protocol(t) for t in held):  # declared with a protocol: what callers hand
-                            held = [t for t in self._passed_classes(name, where) or [] if not _protocol(t)]
+                        if any(self.is_protocol_class(t) for t in held):  # declared with a protocol: what callers hand
+                            held = [t for t in self._passed_classes(name, where) or [] if not self.is_protocol_class(t)]
                             if not held:
                                 return []  # unknown: `protocol_targets` answers
                         elif any(t.subclasses for t in held):  # declared with a base class: what callers hand
@@ -183,7 +185,7 @@ class InstanceCalls(Registries):
         ``typing.Protocol`` of the project (``self.reader: LensReader = FileReader()``): the methods of the classes
         its stores build when each is known, else those of every class implementing the protocol (parameters and
         loop items so declared are `_subclass_targets`'s)."""
-        if not _protocol(inst) or (isinstance(base, ast.Name) and base.id in fn.params):
+        if not self.is_protocol_class(inst) or (isinstance(base, ast.Name) and base.id in fn.params):
             return
         if self.declared_loop_item(base, fn):
             return
@@ -193,7 +195,7 @@ class InstanceCalls(Registries):
             values = [(v, fn) for v in fn.local_assigns.get(base.id, [])]
         else:
             values = []
-        built = [self._store_classes(v, w) for v, w in values if not _is_none(v)]  # self.drafter = None first
+        built = [self._store_classes(v, w) for v, w in values if not is_none(v)]  # self.drafter = None first
         if built and all(b is not None for b in built):
             classes = {id(c): c for b in built for c in b or ()}
             yield from (m for c in classes.values() if (m := self.method(c, name)) is not None)
@@ -207,11 +209,11 @@ class InstanceCalls(Registries):
         known class, a parameter every caller hands an object of a known class; None otherwise."""
         if isinstance(value, ast.Name) and value.id in where.params and value.id not in where.local_assigns:
             passed = self._passed_classes(value.id, where) if value.id not in ("self", "cls") else None
-            known = [c for c in passed or () if not _protocol(c)]  # self.backend = backend: what callers hand
+            known = [c for c in passed or () if not self.is_protocol_class(c)]  # self.backend = backend
             return known or None
         built = self.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
         t = built if isinstance(built, ClassInfo) else self._value_type(value, where, 1)
-        if t is not None and not _protocol(t):
+        if t is not None and not self.is_protocol_class(t):
             return [t]
         if isinstance(built, FunctionInfo) and built.returns and depth < 2:  # def make() -> Proto: return Impl()
             each = [self._store_classes(r, built, depth + 1) for r in built.returns[:4]]
@@ -248,22 +250,24 @@ class InstanceCalls(Registries):
 _MAX_IMPLEMENTERS = 8  # classes implementing one protocol beyond which it stays an interface
 
 
-def link_protocols(classes: Iterable[ClassInfo]) -> None:
+def link_protocols(classes: Iterable[ClassInfo]) -> set[int]:
     """Make the classes that implement a ``typing.Protocol`` of the project (every method it declares, own or
     inherited) its subclasses, so that a call on an object declared with the protocol runs theirs, as a call on
     one declared with a base class runs the overrides. A protocol more than `_MAX_IMPLEMENTERS` classes
-    implement (one method named ``forward``) stays an interface: nothing is linked."""
+    implement (one method named ``forward``) stays an interface: nothing is linked. Returns the ``id()`` of every
+    protocol."""
     classes = list(classes)
     protocols = [ci for ci in classes if _protocol(ci)]
+    ids = {id(p) for p in protocols}
     if not protocols:
-        return
+        return ids
     definers: dict[str, list[ClassInfo]] = {}
     owned: dict[int, set[str]] = {}  # the method names of a class and its bases, once per class
     for ci in classes:
         for name in ci.methods:
             definers.setdefault(name, []).append(ci)
     for p in protocols:
-        declared = [c for c in with_bases(p) if _protocol(c)]  # a protocol's own methods and its protocol bases'
+        declared = [c for c in with_bases(p) if id(c) in ids]  # a protocol's own methods and its protocol bases'
         names = sorted({n for c in declared for n in c.methods if not n.startswith("__")})
         if not names:
             continue
@@ -272,7 +276,7 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
         todo, seen = list(definers.get(rarest, [])), set[int]()
         while todo and len(seen) < 256:
             c = todo.pop()
-            if id(c) in seen or c is p or _protocol(c) or any(b is p for b in with_bases(c)):
+            if id(c) in seen or c is p or id(c) in ids or any(b is p for b in with_bases(c)):
                 continue
             seen.add(id(c))
             have = owned.get(id(c))
@@ -286,11 +290,8 @@ def link_protocols(classes: Iterable[ClassInfo]) -> None:
                 todo.extend(c.subclasses)
         if len(found) <= _MAX_IMPLEMENTERS:
             p.subclasses.extend(c for c in found if all(c is not s for s in p.subclasses))
+    return ids
 
 
 def _protocol(ci: ClassInfo) -> bool:
     return is_protocol(ci.node, ci.module.imports)
-
-
-def _is_none(value: ast.expr) -> bool:
-    return isinstance(value, ast.Constant) and value.value is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.astutil import dotted, is_none, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, imported_name
 
 __all__ = [
@@ -330,7 +330,7 @@ def _class_alias(func: ast.Name, fn: FunctionInfo) -> ast.expr | None:
     for anything else."""
     if not func.id[:1].isupper() or func.id in fn.module.classes or func.id in fn.local_assigns:
         return None
-    held = [v for v, _ in fn.module.global_values(func.id) if not (isinstance(v, ast.Constant) and v.value is None)]
+    held = [v for v, _ in fn.module.global_values(func.id) if not is_none(v)]
     value = held[0] if len(held) == 1 else None  # try: Decode = flashinfer.X / except ImportError: Decode = None
     if isinstance(value, ast.IfExp) and all(
         isinstance(b, ast.Name | ast.Attribute) for b in (value.body, value.orelse)

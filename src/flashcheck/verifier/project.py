@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, dotted, is_protocol, literal_items, terminal_name
+from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
 from flashcheck.verifier.dispatch import InstanceCalls, link_protocols
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -55,6 +55,7 @@ class Project(InstanceCalls):
         super().__init__(sources, indexed)
         self._callers_active: set[int] = set()
         self.generic_subclasses: dict[int, list[ClassInfo]] = {}  # classes deriving from Base[T], by id(Base)
+        self._protocols: set[int] = set()  # id() of the project's typing.Protocol classes
         self.cuts = 0
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
@@ -97,7 +98,11 @@ class Project(InstanceCalls):
                         target.subclasses.append(ci)
                     else:  # kept apart: dispatch does not expand to them, the places of attributes do
                         self.generic_subclasses.setdefault(id(target), []).append(ci)
-        link_protocols(self.classes.values())
+        self._protocols = link_protocols(self.classes.values())
+
+    def is_protocol_class(self, ci: ClassInfo) -> bool:
+        """Whether `ci` is a ``typing.Protocol`` of the project (found once, when the classes are linked)."""
+        return id(ci) in self._protocols
 
     # ------------------------------------------------------------------ name resolution
     def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None:
@@ -543,7 +548,7 @@ class Project(InstanceCalls):
     def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
         """Methods `name` (property setters with `setters`) that subclasses of `ci` (at any depth) define; of a
         ``typing.Protocol``, also the method an implementer inherits (from a mixin)."""
-        structural = not setters and is_protocol(ci.node, ci.module.imports)
+        structural = not setters and self.is_protocol_class(ci)
         seen: set[int] = set()
         for c in self.subclasses_of(ci):
             table = c.setters if setters else c.methods

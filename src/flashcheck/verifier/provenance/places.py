@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, is_none
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.provenance.where import UNKNOWN, Where
 
@@ -38,7 +38,7 @@ class StoredPlaces:
             return UNKNOWN  # a property, or a dataclass field the constructor may be handed
         stored = [(v, w) for c in family for v, w in c.attr_assigns.get(dev.attr, [])]
         outside = [vw for vw in self.project.attr_stores.get(dev.attr, [])[:16] if self._stored_on(vw, dev, family)]
-        values = [vw for vw in [*stored, *outside] if not _none(vw[0])]
+        values = [vw for vw in [*stored, *outside] if not is_none(vw[0])]
         if not values or len(values) > 6:
             return UNKNOWN
         found = {self._literal_place(v, w, depth + 1) for v, w in values}
@@ -84,7 +84,3 @@ class StoredPlaces:
         if isinstance(dev, ast.Attribute) and depth < 4:
             return self._stored_device(dev, fn, depth)
         return UNKNOWN
-
-
-def _none(value: ast.expr) -> bool:
-    return isinstance(value, ast.Constant) and value.value is None
