@@ -243,15 +243,26 @@ class Provenance(StoredPlaces):
         found = self.merge_sources(self.flow.name_sources(name, fn))
         return found if found is not UNKNOWN else named
 
-    @staticmethod
-    def _host_array(expr: ast.expr, fn: FunctionInfo) -> bool:
-        """A parameter declared a numpy array, whose elements are host data too (a host list or dict may hold
-        device tensors, and a name the function uses as a tensor may hold a container in another branch)."""
-        if not (isinstance(expr, ast.Name) and expr.id in fn.params) or expr.id in fn.local_assigns:
-            return False  # a parameter rebound in the function (lens = upload(lens)) holds what it was given
-        ann = fn.params[expr.id]
-        text = "" if ann is None else ast.unparse(ann)
-        return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text
+    def _host_array(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
+        """A value declared a numpy array, whose elements are host data too (a host list or dict may hold device
+        tensors, and a name the function uses as a tensor may hold a container in another branch): a parameter, a
+        local or an attribute annotated ``np.ndarray``/``NDArray`` (``self.pending: Optional[np.ndarray]``), or a
+        local bound once to one (``ids = self.pending``)."""
+        if depth > 4:
+            return False
+        if isinstance(expr, ast.Attribute):
+            for c in with_bases(self.flow.instance_type(expr.value, fn)):
+                if expr.attr in c.attr_types:
+                    return _array_annotation(c.attr_types[expr.attr])
+            return False
+        if not isinstance(expr, ast.Name):
+            return False
+        if expr.id in fn.params:  # a parameter rebound in the function (lens = upload(lens)) holds what it was given
+            return expr.id not in fn.local_assigns and _array_annotation(fn.params[expr.id])
+        if expr.id in fn.local_types:
+            return _array_annotation(fn.local_types[expr.id])
+        bound = fn.local_assigns.get(expr.id, [])
+        return len(bound) == 1 and self._host_array(bound[0], fn, depth + 1)
 
     def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
         """An iterable whose elements are host data: named so (``kv_lens_arr_host``), or a host tensor."""
@@ -553,3 +564,9 @@ def _returns_tensor(fn: FunctionInfo) -> bool:
 def _last_place_word(name: str) -> str:
     """The last word of `name` that says host or device (``max_host_len_dev``: ``dev``)."""
     return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]
+
+
+def _array_annotation(ann: ast.expr | None) -> bool:
+    """``np.ndarray``, ``NDArray[np.int32]``, ``Optional[np.ndarray]``; not one that also names a tensor."""
+    text = "" if ann is None else ast.unparse(ann)
+    return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text
