@@ -7,9 +7,10 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from flashcheck.verifier.astutil import dotted, is_none
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex
 
-__all__ = ["ModuleBindings"]
+__all__ = ["ModuleBindings", "imported_name"]
 
 _MAX_HOPS = 5
 
@@ -65,6 +66,23 @@ class ModuleBindings(ProjectIndex):
                 return bound
         return None
 
+    def link_class_aliases(self) -> None:
+        """Fill `ModuleInfo.class_aliases`: each capitalised name a module imports from a project module (through
+        re-exports and star imports) where the top level binds it, once (a ``None`` fallback aside), to a FlashInfer
+        class (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``, also of a conditional, its first branch)."""
+        for module in self.modules.values():
+            for name, target in module.imports.items():
+                if not name[:1].isupper() or target == "flashinfer" or target.startswith("flashinfer."):
+                    continue
+                found = self.binding(module, name)
+                if found is None or found[0] is module or found[0].body is None:
+                    continue
+                held = [v for v, _ in found[0].global_values(found[1]) if not is_none(v)]
+                value = held[0].body if len(held) == 1 and isinstance(held[0], ast.IfExp) else held[0] if held else None
+                full = imported_name(value, found[0].body, "flashinfer") if len(held) == 1 and value else None
+                if full is not None and full.startswith("flashinfer."):
+                    module.class_aliases[name] = ast.parse(full, mode="eval").body
+
     def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What the global `name` that `module` reads may hold (`ModuleInfo.global_values` of the module that binds
         it, through imports and re-exports)."""
@@ -79,3 +97,18 @@ def _exports(module: ModuleInfo) -> frozenset[str] | None:
         return None
     names = [e.value for e in values[0].elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return frozenset(names) if len(names) == len(values[0].elts) else None
+
+
+def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
+    """The dotted name of `node` with a head imported from `package` spelled out through the module's imports:
+    ``flashinfer.BatchDecodeWithPagedKVCacheWrapper`` for ``Decode`` after ``from flashinfer import
+    BatchDecodeWithPagedKVCacheWrapper as Decode``, ``torch.empty`` for ``T.empty`` after ``import torch as T``.
+    Other names are returned as written (None for anything but a Name/Attribute chain)."""
+    name = dotted(node)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    target = fn.module.imports.get(head)
+    if target is not None and (target == package or target.startswith(package + ".")):
+        return f"{target}.{rest}" if rest else target
+    return name

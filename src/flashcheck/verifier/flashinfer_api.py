@@ -263,7 +263,8 @@ def imports_flashinfer(fn: FunctionInfo, expr: ast.expr) -> bool:
 def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> set[int]:
     """``id()`` of every function where `wrapper_class_of_call` or `imports_flashinfer` can hold for a call: those
     that call a name ending in ``Wrapper`` or one of `subclasses` (project classes deriving from a wrapper), and
-    every function of a module that imports from ``flashinfer``. A rule that scans every call for either may skip
+    every function of a module that imports from ``flashinfer`` or imports a project module's alias of one of its
+    classes. A rule that scans every call for either may skip
     the other functions."""
     extra = set(subclasses)
     by_name = project.calls_by_name().items()
@@ -274,7 +275,7 @@ def flashinfer_call_sites(project: Project, subclasses: Iterable[str] = ()) -> s
         for fn, _ in sites
     }
     for mod in project.modules.values():
-        if module_imports_flashinfer(mod.imports.values()):
+        if mod.class_aliases or module_imports_flashinfer(mod.imports.values()):
             out.update(id(fn) for fn in project.by_module.get(mod.name, []))
     return out
 
@@ -326,10 +327,12 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
 
 def _class_alias(func: ast.Name, fn: FunctionInfo) -> ast.expr | None:
     """What a module global named like a class is bound to, once (a ``None`` fallback aside), as a name or attribute
-    chain (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``; of a conditional one, its first branch); None
-    for anything else."""
+    chain (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``; of a conditional one, its first branch), also
+    one imported from the project module that binds it; None for anything else."""
     if not func.id[:1].isupper() or func.id in fn.module.classes or func.id in fn.local_assigns:
         return None
+    if func.id in fn.module.imports:  # from .api import Decode (bound there): found when the project linked
+        return fn.module.class_aliases.get(func.id)
     held = [v for v, _ in fn.module.global_values(func.id) if not is_none(v)]
     value = held[0] if len(held) == 1 else None  # try: Decode = flashinfer.X / except ImportError: Decode = None
     if isinstance(value, ast.IfExp) and all(
@@ -437,7 +440,7 @@ def workspace_arg(call: ast.Call, fn: FunctionInfo | None = None) -> ast.expr | 
     callee = terminal_name(call.func) or ""
     if fn is not None and isinstance(call.func, ast.Name) and call.func.id in fn.module.imports:
         callee = (imported_name(call.func, fn, "flashinfer") or callee).rsplit(".", 1)[-1]
-    elif fn is not None and isinstance(call.func, ast.Name) and not is_wrapper_class_name(callee):
+    if fn is not None and isinstance(call.func, ast.Name) and not is_wrapper_class_name(callee):
         callee = wrapper_class_of_call(call, fn) or callee  # Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper
     if is_wrapper_class_name(callee) and call.args:
         return call.args[0]

@@ -194,6 +194,9 @@ class ModuleInfo:
     body: FunctionInfo | None = None
     # global X; X = value in a function (a lazily initialised module global), with that function
     global_stores: dict[str, list[tuple[ast.expr, FunctionInfo]]] = field(default_factory=dict)
+    # a name imported from a project module that binds it to a FlashInfer class there, with that class's dotted
+    # name (``from .api import Decode`` after ``Decode = flashinfer.X`` in ``api``); filled when the project links
+    class_aliases: dict[str, ast.expr] = field(default_factory=dict)
 
     def global_values(self, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What module global `name` may hold: its top-level assignments and those of functions that declare it

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted, item_annotation
-from flashcheck.verifier.bindings import ModuleBindings
+from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -490,21 +490,6 @@ def branches(value: ast.expr) -> list[ast.expr]:
     if isinstance(value, ast.IfExp):
         return [*branches(value.body), *branches(value.orelse)]
     return [value]
-
-
-def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
-    """The dotted name of `node` with a head imported from `package` spelled out through the module's imports:
-    ``flashinfer.BatchDecodeWithPagedKVCacheWrapper`` for ``Decode`` after ``from flashinfer import
-    BatchDecodeWithPagedKVCacheWrapper as Decode``, ``torch.empty`` for ``T.empty`` after ``import torch as T``.
-    Other names are returned as written (None for anything but a Name/Attribute chain)."""
-    name = dotted(node)
-    if name is None:
-        return None
-    head, _, rest = name.partition(".")
-    target = fn.module.imports.get(head)
-    if target is not None and (target == package or target.startswith(package + ".")):
-        return f"{target}.{rest}" if rest else target
-    return name
 
 
 def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:

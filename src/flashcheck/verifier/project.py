@@ -71,6 +71,7 @@ class Project(InstanceCalls):
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._link_classes()
+        self.link_class_aliases()
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
