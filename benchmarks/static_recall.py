@@ -302,6 +302,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "draft_target_split_gpus",
         "grammar_constrained_json_mode",
     ),
+    "batch 62": (
+        "star_attention_long_context",
+        "razor_retrieval_head_pruning",
+        "omni_thinker_talker",
+        "weight_streaming_offload_decode",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
