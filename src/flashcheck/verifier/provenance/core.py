@@ -56,6 +56,10 @@ _NUMPY_ROOTS = ("np.", "numpy.")
 _MAX_DEPTH = 24  # nested name/attribute/call resolutions per question (keeps far chains bounded)
 
 
+# torch modules of tensor operations: a call of one under a module alias is a torch operation (`callee_name`)
+_OP_MODULES = frozenset({"torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft"})
+
+
 class Provenance(StoredPlaces):
     """Classifies expressions inside the functions of one project (results are cached per node)."""
 
@@ -306,12 +310,16 @@ class Provenance(StoredPlaces):
     @staticmethod
     def callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:
         """The callee's dotted name; a tensor factory imported from torch under another name (``from torch import
-        zeros as Z``) is spelled out, other names imported from torch are not (``has_torch_function``, ``get_rank``
+        zeros as Z``) is spelled out, and so is an operation of a torch module imported under another name
+        (``F.pad`` after ``import torch.nn.functional as F``, ``T.cat`` after ``import torch as T``); other names
+        imported from torch are not (``has_torch_function``, ``get_rank``
         and the like return no tensor, and torch's own sources import from each other)."""
         name = dotted(func)
         full = torch_name(func, fn)
         if full is not None and full != name and full.rsplit(".", 1)[-1] in FACTORIES | LIKE_FACTORIES:
             return full
+        if full is not None and full != name and full.rpartition(".")[0] in _OP_MODULES:
+            return full  # F.pad(t) after import torch.nn.functional as F: an operation of torch's on t
         return name
 
     def _host_tensor(self, name: ast.Name, fn: FunctionInfo) -> bool:
