@@ -308,6 +308,12 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "omni_thinker_talker",
         "weight_streaming_offload_decode",
     ),
+    "batch 63": (
+        "async_sched_placeholder_tokens",
+        "conversation_tree_branching",
+        "streaming_video_frame_evict",
+        "online_draft_distillation",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
