@@ -38,6 +38,7 @@ class Wrappers:
         self._installed: dict[int, str] | None = None
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
         self.enabled = module_imports_flashinfer(t for m in flow.project.modules.values() for t in m.imports.values())
+        self._plan_values: bool | None = None
 
     def wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class `expr` may be an instance of (``BatchDecodeWithPagedKVCacheWrapper``)."""
@@ -287,12 +288,33 @@ class Wrappers:
             if isinstance(name, ast.Constant) and name.value in PLAN_METHODS:
                 cls = self.wrapper_class(func.args[0], fn)
                 return ("method", cls, 0) if cls is not None else None
-        if isinstance(func, ast.Name | ast.Attribute | ast.Subscript):  # also self._plans[bs]: what the dict holds
+        if isinstance(func, ast.Name | ast.Attribute | ast.Subscript) and self.plans_as_values():
+            # also self._plans[bs]: what the dict holds
             for src, where in self.flow.sources(func, fn):
                 found = self.callable_target(src, where, depth + 1)
                 if found is not None:
                     return found
         return None
+
+    def plans_as_values(self) -> bool:
+        """Whether any code of the project handles a plan callable as a value (``w.plan`` not called,
+        ``fast_decode_plan`` handed or assigned, ``getattr(w, "plan")``): without one, no alias, item, parameter or
+        return can hold a plan, and a call is a plan only as written (found once per project)."""
+        if self._plan_values is None:
+            project = self.flow.project
+            names = project.value_names()
+            found = any(m.startswith("fast_") and m in names for m in PLAN_METHODS)
+            found = found or any(
+                len(c.args) > 1 and isinstance(c.args[1], ast.Constant) and c.args[1].value in PLAN_METHODS
+                for _, c in project.calls_by_name().get("getattr", [])
+            )
+            for f in project.all_functions() if not found and ("plan" in names or "begin_forward" in names) else ():
+                plans = [a for a in f.attributes if a.attr in PLAN_METHODS and isinstance(a.ctx, ast.Load)]
+                if plans and any(id(a) not in {id(c.func) for c in f.calls} for a in plans):
+                    found = True
+                    break
+            self._plan_values = found
+        return self._plan_values
 
 
 def _annotated_class(ann: ast.expr | None) -> str | None:
