@@ -69,6 +69,18 @@ def is_none(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
+def alias_value(values: list[ast.expr]) -> ast.Name | ast.Attribute | None:
+    """The name or attribute chain a global bound once (a ``None`` fallback aside) aliases: ``Decode =
+    flashinfer.X`` (with ``except ImportError: Decode = None``); of a conditional one, its first branch (``A if
+    ragged else B``: built the same way), or the branch that is not ``None``."""
+    held = [v for v in values if not is_none(v)]
+    value = held[0] if len(held) == 1 else None
+    if isinstance(value, ast.IfExp):
+        branches = [b for b in (value.body, value.orelse) if not is_none(b)]
+        value = branches[0] if all(isinstance(b, ast.Name | ast.Attribute) for b in branches) else None
+    return value if isinstance(value, ast.Name | ast.Attribute) else None
+
+
 def class_base(node: ast.expr) -> ast.expr:
     """The class a base expression names: ``Base`` of a generic ``Base[Meta]`` (``Protocol[T]``), else `node`."""
     return node.value if isinstance(node, ast.Subscript) else node

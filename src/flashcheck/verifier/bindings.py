@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted, is_none
+from flashcheck.verifier.astutil import alias_value, dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex
 
 __all__ = ["ModuleBindings", "imported_name"]
@@ -77,9 +77,8 @@ class ModuleBindings(ProjectIndex):
                 found = self.binding(module, name)
                 if found is None or found[0] is module or found[0].body is None:
                     continue
-                held = [v for v, _ in found[0].global_values(found[1]) if not is_none(v)]
-                value = held[0].body if len(held) == 1 and isinstance(held[0], ast.IfExp) else held[0] if held else None
-                full = imported_name(value, found[0].body, "flashinfer") if len(held) == 1 and value else None
+                value = alias_value([v for v, _ in found[0].global_values(found[1])])
+                full = imported_name(value, found[0].body, "flashinfer") if value is not None else None
                 if full is not None and full.startswith("flashinfer."):
                     module.class_aliases[name] = ast.parse(full, mode="eval").body
 

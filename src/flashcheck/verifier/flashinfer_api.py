@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from flashcheck.verifier.astutil import dotted, is_none, kwarg, name_tokens, terminal_name
+from flashcheck.verifier.astutil import alias_value, dotted, kwarg, name_tokens, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, imported_name
 
 __all__ = [
@@ -327,19 +327,14 @@ def wrapper_class_of_call(call: ast.Call, fn: FunctionInfo) -> str | None:
 
 def _class_alias(func: ast.Name, fn: FunctionInfo) -> ast.expr | None:
     """What a module global named like a class is bound to, once (a ``None`` fallback aside), as a name or attribute
-    chain (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``; of a conditional one, its first branch), also
-    one imported from the project module that binds it; None for anything else."""
+    chain (``Decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper``, `alias_value`), also one imported from the
+    project module that binds it; None for anything else."""
     if not func.id[:1].isupper() or func.id in fn.module.classes or func.id in fn.local_assigns:
         return None
-    if func.id in fn.module.imports:  # from .api import Decode (bound there): found when the project linked
-        return fn.module.class_aliases.get(func.id)
-    held = [v for v, _ in fn.module.global_values(func.id) if not is_none(v)]
-    value = held[0] if len(held) == 1 else None  # try: Decode = flashinfer.X / except ImportError: Decode = None
-    if isinstance(value, ast.IfExp) and all(
-        isinstance(b, ast.Name | ast.Attribute) for b in (value.body, value.orelse)
-    ):
-        value = value.body  # Prefill = flashinfer.A if ragged else flashinfer.B: built the same way
-    return value if isinstance(value, ast.Name | ast.Attribute) else None
+    linked = fn.module.class_aliases.get(func.id)  # from .api import Decode (bound there): found at linking
+    if linked is not None:
+        return linked
+    return alias_value([v for v, _ in fn.module.global_values(func.id)])
 
 
 def graph_mode(call: ast.Call, cls_name: str, *, positions: bool = True) -> bool | None:

@@ -24,10 +24,13 @@ from flashcheck.verifier.provenance.tensors import (
     HOST_ATTRS,
     HOST_BUILTINS,
     HOST_RESULT_METHODS,
+    NOT_TENSOR_TORCH,
     NOT_TENSOR_WORDS,
     SEQUENCES,
     TENSOR_METHODS,
     TensorUses,
+    binds_by_unpacking,
+    is_array_annotation,
     is_predicate,
     is_tensor_annotation,
     is_tensor_op,
@@ -250,22 +253,27 @@ class Provenance(StoredPlaces):
     def _host_array(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> bool:
         """A value declared a numpy array, whose elements are host data too (a host list or dict may hold device
         tensors, and a name the function uses as a tensor may hold a container in another branch): a parameter, a
-        local or an attribute annotated ``np.ndarray``/``NDArray`` (``self.pending: Optional[np.ndarray]``), or a
-        local bound once to one (``ids = self.pending``)."""
+        local or an attribute annotated ``np.ndarray``/``NDArray`` (``self.pending: Optional[np.ndarray]``; not
+        one that code also stores a tensor into), or a local bound once to one (``ids = self.pending``); a local
+        bound again (also by unpacking or a loop) holds what it was given."""
         if depth > 4:
             return False
         if isinstance(expr, ast.Attribute):
             for c in with_bases(self.flow.instance_type(expr.value, fn)):
                 if expr.attr in c.attr_types:
-                    return _array_annotation(c.attr_types[expr.attr])
+                    return is_array_annotation(c.attr_types[expr.attr]) and not any(
+                        self.tensorish(v, where) for v, where in self.flow.attr_sources(expr, fn, by_name=False)
+                    )
             return False
         if not isinstance(expr, ast.Name):
             return False
-        if expr.id in fn.params:  # a parameter rebound in the function (lens = upload(lens)) holds what it was given
-            return expr.id not in fn.local_assigns and _array_annotation(fn.params[expr.id])
-        if expr.id in fn.local_types:
-            return _array_annotation(fn.local_types[expr.id])
         bound = fn.local_assigns.get(expr.id, [])
+        if expr.id in fn.params:  # a parameter rebound in the function (lens = upload(lens)) holds what it was given
+            return not bound and is_array_annotation(fn.params[expr.id])
+        if len(bound) > 1 or expr.id in fn.loop_vars or binds_by_unpacking(expr.id, fn):
+            return False
+        if expr.id in fn.local_types:
+            return is_array_annotation(fn.local_types[expr.id])
         return len(bound) == 1 and self._host_array(bound[0], fn, depth + 1)
 
     def _host_iterable(self, it: ast.expr, fn: FunctionInfo) -> bool:
@@ -315,6 +323,9 @@ class Provenance(StoredPlaces):
         imported from torch are not (``has_torch_function``, ``get_rank``
         and the like return no tensor, and torch's own sources import from each other)."""
         name = dotted(func)
+        head = (name or "").split(".", 1)[0]
+        if head in fn.local_assigns or head in fn.params:
+            return name  # F = self.feats; F.pad(...): a local, whatever the module imports under that name
         full = torch_name(func, fn)
         if full is not None and full != name and full.rsplit(".", 1)[-1] in FACTORIES | LIKE_FACTORIES:
             return full
@@ -500,9 +511,7 @@ class Provenance(StoredPlaces):
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if short in ("device", "Size", "dtype", "is_tensor", "numel", "equal", "allclose") or short.startswith(
-            ("is_", "_is_")
-        ):
+        if (short in NOT_TENSOR_TORCH and short != "load") or short.startswith(("is_", "_is_", "get_")):
             return HOST  # metadata and Python bools (torch.equal), not tensors
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and short in _SEQUENCE_OPS and isinstance(tensors[0], ast.Name | ast.Attribute):
@@ -540,7 +549,7 @@ class Provenance(StoredPlaces):
             if isinstance(dev.value, str):
                 return HOST if dev.value.startswith("cpu") else DEVICE
             return DEVICE if isinstance(dev.value, int) else UNKNOWN
-        if isinstance(dev, ast.Call) and dotted(dev.func) in ("torch.device", "device") and dev.args:
+        if isinstance(dev, ast.Call) and dev.args and (dotted(dev.func) == "device" or _torch_device(dev.func, fn)):
             return self.device_value(dev.args[0], fn, depth + 1)
         if isinstance(dev, ast.Name) and fn is not None and depth < 4 and dev.id not in fn.params:
             values = fn.local_assigns.get(dev.id)
@@ -574,7 +583,8 @@ def _last_place_word(name: str) -> str:
     return [w for w in name_words(name) if w in _HOST_WORDS or w in _DEVICE_WORDS][-1]
 
 
-def _array_annotation(ann: ast.expr | None) -> bool:
-    """``np.ndarray``, ``NDArray[np.int32]``, ``Optional[np.ndarray]``; not one that also names a tensor."""
-    text = "" if ann is None else ast.unparse(ann)
-    return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text
+def _torch_device(func: ast.expr, fn: FunctionInfo | None) -> bool:
+    """``torch.device``, also under an alias of torch (``T.device`` after ``import torch as T``)."""
+    if dotted(func) == "torch.device":
+        return True
+    return fn is not None and torch_name(func, fn) == "torch.device"

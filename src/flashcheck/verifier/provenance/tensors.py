@@ -23,6 +23,8 @@ __all__ = [
     "TENSOR_METHODS",
     "TUPLE_OPS",
     "TensorUses",
+    "binds_by_unpacking",
+    "is_array_annotation",
     "is_predicate",
     "is_tensor_annotation",
     "is_tensor_op",
@@ -305,3 +307,19 @@ def sequence_items(seq: ast.expr) -> list[ast.expr]:
     if isinstance(seq, ast.IfExp):
         return sequence_items(seq.body) + sequence_items(seq.orelse)
     return [seq]
+
+
+def is_array_annotation(ann: ast.expr | None) -> bool:
+    """``np.ndarray``, ``NDArray[np.int32]``, ``Optional[np.ndarray]``; not one that also names a tensor."""
+    text = "" if ann is None else ast.unparse(ann)
+    return ("ndarray" in text or "NDArray" in text) and "Tensor" not in text
+
+
+def binds_by_unpacking(name: str, fn: FunctionInfo) -> bool:
+    """Whether `fn` binds `name` by unpacking (``ids, count = fetch()``)."""
+    return any(
+        isinstance(t, ast.Tuple | ast.List) and any(isinstance(e, ast.Name) and e.id == name for e in ast.walk(t))
+        for a in fn.assigns
+        if isinstance(a, ast.Assign)
+        for t in a.targets
+    )

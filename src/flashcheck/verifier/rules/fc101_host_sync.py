@@ -120,29 +120,28 @@ class HostSyncInHotPath(Rule):
         A tensor whose provenance the analysis cannot see (a parameter named ``seq_lens`` that is in fact on the CPU) is
         reported with medium confidence; name it ``*_cpu`` or add its name pattern to ``host-names``. Code that runs on
         a hot path only under a debug flag is reported; suppress it with a reason. A cast, builtin reduction, slice
-        bound, branch or copy into host memory (``host.copy_(x)``) on a value that is certainly a tensor but whose
-        device no project code decides (a parameter or field declared ``torch.Tensor`` that only callers outside the
-        project fill, a name the function uses as a tensor: a tensor-only method called on it, or passed as the tensor
-        operand of a torch operation or ``copy_``; the result of a project function or ``@property`` annotated ``->
-        torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method over one, arithmetic with
-        one, its elements) is reported with low confidence. A capture root that also runs eager warm-up steps (vLLM's
-        ``_warmup_and_capture`` calling ``_dummy_run``) makes everything those steps call capture code: a read in the
-        warm-up's input preparation (a dummy multimodal batch) is reported as if captured; name the function that
-        captures in ``capture-paths`` and turn the default roots off, or suppress with a reason. Objects of a compiled
-        extension (rtp-llm's attention inputs) have no Python class: their fields are judged by the stores of
-        attributes of that name elsewhere in the project, and a host field can read as a device one, unless the
-        project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which makes
-        the bare name the host mirror. A helper's read of its parameters is judged with the calls that reach it on the
-        hot path: one that every hot caller hands a host mirror is quiet whatever code off the hot path passes
-        (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``),
-        but one that a hot caller hands a device tensor, or a value of unknown place, is reported. A
-        base class's method that the accelerator subclasses override but a CPU platform's subclass inherits is
-        judged with the tensors of the other platforms. An ``event.synchronize()`` before each plan that
-        waits for an event recorded right after the previous plan (guarding a reused pinned staging buffer) is
-        reported, though it only bounds how far the host runs ahead; suppress it with that reason. An attribute
-        declared with a ``typing.Protocol`` runs what every store of that attribute name builds, also a store on
-        another class's object (``worker.sink = DeviceRingSink(n)`` in another component) when the analysis cannot
-        tell the stores apart.
+        bound, branch, comparison (``torch.equal``) or copy into host memory (``host.copy_(x)``) on a value that is
+        certainly a tensor but whose device no project code decides (a parameter or field declared ``torch.Tensor`` that
+        only callers outside the project fill, a name the function uses as a tensor: a tensor-only method called on it,
+        or passed as the tensor operand of a torch operation or ``copy_``; the result of a project function or
+        ``@property`` annotated ``-> torch.Tensor``; an attribute assigned from a torch op; a torch op or tensor method
+        over one, arithmetic with one, its elements) is reported with low confidence. A capture root that also runs
+        eager warm-up steps (vLLM's ``_warmup_and_capture`` calling ``_dummy_run``) makes everything those steps call
+        capture code: a read in the warm-up's input preparation (a dummy multimodal batch) is reported as if captured;
+        name the function that captures in ``capture-paths`` and turn the default roots off, or suppress with a reason.
+        Objects of a compiled extension (rtp-llm's attention inputs) have no Python class: their fields are judged by
+        the stores of attributes of that name elsewhere in the project, and a host field can read as a device one,
+        unless the project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which
+        makes the bare name the host mirror. A helper's read of its parameters is judged with the calls that reach it on
+        the hot path: one that every hot caller hands a host mirror is quiet whatever code off the hot path passes
+        (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``), but
+        one that a hot caller hands a device tensor, or a value of unknown place, is reported. A base class's method
+        that the accelerator subclasses override but a CPU platform's subclass inherits is judged with the tensors of
+        the other platforms. An ``event.synchronize()`` before each plan that waits for an event recorded right after
+        the previous plan (guarding a reused pinned staging buffer) is reported, though it only bounds how far the host
+        runs ahead; suppress it with that reason. An attribute declared with a ``typing.Protocol`` runs what every store
+        of that attribute name builds, also a store on another class's object (``worker.sink = DeviceRingSink(n)`` in
+        another component) when the analysis cannot tell the stores apart.
 
     What it cannot see
         Syncs inside C++ extensions or in code outside the checked paths, device values that enter from outside the
@@ -237,6 +236,8 @@ class HostSyncInHotPath(Rule):
                 ws = [prov.of(a, fn) for a in call.args[:2]]
                 if Where.DEVICE in ws:
                     hit(call, "compares tensors on the host (device-to-host sync)", Where.DEVICE)
+                elif Where.HOST not in ws:  # torch.equal(out, warm) of two tensors no project code places
+                    host_read(call.args[0], "compares a device tensor on the host", call)
                 continue
             if name in _CASTS and len(call.args) == 1:
                 host_read(call.args[0], "reads a device tensor on the host", call)
