@@ -70,6 +70,10 @@ class DeviceTensorToPlan(Rule):
         or suppress with a reason. A tensor whose device no project code decides (a
         metadata field or parameter declared ``torch.Tensor`` that only callers outside the project fill) is reported
         with low confidence; if it is in fact a host tensor, name it ``*_cpu`` or add its pattern to ``host-names``.
+        The fields of a class are judged over every object of it: a batch that the per-step path plans with its host
+        tensors and moves to the GPU afterwards, while a one-time graph capture moves a copy first
+        (``dataclasses.replace(self, kv_indptr=self.kv_indptr.to(device))``) and plans with that, is reported on the
+        per-step plan; suppress it with that reason.
 
     What it cannot see
         Arguments whose device is unknown and that nothing says are tensors (an unannotated value from outside the
