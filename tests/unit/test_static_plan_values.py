@@ -51,7 +51,17 @@ def test_plan_calls_as_written_are_not_plan_values(tmp_path: Path) -> None:
         "self.shim = fast_decode_plan",  # FlashInfer's plan function kept
         'return getattr(self.w, "plan")',  # looked up by name
         "self.hooks = {'begin': self.w.begin_forward}",  # the older name, in a literal
+        "def run(p=fast_decode_plan): return p",  # a parameter's default
+        "if (p := fast_decode_plan) is not None: self.p = p",  # a walrus
+        "for f in (fast_decode_plan,): self.p = f",  # a loop's iterable
+        "self.plans = {b: fast_decode_plan for b in range(8)}",  # a comprehension
+        "self.p = (fast_decode_plan, None)[0]",  # an item of a literal
     ],
 )
 def test_each_way_to_hold_a_plan_is_a_plan_value(tmp_path: Path, extra: str) -> None:
     assert _wrappers(tmp_path, extra).plans_as_values()
+
+
+def test_a_plan_function_imported_under_another_name_is_a_plan_value(tmp_path: Path) -> None:
+    (tmp_path / "shim.py").write_text("from flashinfer.decode import fast_decode_plan as fdp\n\nPLAN = fdp\n")
+    assert _wrappers(tmp_path, "").plans_as_values()

@@ -71,13 +71,12 @@ def is_none(node: ast.AST) -> bool:
 
 def alias_value(values: list[ast.expr]) -> ast.Name | ast.Attribute | None:
     """The name or attribute chain a global bound once (a ``None`` fallback aside) aliases: ``Decode =
-    flashinfer.X`` (with ``except ImportError: Decode = None``); of a conditional one, its first branch (``A if
-    ragged else B``: built the same way), or the branch that is not ``None``."""
+    flashinfer.X`` (with ``except ImportError: Decode = None``); of a conditional one, its first branch that names
+    one (``A if ragged else B``: built the same way; ``None if off else A``)."""
     held = [v for v in values if not is_none(v)]
     value = held[0] if len(held) == 1 else None
-    if isinstance(value, ast.IfExp):
-        branches = [b for b in (value.body, value.orelse) if not is_none(b)]
-        value = branches[0] if all(isinstance(b, ast.Name | ast.Attribute) for b in branches) else None
+    if isinstance(value, ast.IfExp):  # the first branch that names a class (the other may be a partial of it)
+        value = next((b for b in (value.body, value.orelse) if isinstance(b, ast.Name | ast.Attribute)), None)
     return value if isinstance(value, ast.Name | ast.Attribute) else None
 
 

@@ -23,10 +23,10 @@ from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import is_protocol, literal_items, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
-from flashcheck.verifier.flashinfer_api import module_imports_flashinfer
+from flashcheck.verifier.flashinfer_api import looks_like_wrapper, module_imports_flashinfer
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
 
@@ -76,6 +76,7 @@ class Root:
     fn: FunctionInfo
     category: Category
     why: str
+    outside: Dead | None = None  # the parts of `fn` that do not run in the root's role (outside its capture block)
 
     @property
     def kind(self) -> RootKind:
@@ -101,7 +102,8 @@ def default_category(fn: FunctionInfo) -> Category | None:
     - ``replay``: a word ``replay`` (``replay``, ``replay_prepare``, ``init_forward_metadata_replay_cuda_graph``),
       or ``prepare*cuda_graph*`` (rtp-llm's ``prepare_cuda_graph``).
     - ``metadata``: ``init_forward_metadata*``; ``build``/``build_*`` of a class named ``*Builder*``/``*Metadata*``
-      (vLLM's ``AttentionMetadataBuilder.build``).
+      (vLLM's ``AttentionMetadataBuilder.build``); a function with a word ``metadata`` or ``meta`` in its name that
+      plans a FlashInfer wrapper (chitu's ``prepare_metadata_for_decode``, `_calls_wrapper_plan`).
     - ``plan``: a word ``plan`` (``plan``, ``fast_decode_plan``, ``_plan_prefill``) where the function plans
       attention (`_plans_attention`), or ``begin_forward``, unless another word says the function observes plans
       rather than makes them (``log_plan_stats``, ``benchmark_plan``, ``plan_statistics``).
@@ -124,7 +126,32 @@ def default_category(fn: FunctionInfo) -> Category | None:
             return "metadata"
     if name == "begin_forward" or ("plan" in words and not words & _NOT_PLAN_WORDS and _plans_attention(fn, words)):
         return "plan"
+    if words & {"metadata", "meta"} and _calls_wrapper_plan(fn, words):
+        return "metadata"
     return None
+
+
+# The exploration key of a root explored only inside its capture blocks (`outside_capture`).
+_CAPTURE_BLOCK: Bindings = frozenset({("<capture block>", None)})
+
+# Words of a function that plans once (set-up, warm-up, a constructor), not before every step.
+_ONCE_WORDS = frozenset({"init", "initialize", "setup", "warmup", "warm", "once", "create", "load", "profile"})
+
+
+def _calls_wrapper_plan(fn: FunctionInfo, words: frozenset[str]) -> bool:
+    """Whether a function plans a FlashInfer wrapper (``self.mla_wrapper.plan(...)``,
+    ``decode_wrappers[i].begin_forward(...)``, ``fast_decode_plan(w, ...)``); with a metadata word in its name it
+    prepares a step's attention metadata (chitu's ``prepare_metadata_for_decode``); not a constructor, a one-time
+    set-up or warm-up, or a helper around plans (stats, benchmarks)."""
+    if fn.name.startswith("__") or words & (_ONCE_WORDS | _NOT_PLAN_WORDS):
+        return False
+    for c in fn.calls:
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr in ("plan", "begin_forward") and looks_like_wrapper(f.value):
+            return True
+        if terminal_name(f) in ("fast_decode_plan", "fast_mla_decode_plan"):
+            return True
+    return False
 
 
 def _plans_attention(fn: FunctionInfo, words: frozenset[str]) -> bool:
@@ -165,7 +192,45 @@ def find_roots(project: Project, config: StaticConfig) -> list[Root]:
             cat = default_category(fn)
             if cat is not None:
                 roots.append(Root(fn, cat, f"name matches the default {cat} pattern"))
+                continue
+            outside = outside_capture(fn)
+            if outside is not None:
+                roots.append(Root(fn, "capture", "captures a CUDA graph (with torch.cuda.graph(...))", outside))
     return roots
+
+
+def outside_capture(fn: FunctionInfo) -> Dead | None:
+    """The parts of `fn` outside its ``with torch.cuda.graph(g):`` blocks (also under an alias of torch), when it
+    has one: only what such a block runs is captured (an eager warm-up before it, the replay after it are not).
+    None for a function without one."""
+    if not any(torch_name(c.func, fn) == "torch.cuda.graph" for c in fn.calls) or isinstance(fn.node, ast.Module):
+        return None
+    blocks: list[ast.With] = []
+    stack: list[ast.stmt] = list(fn.node.body)
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue  # their own blocks belong to their own FunctionInfo
+        if isinstance(stmt, ast.With) and any(
+            isinstance(i.context_expr, ast.Call) and torch_name(i.context_expr.func, fn) == "torch.cuda.graph"
+            for i in stmt.items
+        ):
+            blocks.append(stmt)
+            continue
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.stmt):
+                stack.append(child)
+            elif isinstance(child, ast.ExceptHandler | ast.match_case):
+                stack.extend(child.body)
+    if not blocks:
+        return None
+    spans: list[tuple[int, int, int, int]] = []
+    start = (0, 0)
+    for b in sorted(blocks, key=lambda b: (b.lineno, b.col_offset)):
+        spans.append((*start, b.lineno, b.col_offset))
+        start = (b.end_lineno or b.lineno, b.end_col_offset or 0)
+    spans.append((*start, 1 << 30, 0))
+    return Dead(tuple(spans))
 
 
 def _first_match(names: Iterable[str], patterns: Iterable[str]) -> str | None:
@@ -216,17 +281,23 @@ class HotPaths:
         deads: dict[int, list[Dead | None]] = self._deads.setdefault(categories, {})
         queue: deque[tuple[FunctionInfo, ClassInfo | None, Hop, Bindings, Dead]] = deque()
 
-        def visit(fn: FunctionInfo, ctx: ClassInfo | None, hop: Hop, bound: Bindings = frozenset()) -> None:
+        def visit(
+            fn: FunctionInfo,
+            ctx: ClassInfo | None,
+            hop: Hop,
+            bound: Bindings = frozenset(),
+            outside: Dead | None = None,
+        ) -> None:
             own = owner_of(fn).cls
             key = 0 if ctx is own or ctx is None else id(ctx)
             done = explored.setdefault(id(fn), set())
-            dead = self._guards.dead(fn, bound)
+            dead = self._guards.dead(fn, bound) if outside is None else outside
             bound = self._guards.useful(fn, bound, dead)
             if key and len({k for k, _ in done}) >= _MAX_SELF_CLASSES:
                 key, ctx = 0, own
             if bound and len(done) >= _MAX_BINDINGS:
                 bound, dead = frozenset(), Dead()
-            bkey = bound or None
+            bkey = bound or (_CAPTURE_BLOCK if outside is not None else None)
             if (0, None) in done or (key, None) in done or (key, bkey) in done:
                 return  # explored with the same class of self and bindings, or more generally
             done.add((key, bkey))
@@ -236,7 +307,7 @@ class HotPaths:
 
         for r in self.roots:
             if r.category in categories:
-                visit(r.fn, owner_of(r.fn).cls, Hop(None, r.fn.line, r))
+                visit(r.fn, owner_of(r.fn).cls, Hop(None, r.fn.line, r), outside=r.outside)
         while queue:
             fn, ctx, hop, bound, dead = queue.popleft()
             outer = dict(bound)

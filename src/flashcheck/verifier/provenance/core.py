@@ -511,7 +511,10 @@ class Provenance(StoredPlaces):
             if dev is not UNKNOWN:
                 return dev
             return self.of(call.args[0], fn) if call.args else UNKNOWN
-        if (short in NOT_TENSOR_TORCH and short != "load") or short.startswith(("is_", "_is_", "get_")):
+        metadata = short in ("device", "Size", "dtype", "is_tensor", "numel", "equal", "allclose")
+        if not name.startswith("ops."):  # torch.ops.ext.get_block_offsets(t): an extension's kernel, not metadata
+            metadata = metadata or (short in NOT_TENSOR_TORCH and short != "load") or short.startswith("get_")
+        if metadata or short.startswith(("is_", "_is_")):
             return HOST  # metadata and Python bools (torch.equal), not tensors
         tensors = [a for a in call.args if not isinstance(a, ast.Constant)]
         if tensors and short in _SEQUENCE_OPS and isinstance(tensors[0], ast.Name | ast.Attribute):

@@ -21,7 +21,7 @@ from flashcheck.verifier.flashinfer_api import (
     module_imports_flashinfer,
     wrapper_class_of_call,
 )
-from flashcheck.verifier.project import ClassInfo, FunctionInfo
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, ModuleInfo
 from flashcheck.verifier.provenance.flow import ValueFlow, is_partial, with_bases
 
 __all__ = ["Wrappers"]
@@ -297,24 +297,34 @@ class Wrappers:
         return None
 
     def plans_as_values(self) -> bool:
-        """Whether any code of the project handles a plan callable as a value (``w.plan`` not called,
-        ``fast_decode_plan`` handed or assigned, ``getattr(w, "plan")``): without one, no alias, item, parameter or
-        return can hold a plan, and a call is a plan only as written (found once per project)."""
+        """Whether any code of the project handles a plan callable as a value: a load of ``w.plan``,
+        ``w.begin_forward`` or ``fast_decode_plan`` (also under an import alias, in a default, a loop, a
+        comprehension or a literal) that is not the function of a call, or ``getattr(w, "plan")``. Without one, no
+        alias, item, parameter or return can hold a plan, and a call is a plan only as written (found once per
+        project, from the trees of the modules whose text names a plan)."""
         if self._plan_values is None:
-            project = self.flow.project
-            names = project.value_names()
-            found = any(m.startswith("fast_") and m in names for m in PLAN_METHODS)
-            found = found or any(
-                len(c.args) > 1 and isinstance(c.args[1], ast.Constant) and c.args[1].value in PLAN_METHODS
-                for _, c in project.calls_by_name().get("getattr", [])
-            )
-            for f in project.all_functions() if not found and ("plan" in names or "begin_forward" in names) else ():
-                plans = [a for a in f.attributes if a.attr in PLAN_METHODS and isinstance(a.ctx, ast.Load)]
-                if plans and any(id(a) not in {id(c.func) for c in f.calls} for a in plans):
-                    found = True
-                    break
-            self._plan_values = found
+            self._plan_values = any(_handles_plans(m) for m in self.flow.project.modules.values())
         return self._plan_values
+
+
+def _handles_plans(module: ModuleInfo) -> bool:
+    """Whether `module` uses a plan method or function as a value (`Wrappers.plans_as_values`)."""
+    tree = module.source.tree
+    if tree is None or not any("plan" in line or "begin_forward" in line for line in module.source.lines):
+        return False
+    # FlashInfer's plan functions by the names this module binds them to (a bare ``plan`` is some local)
+    functions = {m for m in PLAN_METHODS if m.startswith("fast_")}
+    names = functions | {k for k, t in module.imports.items() if t.rsplit(".", 1)[-1] in functions}
+    nodes = list(ast.walk(tree))
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    for n in nodes:
+        if isinstance(n, ast.Call):  # getattr(w, "plan")
+            key = n.args[1] if dotted(n.func) == "getattr" and len(n.args) > 1 else None
+            if isinstance(key, ast.Constant) and key.value in PLAN_METHODS:
+                return True
+        elif id(n) not in called and isinstance(getattr(n, "ctx", None), ast.Load) and _names_plan(n, names):
+            return True
+    return False
 
 
 def _annotated_class(ann: ast.expr | None) -> str | None:
@@ -325,3 +335,9 @@ def _annotated_class(ann: ast.expr | None) -> str | None:
     if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
         return _annotated_class(ann.left) or _annotated_class(ann.right)
     return terminal_name(ann) if isinstance(ann, ast.Name | ast.Attribute) else None
+
+
+def _names_plan(node: ast.AST, names: set[str]) -> bool:
+    return (isinstance(node, ast.Name) and node.id in names) or (
+        isinstance(node, ast.Attribute) and node.attr in PLAN_METHODS
+    )

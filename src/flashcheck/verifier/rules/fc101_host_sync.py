@@ -232,12 +232,16 @@ class HostSyncInHotPath(Rule):
                 if w is not Where.HOST:
                     hit(call, "has a data-dependent output size (device-to-host sync)", w)
                 continue
-            if name in _COMPARES and call.args:
-                ws = [prov.of(a, fn) for a in call.args[:2]]
+            if name in _COMPARES:
+                operands = [*call.args[:2], *(k.value for k in call.keywords if k.arg in ("input", "other"))]
+                ws = [prov.of(a, fn) for a in operands]
                 if Where.DEVICE in ws:
-                    hit(call, "compares tensors on the host (device-to-host sync)", Where.DEVICE)
-                elif Where.HOST not in ws:  # torch.equal(out, warm) of two tensors no project code places
-                    host_read(call.args[0], "compares a device tensor on the host", call)
+                    operand = operands[ws.index(Where.DEVICE)]
+                    hit(call, "compares tensors on the host (device-to-host sync)", Where.DEVICE, operand=operand)
+                elif Where.HOST not in ws:  # torch.equal(out, warm) of tensors no project code places
+                    unplaced = [a for a in operands if prov.tensorish(a, fn)]
+                    if unplaced:
+                        host_read(unplaced[0], "compares a device tensor on the host", call)
                 continue
             if name in _CASTS and len(call.args) == 1:
                 host_read(call.args[0], "reads a device tensor on the host", call)
