@@ -13,7 +13,7 @@ change shows as findings gone and new. Writes ``reports/raw/static_engines.json`
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_engines.py --repo rtp-llm=/path/to/rtp-llm \\
         --repo lightllm=... --repo text-generation-inference=... --repo lorax=... --repo aphrodite-engine=... \\
-        --repo ktransformers=... --repo mini-sglang=... --repo sarathi-serve=... --repo tokasaurus=... [--before REV]
+        --repo ktransformers=... --repo mini-sglang=... --repo sarathi-serve=... --repo tokasaurus=... --repo chitu=... [--before REV]
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ ENGINES: dict[str, Engine] = {
     "mini-sglang": Engine("sgl-project/mini-sglang", "20fcd7f3c6a1898a61139fae1c97cc7a40bd8d66", ("python/minisgl",)),
     "sarathi-serve": Engine("microsoft/sarathi-serve", "96f9911790ecc00af12ee9fae47cb8fa9ba0d199", ("sarathi",)),
     "tokasaurus": Engine("ScalingIntelligence/tokasaurus", "726890525a97f6ab156224f60f1e75e4f0db1f59", ("tokasaurus",)),
+    "chitu": Engine("thu-pacman/chitu", "6261b7a06d348b865154dab5d018168bd92e75da", ("chitu",)),
 }
 _VERDICTS = ("bug", "false-positive")
 _CHILD = """
