@@ -13,7 +13,8 @@ change shows as findings gone and new. Writes ``reports/raw/static_engines.json`
 
     PYTHONPATH=$PWD/src .venv/bin/python benchmarks/static_engines.py --repo rtp-llm=/path/to/rtp-llm \\
         --repo lightllm=... --repo text-generation-inference=... --repo lorax=... --repo aphrodite-engine=... \\
-        --repo ktransformers=... --repo mini-sglang=... --repo sarathi-serve=... --repo tokasaurus=... --repo chitu=... [--before REV]
+        --repo ktransformers=... --repo mini-sglang=... --repo sarathi-serve=... --repo tokasaurus=... \\
+        --repo chitu=... [--before REV]
 """
 
 from __future__ import annotations
