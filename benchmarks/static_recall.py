@@ -326,6 +326,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "kv_transfer_rdma_disaggregated",
         "sampler_logprob_topn_graphs",
     ),
+    "batch 66": (
+        "cuda_graph_trees_compile_serving",
+        "longcontext_chunked_kv_offload_prefetch",
+        "batch_invariant_kernels_eval",
+        "ray_actor_pipeline_stages",
+    ),
+    "batch 67": (
+        "gemma3_local_global_page_sizes",
+        "request_cancellation_abort_paths",
+        "embedding_cache_prompt_lookup",
+        "nvshmem_moe_dispatch_combine",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 
