@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flashcheck.findings import Frame
-from flashcheck.verifier.astutil import is_protocol, literal_items, name_tokens, terminal_name
+from flashcheck.verifier.astutil import class_base, is_protocol, literal_items, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
-from flashcheck.verifier.flashinfer_api import looks_like_wrapper, module_imports_flashinfer
+from flashcheck.verifier.flashinfer_api import is_wrapper_class_name, looks_like_wrapper, module_imports_flashinfer
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
@@ -94,7 +94,7 @@ class Hop:
     via: Hop | None = None
 
 
-def default_category(fn: FunctionInfo) -> Category | None:
+def default_category(fn: FunctionInfo, project: Project | None = None) -> Category | None:
     """Built-in engine patterns (matched on whole words of the name, so ``explanation`` is not a plan).
 
     - ``capture``: a word ``capture`` (``capture_one_batch_size``, ``init_forward_metadata_capture_cuda_graph``,
@@ -126,7 +126,7 @@ def default_category(fn: FunctionInfo) -> Category | None:
             return "metadata"
     if name == "begin_forward" or ("plan" in words and not words & _NOT_PLAN_WORDS and _plans_attention(fn, words)):
         return "plan"
-    if words & {"metadata", "meta"} and _calls_wrapper_plan(fn, words):
+    if words & {"metadata", "meta"} and _calls_wrapper_plan(fn, words, project):
         return "metadata"
     return None
 
@@ -135,20 +135,28 @@ def default_category(fn: FunctionInfo) -> Category | None:
 _CAPTURE_BLOCK: Bindings = frozenset({("<capture block>", None)})
 
 # Words of a function that plans once (set-up, warm-up, a constructor), not before every step.
-_ONCE_WORDS = frozenset({"init", "initialize", "setup", "warmup", "warm", "once", "create", "load", "profile"})
+_ONCE_WORDS = frozenset(
+    {
+        *("init", "initialize", "initialise", "setup", "warmup", "warm", "once", "create", "load", "profile"),
+        *("profiling", "dummy", "alloc", "allocate", "reserve", "register"),
+    }
+)
 
 
-def _calls_wrapper_plan(fn: FunctionInfo, words: frozenset[str]) -> bool:
+def _calls_wrapper_plan(fn: FunctionInfo, words: frozenset[str], project: Project | None = None) -> bool:
     """Whether a function plans a FlashInfer wrapper (``self.mla_wrapper.plan(...)``,
     ``decode_wrappers[i].begin_forward(...)``, ``fast_decode_plan(w, ...)``); with a metadata word in its name it
     prepares a step's attention metadata (chitu's ``prepare_metadata_for_decode``); not a constructor, a one-time
-    set-up or warm-up, or a helper around plans (stats, benchmarks)."""
+    set-up or warm-up, or a helper around plans (stats, benchmarks), nor a plan of a project class that is no
+    FlashInfer wrapper (a LoRA manager's ``self.punica_wrapper.plan(...)``)."""
     if fn.name.startswith("__") or words & (_ONCE_WORDS | _NOT_PLAN_WORDS):
         return False
     for c in fn.calls:
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr in ("plan", "begin_forward") and looks_like_wrapper(f.value):
-            return True
+            own = project.instance_type(f.value, fn) if project is not None else None
+            if own is None or _derives_from_wrapper(own):  # not the engine's own *Wrapper class with a plan()
+                return True
         if terminal_name(f) in ("fast_decode_plan", "fast_mla_decode_plan"):
             return True
     return False
@@ -184,12 +192,12 @@ def find_roots(project: Project, config: StaticConfig) -> list[Root]:
         pat = _first_match(names, config.hot_paths)
         if pat is not None:
             # A configured root that the defaults know as metadata preparation keeps that meaning for FC104.
-            cat = default_category(fn) if config.default_roots else None
+            cat = default_category(fn, project) if config.default_roots else None
             keep: Category = cat if cat is not None and cat in METADATA_CATEGORIES else "configured"
             roots.append(Root(fn, keep, f"matches hot-paths pattern {pat!r}"))
             continue
         if config.default_roots and not fn.source.is_tooling:  # a test named test_replay_* is not a replay
-            cat = default_category(fn)
+            cat = default_category(fn, project)
             if cat is not None:
                 roots.append(Root(fn, cat, f"name matches the default {cat} pattern"))
                 continue
@@ -199,38 +207,67 @@ def find_roots(project: Project, config: StaticConfig) -> list[Root]:
     return roots
 
 
+def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
+    """The ``with torch.cuda.graph(g):`` blocks of `fn` (also under an alias of torch), each with the statement list
+    that holds it."""
+    if isinstance(fn.node, ast.Module) or not any(torch_name(c.func, fn) == "torch.cuda.graph" for c in fn.calls):
+        return []
+    found: list[tuple[ast.With, list[ast.stmt]]] = []
+    lists: list[list[ast.stmt]] = [fn.node.body]
+    while lists:
+        body = lists.pop()
+        for stmt in body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue  # their own blocks belong to their own FunctionInfo
+            if isinstance(stmt, ast.With) and any(
+                isinstance(i.context_expr, ast.Call) and torch_name(i.context_expr.func, fn) == "torch.cuda.graph"
+                for i in stmt.items
+            ):
+                found.append((stmt, body))
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    lists.append(inner)
+            lists.extend(h.body for h in getattr(stmt, "handlers", ()))
+            lists.extend(c.body for c in getattr(stmt, "cases", ()))
+    return found
+
+
 def outside_capture(fn: FunctionInfo) -> Dead | None:
-    """The parts of `fn` outside its ``with torch.cuda.graph(g):`` blocks (also under an alias of torch), when it
-    has one: only what such a block runs is captured (an eager warm-up before it, the replay after it are not).
-    None for a function without one."""
-    if not any(torch_name(c.func, fn) == "torch.cuda.graph" for c in fn.calls) or isinstance(fn.node, ast.Module):
-        return None
-    blocks: list[ast.With] = []
-    stack: list[ast.stmt] = list(fn.node.body)
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue  # their own blocks belong to their own FunctionInfo
-        if isinstance(stmt, ast.With) and any(
-            isinstance(i.context_expr, ast.Call) and torch_name(i.context_expr.func, fn) == "torch.cuda.graph"
-            for i in stmt.items
-        ):
-            blocks.append(stmt)
-            continue
-        for child in ast.iter_child_nodes(stmt):
-            if isinstance(child, ast.stmt):
-                stack.append(child)
-            elif isinstance(child, ast.ExceptHandler | ast.match_case):
-                stack.extend(child.body)
+    """The parts of `fn` outside the bodies of its ``with torch.cuda.graph(g):`` blocks, when it has one: only what
+    such a body runs is captured (an eager warm-up before it, the replay after it, and the context managers the
+    ``with`` enters are not). None for a function without one."""
+    blocks = sorted((b for b, _ in graph_blocks(fn)), key=lambda b: (b.lineno, b.col_offset))
     if not blocks:
         return None
     spans: list[tuple[int, int, int, int]] = []
     start = (0, 0)
-    for b in sorted(blocks, key=lambda b: (b.lineno, b.col_offset)):
-        spans.append((*start, b.lineno, b.col_offset))
-        start = (b.end_lineno or b.lineno, b.end_col_offset or 0)
+    for b in blocks:
+        spans.append((*start, *_start(b.body[0])))
+        start = _end(b)
     spans.append((*start, 1 << 30, 0))
     return Dead(tuple(spans))
+
+
+def around_capture(fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
+    """Whether `node` of `fn` is captured (in the body of a ``with torch.cuda.graph(g):`` block) or, for a
+    `sync`, sits beside such a block (in the statements that hold it: the synchronize before a first-sight capture)."""
+    at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+    for block, body in graph_blocks(fn):
+        inside = _start(block.body[0]) <= at <= _end(block)
+        beside = sync and _start(body[0]) <= at <= _end(body[-1])
+        if inside or beside:
+            return True
+    return False
+
+
+def _start(stmt: ast.stmt) -> tuple[int, int]:
+    return stmt.lineno, stmt.col_offset
+
+
+def _end(last: ast.stmt) -> tuple[int, int]:
+    return last.end_lineno or last.lineno, last.end_col_offset or 0
 
 
 def _first_match(names: Iterable[str], patterns: Iterable[str]) -> str | None:
@@ -475,3 +512,8 @@ def _narrowed(callee: FunctionInfo, ctx: ClassInfo | None) -> ClassInfo | None:
     if own is None or ctx is None or ctx is own:
         return own
     return ctx if own in with_bases(ctx) else own
+
+
+def _derives_from_wrapper(cls: ClassInfo) -> bool:
+    """Whether a project class derives from a FlashInfer wrapper (``class D(BatchDecodeWithPagedKVCacheWrapper)``)."""
+    return any(is_wrapper_class_name(terminal_name(class_base(b)) or "") for c in with_bases(cls) for b in c.node.bases)
