@@ -338,6 +338,18 @@ HELDOUT_BATCHES: dict[str, tuple[str, ...]] = {
         "embedding_cache_prompt_lookup",
         "nvshmem_moe_dispatch_combine",
     ),
+    "batch 68": (
+        "inline_capture_decode_engine",
+        "metadata_prepare_planner_backend",
+        "multi_query_group_prefill_server",
+        "spec_decode_token_tree_masks",
+    ),
+    "batch 69": (
+        "quantized_kv_fp4_dequant_decode",
+        "cpu_gpu_hybrid_attention_split",
+        "serving_metrics_slo_autoscaler",
+        "encoder_decoder_t5_cross_cache",
+    ),
 }
 _ANNOTATION = re.compile(r"#\s*(expect|ok):\s*(FC\d{3}(?:\s*,\s*FC\d{3})*)")
 

@@ -1,0 +1,4 @@
+from .chunking import Chunk, ChunkPlanner
+from .config import ServerConfig
+
+__all__ = ["Chunk", "ChunkPlanner", "ServerConfig"]
