@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import annotation, dotted, item_annotation
+from flashcheck.verifier.astutil import annotation, dotted, item_annotation, terminal_name
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -166,9 +166,9 @@ class InstanceTyping(ModuleBindings):
         one class from one caller, of another from the next); with `owner`, only calls made for an object of that
         class (a sibling subclass's ``super().__init__(model)`` or ``self.attach(runner)`` passes its own)."""
         ann = fn.params.get(name)
-        declared = self._annotation_class(ann, fn, 1) if ann is not None else None
-        if declared is not None:
-            return [declared]
+        declared = self._annotation_classes(ann, fn, 1) if ann is not None else []
+        if declared:
+            return declared
         found: dict[int, ClassInfo] = {}
         family = {id(c) for c in with_bases(owner)} | {id(c) for c in owner.subclasses} if owner is not None else set()
         for caller, call in self.callers(fn)[:8]:
@@ -414,6 +414,27 @@ class InstanceTyping(ModuleBindings):
                 return None
             found[id(t)] = t
         return next(iter(found.values())) if len(found) == 1 else None
+
+    def _annotation_classes(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> list[ClassInfo]:
+        """Every project class an annotation names: each member of a union (``Union[GqaBackend, MlaBackend]``, ``A |
+        B``), also through a module-level alias of one (``DecodeBackend = Union[...]``), else `_annotation_class`'s."""
+        ann = annotation(ann)
+        if ann is None or depth > 9:
+            return []
+        if isinstance(ann, ast.Name) and ann.id not in fn.module.classes and fn.module.body is not None:
+            held = self.global_values(fn.module, ann.id)  # DecodeBackend = Union[GqaBackend, MlaBackend]
+            if len(held) == 1 and isinstance(held[0][0], ast.Subscript | ast.BinOp):
+                return self._annotation_classes(held[0][0], held[0][1], depth + 1)
+        members: list[ast.expr] = []
+        if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Union":
+            members = list(ann.slice.elts) if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+        elif isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+            members = [ann.left, ann.right]
+        if not members:
+            one = self._annotation_class(ann, fn, depth)
+            return [one] if one is not None else []
+        found = {id(c): c for m in members for c in self._annotation_classes(m, fn, depth + 1)}
+        return list(found.values())
 
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         ann = annotation(ann)  # Optional["KVCacheManager"]: KVCacheManager
