@@ -23,10 +23,15 @@ from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import class_base, is_protocol, literal_items, name_tokens, terminal_name
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
-from flashcheck.verifier.flashinfer_api import is_wrapper_class_name, looks_like_wrapper, module_imports_flashinfer
+from flashcheck.verifier.flashinfer_api import (
+    PLAN_METHODS,
+    is_wrapper_class_name,
+    looks_like_wrapper,
+    module_imports_flashinfer,
+)
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, torch_name
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, imported_name, torch_name
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
 
@@ -155,7 +160,7 @@ def _calls_wrapper_plan(fn: FunctionInfo, words: frozenset[str], project: Projec
         f = c.func
         if isinstance(f, ast.Attribute) and f.attr in ("plan", "begin_forward") and looks_like_wrapper(f.value):
             own = project.instance_type(f.value, fn) if project is not None else None
-            if own is None or _derives_from_wrapper(own):  # not the engine's own *Wrapper class with a plan()
+            if own is None or _may_be_flashinfer(own, project):  # not the engine's own *Wrapper with a plan()
                 return True
         if terminal_name(f) in ("fast_decode_plan", "fast_mla_decode_plan"):
             return True
@@ -177,60 +182,66 @@ def _plans_attention(fn: FunctionInfo, words: frozenset[str]) -> bool:
 def find_roots(project: Project, config: StaticConfig) -> list[Root]:
     roots: list[Root] = []
     for fn in project.functions:
-        if any(terminal_name(d) == "hot_path" for d in fn.decorators):
-            roots.append(Root(fn, "decorator", "decorated with @hot_path"))
-            continue
-        names = (fn.qualname, fn.short, fn.name)
-        pat = _first_match(names, config.capture_paths)
-        if pat is not None:
-            roots.append(Root(fn, "capture", f"matches capture-paths pattern {pat!r}"))
-            continue
-        pat = _first_match(names, config.replay_prep_paths)
-        if pat is not None:
-            roots.append(Root(fn, "replay", f"matches replay-prep-paths pattern {pat!r}"))
-            continue
-        pat = _first_match(names, config.hot_paths)
-        if pat is not None:
-            # A configured root that the defaults know as metadata preparation keeps that meaning for FC104.
-            cat = default_category(fn, project) if config.default_roots else None
-            keep: Category = cat if cat is not None and cat in METADATA_CATEGORIES else "configured"
-            roots.append(Root(fn, keep, f"matches hot-paths pattern {pat!r}"))
-            continue
-        if config.default_roots and not fn.source.is_tooling:  # a test named test_replay_* is not a replay
-            cat = default_category(fn, project)
-            if cat is not None:
-                roots.append(Root(fn, cat, f"name matches the default {cat} pattern"))
-                continue
+        root = _named_root(fn, project, config)
+        if root is not None:
+            roots.append(root)
+        # a function that captures inline is a capture root for its blocks' bodies, whatever else it is
+        if config.default_roots and not fn.source.is_tooling and (root is None or root.kind != "capture"):
             outside = outside_capture(fn)
             if outside is not None:
                 roots.append(Root(fn, "capture", "captures a CUDA graph (with torch.cuda.graph(...))", outside))
     return roots
 
 
+def _named_root(fn: FunctionInfo, project: Project, config: StaticConfig) -> Root | None:
+    """The root a decorator, the configuration or a default pattern makes of `fn`, if any."""
+    if any(terminal_name(d) == "hot_path" for d in fn.decorators):
+        return Root(fn, "decorator", "decorated with @hot_path")
+    names = (fn.qualname, fn.short, fn.name)
+    pat = _first_match(names, config.capture_paths)
+    if pat is not None:
+        return Root(fn, "capture", f"matches capture-paths pattern {pat!r}")
+    pat = _first_match(names, config.replay_prep_paths)
+    if pat is not None:
+        return Root(fn, "replay", f"matches replay-prep-paths pattern {pat!r}")
+    pat = _first_match(names, config.hot_paths)
+    if pat is not None:
+        # A configured root that the defaults know as metadata preparation keeps that meaning for FC104.
+        cat = default_category(fn, project) if config.default_roots else None
+        keep: Category = cat if cat is not None and cat in METADATA_CATEGORIES else "configured"
+        return Root(fn, keep, f"matches hot-paths pattern {pat!r}")
+    if config.default_roots and not fn.source.is_tooling:  # a test named test_replay_* is not a replay
+        cat = default_category(fn, project)
+        if cat is not None:
+            return Root(fn, cat, f"name matches the default {cat} pattern")
+    return None
+
+
 def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
-    """The ``with torch.cuda.graph(g):`` blocks of `fn` (also under an alias of torch), each with the statement list
-    that holds it."""
+    """The ``with torch.cuda.graph(g):`` blocks of `fn` (also under an alias of torch), each with the statements
+    that run around it as often as it does: the branch of the innermost ``if`` that holds it (the first sight of a
+    batch size), through ``with`` and ``try``, else the statements just before and after it."""
     if isinstance(fn.node, ast.Module) or not any(torch_name(c.func, fn) == "torch.cuda.graph" for c in fn.calls):
         return []
     found: list[tuple[ast.With, list[ast.stmt]]] = []
-    lists: list[list[ast.stmt]] = [fn.node.body]
+    lists: list[tuple[list[ast.stmt], list[ast.stmt] | None]] = [(fn.node.body, None)]
     while lists:
-        body = lists.pop()
-        for stmt in body:
+        body, branch = lists.pop()
+        for k, stmt in enumerate(body):
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue  # their own blocks belong to their own FunctionInfo
             if isinstance(stmt, ast.With) and any(
                 isinstance(i.context_expr, ast.Call) and torch_name(i.context_expr.func, fn) == "torch.cuda.graph"
                 for i in stmt.items
             ):
-                found.append((stmt, body))
+                found.append((stmt, branch if branch is not None else body[max(k - 1, 0) : k + 2]))
                 continue
             for field in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, field, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    lists.append(inner)
-            lists.extend(h.body for h in getattr(stmt, "handlers", ()))
-            lists.extend(c.body for c in getattr(stmt, "cases", ()))
+                    lists.append((inner, inner if isinstance(stmt, ast.If) else branch))
+            lists.extend((h.body, branch) for h in getattr(stmt, "handlers", ()))
+            lists.extend((c.body, c.body) for c in getattr(stmt, "cases", ()))
     return found
 
 
@@ -244,7 +255,7 @@ def outside_capture(fn: FunctionInfo) -> Dead | None:
     spans: list[tuple[int, int, int, int]] = []
     start = (0, 0)
     for b in blocks:
-        spans.append((*start, *_start(b.body[0])))
+        spans.append((*start, *_captured_from(b, fn)))
         start = _end(b)
     spans.append((*start, 1 << 30, 0))
     return Dead(tuple(spans))
@@ -254,12 +265,23 @@ def around_capture(fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
     """Whether `node` of `fn` is captured (in the body of a ``with torch.cuda.graph(g):`` block) or, for a
     `sync`, sits beside such a block (in the statements that hold it: the synchronize before a first-sight capture)."""
     at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-    for block, body in graph_blocks(fn):
-        inside = _start(block.body[0]) <= at <= _end(block)
-        beside = sync and _start(body[0]) <= at <= _end(body[-1])
+    for block, branch in graph_blocks(fn):
+        inside = _captured_from(block, fn) <= at <= _end(block)
+        beside = sync and _start(branch[0]) <= at <= _end(branch[-1])
         if inside or beside:
             return True
     return False
+
+
+def _captured_from(block: ast.With, fn: FunctionInfo) -> tuple[int, int]:
+    """Where capture starts in a ``with`` block: at the item after the graph's (``with torch.cuda.graph(g),
+    ctx():`` enters ``ctx`` while capturing), else at the body."""
+    for i, item in enumerate(block.items[:-1]):
+        expr = item.context_expr
+        if isinstance(expr, ast.Call) and torch_name(expr.func, fn) == "torch.cuda.graph":
+            nxt = block.items[i + 1].context_expr
+            return nxt.lineno, nxt.col_offset
+    return _start(block.body[0])
 
 
 def _start(stmt: ast.stmt) -> tuple[int, int]:
@@ -514,6 +536,20 @@ def _narrowed(callee: FunctionInfo, ctx: ClassInfo | None) -> ClassInfo | None:
     return ctx if own in with_bases(ctx) else own
 
 
-def _derives_from_wrapper(cls: ClassInfo) -> bool:
-    """Whether a project class derives from a FlashInfer wrapper (``class D(BatchDecodeWithPagedKVCacheWrapper)``)."""
-    return any(is_wrapper_class_name(terminal_name(class_base(b)) or "") for c in with_bases(cls) for b in c.node.bases)
+def _may_be_flashinfer(cls: ClassInfo, project: Project | None) -> bool:
+    """Whether a project class a receiver is typed with may plan FlashInfer attention: an interface
+    (``typing.Protocol``), a subclass of a wrapper (also imported under another name), or a class whose own ``plan``
+    plans in turn (a thin wrapper holding one: ``self._inner.plan(...)``); not an engine's own ``PunicaWrapper`` with
+    a ``plan()`` of its own."""
+    if project is not None and project.is_protocol_class(cls):
+        return True
+    for c in with_bases(cls):
+        for b in c.node.bases:
+            base = class_base(b)
+            full = imported_name(base, c.module.body, "flashinfer") if c.module.body is not None else None
+            if is_wrapper_class_name(terminal_name(base) or "") or (full or "").startswith("flashinfer."):
+                return True
+        own = c.methods.get("plan") or c.methods.get("begin_forward")
+        if own is not None and any(terminal_name(call.func) in PLAN_METHODS for call in own.calls):
+            return True
+    return False

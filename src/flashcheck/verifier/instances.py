@@ -167,7 +167,7 @@ class InstanceTyping(ModuleBindings):
         class (a sibling subclass's ``super().__init__(model)`` or ``self.attach(runner)`` passes its own)."""
         ann = fn.params.get(name)
         declared = self._annotation_classes(ann, fn, 1) if ann is not None else []
-        if declared:
+        if len(declared) == 1 or (declared and len(self.callers(fn)) > 8):
             return declared
         found: dict[int, ClassInfo] = {}
         family = {id(c) for c in with_bases(owner)} | {id(c) for c in owner.subclasses} if owner is not None else set()
@@ -181,6 +181,10 @@ class InstanceTyping(ModuleBindings):
             t = self.instance_type(arg, caller, 1) if arg is not None else None
             if t is not None:
                 found[id(t)] = t
+        if declared:  # a union: the members its callers hand, when every one they hand is a member
+            members = {id(c) for c in declared}
+            handed = list(found.values())
+            return handed if handed and all(id(c) in members for c in handed) else declared
         return list(found.values())
 
     def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
@@ -415,16 +419,21 @@ class InstanceTyping(ModuleBindings):
             found[id(t)] = t
         return next(iter(found.values())) if len(found) == 1 else None
 
-    def _annotation_classes(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> list[ClassInfo]:
+    def _annotation_classes(
+        self, ann: ast.expr | None, fn: FunctionInfo, depth: int, seen: frozenset[str] = frozenset()
+    ) -> list[ClassInfo]:
         """Every project class an annotation names: each member of a union (``Union[GqaBackend, MlaBackend]``, ``A |
-        B``), also through a module-level alias of one (``DecodeBackend = Union[...]``), else `_annotation_class`'s."""
+        B``), also through a module-level alias of one (``DecodeBackend = Union[...]``, each alias followed once),
+        else `_annotation_class`'s."""
         ann = annotation(ann)
         if ann is None or depth > 9:
             return []
         if isinstance(ann, ast.Name) and ann.id not in fn.module.classes and fn.module.body is not None:
+            if ann.id in seen:
+                return []
             held = self.global_values(fn.module, ann.id)  # DecodeBackend = Union[GqaBackend, MlaBackend]
             if len(held) == 1 and isinstance(held[0][0], ast.Subscript | ast.BinOp):
-                return self._annotation_classes(held[0][0], held[0][1], depth + 1)
+                return self._annotation_classes(held[0][0], held[0][1], depth + 1, seen | {ann.id})
         members: list[ast.expr] = []
         if isinstance(ann, ast.Subscript) and terminal_name(ann.value) == "Union":
             members = list(ann.slice.elts) if isinstance(ann.slice, ast.Tuple) else [ann.slice]
@@ -433,7 +442,7 @@ class InstanceTyping(ModuleBindings):
         if not members:
             one = self._annotation_class(ann, fn, depth)
             return [one] if one is not None else []
-        found = {id(c): c for m in members for c in self._annotation_classes(m, fn, depth + 1)}
+        found = {id(c): c for m in members for c in self._annotation_classes(m, fn, depth + 1, seen)}
         return list(found.values())
 
     def _annotation_class(self, ann: ast.expr | None, fn: FunctionInfo, depth: int) -> ClassInfo | None:

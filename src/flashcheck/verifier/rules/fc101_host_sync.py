@@ -184,7 +184,8 @@ class HostSyncInHotPath(Rule):
         ) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
-            if not ctx.hot.live(fn, node, kind) or (also_step and ctx.hot.live(fn, node, "step")):
+            stepped = also_step and ctx.hot.live(fn, node, "step") and not around_capture(fn, node, sync=False)
+            if not ctx.hot.live(fn, node, kind) or stepped:
                 return  # a branch every path here rules out with a constant argument, or reported as step code
             if kind == "step" and around_capture(fn, node, sync=False):
                 return  # captured inline: judged as capture code
