@@ -381,7 +381,10 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
     base = project.resolve_def(expr.value, fn)
     if isinstance(base, ModuleInfo):  # config_module.WS, also one its package's __init__.py re-exports
         bound = _module_value(base, expr.attr, project)
-        return bound is not None and _is_constant(bound[0], bound[1], project, depth + 1)
+        if bound is not None:
+            return _is_constant(bound[0], bound[1], project, depth + 1)
+        # else `from radix import global_config` may name the object the package's __init__.py binds over the
+        # submodule of that name (`from .global_config import global_config`): an instance, read below
     if expr.attr == "value" and isinstance(expr.value, ast.Attribute):  # WsSize.DECODE.value
         inner = project.resolve_def(expr.value.value, fn)
         if isinstance(inner, ClassInfo):
