@@ -136,6 +136,9 @@ class _Context:
             first = expr.args[0]  # torch.cat([a, b]): the listed tensors
             operands = sequence_items(first) if isinstance(first, SEQUENCES) else expr.args[:2]
             return merge([self.where(a, depth + 1) for a in operands[:4]])
+        if isinstance(func, ast.Attribute) and func.attr.startswith("new_") and func.attr != "new_tensor":
+            # counts.new_zeros(1): where counts is, unless a device is named
+            return None if kwarg(expr, "device") is not None else self.where(func.value, depth + 1)
         if isinstance(func, ast.Attribute) and func.attr in ("type_as", "new_tensor", "cuda"):  # placed by another
             return self.where(expr.args[0], depth + 1) if func.attr == "type_as" and expr.args else None
         if isinstance(func, ast.Attribute) and (func.attr in TENSOR_METHODS or func.attr == "to"):
