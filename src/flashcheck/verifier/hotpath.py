@@ -221,7 +221,7 @@ def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
     """The ``with torch.cuda.graph(g):`` blocks of `fn` (also under an alias of torch), each with the statements
     that run around it as often as it does: the branch of the innermost ``if`` that holds it (the first sight of a
     batch size), through ``with`` and ``try``, else the statements just before and after it."""
-    if isinstance(fn.node, ast.Module) or not any(torch_name(c.func, fn) == "torch.cuda.graph" for c in fn.calls):
+    if isinstance(fn.node, ast.Module) or not any(_captures(c, fn) for c in fn.calls):
         return []
     found: list[tuple[ast.With, list[ast.stmt]]] = []
     lists: list[tuple[list[ast.stmt], list[ast.stmt] | None]] = [(fn.node.body, None)]
@@ -243,6 +243,13 @@ def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
             lists.extend((h.body, branch) for h in getattr(stmt, "handlers", ()))
             lists.extend((c.body, c.body) for c in getattr(stmt, "cases", ()))
     return found
+
+
+def _captures(call: ast.Call, fn: FunctionInfo) -> bool:
+    """``torch.cuda.graph(g)``, also under an alias (the name tested first: every call of the project passes)."""
+    name = terminal_name(call.func) or ""
+    renamed = fn.module.imports.get(name, "").endswith(".graph")
+    return (name == "graph" or renamed) and torch_name(call.func, fn) == "torch.cuda.graph"
 
 
 def outside_capture(fn: FunctionInfo) -> Dead | None:
