@@ -52,8 +52,8 @@ class InstanceCalls(Registries):
                                 return []  # unknown: `protocol_targets` answers
                         elif any(t.subclasses for t in held):  # declared with a base class: what callers hand
                             held = self._passed_classes(name, where) or held
-                        elif len(held) > 1:  # declared with a union: the members callers hand, when they are members
-                            members = {id(t) for t in held}
+                        elif len(held) > 1 and where.params.get(name) is not None:  # declared with a union:
+                            members = {id(t) for t in held}  # the members callers hand, when they are members
                             passed = self._passed_classes(name, where) or []
                             held = passed if passed and all(id(t) in members for t in passed) else held
                         found.update((id(t), t) for t in held)
