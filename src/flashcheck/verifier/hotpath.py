@@ -158,11 +158,11 @@ def _calls_wrapper_plan(fn: FunctionInfo, words: frozenset[str], project: Projec
         return False
     for c in fn.calls:
         f = c.func
-        if isinstance(f, ast.Attribute) and f.attr in ("plan", "begin_forward") and looks_like_wrapper(f.value):
+        if isinstance(f, ast.Attribute) and f.attr in PLAN_METHODS and looks_like_wrapper(f.value):
             own = project.instance_type(f.value, fn) if project is not None else None
             if own is None or _may_be_flashinfer(own, project):  # not the engine's own *Wrapper with a plan()
                 return True
-        if terminal_name(f) in ("fast_decode_plan", "fast_mla_decode_plan"):
+        if isinstance(f, ast.Name) and f.id in PLAN_METHODS and f.id.startswith("fast_"):  # fast_decode_plan(w, ...)
             return True
     return False
 
@@ -231,8 +231,7 @@ def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue  # their own blocks belong to their own FunctionInfo
             if isinstance(stmt, ast.With) and any(
-                isinstance(i.context_expr, ast.Call) and torch_name(i.context_expr.func, fn) == "torch.cuda.graph"
-                for i in stmt.items
+                isinstance(i.context_expr, ast.Call) and _captures(i.context_expr, fn) for i in stmt.items
             ):
                 found.append((stmt, branch if branch is not None else body[max(k - 1, 0) : k + 2]))
                 continue
@@ -268,11 +267,10 @@ def outside_capture(fn: FunctionInfo) -> Dead | None:
     return Dead(tuple(spans))
 
 
-def around_capture(fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
-    """Whether `node` of `fn` is captured (in the body of a ``with torch.cuda.graph(g):`` block) or, for a
-    `sync`, sits beside such a block (in the statements that hold it: the synchronize before a first-sight capture)."""
+def _around(blocks: list[tuple[ast.With, list[ast.stmt]]], fn: FunctionInfo, node: ast.AST, sync: bool) -> bool:
+    """`HotPaths.around_capture` over the `graph_blocks` of `fn`."""
     at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-    for block, branch in graph_blocks(fn):
+    for block, branch in blocks:
         inside = _captured_from(block, fn) <= at <= _end(block)
         beside = sync and _start(branch[0]) <= at <= _end(branch[-1])
         if inside or beside:
@@ -285,7 +283,7 @@ def _captured_from(block: ast.With, fn: FunctionInfo) -> tuple[int, int]:
     ctx():`` enters ``ctx`` while capturing), else at the body."""
     for i, item in enumerate(block.items[:-1]):
         expr = item.context_expr
-        if isinstance(expr, ast.Call) and torch_name(expr.func, fn) == "torch.cuda.graph":
+        if isinstance(expr, ast.Call) and _captures(expr, fn):
             nxt = block.items[i + 1].context_expr
             return nxt.lineno, nxt.col_offset
     return _start(block.body[0])
@@ -316,6 +314,15 @@ class HotPaths:
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._resolved: dict[int, set[tuple[int, int]]] = {}
         self._guards = Guards(project.value_names)
+        self._blocks: dict[int, list[tuple[ast.With, list[ast.stmt]]]] = {}  # graph_blocks, by id(fn)
+
+    def around_capture(self, fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
+        """Whether `node` of `fn` is captured (in the body of a ``with torch.cuda.graph(g):`` block of `fn`) or, for
+        a `sync`, sits beside such a block (in the first-sight branch that holds it); the blocks are found once."""
+        blocks = self._blocks.get(id(fn))
+        if blocks is None:
+            blocks = self._blocks[id(fn)] = graph_blocks(fn)
+        return bool(blocks) and _around(blocks, fn, node, sync)
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""

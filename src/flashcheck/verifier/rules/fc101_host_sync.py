@@ -8,7 +8,7 @@ from collections.abc import Callable
 from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind, around_capture
+from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
 from flashcheck.verifier.provenance.context import in_context
@@ -159,7 +159,7 @@ class HostSyncInHotPath(Rule):
     def check(self, ctx: Context) -> None:
         # A capture root is capture code even where a per-step root also reaches it (an engine's forward that
         # captures a batch size on first sight): its synchronize() calls sit around the capture it makes.
-        # (one that captures inline is judged as step code outside its capture blocks: `around_capture`)
+        # (one that captures inline is judged as step code outside its capture blocks: `HotPaths.around_capture`)
         capture_roots = {r.fn for r in ctx.hot.roots if r.kind == "capture" and r.outside is None}
         step = ctx.hot.reach("step")
         for fn in step:
@@ -184,10 +184,10 @@ class HostSyncInHotPath(Rule):
         ) -> None:
             if id(node) in stored:
                 return  # the body of a callback handed over to be run later, not here
-            stepped = also_step and ctx.hot.live(fn, node, "step") and not around_capture(fn, node, sync=False)
+            stepped = also_step and ctx.hot.live(fn, node, "step") and not ctx.hot.around_capture(fn, node, sync=False)
             if not ctx.hot.live(fn, node, kind) or stepped:
                 return  # a branch every path here rules out with a constant argument, or reported as step code
-            if kind == "step" and around_capture(fn, node, sync=False):
+            if kind == "step" and ctx.hot.around_capture(fn, node, sync=False):
                 return  # captured inline: judged as capture code
             if operand is not None and _host_in_hot_calls(ctx, fn, operand, reach):
                 return  # a helper every hot caller hands host data (other callers' device tensors run elsewhere)
@@ -224,7 +224,7 @@ class HostSyncInHotPath(Rule):
             name = torch_name(call.func, fn)
             func = call.func
             if name in _SYNC_FUNCS or (isinstance(func, ast.Attribute) and func.attr == "synchronize"):
-                if kind == "step" and not around_capture(fn, call, sync=True):  # not the one beside a capture
+                if kind == "step" and not ctx.hot.around_capture(fn, call, sync=True):  # not the one beside a capture
                     hit(call, "blocks the host until the GPU is idle", Where.DEVICE)
                 continue
             if name in _NONZERO_FUNCS and call.args:
