@@ -89,6 +89,32 @@ _PROTOCOLS = frozenset({"typing.Protocol", "typing_extensions.Protocol"})
 _TYPING = frozenset({"typing", "typing_extensions"})
 
 
+def is_abstract(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a method only declares itself: ``@abstractmethod`` (also ``abc.abstractmethod``), or a body (after
+    its docstring) of ``...``, ``pass`` or ``raise NotImplementedError``. An object whose class's method is such a
+    declaration runs a subclass's method when called (or nothing at all)."""
+    if any((dotted(d) or "").rsplit(".", 1)[-1] == "abstractmethod" for d in node.decorator_list):
+        return True
+    body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
+    if not body:
+        return True
+    if len(body) != 1:
+        return False
+    stmt = body[0]
+    if isinstance(stmt, ast.Pass):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return stmt.value.value is Ellipsis
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return (dotted(exc) or "").rsplit(".", 1)[-1] == "NotImplementedError"
+    return False
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
 def is_protocol(node: ast.ClassDef, imports: dict[str, str]) -> bool:
     """Whether a class derives from ``typing.Protocol`` directly (also ``Protocol[T]``), with `imports` the module's
     (local name -> dotted target): ``Protocol`` from a project module named for typing (``eng._typing``) or a star

@@ -145,6 +145,7 @@ def _dict_item_keys(
         if len(values) != 1 or container.id in fn.params:
             return []
         container = values[0]
+    aliased: list[Key] = []
     if isinstance(container, ast.Dict):
         found: list[tuple[ast.expr, FunctionInfo]] = [
             (v, fn) for k, v in zip(container.keys, container.values, strict=False) if _key_is(k, key)
@@ -152,17 +153,24 @@ def _dict_item_keys(
     elif isinstance(container, ast.Attribute):
         is_self = isinstance(container.value, ast.Name) and container.value.id == "self"
         cls = owner(fn).cls if is_self else (typer(container.value, fn) if typer is not None else None)
+        stores = [  # a subclass's dict too: an item under `key` exists only on an object whose dict holds one
+            (d, where)
+            for c in ([*with_bases(cls), *_descendants(cls)] if cls is not None else [])
+            for d, where in c.attr_assigns.get(container.attr, [])
+        ]
         found = [
             (v, where)
-            for c in with_bases(cls)
-            for d, where in c.attr_assigns.get(container.attr, [])
+            for d, where in stores
             if isinstance(d, ast.Dict)
             for k, v in zip(d.keys, d.values, strict=False)
             if _key_is(k, key)
         ]
+        for d, where in stores:  # self.page_bufs = self.attn_backend.graph_bufs: the other object's dict
+            if isinstance(d, ast.Attribute):
+                aliased.extend(_dict_item_keys(d, key, where, depth + 1, project, typer))
     else:
         return []
-    return [k for v, where in found for k in storage_keys(v, where, depth + 1, project, typer)]
+    return [k for v, where in found for k in storage_keys(v, where, depth + 1, project, typer)] + aliased
 
 
 def _key_is(node: ast.expr | None, key: object) -> bool:
@@ -294,9 +302,13 @@ def _descendants(cls: ClassInfo) -> list[ClassInfo]:
 
 def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
     """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
-    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``)."""
+    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``); where only subclasses of `cls` store `attr` (an
+    object declared with an abstract backend), the object is one of theirs: their ``self.attr``."""
     keys = _property_keys(cls, attr, depth, project, typer)
-    own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in with_bases(cls)]
+    family = with_bases(cls)
+    if not any(attr in c.attr_assigns for c in family):
+        family = family + _descendants(cls)
+    own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in family]
     return keys or own + _field_keys(cls, attr, depth, project, typer) + _late_keys(cls, attr, depth, project, typer)
 
 

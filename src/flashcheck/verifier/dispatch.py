@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import is_none, is_protocol
+from flashcheck.verifier.astutil import is_abstract, is_none, is_protocol
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
@@ -50,8 +50,8 @@ class InstanceCalls(Registries):
                             held = [t for t in self._passed_classes(name, where) or [] if not self.is_protocol_class(t)]
                             if not held:
                                 return []  # unknown: `protocol_targets` answers
-                        elif any(t.subclasses for t in held):  # declared with a base class: what callers hand
-                            held = self._passed_classes(name, where) or held
+                        elif any(t.subclasses for t in held):  # declared with a base class: what callers hand,
+                            held = self._passed_classes(name, where) or self._declared_family(held, where)
                         elif len(held) > 1 and where.params.get(name) is not None:  # declared with a union:
                             members = {id(t) for t in held}  # the members callers hand, when they are members
                             passed = self._passed_classes(name, where) or []
@@ -63,6 +63,16 @@ class InstanceCalls(Registries):
                         if t is not None:
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
+
+    def _declared_family(self, declared: list[ClassInfo], where: FunctionInfo) -> list[ClassInfo]:
+        """The classes an object declared with `declared` may be of where its callers do not say (a backend handed
+        down a chain of constructors from a factory): each declared class and its subclasses, those in tests and
+        benchmarks only for code there, as a parameter so declared runs each override (`_subclass_targets`)."""
+        serving = not where.source.is_tooling
+        found = {id(c): c for c in declared}
+        for c in declared:
+            found.update((id(s), s) for s in self.subclasses_of(c) if not (serving and s.module.source.is_tooling))
+        return list(found.values())
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases
@@ -183,6 +193,23 @@ class InstanceCalls(Registries):
             return
         serving = not fn.source.is_tooling
         yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+
+    def abstract_overrides(self, base: ast.expr, target: FunctionInfo, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """The overrides a call ``base.name()`` runs when it resolves to a method that only declares itself
+        (`is_abstract`: an abstract backend's ``forward_decode``) on an object the analysis does not see built as
+        that class (a backend handed down constructors from a factory): the object is a subclass's, outside tests
+        and benchmarks for serving code (``self``, parameters and loop items declared with a base class, and
+        protocols, have their own rules)."""
+        if target.cls is None or self.is_protocol_class(target.cls) or not is_abstract(target.node):
+            return
+        if self._built(base, fn):
+            return
+        if isinstance(base, ast.Name) and (base.id in ("self", "cls") or base.id in fn.params):
+            return
+        if self.declared_loop_item(base, fn):
+            return
+        serving = not fn.source.is_tooling
+        yield from (m for m in self.overrides(target.cls, target.name) if not (serving and m.source.is_tooling))
 
     def protocol_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """The methods a call ``base.name()`` runs when `base` is an attribute or a local declared with a

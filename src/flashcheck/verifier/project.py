@@ -421,6 +421,7 @@ class Project(InstanceCalls):
             if inst is not None and isinstance(target, FunctionInfo):
                 yield from self._subclass_targets(base, inst, func.attr, fn)  # List[BaseLayer], backend: Base
                 yield from self.protocol_targets(base, inst, func.attr, fn)  # self.reader: LensReader (a Protocol)
+                yield from self.abstract_overrides(base, target, fn)  # self.attn.forward_decode() of an ABC
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 if not held and isinstance(base, ast.Name) and base.id == "self":

@@ -55,7 +55,8 @@ class GraphBufferWrittenElsewhere(Rule):
         lists and dicts of buffers (``for buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or
         ``.items()`` loop at its own position, so a host mirror zipped beside a bound buffer stays its own),
         ``self.<attr>`` (in a method of a base class or mixin, also the attribute of each subclass that inherits it),
-        module globals, other objects' attributes (``self.backend.kv_indptr``), ``@property`` getters that return the
+        module globals, other objects' attributes (``self.backend.kv_indptr``; where only subclasses of the object's
+        declared class store the attribute, each such subclass's), ``@property`` getters that return the
         buffer or a view of it (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a
         constructor call fills with a view of the buffer (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs +
         1])``, then ``md.paged_kv_indptr[...] = ...``, or ``self.paged_kv_indptr[...]`` in a method of ``StepMetadata``)

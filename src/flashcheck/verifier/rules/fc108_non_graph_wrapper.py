@@ -40,7 +40,9 @@ class NonGraphWrapperInCapture(Rule):
         classes (a list built by ``append``, a literal, a comprehension, a concatenation or ``nn.Sequential(*layers)``),
         also where the layer is called (``layer(q)``, ``self.heads[kind](x)``: each class's ``forward``). An object seen
         built as one class runs that class's methods, not its subclasses' overrides, even in a list declared with a base
-        class. A dict's items include what other objects store into it (``self.backend.graph_wrappers[bs] = w`` in a
+        class; one the analysis does not see built (a backend a registry factory builds, handed down constructors
+        declared with an abstract base) runs each subclass's override of a method the base only declares. A dict's
+        items include what other objects store into it (``self.backend.graph_wrappers[bs] = w`` in a
         graph runner).
 
     Why it breaks serving
