@@ -89,10 +89,12 @@ _PROTOCOLS = frozenset({"typing.Protocol", "typing_extensions.Protocol"})
 _TYPING = frozenset({"typing", "typing_extensions"})
 
 
-def is_abstract(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def is_abstract(node: ast.AST) -> bool:
     """Whether a method only declares itself: ``@abstractmethod`` (also ``abc.abstractmethod``), or a body (after
     its docstring) of ``...``, ``pass`` or ``raise NotImplementedError``. An object whose class's method is such a
     declaration runs a subclass's method when called (or nothing at all)."""
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
     if any((dotted(d) or "").rsplit(".", 1)[-1] == "abstractmethod" for d in node.decorator_list):
         return True
     body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
