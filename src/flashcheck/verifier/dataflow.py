@@ -363,7 +363,8 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     decorators = {dotted(d) for d in node.decorator_list}
     bound = callee.cls is not None and "staticmethod" not in decorators
-    on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__"
+    called_object = callee.name in ("__call__", "forward")  # layer(h, ...) or self.heads[k](x): self is the object
+    on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__" or called_object
     if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
         positional = positional[1:]
     if param not in positional:

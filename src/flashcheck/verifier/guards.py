@@ -48,8 +48,8 @@ _EMPTY = Dead()
 class Guards:
     """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
 
-    def __init__(self, value_names: Callable[[], frozenset[str]]) -> None:
-        self._value_names = value_names  # the project's names used as values (`Project.value_names`)
+    def __init__(self, used_as_value: Callable[[FunctionInfo], bool]) -> None:
+        self._used_as_value = used_as_value  # `Project.used_as_value`
         self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         self._rebound: dict[int, set[str]] = {}
         self._dead: dict[tuple[int, Bindings], Dead] = {}
@@ -65,7 +65,7 @@ class Guards:
             return frozenset()
         out = ((p, _value(arg, outer)) for p in used if (arg := arg_for_param(call, callee, p)) is not None)
         found = frozenset((p, v) for p, v in out if v is not _UNKNOWN)
-        if not found or callee.name in self._value_names():
+        if not found or self._used_as_value(callee):
             return frozenset()
         rebound = self._rebound.get(id(callee))
         if rebound is None:

@@ -313,7 +313,7 @@ class HotPaths:
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._resolved: dict[int, set[tuple[int, int]]] = {}
-        self._guards = Guards(project.value_names)
+        self._guards = Guards(project.used_as_value)
         self._blocks: dict[int, list[tuple[ast.With, list[ast.stmt]]]] = {}  # graph_blocks, by id(fn)
 
     def around_capture(self, fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
@@ -397,10 +397,13 @@ class HotPaths:
 
     def _direct(self, fn: FunctionInfo, call: ast.Call, callee: FunctionInfo) -> bool:
         """A call whose arguments fill the callee's parameters as written: the call graph's own edge to the callee
-        by its name, or to a constructed class's ``__init__``; not an alias or a ``functools.partial`` (whose
-        arguments are shifted), nor a method that an instance attribute of the same name may shadow."""
+        by its name, to a constructed class's ``__init__``, or to the ``forward`` (``__call__``) of an object called
+        (``layer(h, capturing)``); not an alias or a ``functools.partial`` (whose arguments are shifted), nor a
+        method that an instance attribute of the same name may shadow."""
         name = terminal_name(call.func)
-        if not (name == callee.name or (callee.name == "__init__" and name is not None and name[:1].isupper())):
+        built = callee.name == "__init__" and name is not None and name[:1].isupper()
+        called = callee.name in ("__call__", "forward") and callee.cls is not None  # layer(h): the object's forward
+        if not (name == callee.name or built or called):
             return False
         cls = owner_of(callee).cls
         if cls is not None and any(callee.name in c.attr_assigns for c in with_bases(cls)):

@@ -59,7 +59,7 @@ class Project(InstanceCalls):
         self.cuts = 0
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
-        self._value_names: frozenset[str] | None = None
+        self._value_names: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
         self._attribute_reads: frozenset[tuple[str | None, str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
@@ -269,19 +269,24 @@ class Project(InstanceCalls):
                         self._calls_by_name.setdefault(name, []).append((caller, call))
         return self._calls_by_name
 
-    def value_names(self) -> frozenset[str]:
-        """Names used as values somewhere rather than called: an attribute read that is not a call's function
-        (``{"eager": self._prepare}``), or a name handed to a call, assigned, returned or kept in a literal
-        (``self._capture_with(run)``): a function of that name may run through calls no call graph sees."""
+    def used_as_value(self, fn: FunctionInfo) -> bool:
+        """Whether `fn` may run through calls no call graph sees: its name read as an attribute but not called
+        (``{"eager": self._prepare}``), or as a bare name handed on, assigned, returned or kept in a literal
+        (``self._capture_with(run)``; for a method only where no function outside a class has that name)."""
         if self._value_names is None:
-            out: set[str] = set()
+            attrs: set[str] = set()
+            names: set[str] = set()
             for f in self.all_functions():
                 called = {id(c.func) for c in f.calls}
-                out.update(a.attr for a in f.attributes if id(a) not in called)
+                attrs.update(a.attr for a in f.attributes if id(a) not in called)
                 for v in _handed_values(f):
-                    out.update(e.id for e in (v, *literal_items(v)) if isinstance(e, ast.Name))
-            self._value_names = frozenset(out)
-        return self._value_names
+                    names.update(e.id for e in (v, *literal_items(v)) if isinstance(e, ast.Name))
+            free = {f.name for f in self.functions if f.cls is None}
+            self._value_names = (frozenset(attrs), frozenset(names), frozenset(free))
+        attrs_used, names_used, free_names = self._value_names
+        if fn.name in attrs_used:
+            return True
+        return fn.name in names_used and (fn.cls is None or fn.name not in free_names)
 
     def attribute_reads(self) -> frozenset[tuple[str | None, str]]:
         """(the receiver's last name, the attribute) of every attribute read in serving code (``attn_inputs.

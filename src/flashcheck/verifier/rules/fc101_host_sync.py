@@ -541,7 +541,7 @@ def _host_in_hot_calls(ctx: Context, fn: FunctionInfo, operand: ast.expr, reach:
     """Whether `operand` is host data in every call that reaches `fn` on this hot path: a helper the hot path hands
     host mirrors (``prepare_chunk_indices(query_start_loc_cpu, ...)`` from a metadata builder) while other, cold
     callers hand it device tensors. Only for a function that is not itself a root and has hot callers."""
-    if reach[fn].parent is None or fn.name in ctx.project.value_names() or not _reads_params(operand, fn):
+    if reach[fn].parent is None or ctx.project.used_as_value(fn) or not _reads_params(operand, fn):
         return False  # (a helper also handed on as a value, a partial or callback, may run with other arguments)
     callers = ctx.project.callers(fn)
     calls = [(caller, call) for caller, call in callers if caller in reach]

@@ -32,15 +32,15 @@ class ReallocOnReplayPath(Rule):
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
         entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a literal name or the constants a
         loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and
-        ``.resize_()`` of such a buffer. A lazy first allocation guarded by ``if self.<attr> is None:`` (or ``not
-        hasattr``, ``getattr(self, "x", None) is None``, also through a local bound to the attribute) is not reported,
-        nor are the buffers its block allocates beside it, when the block sets the attribute the test asks about (``if
-        params.top_k is None: self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through
-        (``if self.x is None or self.x.numel() < n:``) is; the same holds for conditional expressions (``torch.zeros(n)
-        if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are lazy, ``torch.empty(n) if n > self.cap else
-        self.x`` grows); nor is ``__init__`` of an object built per step, nor a host-only buffer (``device="cpu"``,
-        pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of host buffers), which no captured graph
-        reads.
+        ``.resize_()`` of such a buffer (also an item, ``self.seq_lens[dev].resize_(n)``). A lazy first allocation
+        guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a
+        local bound to the attribute) is not reported, nor are the buffers its block allocates beside it, when the block
+        sets the attribute the test asks about (``if params.top_k is None: self.top_k = torch.full(...)`` is reported),
+        but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for
+        conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are
+        lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step,
+        nor a host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of
+        host buffers), which no captured graph reads.
 
     Why it breaks serving
         A captured CUDA graph holds the addresses of the buffers it read during capture. Rebinding the attribute
@@ -103,7 +103,10 @@ class ReallocOnReplayPath(Rule):
                 if (
                     isinstance(call.func, ast.Attribute)
                     and call.func.attr == "resize_"
-                    and _is_self_buffer(call.func.value)
+                    and (
+                        _is_self_buffer(call.func.value)
+                        or _is_container_item(call.func.value, fn, ctx, step, setup)  # self.lens[dev].resize_(n)
+                    )
                     and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
