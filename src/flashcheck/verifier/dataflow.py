@@ -329,7 +329,8 @@ def _late_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: T
 
 def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
     """Keys of the storage that the project's constructor calls of `cls` pass for its field `attr`
-    (``FlashInferMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``: the builder's buffer)."""
+    (``FlashInferMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``: the builder's buffer), also in copies
+    (``meta._replace(kv_indptr=...)`` of a NamedTuple, ``dataclasses.replace(meta, kv_indptr=...)``)."""
     fields = field_order(cls)
     if depth > 2 or attr not in fields:
         return []
@@ -341,6 +342,16 @@ def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: 
         if arg is None and fields.index(attr) < len(call.args):
             arg = call.args[fields.index(attr)]
         if arg is not None:
+            keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
+    copies = [*project.calls_by_name().get("_replace", []), *project.calls_by_name().get("replace", [])]
+    for caller, call in copies[:32]:  # meta._replace(kv_indptr=self.kv_indptr[: n])
+        if typer is None:
+            break
+        arg = kwarg(call, attr)
+        copied = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "_replace" else None
+        if copied is None and call.args and (dotted(call.func) or "").endswith("replace"):
+            copied = call.args[0]  # dataclasses.replace(meta, kv_indptr=...)
+        if arg is not None and copied is not None and cls in with_bases(typer(copied, caller)):
             keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
     return keys
 

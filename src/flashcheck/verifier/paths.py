@@ -14,13 +14,12 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def runs_after(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
-    """Whether code on a given line may run after the statement on `line` of a function `body`: the statements after
-    it in its block and in the blocks around it, up to a ``return`` or ``raise`` that ends its path (a ``raise``
+    """Whether code on a given line may run after the statement on `line` of a function `body`: the statements after it
+    in its block and in the blocks around it, up to a ``return``, ``raise`` or ``yield`` that ends its path (a ``raise``
     caught by a ``try`` around it goes on in the handlers), a ``try``'s handlers, ``else`` and ``finally`` after its
     body (only ``finally`` after a handler or the ``else``), and the whole of any loop around it (after a ``break``,
-    only what follows the loop); not the other
-    branches of an ``if`` it sits in. Any line, when `line` is in no statement of `body` or its path raises out of
-    the function (nothing is replayed then)."""
+    only what follows the loop); not the other branches of an ``if`` it sits in. Any line, when `line` is in no
+    statement of `body` or its path raises out of the function (nothing is replayed then)."""
     found = _after(body, line)
     if found is None or found[1] == "raise":
         return lambda _: True
@@ -79,8 +78,13 @@ _ENDINGS = {ast.Return: "return", ast.Raise: "raise", ast.Break: "break", ast.Co
 
 
 def _ends(block: list[ast.stmt]) -> str:
-    """How a block's last statement ends its path: "return", "raise", "break", "continue", or ""."""
-    return _ENDINGS.get(type(block[-1]), "") if block else ""
+    """How a block's last statement ends its path: "return", "raise", "break", "continue", or "" (a ``yield`` as a
+    statement counts as a return: the generator's consumer runs then, and may replay, before the rest runs)."""
+    if not block:
+        return ""
+    last = block[-1]
+    value = last.value if isinstance(last, ast.Expr | ast.Assign | ast.AnnAssign) else None
+    return "return" if isinstance(value, ast.Yield | ast.YieldFrom) else _ENDINGS.get(type(last), "")
 
 
 def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:

@@ -10,7 +10,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
-__all__ = ["CallScan", "is_partial"]
+__all__ = ["CallScan", "is_partial", "replaced"]
 
 _PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
 
@@ -58,7 +58,8 @@ class CallScan:
         return self._foreign_items.get(attr, [])
 
     def replaces(self) -> list[tuple[FunctionInfo, ast.Call]]:
-        """``dataclasses.replace(obj, field=value)`` calls."""
+        """``dataclasses.replace(obj, field=value)`` and ``obj._replace(field=value)`` (a NamedTuple's) calls; the
+        object copied is `replaced`'s."""
         if self._replaces is None:
             self._scan_calls()
         assert self._replaces is not None
@@ -105,7 +106,10 @@ class CallScan:
                 maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
                 if maybe and call.args and is_partial(callee, f):
                     partials.append((f, call))
-                elif last == "replace" and call.args and call.keywords and _is_dataclass_replace(callee, f):
+                elif call.keywords and (
+                    (last == "replace" and call.args and _is_dataclass_replace(callee, f))
+                    or (last == "_replace" and isinstance(callee, ast.Attribute))  # a NamedTuple's copy
+                ):
                     replaces.append((f, call))
                 elif last[:1].isupper() or last == "cls":
                     class_calls.setdefault(last, []).append((f, call))
@@ -128,3 +132,11 @@ def _is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
     name = dotted(func) or ""
     head = name.split(".")[0]
     return name == "dataclasses.replace" or (name == "replace" and fn.module.imports.get(head) == "dataclasses.replace")
+
+
+def replaced(call: ast.Call) -> ast.expr:
+    """The object a `CallScan.replaces` call copies: ``obj`` of ``dataclasses.replace(obj, ...)`` or of
+    ``obj._replace(...)``."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "_replace":
+        return call.func.value
+    return call.args[0]

@@ -23,7 +23,7 @@ from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
-from flashcheck.verifier.provenance.calls import CallScan, is_partial
+from flashcheck.verifier.provenance.calls import CallScan, is_partial, replaced
 from flashcheck.verifier.provenance.keyed import KeyedItems
 from flashcheck.verifier.provenance.tensors import tuple_op_input
 
@@ -362,7 +362,7 @@ class ValueFlow(KeyedItems):
             out.extend(self._positional_fields(cls, attr))
             for f, call in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy of it
                 value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
-                if value is not None and cls in with_bases(self.instance_type(call.args[0], f)):
+                if value is not None and cls in with_bases(self.instance_type(replaced(call), f)):
                     out.append((value, f))
         out.extend(self._late_stores(cls, attr))
         prop = self.project.method(cls, attr)
