@@ -91,20 +91,16 @@ _TYPING = frozenset({"typing", "typing_extensions"})
 
 def is_abstract(node: ast.AST) -> bool:
     """Whether a method only declares itself: ``@abstractmethod`` (also ``abc.abstractmethod``), or a body (after
-    its docstring) of ``...``, ``pass`` or ``raise NotImplementedError``. An object whose class's method is such a
-    declaration runs a subclass's method when called (or nothing at all)."""
+    its docstring) of ``...`` or ``raise NotImplementedError``. An object whose class's method is such a declaration
+    runs a subclass's method when called (a body of ``pass`` is a hook that does nothing, and may run)."""
     if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
     if any((dotted(d) or "").rsplit(".", 1)[-1] == "abstractmethod" for d in node.decorator_list):
         return True
     body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
-    if not body:
-        return True
     if len(body) != 1:
         return False
     stmt = body[0]
-    if isinstance(stmt, ast.Pass):
-        return True
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
         return stmt.value.value is Ellipsis
     if isinstance(stmt, ast.Raise) and stmt.exc is not None:

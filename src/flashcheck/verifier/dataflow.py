@@ -107,7 +107,7 @@ def storage_keys(
         ):
             other = typer(root.value, fn) if typer is not None else None
             if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
-                return _attr_keys(other, root.attr, depth, project, typer)
+                return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
         if project is not None and isinstance(root, ast.Attribute) and cls is not None:
             via_property = _property_keys(cls, root.attr, depth, project, typer)
             if via_property:
@@ -128,7 +128,7 @@ def storage_keys(
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = typer(root.value, fn) if typer is not None else None
         if other is not None:
-            return _attr_keys(other, root.attr, depth, project, typer)
+            return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
     return []
 
 
@@ -153,9 +153,10 @@ def _dict_item_keys(
     elif isinstance(container, ast.Attribute):
         is_self = isinstance(container.value, ast.Name) and container.value.id == "self"
         cls = owner(fn).cls if is_self else (typer(container.value, fn) if typer is not None else None)
-        stores = [  # a subclass's dict too: an item under `key` exists only on an object whose dict holds one
+        subclasses = is_self or _declared(container.value, fn, project)  # self in a base method, or a declared one
+        stores = [  # a subclass's dict too: an object of a subclass holds it
             (d, where)
-            for c in ([*with_bases(cls), *_descendants(cls)] if cls is not None else [])
+            for c in ([*with_bases(cls), *(_descendants(cls) if subclasses else [])] if cls is not None else [])
             for d, where in c.attr_assigns.get(container.attr, [])
         ]
         found = [
@@ -165,9 +166,9 @@ def _dict_item_keys(
             for k, v in zip(d.keys, d.values, strict=False)
             if _key_is(k, key)
         ]
-        for d, where in stores:  # self.page_bufs = self.attn_backend.graph_bufs: the other object's dict
-            if isinstance(d, ast.Attribute):
-                aliased.extend(_dict_item_keys(d, key, where, depth + 1, project, typer))
+        aliases = [(d, where) for d, where in stores if isinstance(d, ast.Attribute)]
+        for d, where in aliases[:4] if depth < 2 else []:  # self.page_bufs = self.attn_backend.graph_bufs
+            aliased.extend(_dict_item_keys(d, key, where, depth + 1, project, typer))
     else:
         return []
     return [k for v, where in found for k in storage_keys(v, where, depth + 1, project, typer)] + aliased
@@ -300,13 +301,21 @@ def _descendants(cls: ClassInfo) -> list[ClassInfo]:
     return out
 
 
-def _attr_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+def _declared(obj: ast.expr, fn: FunctionInfo, project: Project) -> bool:
+    """Whether the object `obj` names is known by its declared class only, not seen built as one class."""
+    return not project.built_as_one(obj, fn)
+
+
+def _attr_keys(
+    cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None, declared: bool = False
+) -> list[Key]:
     """Keys of ``obj.attr`` on an instance of `cls`: its ``self.attr``, or what a ``@property`` of that name
-    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``); where only subclasses of `cls` store `attr` (an
-    object declared with an abstract backend), the object is one of theirs: their ``self.attr``."""
+    returns (``metadata.kv_indptr`` returning ``self._kv_indptr``); where the object is `declared` with `cls` (not
+    seen built) and only subclasses of `cls` store `attr` (an abstract backend's buffers), the object is one of
+    theirs: their ``self.attr``."""
     keys = _property_keys(cls, attr, depth, project, typer)
     family = with_bases(cls)
-    if not any(attr in c.attr_assigns for c in family):
+    if declared and not any(attr in c.attr_assigns or attr in c.fields for c in family):
         family = family + _descendants(cls)
     own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in family]
     return keys or own + _field_keys(cls, attr, depth, project, typer) + _late_keys(cls, attr, depth, project, typer)

@@ -50,8 +50,8 @@ class InstanceCalls(Registries):
                             held = [t for t in self._passed_classes(name, where) or [] if not self.is_protocol_class(t)]
                             if not held:
                                 return []  # unknown: `protocol_targets` answers
-                        elif any(t.subclasses for t in held):  # declared with a base class: what callers hand,
-                            held = self._passed_classes(name, where) or self._declared_family(held, where)
+                        elif any(t.subclasses for t in held):  # declared with a base class: what callers hand
+                            held = self._passed_classes(name, where) or held
                         elif len(held) > 1 and where.params.get(name) is not None:  # declared with a union:
                             members = {id(t) for t in held}  # the members callers hand, when they are members
                             passed = self._passed_classes(name, where) or []
@@ -63,16 +63,6 @@ class InstanceCalls(Registries):
                         if t is not None:
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
-
-    def _declared_family(self, declared: list[ClassInfo], where: FunctionInfo) -> list[ClassInfo]:
-        """The classes an object declared with `declared` may be of where its callers do not say (a backend handed
-        down a chain of constructors from a factory): each declared class and its subclasses, those in tests and
-        benchmarks only for code there, as a parameter so declared runs each override (`_subclass_targets`)."""
-        serving = not where.source.is_tooling
-        found = {id(c): c for c in declared}
-        for c in declared:
-            found.update((id(s), s) for s in self.subclasses_of(c) if not (serving and s.module.source.is_tooling))
-        return list(found.values())
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases
@@ -119,7 +109,7 @@ class InstanceCalls(Registries):
             if call is None:
                 continue
             yield call
-            if not several and call.cls is not None and not self._built(func, fn):
+            if not several and call.cls is not None and not self.built_as_one(func, fn):
                 yield from self.overrides(call.cls, call.name)
 
     def _call_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
@@ -160,7 +150,7 @@ class InstanceCalls(Registries):
         types = [self._value_type(e, where, 1) for e, where in items]
         return [] if not types or None in types else list({id(t): t for t in types if t is not None}.values())
 
-    def _built(self, obj: ast.expr, fn: FunctionInfo) -> bool:
+    def built_as_one(self, obj: ast.expr, fn: FunctionInfo) -> bool:
         """Whether every value the analysis sees `obj` bound to is built by calling one project class (``self.head =
         Head()``, items of ``nn.ModuleList([Head() for _ in range(n)])``): then it is of that class, not a subclass.
         An attribute counts the stores of its class, bases and subclasses and ``obj.attr`` stores anywhere (they may
@@ -173,7 +163,8 @@ class InstanceCalls(Registries):
             values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
         else:
             return False
-        built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values or ()]
+        values = [(v, w) for v, w in values or () if not is_none(v)]  # self.hook = None first, built later
+        built = [self.resolve_def(v.func, w) if isinstance(v, ast.Call) else None for v, w in values]
         return bool(built) and all(isinstance(b, ClassInfo) and b is built[0] for b in built)
 
     def _subclass_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
@@ -194,22 +185,24 @@ class InstanceCalls(Registries):
         serving = not fn.source.is_tooling
         yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
 
-    def abstract_overrides(self, base: ast.expr, target: FunctionInfo, fn: FunctionInfo) -> Iterator[FunctionInfo]:
-        """The overrides a call ``base.name()`` runs when it resolves to a method that only declares itself
-        (`is_abstract`: an abstract backend's ``forward_decode``) on an object the analysis does not see built as
-        that class (a backend handed down constructors from a factory): the object is a subclass's, outside tests
-        and benchmarks for serving code (``self``, parameters and loop items declared with a base class, and
-        protocols, have their own rules)."""
-        if target.cls is None or self.is_protocol_class(target.cls) or not is_abstract(target.node):
+    def abstract_overrides(
+        self, base: ast.expr, inst: ClassInfo, target: FunctionInfo, fn: FunctionInfo
+    ) -> Iterator[FunctionInfo]:
+        """The overrides in subclasses of `inst` that a call ``base.name()`` runs when it resolves to a method that
+        only declares itself (`is_abstract`: an abstract backend's ``forward_decode``) on an object of class `inst`
+        that the analysis does not see built as that class (a backend handed down constructors from a factory): the
+        object is a subclass's, outside tests and benchmarks for serving code (``self``, parameters and loop items
+        declared with a base class, and protocols, have their own rules)."""
+        if target.cls is None or self.is_protocol_class(inst) or not is_abstract(target.node):
             return
-        if self._built(base, fn):
+        if self.built_as_one(base, fn):
             return
         if isinstance(base, ast.Name) and (base.id in ("self", "cls") or base.id in fn.params):
             return
         if self.declared_loop_item(base, fn):
             return
         serving = not fn.source.is_tooling
-        yield from (m for m in self.overrides(target.cls, target.name) if not (serving and m.source.is_tooling))
+        yield from (m for m in self.overrides(inst, target.name) if not (serving and m.source.is_tooling))
 
     def protocol_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """The methods a call ``base.name()`` runs when `base` is an attribute or a local declared with a
@@ -263,7 +256,7 @@ class InstanceCalls(Registries):
             if cls is None and isinstance(arg, ast.Call):  # Batcher(n, LinearCost())
                 built = self.resolve_def(arg.func, caller)
                 cls = built if isinstance(built, ClassInfo) else None
-            if cls is None and arg is not None and self._built(arg, caller):
+            if cls is None and arg is not None and self.built_as_one(arg, caller):
                 cls = self.instance_type(arg, caller, 1)
             forwarded = isinstance(arg, ast.Name) and arg.id in caller.params and arg.id not in caller.local_assigns
             if cls is None and forwarded and depth < 2 and isinstance(arg, ast.Name) and arg.id != "self":

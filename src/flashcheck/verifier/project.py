@@ -409,24 +409,26 @@ class Project(InstanceCalls):
             assert isinstance(func, ast.Attribute)
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
                 classes = self._attr_classes(base, fn)
-                each = [m for c in classes if (m := self.method(c, func.attr)) is not None]
+                each = [(c, m) for c in classes if (m := self.method(c, func.attr)) is not None]
                 if each:  # each class's method (also where only one of them defines it)
-                    yield from each
+                    yield from (m for _, m in each)
+                    for c, m in each:  # a class the callers hand (self.attn = attn_backend) declaring it only
+                        yield from self.abstract_overrides(base, c, m, fn)
                     return
             inst = self.instance_type(base, fn, 1)
             target = self.method(inst, func.attr) if inst is not None else self._untyped_member(func, fn, 0)
             if target is None and inst is None and isinstance(base, ast.Name):
                 # for backend in (self.full, self.linear): backend.init(...) runs the method of each item's class
-                each = [m for c in self._item_classes(base, fn) if (m := self.method(c, func.attr)) is not None]
-                if each:
-                    yield from each
+                items = [m for c in self._item_classes(base, fn) if (m := self.method(c, func.attr)) is not None]
+                if items:
+                    yield from items
                     return
             if target is None and inst is None and not _imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and isinstance(target, FunctionInfo):
                 yield from self._subclass_targets(base, inst, func.attr, fn)  # List[BaseLayer], backend: Base
                 yield from self.protocol_targets(base, inst, func.attr, fn)  # self.reader: LensReader (a Protocol)
-                yield from self.abstract_overrides(base, target, fn)  # self.attn.forward_decode() of an ABC
+                yield from self.abstract_overrides(base, inst, target, fn)  # self.attn.forward_decode() of an ABC
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 if not held and isinstance(base, ast.Name) and base.id == "self":
