@@ -463,6 +463,8 @@ def allocations(
                 for a in again(arg, caller)
             ]
         local = fn.local_assigns.get(name)
+        if local is None and name in fn.loop_vars:  # for ws in (fresh, zeroed): each item of what the loop walks
+            return [a for c in fn.loop_vars[name][:4] for a in again(c, fn)]
         values = [(v, fn) for v in local] if local is not None else []
         if local is None and fn is not fn.module.body:  # a module global, also one a function sets (global X)
             values = fn.module.global_values(name)

@@ -123,6 +123,12 @@ class InstanceTyping(ModuleBindings):
         return None
 
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
+        if isinstance(value, ast.Await):  # await loop.run_in_executor(pool, runner.execute_model, batch)
+            value = value.value
+            ran = executed_callable(value)
+            target = self.resolve_def(ran, fn, depth + 1) if ran is not None else None
+            if isinstance(target, FunctionInfo):
+                return returned_class(self, target)
         if isinstance(value, ast.IfExp):  # A(...) if cond else None: the class of the branches that hold an object
             branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
             return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
@@ -580,3 +586,16 @@ def _grown(fn: FunctionInfo) -> Iterator[tuple[str, ast.expr]]:
             continue
         if isinstance(a.target, ast.Attribute) and not isinstance(a.value, literal):
             yield a.target.attr, a.target.value
+
+
+def executed_callable(call: ast.expr) -> ast.expr | None:
+    """The function an awaited hand-off runs, whose result the ``await`` gives: ``loop.run_in_executor(pool, f,
+    *args)`` and ``asyncio.to_thread(f, *args)`` run ``f(*args)`` on a thread."""
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute | ast.Name):
+        return None
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+    if name == "run_in_executor" and len(call.args) >= 2:
+        return call.args[1]
+    if name == "to_thread" and call.args:
+        return call.args[0]
+    return None

@@ -36,19 +36,19 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``... trtllm_batch_decode_with_kv_cache as trt_decode``) or a module's alias of the class (``Decode =
         flashinfer.BatchDecodeWithPagedKVCacheWrapper``), plus the names listed in ``zeroed-workspace-consumers``.
         Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace and are not reported. The workspace is
-        traced through aliases, ``self.<attr>``, attributes of other objects of known type (``self.buffers.workspace``,
-        also where other code stores them: ``meta.ws = self._get_ws()`` read back as ``decode.ws`` after ``if decode :=
-        meta.decode_metadata``), parameters filled by the project's callers, project factories (``lru_cache``'d getters,
-        also imported from regular packages inside namespace folders), module caches (``_CACHE[key] =
-        torch.empty(...)``, also read back by a constant key), items of dicts and lists of workspaces (a comprehension
-        or a literal, read back by key or index: ``self.workspaces[name]``; a key stored after the literal,
-        ``self.ws["trtllm"] = torch.zeros(...)``, holds what was stored under it), module globals that a function
-        assigns after ``global _WS`` (lazy initialisation read elsewhere) and both branches of conditional expressions
-        (``shared or torch.empty(...)``) to its allocation. An allocation with
-        ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed (``.zero_()``,
-        ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:`` (or the
-        ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for ``zeroed``
-        does not count.
+        traced through aliases, loop variables (``for ws in (fresh, zeroed)``: each item), ``self.<attr>``, attributes
+        of other objects of known type (``self.buffers.workspace``, also where other code stores them: ``meta.ws =
+        self._get_ws()`` read back as ``decode.ws`` after ``if decode := meta.decode_metadata``), parameters filled by
+        the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
+        namespace folders), module caches (``_CACHE[key] = torch.empty(...)``, also read back by a constant key), items
+        of dicts and lists of workspaces (a comprehension or a literal, read back by key or index:
+        ``self.workspaces[name]``; a key stored after the literal, ``self.ws["trtllm"] = torch.zeros(...)``, holds what
+        was stored under it), module globals that a function assigns after ``global _WS`` (lazy initialisation read
+        elsewhere) and both branches of conditional expressions (``shared or torch.empty(...)``) to its allocation. An
+        allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed
+        (``.zero_()``, ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:``
+        (or the ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for
+        ``zeroed`` does not count.
 
     Why it breaks serving
         These kernels keep semaphores and split-k counters in the workspace and assume they start at zero. Fresh memory
