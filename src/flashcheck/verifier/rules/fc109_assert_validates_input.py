@@ -17,13 +17,14 @@ class AssertValidatesInput(Rule):
     """``assert`` validates the arguments of a public function in library code.
 
     What it checks
-        ``assert`` statements outside test files whose condition reads what a public function (a name not starting
-        with ``_``; dunders such as ``__init__`` count as public) received: one of its parameters (other than
-        ``self``/``cls``), a local derived from one (``n = len(seq_lens)``), or a ``self.x`` set from one in the
-        same function; and asserts in private helpers on parameters that a public caller fills from its own
-        arguments. Asserts on the object's own state, on private helpers' internal values and in tests are
-        internal invariants and are not reported, nor are asserts in a function whose body a compiler translates
-        (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): those are the compiler's checks, not Python's.
+        ``assert`` statements outside test files whose condition reads what a public function (a name not starting with
+        ``_``; dunders such as ``__init__`` count as public) received: one of its parameters (other than
+        ``self``/``cls``), a local derived from one (``n = len(seq_lens)``, also unpacked: ``mod, _, name =
+        spec.partition(":")``), or a ``self.x`` set from one in the same function; and asserts in private helpers on
+        parameters that a public caller fills from its own arguments. Asserts on the object's own state, on private
+        helpers' internal values and in tests are internal invariants and are not reported, nor are asserts in a
+        function whose body a compiler translates (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): those are
+        the compiler's checks, not Python's.
 
     Why it breaks serving
         ``python -O`` strips asserts, and engines are run that way in production images: the check that stopped a
@@ -116,10 +117,20 @@ class _Names:
 
 
 def _derived(fn: FunctionInfo, inputs: set[str], names: _Names) -> tuple[set[str], set[str]]:
-    """Names derived from `inputs` (``n = len(seq_lens)``) and ``self.x`` attributes set from them in `fn`."""
+    """Names derived from `inputs` (``n = len(seq_lens)``, also unpacked: ``head, _, tail = spec.partition(":")``)
+    and ``self.x`` attributes set from them in `fn`."""
     tainted = set(inputs)
+    unpacked = [  # module_name, _, class_name = spec.partition(":")
+        (
+            a.value,
+            [e.id for t in a.targets if isinstance(t, ast.Tuple | ast.List) for e in t.elts if isinstance(e, ast.Name)],
+        )
+        for a in fn.assigns
+        if isinstance(a, ast.Assign)
+    ]
     for _ in range(4):
         grown = {name for name, values in fn.local_assigns.items() if any(names.mention(v, tainted) for v in values)}
+        grown.update(n for value, bound in unpacked if names.mention(value, tainted) for n in bound)
         if grown <= tainted:
             break
         tainted |= grown
