@@ -77,14 +77,17 @@ def _header(stmt: ast.stmt) -> _Spans:
 _ENDINGS = {ast.Return: "return", ast.Raise: "raise", ast.Break: "break", ast.Continue: "continue"}
 
 
-def _ends(block: list[ast.stmt]) -> str:
-    """How a block's last statement ends its path: "return", "raise", "break", "continue", or "" (a ``yield`` as a
-    statement counts as a return: the generator's consumer runs then, and may replay, before the rest runs)."""
+def _ends(block: list[ast.stmt], *, yields: bool = False) -> str:
+    """How a block's last statement ends its path: "return", "raise", "break", "continue", or ""; with `yields`, a
+    ``yield`` as a statement counts as a return (the generator's consumer runs then, and may replay, before the rest
+    runs after the generator resumes)."""
     if not block:
         return ""
     last = block[-1]
     value = last.value if isinstance(last, ast.Expr | ast.Assign | ast.AnnAssign) else None
-    return "return" if isinstance(value, ast.Yield | ast.YieldFrom) else _ENDINGS.get(type(last), "")
+    if yields and isinstance(value, ast.Yield | ast.YieldFrom):
+        return "return"
+    return _ENDINGS.get(type(last), "")
 
 
 def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
@@ -111,8 +114,8 @@ def _after(body: list[ast.stmt], line: int) -> tuple[_Spans, str] | None:
             return spans, ended
         for later in body[i + 1 :]:
             spans.append((later.lineno, later.end_lineno or later.lineno))
-            if _ends([later]):
-                return spans, _ends([later])
+            if _ends([later], yields=True):
+                return spans, _ends([later], yields=True)
         return spans, ""
     return None
 

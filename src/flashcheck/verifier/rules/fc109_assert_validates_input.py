@@ -120,14 +120,18 @@ def _derived(fn: FunctionInfo, inputs: set[str], names: _Names) -> tuple[set[str
     """Names derived from `inputs` (``n = len(seq_lens)``, also unpacked: ``head, _, tail = spec.partition(":")``)
     and ``self.x`` attributes set from them in `fn`."""
     tainted = set(inputs)
-    unpacked = [  # module_name, _, class_name = spec.partition(":")
-        (
-            a.value,
-            [e.id for t in a.targets if isinstance(t, ast.Tuple | ast.List) for e in t.elts if isinstance(e, ast.Name)],
-        )
-        for a in fn.assigns
-        if isinstance(a, ast.Assign)
-    ]
+    unpacked: list[tuple[ast.expr, list[str]]] = []  # module_name, _, class_name = spec.partition(":")
+    for a in fn.assigns:
+        if not isinstance(a, ast.Assign):
+            continue
+        value = a.value
+        for t in a.targets:
+            if not isinstance(t, ast.Tuple | ast.List):
+                continue
+            elts = value.elts if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(t.elts) else None
+            for i, e in enumerate(t.elts):  # a, b = x, self.y: each name from its own element
+                if isinstance(e, ast.Name):
+                    unpacked.append((elts[i] if elts is not None else value, [e.id]))
     for _ in range(4):
         grown = {name for name, values in fn.local_assigns.items() if any(names.mention(v, tainted) for v in values)}
         grown.update(n for value, bound in unpacked if names.mention(value, tainted) for n in bound)
