@@ -589,13 +589,9 @@ def _grown(fn: FunctionInfo) -> Iterator[tuple[str, ast.expr]]:
 
 
 def executed_callable(call: ast.expr) -> ast.expr | None:
-    """The function an awaited hand-off runs, whose result the ``await`` gives: ``loop.run_in_executor(pool, f,
-    *args)`` and ``asyncio.to_thread(f, *args)`` run ``f(*args)`` on a thread."""
-    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute | ast.Name):
+    """The function an awaited hand-off runs on a thread: ``f`` of ``loop.run_in_executor(pool, f, *args)`` and of
+    ``asyncio.to_thread(f, *args)``; the ``await`` gives its result."""
+    if not isinstance(call, ast.Call):
         return None
-    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
-    if name == "run_in_executor" and len(call.args) >= 2:
-        return call.args[1]
-    if name == "to_thread" and call.args:
-        return call.args[0]
-    return None
+    at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
+    return call.args[at] if at is not None and len(call.args) > at else None

@@ -274,8 +274,7 @@ class Project(InstanceCalls):
         (``{"eager": self._prepare}``), or as a bare name handed on, assigned, returned or kept in a literal
         (``self._capture_with(run)``; for a method only where no function outside a class has that name)."""
         if self._value_names is None:
-            attrs: set[str] = set()
-            names: set[str] = set()
+            attrs, names = set[str](), set[str]()
             for f in self.all_functions():
                 called = {id(c.func) for c in f.calls}
                 attrs.update(a.attr for a in f.attributes if id(a) not in called)
@@ -284,9 +283,7 @@ class Project(InstanceCalls):
             free = {f.name for f in self.functions if f.cls is None}
             self._value_names = (frozenset(attrs), frozenset(names), frozenset(free))
         attrs_used, names_used, free_names = self._value_names
-        if fn.name in attrs_used:
-            return True
-        return fn.name in names_used and (fn.cls is None or fn.name not in free_names)
+        return fn.name in attrs_used or (fn.name in names_used and (fn.cls is None or fn.name not in free_names))
 
     def attribute_reads(self) -> frozenset[tuple[str | None, str]]:
         """(the receiver's last name, the attribute) of every attribute read in serving code (``attn_inputs.
