@@ -352,15 +352,22 @@ def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: 
             arg = call.args[fields.index(attr)]
         if arg is not None:
             keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
-    copies = [*project.calls_by_name().get("_replace", []), *project.calls_by_name().get("replace", [])]
-    for caller, call in copies[:32]:  # meta._replace(kv_indptr=self.kv_indptr[: n])
-        if typer is None:
-            break
+    by_name = project.calls_by_name()
+    copies = [  # meta._replace(kv_indptr=self.kv_indptr[: n]); dataclasses.replace(meta, ...), not str.replace
+        *(
+            (caller, call, call.func.value)
+            for caller, call in by_name.get("_replace", [])
+            if isinstance(call.func, ast.Attribute)
+        ),
+        *(
+            (caller, call, call.args[0])
+            for caller, call in by_name.get("replace", [])
+            if call.args and dotted(call.func) in ("replace", "dataclasses.replace")
+        ),
+    ]
+    for caller, call, copied in copies[:32]:
         arg = kwarg(call, attr)
-        copied = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "_replace" else None
-        if copied is None and call.args and (dotted(call.func) or "").endswith("replace"):
-            copied = call.args[0]  # dataclasses.replace(meta, kv_indptr=...)
-        if arg is not None and copied is not None and cls in with_bases(typer(copied, caller)):
+        if arg is not None and typer is not None and cls in with_bases(typer(copied, caller)):
             keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
     return keys
 
