@@ -64,6 +64,13 @@ class InstanceCalls(Registries):
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
 
+    def mro_method(self, ci: ClassInfo, name: str) -> FunctionInfo | None:
+        """`name` as Python resolves it on an instance of `ci`: the first class of its C3 order over the project-visible
+        bases that defines it (``class Plain(Paged, LateMixin)`` takes ``Paged``'s base's method before the mixin's);
+        None where no order exists."""
+        order = _c3(ci, {})
+        return next((c.methods[name] for c in order or () if name in c.methods), None)
+
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases
         and its subclasses (a subclass's constructor may store another class's instance), and ``obj.<attr> = v``
@@ -319,3 +326,23 @@ def link_protocols(classes: Iterable[ClassInfo]) -> set[int]:
 
 def _protocol(ci: ClassInfo) -> bool:
     return is_protocol(ci.node, ci.module.imports)
+
+
+def _c3(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None], depth: int = 0) -> list[ClassInfo] | None:
+    """The C3 linearization of `ci` over its project-visible bases, or None (an inconsistent order, or too deep)."""
+    if id(ci) in memo:
+        return memo[id(ci)]
+    memo[id(ci)] = None  # a cycle stays None
+    parents = [_c3(b, memo, depth + 1) if depth < 16 else None for b in ci.bases]
+    if any(p is None for p in parents):
+        return None
+    seqs = [list(p) for p in parents if p] + ([list(ci.bases)] if ci.bases else [])
+    out = [ci]
+    while seqs:
+        head = next((s[0] for s in seqs if not any(s[0] is c for t in seqs for c in t[1:])), None)
+        if head is None:
+            return None
+        out.append(head)
+        seqs = [rest for s in seqs if (rest := [c for c in s if c is not head])]
+    memo[id(ci)] = out
+    return out

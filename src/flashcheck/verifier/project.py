@@ -552,13 +552,16 @@ class Project(InstanceCalls):
         return []
 
     def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
-        """Methods `name` (property setters with `setters`) that subclasses of `ci` (at any depth) define; of a
-        ``typing.Protocol``, also the method an implementer inherits (from a mixin)."""
+        """Methods `name` (setters with `setters`) that subclasses of `ci` define or take from a base before `ci`'s
+        branch (``class Sliding(WindowMixin, Paged)``); of a ``typing.Protocol``, also one an implementer inherits."""
         structural = not setters and self.is_protocol_class(ci)
         seen: set[int] = set()
         for c in self.subclasses_of(ci):
             table = c.setters if setters else c.methods
-            m = table.get(name) if name in table or not structural else self.method(c, name)
+            m = table.get(name) if name in table or setters else self.mro_method(c, name)
+            if not structural and m is not None and name not in table and any(m.cls is b for b in with_bases(ci)):
+                continue  # resolved in ci's own branch: no override
+            m = m if m is not None or not structural else self.method(c, name)
             if m is not None and id(m) not in seen:
                 seen.add(id(m))
                 yield m
@@ -580,13 +583,9 @@ def _imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
 
 def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:
     yield from f.returns
-    for a in f.assigns:
-        if a.value is not None:
-            yield a.value
+    yield from (a.value for a in f.assigns if a.value is not None)
     for c in f.calls:
-        yield from c.args
-        for k in c.keywords:
-            yield k.value
+        yield from (*c.args, *(k.value for k in c.keywords))
 
 
 def _super_init(func: ast.expr) -> bool:
