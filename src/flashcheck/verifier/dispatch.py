@@ -23,6 +23,7 @@ class InstanceCalls(Registries):
     """The dispatch half of `flashcheck.verifier.project.Project` for objects of several classes."""
 
     if TYPE_CHECKING:
+        _c3_orders: dict[int, list[ClassInfo] | None]
 
         def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
 
@@ -68,7 +69,7 @@ class InstanceCalls(Registries):
         """`name` as Python resolves it on an instance of `ci`: the first class of its C3 order over the project-visible
         bases that defines it (``class Plain(Paged, LateMixin)`` takes ``Paged``'s base's method before the mixin's);
         None where no order exists."""
-        order = _c3(ci, {})
+        order = _c3(ci, self._c3_orders)  # the model's classes do not change: one order per class
         return next((c.methods[name] for c in order or () if name in c.methods), None)
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
@@ -189,8 +190,7 @@ class InstanceCalls(Registries):
         if passed is not None:
             yield from (m for c in passed if c is not inst and (m := self.method(c, name)) is not None)
             return
-        serving = not fn.source.is_tooling
-        yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+        yield from self._serving_overrides(inst, name, fn)
 
     def abstract_overrides(
         self, base: ast.expr, inst: ClassInfo, target: FunctionInfo, fn: FunctionInfo
@@ -208,8 +208,12 @@ class InstanceCalls(Registries):
             return
         if self.declared_loop_item(base, fn):
             return
+        yield from self._serving_overrides(inst, target.name, fn)
+
+    def _serving_overrides(self, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+        """`overrides` of `inst`'s `name` that may run for `fn`: those in tests and benchmarks only for code there."""
         serving = not fn.source.is_tooling
-        yield from (m for m in self.overrides(inst, target.name) if not (serving and m.source.is_tooling))
+        yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
 
     def protocol_targets(self, base: ast.expr, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """The methods a call ``base.name()`` runs when `base` is an attribute or a local declared with a
@@ -231,8 +235,7 @@ class InstanceCalls(Registries):
             classes = {id(c): c for b in built for c in b or ()}
             yield from (m for c in classes.values() if (m := self.method(c, name)) is not None)
             return
-        serving = not fn.source.is_tooling
-        yield from (m for m in self.overrides(inst, name) if not (serving and m.source.is_tooling))
+        yield from self._serving_overrides(inst, name, fn)
 
     def _store_classes(self, value: ast.expr, where: FunctionInfo, depth: int = 0) -> list[ClassInfo] | None:
         """The classes of what a store binds, when the analysis knows them and none is a protocol: a constructor

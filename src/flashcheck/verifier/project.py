@@ -60,6 +60,7 @@ class Project(InstanceCalls):
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
         self._value_names: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._c3_orders: dict[int, list[ClassInfo] | None] = {}  # InstanceCalls.mro_method's, by id(class)
         self._attribute_reads: frozenset[tuple[str | None, str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
