@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, storage_root
-from flashcheck.verifier.index import field_order, with_bases
+from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.loops import loop_containers
@@ -114,7 +114,7 @@ def storage_keys(
                 return via_property
         text = ast.unparse(root)
         # self in a method of a base class or mixin is also an instance of each subclass that inherits it
-        keys = [("self", c.qualname, text) for c in [*with_bases(cls), *_descendants(cls)]]
+        keys = [("self", c.qualname, text) for c in [*with_bases(cls), *descendants(cls)]]
         if project is not None and isinstance(root, ast.Attribute) and depth < 3:
             for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
                 for v, where in c.attr_assigns.get(root.attr, []):
@@ -156,7 +156,7 @@ def _dict_item_keys(
         subclasses = is_self or _declared(container.value, fn, project)  # self in a base method, or a declared one
         stores = [  # a subclass's dict too: an object of a subclass holds it
             (d, where)
-            for c in ([*with_bases(cls), *(_descendants(cls) if subclasses else [])] if cls is not None else [])
+            for c in ([*with_bases(cls), *(descendants(cls) if subclasses else [])] if cls is not None else [])
             for d, where in c.attr_assigns.get(container.attr, [])
         ]
         found = [
@@ -289,18 +289,6 @@ def _keeps_param(value: ast.expr, name: str) -> bool:
     return isinstance(first, ast.Name) and first.id == name
 
 
-def _descendants(cls: ClassInfo) -> list[ClassInfo]:
-    """The project classes derived from `cls`, directly or not (each once, at most 32)."""
-    out: list[ClassInfo] = []
-    stack = list(cls.subclasses)
-    while stack and len(out) < 32:
-        c = stack.pop()
-        if c not in out and c is not cls:
-            out.append(c)
-            stack.extend(c.subclasses)
-    return out
-
-
 def _declared(obj: ast.expr, fn: FunctionInfo, project: Project) -> bool:
     """Whether the object `obj` names is known by its declared class only, not seen built as one class."""
     return not project.built_as_one(obj, fn)
@@ -316,7 +304,7 @@ def _attr_keys(
     keys = _property_keys(cls, attr, depth, project, typer)
     family = with_bases(cls)
     if declared and not any(attr in c.attr_assigns or attr in c.fields for c in family):
-        family = family + _descendants(cls)
+        family = family + descendants(cls)
     own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in family]
     return keys or own + _field_keys(cls, attr, depth, project, typer) + _late_keys(cls, attr, depth, project, typer)
 

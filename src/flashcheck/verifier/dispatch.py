@@ -16,7 +16,7 @@ from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 
-__all__ = ["InstanceCalls", "link_protocols"]
+__all__ = ["InstanceCalls", "link_protocols", "resolution_order"]
 
 
 class InstanceCalls(Registries):
@@ -64,13 +64,6 @@ class InstanceCalls(Registries):
                         if t is not None:
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
-
-    def mro_method(self, ci: ClassInfo, name: str) -> FunctionInfo | None:
-        """`name` as Python resolves it on an instance of `ci`: the first class of its C3 order over the project-visible
-        bases that defines it (``class Plain(Paged, LateMixin)`` takes ``Paged``'s base's method before the mixin's);
-        None where no order exists."""
-        order = _c3(ci, self._c3_orders)  # the model's classes do not change: one order per class
-        return next((c.methods[name] for c in order or () if name in c.methods), None)
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases
@@ -329,6 +322,22 @@ def link_protocols(classes: Iterable[ClassInfo]) -> set[int]:
 
 def _protocol(ci: ClassInfo) -> bool:
     return is_protocol(ci.node, ci.module.imports)
+
+
+def resolution_order(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None]) -> list[ClassInfo]:
+    """The classes a lookup on an instance of `ci` visits: its C3 order over the project-visible bases, or
+    breadth-first over them where no order exists (an inconsistent hierarchy, bases out of reach)."""
+    order = _c3(ci, memo)
+    if order is not None:
+        return order
+    out: list[ClassInfo] = []
+    queue = [ci]
+    while queue:
+        c = queue.pop(0)
+        if all(c is not o for o in out):
+            out.append(c)
+            queue.extend(c.bases)
+    return out
 
 
 def _c3(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None], depth: int = 0) -> list[ClassInfo] | None:

@@ -6,6 +6,7 @@ function body holds (calls, attributes, assignments, asserts, branch tests, subs
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "ModuleIndex",
     "ModuleInfo",
     "ProjectIndex",
+    "descendants",
     "field_order",
     "index_module",
     "owner_of",
@@ -552,13 +554,22 @@ def _accessor(d: ast.expr, name: str) -> str | None:
 
 def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
     """`cls` and its project-visible bases (each once, at most 32)."""
+    return _closure([cls] if cls is not None else [], lambda c: c.bases)
+
+
+def descendants(cls: ClassInfo) -> list[ClassInfo]:
+    """The project classes derived from `cls`, directly or not (each once, at most 32)."""
+    return [c for c in _closure(list(cls.subclasses), lambda c: c.subclasses) if c is not cls]
+
+
+def _closure(start: list[ClassInfo], step: Callable[[ClassInfo], list[ClassInfo]]) -> list[ClassInfo]:
     out: list[ClassInfo] = []
-    stack = [cls] if cls is not None else []
+    stack = start
     while stack and len(out) < 32:
         c = stack.pop()
         if c not in out:
             out.append(c)
-            stack.extend(c.bases)
+            stack.extend(step(c))
     return out
 
 

@@ -7,7 +7,6 @@ it; the call graph (`Project.callers`) answers for parameters no annotation type
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted, item_annotation, terminal_name
@@ -21,7 +20,8 @@ from flashcheck.verifier.index import (
 )
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.reaching import Reaching
-from flashcheck.verifier.returns import returned_class, yielded_class
+from flashcheck.verifier.returns import returned_class, sent_class, yielded_class
+from flashcheck.verifier.sequences import bulk_growth, fresh_list, local_growth, narrowed_class, sequence_items
 
 __all__ = [
     "PROPERTIES",
@@ -97,6 +97,9 @@ class InstanceTyping(ModuleBindings):
                     return self._value_type(expr, outer, depth + 1)
                 values = [(v, outer) for v in outer.local_assigns.get(expr.id, [])]
                 outer = outer.parent
+            sent = _yield_unpacked(expr.id, fn) if not values else None
+            if sent is not None:  # plan, meta = yield logits: an item of what send() hands in
+                return sent_class(self, fn, sent)
             if not values:  # a module global, or one imported from a project module
                 values = self.global_values(fn.module, expr.id)
             types = {id(t): t for v, scope in values if (t := self._value_type(v, scope, depth)) is not None}
@@ -129,6 +132,8 @@ class InstanceTyping(ModuleBindings):
             target = self.resolve_def(ran, fn, depth + 1) if ran is not None else None
             if isinstance(target, FunctionInfo):
                 return returned_class(self, target)
+        if isinstance(value, ast.Yield):  # meta = yield out: what send() hands in
+            return sent_class(self, fn, None)
         if isinstance(value, ast.IfExp):  # A(...) if cond else None: the class of the branches that hold an object
             branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
             return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
@@ -140,6 +145,8 @@ class InstanceTyping(ModuleBindings):
                 item = self._element_type(f.value, fn, depth + 1)
                 if item is not None:
                     return item
+            if isinstance(f, ast.Name) and f.id == "next" and value.args and f.id not in fn.module.functions:
+                return self._element_type(value.args[0], fn, depth + 1)  # next(b for b in bs if isinstance(b, P))
             if isinstance(f, ast.Attribute) and f.attr in _MODULE_RETURNS_SELF:  # Model(cfg).to(device).eval()
                 inner = self._value_type(f.value, fn, depth + 1)
                 if inner is not None and torch_module(inner):
@@ -235,7 +242,7 @@ class InstanceTyping(ModuleBindings):
         if memo is None:  # by the class of self where it grows its own attribute (other receivers are not typed)
             memo = {}
             for f in self.functions:
-                for attr, receiver in _grown(f):
+                for attr, receiver in bulk_growth(f):
                     own = owner_of(f)
                     if isinstance(receiver, ast.Name) and receiver.id == "self" and own.cls is not None:
                         memo.setdefault(attr, []).append(own.cls)
@@ -299,7 +306,7 @@ class InstanceTyping(ModuleBindings):
             known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
             if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
                 typed.append(known)
-            elif isinstance(v, ast.Name) and sum(map(_fresh_list, where.local_assigns.get(v.id, ()))) > 1:
+            elif isinstance(v, ast.Name) and sum(map(fresh_list, where.local_assigns.get(v.id, ()))) > 1:
                 typed.append(None)  # a local name bound to two new lists: which appends fill which is not known
             elif isinstance(v, ast.Name) and v.id in where.local_assigns:  # layers = []; layers.append(Layer(i))
                 items.extend(
@@ -312,16 +319,18 @@ class InstanceTyping(ModuleBindings):
                     and c.args
                 )
                 items.extend(  # layers.extend([Draft(w)]); layers += [Draft(w)]
-                    (e, where) for grown in _local_growth(v.id, where) for e in _sequence_items(grown, where)
+                    (e, where) for grown in local_growth(v.id, where) for e in sequence_items(grown, where)
                 )
                 reaching = self.reaching.keep(where.local_assigns[v.id], v, where)  # the binding read here
                 for bound in reaching:  # layers = [Attn(b), Mamba()]; attn + ssm
-                    items.extend((e, where) for e in _sequence_items(bound, where))
+                    items.extend((e, where) for e in sequence_items(bound, where))
                 if not items and declared is not None:  # declared List[nn.Module], filled elsewhere
                     typed.append(None)
             elif declared is not None:
                 typed.append(None)
-            elif seq := _sequence_items(v, where):  # a literal, a comprehension, a concatenation
+            elif (kept := narrowed_class(v)) is not None and isinstance(t := self.resolve_def(kept, where), ClassInfo):
+                typed.append(t)  # [b for b in backends if isinstance(b, PagedBackend)]
+            elif seq := sequence_items(v, where):  # a literal, a comprehension, a concatenation
                 items.extend((e, where) for e in seq)
             elif isinstance(v, ast.Dict):
                 items.extend((e, where) for e in v.values)
@@ -535,59 +544,6 @@ def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
     return imported_name(node, fn, "torch")
 
 
-def _sequence_items(value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ast.expr]:
-    """The item expressions of a list, tuple or set literal, a comprehension, a concatenation of those (``attn +
-    ssm``) and of local names bound to them; empty for anything else."""
-    if isinstance(value, ast.List | ast.Tuple | ast.Set):
-        return [e for e in value.elts if not isinstance(e, ast.Starred)]
-    if isinstance(value, ast.ListComp | ast.SetComp | ast.GeneratorExp):
-        return [value.elt]
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and depth < 4:
-        return [*_sequence_items(value.left, fn, depth + 1), *_sequence_items(value.right, fn, depth + 1)]
-    if isinstance(value, ast.Name) and depth < 4:
-        return [e for b in fn.local_assigns.get(value.id, [])[:4] for e in _sequence_items(b, fn, depth + 1)]
-    return []
-
-
-def _local_growth(name: str, fn: FunctionInfo) -> Iterator[ast.expr]:
-    """What `fn` adds to its local list `name` in bulk: ``name.extend(x)``, ``name += x``."""
-    for c in fn.calls:
-        f = c.func
-        if isinstance(f, ast.Attribute) and f.attr == "extend" and isinstance(f.value, ast.Name) and c.args:
-            yield from [c.args[0]] if f.value.id == name else []
-    for a in fn.assigns:
-        if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name) and a.target.id == name:
-            yield a.value
-
-
-def _fresh_list(value: ast.expr) -> bool:
-    """A new list (``[]``, a comprehension, ``list()``), not a view or wrapper of an earlier one."""
-    return isinstance(value, ast.List | ast.ListComp) or (
-        isinstance(value, ast.Call) and dotted(value.func) == "list" and not value.args
-    )
-
-
-def _grown(fn: FunctionInfo) -> Iterator[tuple[str, ast.expr]]:
-    """(attribute, receiver) of each bulk addition `fn` makes from something other than a literal or comprehension
-    (``self.heads.extend(more)``, ``.update(more)``, ``self.blocks += extra``); a literal's items are item stores."""
-    for call in fn.calls:
-        f = call.func
-        added = call.args[0] if call.args else None
-        if (
-            isinstance(f, ast.Attribute)
-            and f.attr in ("extend", "update")
-            and isinstance(f.value, ast.Attribute)
-            and not isinstance(added, ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp | ast.Dict)
-        ):
-            yield f.value.attr, f.value.value
-    literal = ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp
-    for a in fn.assigns:
-        if not isinstance(a, ast.AugAssign) or not isinstance(a.op, ast.Add | ast.BitOr):
-            continue
-        if isinstance(a.target, ast.Attribute) and not isinstance(a.value, literal):
-            yield a.target.attr, a.target.value
-
-
 def executed_callable(call: ast.expr) -> ast.expr | None:
     """The function an awaited hand-off runs on a thread: ``f`` of ``loop.run_in_executor(pool, f, *args)`` and of
     ``asyncio.to_thread(f, *args)``; the ``await`` gives its result."""
@@ -595,3 +551,17 @@ def executed_callable(call: ast.expr) -> ast.expr | None:
         return None
     at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
     return call.args[at] if at is not None and len(call.args) > at else None
+
+
+def _yield_unpacked(name: str, fn: FunctionInfo) -> int | None:
+    """The position of `name` in a tuple target bound to a ``yield`` (``plan, meta = yield logits``), if it is one."""
+    for a in fn.assigns:
+        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Yield):
+            for t in a.targets:
+                elts = t.elts if isinstance(t, ast.Tuple | ast.List) else []
+                for i, e in enumerate(elts):
+                    if isinstance(e, ast.Starred):
+                        break
+                    if isinstance(e, ast.Name) and e.id == name:
+                        return i
+    return None

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
-from flashcheck.verifier.dispatch import InstanceCalls, link_protocols
+from flashcheck.verifier.dispatch import InstanceCalls, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -60,7 +60,7 @@ class Project(InstanceCalls):
         self.reaching = Reaching()  # which assignments of a local reach a read of it (flow and typing share it)
         self._held: dict[str, set[str]] | None = None
         self._value_names: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
-        self._c3_orders: dict[int, list[ClassInfo] | None] = {}  # InstanceCalls.mro_method's, by id(class)
+        self._c3_orders: dict[int, list[ClassInfo] | None] = {}  # method's, by id(class)
         self._attribute_reads: frozenset[tuple[str | None, str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
@@ -145,18 +145,11 @@ class Project(InstanceCalls):
         return None
 
     def method(self, ci: ClassInfo, name: str) -> FunctionInfo | None:
-        """`name` looked up along the project-visible bases of `ci` (depth-first, like a simple MRO)."""
-        seen: set[int] = set()
-        stack = [ci]
-        while stack:
-            c = stack.pop(0)
-            if id(c) in seen:
-                continue
-            seen.add(id(c))
-            if name in c.methods:
-                return c.methods[name]
-            stack.extend(c.bases)
-        return None
+        """`name` as Python resolves it on an instance of `ci`: the first class of its C3 order over the project-visible
+        bases that defines it (``class Plain(Paged, LateMixin)`` takes ``Paged``'s base's method before the mixin's);
+        breadth-first over the bases where no order exists."""
+        order = resolution_order(ci, self._c3_orders)  # the model's classes do not change: one order per class
+        return next((c.methods[name] for c in order if name in c.methods), None)
 
     def resolve_def(
         self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
@@ -559,10 +552,9 @@ class Project(InstanceCalls):
         seen: set[int] = set()
         for c in self.subclasses_of(ci):
             table = c.setters if setters else c.methods
-            m = table.get(name) if name in table or setters else self.mro_method(c, name)
+            m = table.get(name) if name in table or setters else self.method(c, name)
             if not structural and m is not None and name not in table and any(m.cls is b for b in with_bases(ci)):
                 continue  # resolved in ci's own branch: no override
-            m = m if m is not None or not structural else self.method(c, name)
             if m is not None and id(m) not in seen:
                 seen.add(id(m))
                 yield m

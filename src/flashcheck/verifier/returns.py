@@ -4,7 +4,9 @@ A call of a project function is typed by its return annotation (``-> AttnMetadat
 what its ``return`` statements give when they all agree (``return AttnMetadata(...)``, a local built so). The items
 of a loop over a call of a generator function (``for mb in self._split(batch)``) are typed by its annotation
 (``Iterator[MicroBatch]``, ``Generator[MicroBatch, None, None]``, ``Iterable[...]``), else by the classes its own
-``yield`` statements construct when they agree. Answers are memoised on the project per function.
+``yield`` statements construct when they agree; what ``x = yield y`` receives by the send type of a ``Generator``
+annotation (``Generator[Logits, Tuple[StepPlan, AttnMeta], None]``, item by item for ``plan, meta = yield y``).
+Answers are memoised on the project per function.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import ast
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted
+from flashcheck.verifier.astutil import terminal_name as terminal
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
 
 if TYPE_CHECKING:
     from flashcheck.verifier.instances import InstanceTyping
 
-__all__ = ["returned_class", "yielded_class", "yields_of"]
+__all__ = ["returned_class", "sent_class", "yielded_class", "yields_of"]
 
 _ITERATORS = frozenset(
     f"{prefix}{name}"
@@ -94,3 +97,22 @@ def _agreeing(project: InstanceTyping, values: list[ast.expr], fn: FunctionInfo)
             return None
         found[id(t)] = t
     return next(iter(found.values())) if len(found) == 1 else None
+
+
+def sent_class(project: InstanceTyping, fn: FunctionInfo, index: int | None) -> ClassInfo | None:
+    """The class of what a generator function `fn` receives from ``send()``, by the send type of its ``Generator``
+    annotation; with `index`, of that item of a ``Tuple[...]`` send type (``plan, meta = yield logits``)."""
+    ann = annotation(getattr(fn.node, "returns", None))
+    if not isinstance(ann, ast.Subscript) or (dotted(ann.value) or "").rsplit(".", 1)[-1] != "Generator":
+        return None
+    args = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else []
+    sent = args[1] if len(args) > 1 else None
+    if index is not None:
+        inner = sent.slice if isinstance(sent, ast.Subscript) and terminal(sent.value) in ("Tuple", "tuple") else None
+        items = inner.elts if isinstance(inner, ast.Tuple) else []
+        sent = items[index] if index < len(items) and not _ellipsis(items) else None
+    return project._annotation_class(sent, fn, _DEPTH) if sent is not None else None
+
+
+def _ellipsis(items: list[ast.expr]) -> bool:
+    return any(isinstance(e, ast.Constant) and e.value is Ellipsis for e in items)

@@ -15,7 +15,7 @@ import ast
 import fnmatch
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, name_words, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, kwarg, name_tokens, name_words, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.context import in_context
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
@@ -91,20 +91,7 @@ class Provenance(StoredPlaces):
         self.uses = TensorUses()
 
     def of(self, expr: ast.expr, fn: FunctionInfo) -> Where:
-        if isinstance(
-            expr,
-            ast.Constant
-            | ast.JoinedStr
-            | ast.List
-            | ast.Tuple
-            | ast.Dict
-            | ast.Set
-            | ast.ListComp
-            | ast.SetComp
-            | ast.DictComp
-            | ast.GeneratorExp
-            | ast.Lambda,
-        ):
+        if isinstance(expr, _NOT_TENSORS):
             return HOST
         if isinstance(expr, ast.Name):
             if self.project.reaching.not_a_tensor(expr, fn):
@@ -150,6 +137,8 @@ class Provenance(StoredPlaces):
                 return HOST  # lens_np[i] of a parameter declared np.ndarray: an element of host data
             if base is not HOST and isinstance(expr.value, ast.Name) and self._host_tensor(expr.value, fn):
                 return HOST  # indptr[-1] of a helper's result that this call makes on the host
+            if base is UNKNOWN and _declared_tensor(expr.value, fn) and self.of(expr.value, fn) is HOST:
+                return HOST  # pages[mask] of a host parameter declared a Tensor: it stays on the host
             return base
         if isinstance(expr, ast.Call):
             return self._cached(expr, fn, lambda: self._call(expr, fn))
@@ -574,6 +563,18 @@ class Provenance(StoredPlaces):
             return HOST
         # Serving engines put their tensors on the accelerator: an unqualified ``device`` is the GPU.
         return DEVICE if name_tokens(name) & _DEVICE_WORDS else UNKNOWN
+
+
+_NOT_TENSORS = (
+    ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp,
+    ast.GeneratorExp, ast.Lambda,
+)  # fmt: skip
+
+
+def _declared_tensor(expr: ast.expr, fn: FunctionInfo) -> bool:
+    """A parameter annotated ``torch.Tensor`` (also ``Optional[...]``)."""
+    ann = annotation(fn.params.get(expr.id)) if isinstance(expr, ast.Name) else None
+    return ann is not None and terminal_name(ann) == "Tensor"
 
 
 def _returns_tensor(fn: FunctionInfo) -> bool:

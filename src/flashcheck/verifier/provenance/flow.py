@@ -18,7 +18,7 @@ from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import field_order, with_bases
+from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
@@ -328,7 +328,15 @@ class ValueFlow(KeyedItems):
         from every store of an attribute of that name in the project."""
         cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         if cls is not None:
-            return self.class_attr_sources(cls, expr.attr)
+            found = self.class_attr_sources(cls, expr.attr)
+            if isinstance(expr.value, ast.Name) and expr.value.id == "self":  # self may be a subclass's instance
+                found = found + self._subclass_defaults(cls, expr.attr)
+            return found
+        if expr.attr in self.project.attr_stores:  # only set from outside (``b = Batch(); b.seq_lens = ...``)
+            cls = self.instance_type(expr.value, fn)
+            late = self.class_attr_sources(cls, expr.attr) if cls is not None else []
+            if late:
+                return late
         if not by_name or (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")):
             return []
         # Unknown receiver type: every store of this attribute name in the project (other objects, fields), but
@@ -365,10 +373,28 @@ class ValueFlow(KeyedItems):
                 if value is not None and cls in with_bases(self.instance_type(replaced(call), f)):
                     out.append((value, f))
         out.extend(self._late_stores(cls, attr))
+        out.extend(self._descriptor_reads(out))
         prop = self.project.method(cls, attr)
         if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
             out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
         return out[:_MAX_SOURCES]
+
+    def _descriptor_reads(self, values: list[Source]) -> list[Source]:
+        """What reading a class attribute that holds a descriptor gives (``last_page_len = DeviceBuffer(...)`` in the
+        class body, whose ``__get__`` returns the buffer): the values its ``__get__`` returns."""
+        out: list[Source] = []
+        for v, where in values:
+            made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
+            getter = self.project.method(made, "__get__") if isinstance(made, ClassInfo) else None
+            if getter is not None:
+                out.extend((r, getter) for r in getter.returns)
+        return out
+
+    @staticmethod
+    def _subclass_defaults(base: ClassInfo, attr: str) -> list[Source]:
+        """Class attributes that subclasses of `base` set in their bodies (``decode_backend = "trtllm-gen"`` over the
+        base's ``"fa2"``): what ``self.attr`` holds in a method `base` gives them."""
+        return [(v, w) for d in descendants(base) for v, w in d.attr_assigns.get(attr, []) if w.cls is not d]
 
     def _positional_fields(self, cls: ClassInfo, attr: str) -> list[Source]:
         """Positional constructor arguments for a field: the class's ``__init__`` parameter of that name, or the

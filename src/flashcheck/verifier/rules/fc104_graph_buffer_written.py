@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from flashcheck.verifier.astutil import (
@@ -26,6 +26,7 @@ from flashcheck.verifier.flashinfer_api import (
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.index import owner_of, with_bases
+from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.paths import runs_after, runs_before
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
@@ -53,7 +54,8 @@ class GraphBufferWrittenElsewhere(Rule):
         cascade's ``*_buf_arr=`` lists, given as literals, comprehensions over or indexing a list, or a list passed
         whole, a ``CUDAGraph*Wrapper``'s buffers...), tracked through slices, views, local aliases, loop variables over
         lists and dicts of buffers (``for buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or
-        ``.items()`` loop at its own position, so a host mirror zipped beside a bound buffer stays its own),
+        ``.items()`` loop at its own position, so a host mirror zipped beside a bound buffer stays its own; a loop over
+        a dict whose items are bound under constant keys, ``for buf in self.graph_bufs.values()``, writes each),
         ``self.<attr>`` (in a method of a base class or mixin, also the attribute of each subclass that inherits it),
         module globals, other objects' attributes (``self.backend.kv_indptr``; where only subclasses of the object's
         declared class store the attribute, each such subclass's), ``@property`` getters that return the buffer or a
@@ -87,7 +89,11 @@ class GraphBufferWrittenElsewhere(Rule):
         later in an enclosing loop (unless a ``break`` or a generator stage's ``yield`` leaves it first: its consumer
         replays then), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing), and a
         write before it is the required pattern (a call of a function that plans counts as a plan, also through a method
-        alias kept in an attribute: ``self.update = self.update_single_wrapper``). Each write is reported once: at the
+        alias kept in an attribute: ``self.update = self.update_single_wrapper``); the ``__enter__`` and ``__exit__`` of
+        a project class that replay-prep code uses in a ``with`` statement run where its block begins and ends, so their
+        writes are reported where they are when the block begins or ends after that function's last plan (padding
+        after the plan the block wraps) and stay quiet when a plan follows (a staging upload whose block ends before
+        the plan). Each write is reported once: at the
         line that writes when its function is itself reported there, else at the call (a helper that writes its
         parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
 
@@ -163,11 +169,22 @@ class GraphBufferWrittenElsewhere(Rule):
             return fn not in prep and not exempt
 
         flow = _Flow(ctx, bindings, items, reported_in_place)
+        blocks = _with_blocks(ctx, prep)
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
             if fn in prep:
                 self._check_order(ctx, fn, flow)
+            elif (
+                id(fn) in blocks
+            ):  # a context manager's __enter__/__exit__: run where a replay path's block begins/ends
+                late = [(w, p) for w, line in blocks[id(fn)] if (p := _last_plan_before(flow, w, line)) is not None]
+                for node, b, key in flow.writes(fn) if late else []:
+                    w, p = late[0]
+                    why = (
+                        f"it runs in {w.short} as a `with` block there begins or ends, after the last plan() (line {p})"
+                    )
+                    self._hit(ctx, fn, node, b, key, why + ", so the replay reads values no plan was made for")
             elif not fn.name.startswith("init_"):  # initialisers that no replay path reaches set buffers up
                 for node, b, key in flow.writes(fn):
                     self._hit(
@@ -236,6 +253,10 @@ class _Flow:
         self._param_writes: dict[int, set[str]] = {}
         self._plans: dict[int, bool] = {}
         self._bound_writes: dict[int, bool] = {}
+        self.item_bindings: dict[Key, list[Key]] = {}  # a dict's key -> the keys of its items bound under constants
+        for key in bindings:
+            if (m := _ITEM.search(key[2])) is not None:
+                self.item_bindings.setdefault((key[0], key[1], key[2][: m.start()]), []).append(key)
 
     def writes(self, fn: FunctionInfo) -> list[tuple[ast.AST, Binding, Key]]:
         """Writes of bound storage in `fn`: its own, and calls of helpers that write an argument or a buffer."""
@@ -269,6 +290,8 @@ class _Flow:
         return out
 
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
+        start = storage_root(target)
+        looped = isinstance(start, ast.Name) and bool(loop_containers(start.id, fn, start.lineno))
         for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
             for k, item in _with_containers(key):  # self.kv_indices["succ"]: an item of a dict bound item by item
                 if item is not None and not _item_bound(self.items, k, item):
@@ -276,7 +299,9 @@ class _Flow:
                 b = self.bindings.get(k)
                 if b is not None:
                     return b, k
-        root = _alias_root(storage_root(target), fn)
+            for k in self.item_bindings.get(key, [])[:1] if looped else []:  # for b in self.graph_bufs.values()
+                return self.bindings[k], k
+        root = _alias_root(start, fn)
         if isinstance(root, ast.Attribute) and root.attr in WRAPPER_BUFFERS:  # the wrapper's own graph buffers
             return self._wrapper_buffer(root, fn)
         return None
@@ -382,6 +407,34 @@ _TRITON_STORES = frozenset(
 
 
 _ITEM = re.compile(r"\[(?:'[^']*'|\"[^\"]*\")\]$")
+
+
+def _with_blocks(ctx: Context, prep: Collection[FunctionInfo]) -> dict[int, list[tuple[FunctionInfo, int]]]:
+    """The ``__enter__`` and ``__exit__`` methods of the project classes that replay-prep functions use in ``with``
+    statements, each with those functions and the line where it runs: the ``with`` line for ``__enter__``, the block's
+    last line for ``__exit__``."""
+    out: dict[int, list[tuple[FunctionInfo, int]]] = {}
+    for fn in prep:
+        for node in ast.walk(fn.node) if not isinstance(fn.node, ast.Module) else ():
+            if not isinstance(node, ast.With | ast.AsyncWith):
+                continue
+            for item in node.items:
+                cls = ctx.project.instance_type(item.context_expr, fn)
+                for name, line in (("__enter__", node.lineno), ("__exit__", node.end_lineno or node.lineno)):
+                    method = ctx.project.method(cls, name) if cls is not None else None
+                    if method is not None:
+                        out.setdefault(id(method), []).append((fn, line))
+    return out
+
+
+def _last_plan_before(flow: _Flow, fn: FunctionInfo, line: int) -> int | None:
+    """The line of the last plan of `fn` that runs before `line` on its path, when none may run after it."""
+    plans = flow.plan_lines(fn)
+    later, earlier = runs_after(fn.node.body, line), runs_before(fn.node.body, line)
+    if any(p > line and later(p) for p in plans):
+        return None
+    before = [p for p in plans if p <= line and (p == line or earlier(p))]
+    return max(before) if before else None
 
 
 def _with_containers(key: Key) -> list[tuple[Key, str | None]]:

@@ -29,9 +29,11 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         The workspace argument of FlashInfer kernels that keep counters in it and need it zeroed before first use:
         ``trtllm_batch_decode_with_kv_cache`` and ``..._mla``, ``trtllm_batch_context_with_kv_cache``, the XQA decode
         functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
-        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute,
-        an entry of a table (``self.decode_backend[name]``) or a caller's argument, or a ``**kwargs`` dict that holds
-        one: a literal, ``dict(backend=...)``, or a helper's dict with ``kw["backend"] = "trtllm-gen"`` stored under a
+        ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute
+        (in a base class's constructor, also a class attribute a subclass's body sets: ``backend=self.decode_backend``
+        with ``decode_backend = "trtllm-gen"`` in a subclass), an entry of a table (``self.decode_backend[name]``) or a
+        caller's argument, or a ``**kwargs`` dict that holds one: a literal, ``dict(backend=...)``, or a helper's dict
+        with ``kw["backend"] = "trtllm-gen"`` stored under a
         flag), also under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``,
         ``... trtllm_batch_decode_with_kv_cache as trt_decode``) or a module's alias of the class (``Decode =
         flashinfer.BatchDecodeWithPagedKVCacheWrapper``), plus the names listed in ``zeroed-workspace-consumers``.

@@ -30,8 +30,10 @@ class ReallocOnReplayPath(Rule):
         ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an empty dict or list filled as it goes)
         an attribute of an object ``self`` keeps (``self.backend.kv_indptr``) or of an object that holds a captured
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
-        entry.positions = x.clone()``), also through ``setattr(self, name, ...)`` with a literal name or the constants a
-        loop gives it (``for name in self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and
+        entry.positions = x.clone()``; also a record whose constructor keeps a parameter so annotated, ``def
+        __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph``), also through ``setattr(self, name,
+        ...)`` with a literal name or the constants a loop gives it (``for name in self._STATIC_INPUTS: setattr(self,
+        name, getattr(fb, name).clone())``), and
         ``.resize_()`` of such a buffer (also an item, ``self.seq_lens[dev].resize_(n)``). A lazy first allocation
         guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a
         local bound to the attribute) is not reported, nor are the buffers its block allocates beside it, when the block
@@ -189,10 +191,12 @@ def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
             for v, where in values:
                 if isinstance(v, ast.Call) and (torch_name(v.func, where) or "").endswith("cuda.CUDAGraph"):
                     return True
+                if isinstance(v, ast.Name) and _names_cuda_graph(where.params.get(v.id)):
+                    return True  # def __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph
     return False
 
 
-def _names_cuda_graph(ann: ast.expr) -> bool:
+def _names_cuda_graph(ann: ast.expr | None) -> bool:
     """An annotation of a CUDA graph: ``torch.cuda.CUDAGraph``, also ``Optional[...]``, ``... | None`` or a string."""
     found = annotation(ann)
     return found is not None and (dotted(found) or "").rsplit(".", 1)[-1] == "CUDAGraph"
