@@ -201,7 +201,31 @@ class InstanceCalls(Registries):
             return
         if self.declared_loop_item(base, fn):
             return
+        built = self._constructed(base, fn)
+        if built:  # self.backend: Backend = PagedBackend() if paged else RaggedBackend(): those two
+            yield from (m for c in built if (m := self.method(c, target.name)) is not None and m is not target)
+            return
         yield from self._serving_overrides(inst, target.name, fn)
+
+    def _constructed(self, obj: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes whose constructors build every value `obj` (an attribute or a local) is seen bound to,
+        through both branches of conditional expressions; empty when one of them is built otherwise."""
+        if isinstance(obj, ast.Attribute):
+            values = self.family_stores(self.instance_type(obj.value, fn, 1), obj.attr)
+        elif isinstance(obj, ast.Name):
+            values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
+        else:
+            return []
+        found: dict[int, ClassInfo] = {}
+        for value, where in values[:8]:
+            for v in branches(value):
+                if is_none(v):
+                    continue
+                made = self.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
+                if not isinstance(made, ClassInfo):
+                    return []
+                found[id(made)] = made
+        return list(found.values())
 
     def _serving_overrides(self, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """`overrides` of `inst`'s `name` that may run for `fn`: those in tests and benchmarks only for code there."""

@@ -32,6 +32,9 @@ def runs_before(body: list[ast.stmt], line: int) -> Callable[[int], bool]:
     earlier statements of its block and of the blocks around it (the tests of an ``if`` or loop, a ``with``'s
     context managers), but not the blocks of an earlier statement that end in ``return``/``raise``, nor the other
     branches of an ``if``; the body of a ``try`` before its handlers and ``else``; the whole of any loop around it.
+    A generator's ``yield`` statement (also at the end of a ``with`` block) starts the path again: its consumer runs,
+    and may replay, before the code after it, so what ran before it (and an earlier iteration of a loop whose body
+    yields) is not on the path.
     Any line, when `line` is in no statement of `body`."""
     spans = _before(body, line)
     if spans is None:
@@ -80,10 +83,12 @@ _ENDINGS = {ast.Return: "return", ast.Raise: "raise", ast.Break: "break", ast.Co
 def _ends(block: list[ast.stmt], *, yields: bool = False) -> str:
     """How a block's last statement ends its path: "return", "raise", "break", "continue", or ""; with `yields`, a
     ``yield`` as a statement counts as a return (the generator's consumer runs then, and may replay, before the rest
-    runs after the generator resumes)."""
+    runs after the generator resumes); a ``with`` block ends as its body does."""
     if not block:
         return ""
     last = block[-1]
+    if isinstance(last, ast.With | ast.AsyncWith):  # with stream(s): ...; return/raise/yield at the block's end
+        return _ends(last.body, yields=yields)
     value = last.value if isinstance(last, ast.Expr | ast.Assign | ast.AnnAssign) else None
     if yields and isinstance(value, ast.Yield | ast.YieldFrom):
         return "return"
@@ -143,9 +148,12 @@ def _before(body: list[ast.stmt], line: int) -> _Spans | None:
     for i, stmt in enumerate(body):
         if not _holds(stmt, line):
             continue
-        spans: _Spans = [s for earlier in body[:i] for s in _falls_through(earlier)]
+        # a generator's `yield` hands over to its consumer (which may replay): what ran before it is not this path's
+        cut = max((j + 1 for j, earlier in enumerate(body[:i]) if _ends([earlier], yields=True)), default=0)
+        spans: _Spans = [s for earlier in body[cut:i] for s in _falls_through(earlier)]
         spans += _header(stmt)
-        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
+        loop = isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
+        if loop and not any(_ends([b], yields=True) for b in stmt.body):
             spans.append((stmt.lineno, stmt.end_lineno or stmt.lineno))  # an earlier iteration
         if isinstance(stmt, ast.Try | getattr(ast, "TryStar", ast.Try)):
             spans += _before_in_try(stmt, line)
