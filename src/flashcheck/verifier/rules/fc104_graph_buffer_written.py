@@ -87,7 +87,8 @@ class GraphBufferWrittenElsewhere(Rule):
         call that plans) is reported, once a plan has run on its own path and unless one may run after it there (a plan
         in another branch of an ``if`` or ``match``, or in a branch that returned, neither precedes nor follows it; one
         later in an enclosing loop (unless a ``break`` or a generator stage's ``yield`` leaves it first: its consumer
-        replays then), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing), and a
+        replays then), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing; a
+        generator's ``yield``, also at the end of a ``with`` block, starts the path again), and a
         write before it is the required pattern (a call of a function that plans counts as a plan, also through a method
         alias kept in an attribute: ``self.update = self.update_single_wrapper``); the ``__enter__`` and ``__exit__`` of
         a project class that replay-prep code uses in a ``with`` statement run where its block begins and ends, so their
