@@ -10,13 +10,13 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import is_abstract, is_none, is_protocol
+from flashcheck.verifier.astutil import is_abstract, is_none, is_protocol, terminal_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 
-__all__ = ["InstanceCalls", "link_protocols", "resolution_order"]
+__all__ = ["InstanceCalls", "closed", "link_protocols", "resolution_order"]
 
 
 class InstanceCalls(Registries):
@@ -346,6 +346,22 @@ def link_protocols(classes: Iterable[ClassInfo]) -> set[int]:
 
 def _protocol(ci: ClassInfo) -> bool:
     return is_protocol(ci.node, ci.module.imports)
+
+
+_NO_METHODS = frozenset({"object", "ABC", "Generic", "Protocol"})
+
+
+def closed(cls: ClassInfo) -> bool:
+    """Whether every base of `cls` is a project class or one that brings no methods (``object``, ``abc.ABC``,
+    ``Generic[T]``, ``Protocol``): then a method none of them defines can only be a subclass's (a class built on
+    ``torch.Tensor`` or an extension type has methods the project does not see)."""
+    for c in with_bases(cls):
+        outside = [
+            b for b in c.node.bases if terminal_name(b.value if isinstance(b, ast.Subscript) else b) not in _NO_METHODS
+        ]
+        if len(outside) > len(c.bases):
+            return False
+    return True
 
 
 def resolution_order(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None]) -> list[ClassInfo]:

@@ -424,8 +424,10 @@ class HotPaths:
         runs = [*self.project.callees(fn), *self.project.property_reads(fn), *self.project.property_writes(fn)]
         for callee, node in runs:
             name = _self_member(node)
+            if name is not None and callee.name in ("__call__", "forward") and callee.name != name:
+                name = None  # self.patch(x): the forward of the object self holds, not a method of self
             if name is None:
-                out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn)))
+                out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn, callee)))
                 continue
             if narrow and callee.name == name and owner_of(callee).cls is not None:
                 assert ctx is not None
@@ -434,15 +436,18 @@ class HotPaths:
                 if id(callee) not in allowed[name]:
                     continue  # a sibling's override: self is not an instance of its class
             out.append((callee, node, ctx))
-        out.extend((callee, node, None) for callee, node in self._alias_callees(fn))
+        # self._forward_method(x) after self._forward_method = self.dispatch_forward(): a method of this object
+        out.extend((callee, node, ctx if _self_member(node) else None) for callee, node in self._alias_callees(fn))
         out.extend((callee, node, None) for callee, node in self._decorator_wrappers(fn))
         return out
 
-    def _receiver(self, node: ast.expr, fn: FunctionInfo) -> ClassInfo | None:
+    def _receiver(self, node: ast.expr, fn: FunctionInfo, callee: FunctionInfo) -> ClassInfo | None:
         """The class of the object a call or attribute read runs on, when it is known (``self.backend.plan()`` with
-        ``self.backend = FlashInferBackend(...)``)."""
+        ``self.backend = FlashInferBackend(...)``; the object itself where it is called: ``self.patch(x)``)."""
         if isinstance(node, ast.Call):
             f = node.func
+            if callee.name in ("__call__", "forward") and terminal_name(f) != callee.name:  # layer(h): its forward
+                return self.project.instance_type(f, fn, 1)
             return self.project.instance_type(f.value, fn, 1) if isinstance(f, ast.Attribute) else None
         return self.project.instance_type(node.value, fn) if isinstance(node, ast.Attribute) else None
 

@@ -359,6 +359,8 @@ class InstanceTyping(ModuleBindings):
             container = container.value
         if self._declared_items(container, fn, 1) is not None:
             return True
+        if isinstance(container, ast.Name):  # kept = [b for b in backends if isinstance(b, Paged)]: Paged or below
+            return any(narrowed_class(v) is not None for v in fn.local_assigns.get(container.id, [])[:4])
         if not isinstance(container, ast.Attribute):
             return False
         for c in with_bases(self.instance_type(container.value, fn, 1)):
@@ -367,6 +369,8 @@ class InstanceTyping(ModuleBindings):
                 while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                     v = v.args[0]
                 if isinstance(v, ast.Name) and self._declared_items(v, where, 1) is not None:
+                    return True
+                if narrowed_class(v) is not None:
                     return True
         return False
 

@@ -152,8 +152,7 @@ def _before(body: list[ast.stmt], line: int) -> _Spans | None:
         cut = max((j + 1 for j, earlier in enumerate(body[:i]) if _ends([earlier], yields=True)), default=0)
         spans: _Spans = [s for earlier in body[cut:i] for s in _falls_through(earlier)]
         spans += _header(stmt)
-        loop = isinstance(stmt, ast.For | ast.AsyncFor | ast.While)
-        if loop and not any(_ends([b], yields=True) for b in stmt.body):
+        if isinstance(stmt, ast.For | ast.AsyncFor | ast.While) and not any(_ends([b], yields=True) for b in stmt.body):
             spans.append((stmt.lineno, stmt.end_lineno or stmt.lineno))  # an earlier iteration
         if isinstance(stmt, ast.Try | getattr(ast, "TryStar", ast.Try)):
             spans += _before_in_try(stmt, line)

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
-from flashcheck.verifier.dispatch import InstanceCalls, link_protocols, resolution_order
+from flashcheck.verifier.dispatch import InstanceCalls, closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -422,8 +422,11 @@ class Project(InstanceCalls):
                 yield from self.abstract_overrides(base, inst, target, fn)  # self.attn.forward_decode() of an ABC
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
-                if not held and isinstance(base, ast.Name) and base.id == "self":
-                    held = list(self.overrides(inst, func.attr))  # a mixin's self.fill(): what subclasses define
+                if not held and closed(inst):  # a mixin's self.fill(), an item kept by isinstance: a subclass's
+                    mine = isinstance(base, ast.Name) and base.id == "self"
+                    held = list(
+                        self.overrides(inst, func.attr) if mine else self._serving_overrides(inst, func.attr, fn)
+                    )
                 yield from held
                 return
         if isinstance(target, ClassInfo):

@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
-from flashcheck.verifier.index import descendants, field_order, with_bases
+from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import owner_of as owner
+from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
-from flashcheck.verifier.provenance.calls import CallScan, is_partial, replaced
+from flashcheck.verifier.provenance.calls import CallScan, is_partial
+from flashcheck.verifier.provenance.fields import ClassAttrs
 from flashcheck.verifier.provenance.keyed import KeyedItems
 from flashcheck.verifier.provenance.tensors import tuple_op_input
 
@@ -34,7 +35,7 @@ _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 
 
-class ValueFlow(KeyedItems):
+class ValueFlow(ClassAttrs, KeyedItems):
     """Sources of references within one project (results are cached per node)."""
 
     def __init__(self, project: Project) -> None:
@@ -330,7 +331,7 @@ class ValueFlow(KeyedItems):
         if cls is not None:
             found = self.class_attr_sources(cls, expr.attr)
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":  # self may be a subclass's instance
-                found = found + self._subclass_defaults(cls, expr.attr)
+                found = found + self._subclass_defaults(cls, expr.attr, fn)
             return found
         if expr.attr in self.project.attr_stores:  # only set from outside (``b = Batch(); b.seq_lens = ...``)
             cls = self.instance_type(expr.value, fn)
@@ -345,104 +346,6 @@ class ValueFlow(KeyedItems):
         every = chain(self.project.attr_stores.get(expr.attr, []), self.self_attr_index().get(expr.attr, []), keyed)
         serving = not fn.source.is_tooling
         return list(islice((s for s in every if not (serving and s[1].source.is_tooling)), _MAX_SOURCES))
-
-    def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
-        key = (id(cls), attr)
-        found = self._class_attrs.get(key)
-        if found is None:
-            self._class_attrs[key] = []  # recursion guard
-            found = self._class_attrs[key] = self._class_attr_sources(cls, attr)
-        return found
-
-    def _class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
-        out: list[Source] = []
-        field = False
-        for c in with_bases(cls):
-            out.extend(c.attr_assigns.get(attr, []))
-            out.extend(s for v, i, f in c.attr_unpacks.get(attr, []) for s in self._item_of_result(v, i, f))
-            if attr in c.fields:  # dataclass field: the constructor's argument
-                field = True
-                index = self.calls.keyword_index()
-                for v, where, call in [*index.get(f"{c.name}.{attr}", []), *index.get(f"cls.{attr}", [])]:
-                    if self.calls.constructs(call, where, c):
-                        out.append((v, where))
-        if field:
-            out.extend(self._positional_fields(cls, attr))
-            for f, call in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy of it
-                value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
-                if value is not None and cls in with_bases(self.instance_type(replaced(call), f)):
-                    out.append((value, f))
-        out.extend(self._late_stores(cls, attr))
-        out.extend(self._descriptor_reads(out))
-        prop = self.project.method(cls, attr)
-        if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
-            out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
-        return out[:_MAX_SOURCES]
-
-    def _descriptor_reads(self, values: list[Source]) -> list[Source]:
-        """What reading a class attribute that holds a descriptor gives (``last_page_len = DeviceBuffer(...)`` in the
-        class body, whose ``__get__`` returns the buffer): the values its ``__get__`` returns."""
-        out: list[Source] = []
-        for v, where in values:
-            made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
-            getter = self.project.method(made, "__get__") if isinstance(made, ClassInfo) else None
-            if getter is not None:
-                out.extend((r, getter) for r in getter.returns)
-        return out
-
-    @staticmethod
-    def _subclass_defaults(base: ClassInfo, attr: str) -> list[Source]:
-        """Class attributes that subclasses of `base` set in their bodies (``decode_backend = "trtllm-gen"`` over the
-        base's ``"fa2"``): what ``self.attr`` holds in a method `base` gives them."""
-        return [(v, w) for d in descendants(base) for v, w in d.attr_assigns.get(attr, []) if w.cls is not d]
-
-    def _positional_fields(self, cls: ClassInfo, attr: str) -> list[Source]:
-        """Positional constructor arguments for a field: the class's ``__init__`` parameter of that name, or the
-        field's place in the dataclass order (bases' fields first) when the class defines no ``__init__``."""
-        init = self.project.method(cls, "__init__")
-        if init is not None:
-            return [
-                (arg, caller)
-                for caller, call in self.project.callers(init)
-                if call.args and (arg := arg_for_param(call, init, attr)) is not None
-            ]
-        order = field_order(cls)
-        i = order.index(attr) if attr in order else len(order)
-        out: list[Source] = []
-        for caller, call in self.calls.class_calls().get(cls.name, []):
-            args = call.args
-            fits = i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1])
-            if fits and self.calls.constructs(call, caller, cls):
-                out.append((args[i], caller))
-        return out
-
-    def _late_stores(self, cls: ClassInfo, attr: str) -> list[Source]:
-        """``obj.attr = value`` on another object whose type is `cls` (or a subclass): a field set after
-        construction (``ret = cls(...); ret.seq_lens = ...``, ``batch.seq_lens = ...`` on a returned batch)."""
-        mine = {id(c) for c in with_bases(cls)}
-        out: list[Source] = []
-        receivers = self._store_receivers()
-        for value, where in self.project.attr_stores.get(attr, []):
-            for receiver in receivers.get(id(value), []):
-                owner_cls = self.instance_type(receiver, where)
-                if owner_cls is not None and mine & {id(c) for c in with_bases(owner_cls)}:
-                    out.append((value, where))
-                    break
-        return out
-
-    def _store_receivers(self) -> dict[int, list[ast.expr]]:
-        """The receivers of ``obj.attr = value`` stores (``obj``), by the stored value's node."""
-        if self._receivers is None:
-            self._receivers = {}
-            for f in self.project.all_functions():
-                for a in f.assigns:
-                    if isinstance(a, ast.Assign):
-                        for t in a.targets:
-                            if isinstance(t, ast.Attribute) and not (
-                                isinstance(t.value, ast.Name) and t.value.id == "self"
-                            ):
-                                self._receivers.setdefault(id(a.value), []).append(t.value)
-        return self._receivers
 
     def _typed_attr(self, attr: str) -> bool:
         """Whether some project class declares, assigns or defines `attr` (only then can typing a receiver help)."""

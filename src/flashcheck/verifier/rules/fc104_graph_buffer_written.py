@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flashcheck.verifier.astutil import (
@@ -31,6 +31,7 @@ from flashcheck.verifier.paths import runs_after, runs_before
 from flashcheck.verifier.project import FunctionInfo, Project
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
+from flashcheck.verifier.withblocks import CM_METHODS, last_plan_before, with_sites
 
 
 @dataclass(frozen=True)
@@ -170,22 +171,17 @@ class GraphBufferWrittenElsewhere(Rule):
             return fn not in prep and not exempt
 
         flow = _Flow(ctx, bindings, items, reported_in_place)
-        blocks = _with_blocks(ctx, prep)
+        blocks = with_sites(ctx.project, flow.writes_bound)
+        for method, sites in blocks.values():
+            for w, _ in sites:  # with Pad(...) in a helper that plans nothing: its writes are the helper's
+                flow.entered.setdefault(id(w), []).append(method)
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
             if fn in prep:
                 self._check_order(ctx, fn, flow)
-            elif (
-                id(fn) in blocks
-            ):  # a context manager's __enter__/__exit__: run where a replay path's block begins/ends
-                late = [(w, p) for w, line in blocks[id(fn)] if (p := _last_plan_before(flow, w, line)) is not None]
-                for node, b, key in flow.writes(fn) if late else []:
-                    w, p = late[0]
-                    why = (
-                        f"it runs in {w.short} as a `with` block there begins or ends, after the last plan() (line {p})"
-                    )
-                    self._hit(ctx, fn, node, b, key, why + ", so the replay reads values no plan was made for")
+            elif id(fn) in blocks:  # a context manager's __enter__/__exit__: run where a `with` block begins/ends
+                self._check_entered(ctx, fn, flow, blocks[id(fn)][1], lambda w: w in prep or not reported_in_place(w))
             elif not fn.name.startswith("init_"):  # initialisers that no replay path reaches set buffers up
                 for node, b, key in flow.writes(fn):
                     self._hit(
@@ -196,6 +192,29 @@ class GraphBufferWrittenElsewhere(Rule):
                         key,
                         f"{fn.short} is not on a replay/metadata path, so the next plan() reads what it left",
                     )
+
+    def _check_entered(
+        self,
+        ctx: Context,
+        fn: FunctionInfo,
+        flow: _Flow,
+        sites: list[tuple[FunctionInfo, int]],
+        on_path: Callable[[FunctionInfo], bool],
+    ) -> None:
+        """`fn` runs where ``with`` blocks begin or end (`sites`): its writes are off the replay path where one such
+        block is (forward code), else after the plan where a replay-prep function's block begins or ends after its
+        last plan; quiet where each block begins or ends before a plan (a staging upload)."""
+        off = [w for w, _ in sites if not on_path(w)]
+        late = [(w, p) for w, line in sites if (p := last_plan_before(w, flow.plan_lines(w), line)) is not None]
+        if off:
+            why = f"{fn.short} runs as a `with` block in {off[0].short} begins or ends, off the replay/metadata path"
+        elif late:
+            w, p = late[0]
+            why = f"it runs as a `with` block in {w.short} begins or ends, after its last plan() (line {p})"
+        else:
+            return
+        for node, b, key in flow.writes(fn):
+            self._hit(ctx, fn, node, b, key, f"{why}, so the replay reads values no plan was made for")
 
     def _check_order(self, ctx: Context, fn: FunctionInfo, flow: _Flow) -> None:
         """On a replay-prep path, buffers are filled before plan(); a write after the last plan() of the
@@ -254,6 +273,7 @@ class _Flow:
         self._param_writes: dict[int, set[str]] = {}
         self._plans: dict[int, bool] = {}
         self._bound_writes: dict[int, bool] = {}
+        self.entered: dict[int, list[FunctionInfo]] = {}  # id(fn) -> __enter__/__exit__ its with statements run
         self.item_bindings: dict[Key, list[Key]] = {}  # a dict's key -> the keys of its items bound under constants
         for key in bindings:
             if (m := _ITEM.search(key[2])) is not None:
@@ -293,6 +313,7 @@ class _Flow:
     def _bound(self, target: ast.expr, fn: FunctionInfo) -> tuple[Binding, Key] | None:
         start = storage_root(target)
         looped = isinstance(start, ast.Name) and bool(loop_containers(start.id, fn, start.lineno))
+        looped = looped and isinstance(start, ast.Name) and _every_item(start, fn)
         for key in storage_keys(target, fn, project=self.ctx.project, typer=self.ctx.prov.flow.instance_type):
             for k, item in _with_containers(key):  # self.kv_indices["succ"]: an item of a dict bound item by item
                 if item is not None and not _item_bound(self.items, k, item):
@@ -329,7 +350,10 @@ class _Flow:
         return None
 
     def _callee_bound(self, fn: FunctionInfo) -> list[tuple[Binding, Key]]:
-        return [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+        own = [(b, k) for node, target in _writes(fn) if (found := self._bound(target, fn)) for b, k in [found]]
+        if not own and fn.name not in CM_METHODS and not self._direct_plans(fn):
+            own = [bk for m in self.entered.get(id(fn), [])[:4] for bk in self._callee_bound(m)]
+        return own
 
     def _deep_bound(self, fn: FunctionInfo, depth: int = 4) -> tuple[FunctionInfo, Binding, Key] | None:
         """The first bound write in `fn` or the functions it calls (at most `depth` calls away), with the function
@@ -410,32 +434,17 @@ _TRITON_STORES = frozenset(
 _ITEM = re.compile(r"\[(?:'[^']*'|\"[^\"]*\")\]$")
 
 
-def _with_blocks(ctx: Context, prep: Collection[FunctionInfo]) -> dict[int, list[tuple[FunctionInfo, int]]]:
-    """The ``__enter__`` and ``__exit__`` methods of the project classes that replay-prep functions use in ``with``
-    statements, each with those functions and the line where it runs: the ``with`` line for ``__enter__``, the block's
-    last line for ``__exit__``."""
-    out: dict[int, list[tuple[FunctionInfo, int]]] = {}
-    for fn in prep:
-        for node in ast.walk(fn.node) if not isinstance(fn.node, ast.Module) else ():
-            if not isinstance(node, ast.With | ast.AsyncWith):
-                continue
-            for item in node.items:
-                cls = ctx.project.instance_type(item.context_expr, fn)
-                for name, line in (("__enter__", node.lineno), ("__exit__", node.end_lineno or node.lineno)):
-                    method = ctx.project.method(cls, name) if cls is not None else None
-                    if method is not None:
-                        out.setdefault(id(method), []).append((fn, line))
-    return out
-
-
-def _last_plan_before(flow: _Flow, fn: FunctionInfo, line: int) -> int | None:
-    """The line of the last plan of `fn` that runs before `line` on its path, when none may run after it."""
-    plans = flow.plan_lines(fn)
-    later, earlier = runs_after(fn.node.body, line), runs_before(fn.node.body, line)
-    if any(p > line and later(p) for p in plans):
-        return None
-    before = [p for p in plans if p <= line and (p == line or earlier(p))]
-    return max(before) if before else None
+def _every_item(name: ast.Name, fn: FunctionInfo) -> bool:
+    """Whether the loop that binds `name` writes it for every item: the write is a statement of the loop's body
+    itself (or of a ``with`` there), not under a test that may skip items (``if key not in BOUND:``)."""
+    loops = [n for n in ast.walk(fn.node) if isinstance(n, ast.For | ast.AsyncFor) and n.lineno <= name.lineno]
+    around = [n for n in loops if name.lineno <= (n.end_lineno or n.lineno)]
+    body = min(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno).body if around else []
+    while True:
+        stmt = next((st for st in body if st.lineno <= name.lineno <= (st.end_lineno or st.lineno)), None)
+        if not isinstance(stmt, ast.With | ast.AsyncWith):
+            return stmt is not None and not hasattr(stmt, "body")
+        body = stmt.body
 
 
 def _with_containers(key: Key) -> list[tuple[Key, str | None]]:
