@@ -20,7 +20,9 @@ __all__ = [
     "item_annotation",
     "kwarg",
     "name_tokens",
+    "pattern_bindings",
     "storage_root",
+    "target_paths",
     "terminal_name",
 ]
 
@@ -286,3 +288,47 @@ def item_annotation(ann: ast.expr) -> ast.expr | None:
     if head in ("Tuple", "tuple") and not (len(args) == 2 and isinstance(args[1], ast.Constant)):
         return None  # Tuple[A, B]: items of different types
     return args[0] if head in _SEQUENCES and args else None
+
+
+def pattern_bindings(subject: ast.expr, pattern: ast.pattern) -> list[tuple[str, ast.expr]]:
+    """The names a ``case`` pattern binds, each with the expression of the subject it takes: the attribute of an
+    instance of the class for ``DecodeBatch(kv_indptr=indptr)`` (``DecodeBatch().kv_indptr``: its fields' values),
+    ``subject["seq_lens"]`` for ``{"seq_lens": lens}``, ``subject[1]`` for ``(kind, payload)``, the subject itself for
+    ``as name`` and a capture; nested patterns go deeper."""
+
+    def at(node: ast.expr) -> ast.expr:
+        return ast.copy_location(node, pattern)
+
+    if isinstance(pattern, ast.MatchAs):
+        inner = pattern_bindings(subject, pattern.pattern) if pattern.pattern is not None else []
+        return inner + ([(pattern.name, subject)] if pattern.name else [])
+    if isinstance(pattern, ast.MatchOr):
+        return [b for p in pattern.patterns for b in pattern_bindings(subject, p)]
+    if isinstance(pattern, ast.MatchClass):  # the subject is an instance of the class: read as `DecodeBatch().attr`
+        typed = at(ast.Call(pattern.cls, [], []))
+        pairs = zip(pattern.kwd_attrs, pattern.kwd_patterns, strict=True)
+        return [b for a, p in pairs for b in pattern_bindings(at(ast.Attribute(typed, a, ast.Load())), p)]
+    if isinstance(pattern, ast.MatchMapping):
+        out = [
+            b
+            for k, p in zip(pattern.keys, pattern.patterns, strict=True)
+            for b in pattern_bindings(at(ast.Subscript(subject, k, ast.Load())), p)
+        ]
+        return out + ([(pattern.rest, subject)] if pattern.rest else [])
+    if isinstance(pattern, ast.MatchSequence):
+        items = [(i, p) for i, p in enumerate(pattern.patterns)]
+        if any(isinstance(p, ast.MatchStar) for _, p in items):
+            items = [(i, p) for i, p in items if not isinstance(p, ast.MatchStar)][:1]  # positions past a star shift
+        return [
+            b for i, p in items for b in pattern_bindings(at(ast.Subscript(subject, ast.Constant(i), ast.Load())), p)
+        ]
+    return []
+
+
+def target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """The names a loop target binds, each with its position in the (nested) tuple target."""
+    if isinstance(target, ast.Name):
+        return [(target.id, path)]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [p for i, e in enumerate(target.elts) for p in target_paths(e, (*path, i))]
+    return []

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, pattern_bindings, target_paths
 from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_keys, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
@@ -50,6 +50,7 @@ _KINDS: dict[type, str] = {
     ast.With: "with",
     ast.Global: "global",
     ast.NamedExpr: "walrus",
+    ast.Match: "match",
 }
 _SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
 _LEAVES = frozenset(
@@ -445,13 +446,16 @@ class _Indexer:
                     fn.loop_vars.setdefault(n.id, []).append(node.iter)
             span = (node, node) if isinstance(node, ast.For | ast.AsyncFor) else (node.target, node.iter)
             first, last = span[0].lineno, span[1].end_lineno or span[1].lineno
-            for name, path in _target_paths(node.target, ()):
+            for name, path in target_paths(node.target, ()):
                 fn.loop_items.setdefault(name, []).append((node.iter, path, first, last))
         elif kind == "global":
             self._globals.update(node.names)
         elif kind == "walrus":  # if decode := meta.decode_metadata: a local like any other assignment
             if isinstance(node.target, ast.Name):
                 fn.local_assigns.setdefault(node.target.id, []).append(node.value)
+        elif kind == "match":  # case DecodeBatch(kv_indptr=indptr): indptr = subject.kv_indptr
+            for name, value in (b for case in node.cases for b in pattern_bindings(node.subject, case.pattern)):
+                fn.local_assigns.setdefault(name, []).append(value)
         elif kind == "with":
             for item in node.items:
                 c = item.context_expr
@@ -571,15 +575,6 @@ def _closure(start: list[ClassInfo], step: Callable[[ClassInfo], list[ClassInfo]
             out.append(c)
             stack.extend(step(c))
     return out
-
-
-def _target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
-    """The names a loop target binds, each with its position in the (nested) tuple target."""
-    if isinstance(target, ast.Name):
-        return [(target.id, path)]
-    if isinstance(target, ast.Tuple | ast.List):
-        return [p for i, e in enumerate(target.elts) for p in _target_paths(e, (*path, i))]
-    return []
 
 
 def field_order(cls: ClassInfo) -> list[str]:

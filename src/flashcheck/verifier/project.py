@@ -422,8 +422,9 @@ class Project(InstanceCalls):
                 yield from self.abstract_overrides(base, inst, target, fn)  # self.attn.forward_decode() of an ABC
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
-                if not held and closed(inst):  # a mixin's self.fill(), an item kept by isinstance: a subclass's
-                    mine = isinstance(base, ast.Name) and base.id == "self"
+                mine = isinstance(base, ast.Name) and base.id == "self"
+                if not held and closed(inst) and (mine or self.kept_by_isinstance(base, fn)):
+                    # a mixin's self.fill(), an item an isinstance filter kept: what subclasses define
                     held = list(
                         self.overrides(inst, func.attr) if mine else self._serving_overrides(inst, func.attr, fn)
                     )

@@ -343,6 +343,9 @@ class Provenance(StoredPlaces):
         if depth > 6:
             return False
         if isinstance(expr, ast.Subscript):
+            k = expr.slice  # batch["seq_lens"] of a TypedDict that declares it a Tensor
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                return self.flow.tensor_field(expr.value, k.value, fn) is not None
             return self.tensorish(expr.value, fn, depth + 1)
         if isinstance(expr, ast.BinOp):
             return self.tensorish(expr.left, fn, depth + 1) or self.tensorish(expr.right, fn, depth + 1)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.astutil import annotation, dotted, terminal_name
+from flashcheck.verifier.index import ClassInfo, with_bases
 from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.project import FunctionInfo, Project
 
@@ -21,6 +21,7 @@ class KeyedItems:
     """The keyed-item half of `flashcheck.verifier.provenance.flow.ValueFlow`."""
 
     project: Project
+    _typed_dict_index: dict[tuple[int, str], list[Source]] | None = None
 
     if TYPE_CHECKING:
 
@@ -56,16 +57,46 @@ class KeyedItems:
             out.extend(self.keyed_sources(ast.Subscript(rebuilt, expr.slice), where, depth + 1))
         return out
 
-    def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source] | None:
+    def _keyed(self, container: ast.expr, key: str, fn: FunctionInfo, depth: int = 0) -> list[Source] | None:
+        found = self._keyed_flow(container, key, fn, depth)
+        if found is None and depth == 0 and (cls := self.tensor_field(container, key, fn)) is not None:
+            found = self._typed_dicts().get((id(cls), key))  # batch["seq_lens"] of a ForwardBatch: its literals'
+        return found
+
+    def tensor_field(self, container: ast.expr, key: str, fn: FunctionInfo) -> ClassInfo | None:
+        """The ``typing.TypedDict`` class `container` is declared with, when it declares `key` a tensor
+        (``seq_lens: torch.Tensor``)."""
+        cls = self.project.instance_type(container, fn)
+        if cls is None or not _is_typed_dict(cls):
+            return None
+        ann = next((c.attr_types[key] for c in with_bases(cls) if key in c.attr_types), None)
+        return cls if ann is not None and terminal_name(annotation(ann) or ann) == "Tensor" else None
+
+    def _typed_dicts(self) -> dict[tuple[int, str], list[Source]]:
+        """The values of each ``typing.TypedDict`` class of the project under each key, wherever the project builds one:
+        a dict literal returned by a function annotated with the class or assigned to a name so annotated, a call of
+        the class with keywords, and ``meta["k"] = v`` on a parameter or local so annotated."""
+        if self._typed_dict_index is None:
+            self._typed_dict_index = _typed_dict_index(self.project)
+        return self._typed_dict_index
+
+    def _keyed_flow(self, container: ast.expr, key: str, fn: FunctionInfo, depth: int = 0) -> list[Source] | None:
         """The values stored under a string key when every dict the container may be is a literal or ``dict(...)``
-        (``res["metadata"]`` of ``{"metadata": m, "output": t}`` is ``m``), or an item of an attribute whose stores
-        under that key are known (``entry = self.bufs[mb][bs]``, then ``entry["host"]``); None when some dict is
-        neither."""
+        (``res["metadata"]`` of ``{"metadata": m, "output": t}`` is ``m``), also through names, parameters and calls
+        that hand one on (``batch`` filled by ``build_forward_batch()``, which returns a literal), or an item of an
+        attribute whose stores under that key are known (``entry = self.bufs[mb][bs]``, then ``entry["host"]``); None
+        when some dict is neither."""
         sources = self.sources(container, fn)
         if not sources:
             return None
         out: list[Source] = []
-        for v, where in sources:
+        for v, where in sources[:8]:
+            if isinstance(v, ast.Name | ast.Call) and not _literal(v) and depth < 3:
+                handed = self._keyed_flow(v, key, where, depth + 1)
+                if handed is None:
+                    return None
+                out.extend(handed)
+                continue
             if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
                 pairs = zip(v.keys, v.values, strict=False)
                 out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
@@ -78,3 +109,43 @@ class KeyedItems:
             else:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
+
+
+def _literal(v: ast.expr) -> bool:
+    """``dict(...)`` without positional arguments: a literal dict built by keywords."""
+    return isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args
+
+
+def _is_typed_dict(cls: ClassInfo) -> bool:
+    """A ``typing.TypedDict`` class (or one derived from such a class of the project)."""
+    return any(terminal_name(b) == "TypedDict" for c in with_bases(cls) for b in c.node.bases)
+
+
+def _typed_dict_index(project: Project) -> dict[tuple[int, str], list[Source]]:
+    """`KeyedItems._typed_dicts`: (id(class), key) -> the values the project puts under that key."""
+    index: dict[tuple[int, str], list[Source]] = {}
+
+    def put(cls: ClassInfo | None, key: object, value: ast.expr, fn: FunctionInfo) -> None:
+        if cls is not None and isinstance(key, str) and _is_typed_dict(cls):
+            index.setdefault((id(cls), key), []).append((value, fn))
+
+    for fn in project.all_functions():
+        built = [(fn.local_types.get(n), v) for n, vs in fn.local_assigns.items() for v in vs]
+        if not isinstance(fn.node, ast.Module):
+            built += [(fn.node.returns, r) for r in fn.returns]
+        for ann, value in built:  # meta: DecodeMeta = {...}; def build() -> ForwardBatch: return {...}
+            if ann is not None and isinstance(value, ast.Dict):
+                cls = project._annotation_class(ann, fn, 1)
+                for k, v in zip(value.keys, value.values, strict=True):
+                    put(cls, k.value if isinstance(k, ast.Constant) else None, v, fn)
+        for a in fn.assigns:  # meta["kv_indices"] = torch.empty(...) on a local or parameter so annotated
+            t = a.targets[0] if isinstance(a, ast.Assign) and len(a.targets) == 1 else None
+            if isinstance(a, ast.Assign) and isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                name, k = t.value.id, t.slice
+                cls = project._annotation_class(fn.local_types.get(name) or fn.params.get(name), fn, 1)
+                put(cls, k.value if isinstance(k, ast.Constant) else None, a.value, fn)
+        for call in fn.calls:  # ForwardBatch(seq_lens=..., ...)
+            made = project.resolve_def(call.func, fn) if isinstance(call.func, ast.Name | ast.Attribute) else None
+            for kw in call.keywords if isinstance(made, ClassInfo) else ():
+                put(made if isinstance(made, ClassInfo) else None, kw.arg, kw.value, fn)
+    return index

@@ -22,7 +22,7 @@ from flashcheck.verifier.flashinfer_api import (
     wrapper_class_of_call,
 )
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, ModuleInfo
-from flashcheck.verifier.provenance.flow import ValueFlow, is_partial, with_bases
+from flashcheck.verifier.provenance.flow import ValueFlow, arg_for_param, is_partial, with_bases
 
 __all__ = ["Wrappers"]
 
@@ -72,6 +72,9 @@ class Wrappers:
                 return direct
             f = expr.func
             target = self.flow.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
+            inner = self.delegated(expr, fn) if isinstance(target, ClassInfo) else None
+            if inner is not None:  # a proxy that forwards every attribute to the wrapper it holds
+                return self.wrapper_class(inner, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
         if isinstance(expr, ast.Name) and expr.id in fn.params:
@@ -146,9 +149,35 @@ class Wrappers:
                 if cls is not None:
                     out.append((e, where, cls))
                     continue
+                inner = self.delegated(e, where)  # TracedWrapper(BatchDecode...(...)): the wrapper it forwards to
+                if inner is not None:
+                    stack.append((inner, where, depth + 1))
+                    continue
             stack.extend((v, w, depth + 1) for v, w in self.flow.sources(e, where))
             stack.extend((v, w, depth + 1) for v, w in self._foreign_items(e, where))
         return out
+
+    def delegated(self, call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
+        """The argument a proxy's constructor call hands the object its ``__getattr__`` forwards every attribute to
+        (``TracedWrapper(inner, name)`` with ``self._inner = inner`` and ``getattr(self._inner, attr)``), or None."""
+        project = self.flow.project
+        cls = project.resolve_def(call.func, fn) if isinstance(call.func, ast.Name | ast.Attribute) else None
+        getter = project.method(cls, "__getattr__") if isinstance(cls, ClassInfo) else None
+        init = project.method(cls, "__init__") if isinstance(cls, ClassInfo) else None
+        if getter is None or init is None or init.cls is None:
+            return None
+        held = [
+            c.args[0].attr
+            for c in getter.calls
+            if dotted(c.func) == "getattr"
+            and c.args
+            and isinstance(c.args[0], ast.Attribute)
+            and dotted(c.args[0].value) == "self"
+        ]
+        for value, where in init.cls.attr_assigns.get(held[0], []) if held else []:
+            if where is init and isinstance(value, ast.Name) and value.id in init.params:
+                return arg_for_param(call, init, value.id)
+        return None
 
     def _foreign_items(self, e: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
         """For ``self.graphs[bs]`` (also ``self.graphs.get(bs)``): wrappers other objects store into that dict

@@ -34,9 +34,10 @@ class FlashinferPrivateAttribute(Rule):
         ``_fixed_batch_size``, ``_max_total_num_rows`` and the other buffer fields, also through
         ``getattr``/``setattr``/``hasattr`` with a name the value flow resolves to string constants (a literal, a local,
         module or class constant (also one imported from another project module), a loop variable over a tuple of them,
-        also a module-level tuple), and through ``vars(w)[...]``/``w.__dict__[...]`` and their ``.get(...)``. Common
-        names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper (by
-        dataflow from its constructor, also as an item of lists and dicts of wrappers, of their
+        also a module-level tuple), through ``vars(w)[...]``/``w.__dict__[...]`` and their ``.get(...)``, and through
+        ``operator.attrgetter("_x")`` called on a wrapper or mapped over a list of them (``map(attrgetter(...), ws)``).
+        Common names (``_backend``, ``_kv_layout``, ``_sm_scale``...) are reported only on a receiver that is a wrapper
+        (by dataflow from its constructor, also as an item of lists and dicts of wrappers, of their
         ``zip``/``enumerate``/``.items()`` loops and of ``itertools.chain``/``chain.from_iterable`` over them, or named
         ``*wrapper*``), also a parameter of a shim of any name that receives a wrapper: bound by
         ``functools.partial(shim, w)`` or ``types.MethodType(shim, w)`` (at any position or by keyword), the first
@@ -95,6 +96,10 @@ class FlashinferPrivateAttribute(Rule):
                 f = call.func
                 for name in _getter_names(f, fn) if call.args else ():  # attrgetter("_window_left")(w)
                     self._check(ctx, fn, call, call.args[0], name)
+                if isinstance(f, ast.Name) and f.id == "map" and len(call.args) == 2:  # map(attrgetter("_x"), ws)
+                    item = ast.copy_location(ast.Subscript(call.args[1], ast.Constant(...), ast.Load()), call)
+                    for name in _getter_names(call.args[0], fn):
+                        self._check(ctx, fn, call, item, name)
                 if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
                     owner = _dict_owner(f.value)
                     if owner is not None:
