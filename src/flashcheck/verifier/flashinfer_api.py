@@ -346,8 +346,8 @@ def graph_mode(call: ast.Call, cls_name: str, *, positions: bool = True) -> bool
     at = 1 if "MLA" in cls_name else 2  # MLA: (float_workspace_buffer, use_cuda_graph, ...)
     if v is None and positions and len(call.args) > at and cls_name.startswith("Batch"):
         v = call.args[at]
-    if v is None:
-        return False if positions else None
+    if v is None:  # not given, so False; unknown where a **kwargs dict may hold it
+        return False if positions and all(kw.arg is not None for kw in call.keywords) else None
     if isinstance(v, ast.Constant) and isinstance(v.value, bool):
         return v.value
     return None

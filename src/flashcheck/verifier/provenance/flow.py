@@ -171,21 +171,33 @@ class ValueFlow(ClassAttrs, KeyedItems):
         the container may be, and string-keyed stores into it where it is a local (``kw = {...}; if c:
         kw["backend"] = "trtllm-gen"; return kw``)."""
         out: list[Source] = []
-        stack: list[Source] = [(container, fn)]
+        # each value with the call it was reached through: a factory's **kwargs are what that call passed
+        stack: list[tuple[ast.expr, FunctionInfo, ast.Call | None]] = [(container, fn, None)]
         seen: set[int] = set()
         while stack and len(seen) < _MAX_SOURCES:
-            v, where = stack.pop()
+            v, where, via = stack.pop()
             if id(v) in seen:
                 continue
             seen.add(id(v))
+            if isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("ChainMap"):
+                stack.extend((a, where, via) for a in v.args)  # ChainMap(extra, overrides, defaults): each layer
+                continue
+            if isinstance(v, ast.Name) and _kwargs_param(v.id, where):  # def f(kind, **extra): what the call passed
+                calls = [(c, call) for c, call in self.project.callers(where)[:8] if via is None or call is via]
+                for caller, call in calls:
+                    out.extend((kw.value, caller) for kw in call.keywords if kw.arg == key)
+                    stack.extend((kw.value, caller, None) for kw in call.keywords if kw.arg is None)
+                continue
             if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not is_dict_call(v):
-                stack.extend(self.sources(v, where))  # backend_kw = self._backend_kwargs(): what it returns
+                through = v if isinstance(v, ast.Call) else None
+                stack.extend((s, w, through) for s, w in self.sources(v, where))  # a factory: what it returns
                 continue
             if isinstance(v, ast.Dict):
                 out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key))
             elif is_dict_call(v):
                 assert isinstance(v, ast.Call)
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
+                stack.extend((a, where, via) for a in v.args[:1])  # dict(extra): the dict it copies
             else:
                 continue
             names = {n for n, values in where.local_assigns.items() if any(x is v for x in values)}
@@ -442,6 +454,8 @@ class ValueFlow(ClassAttrs, KeyedItems):
             f = container.func
             if isinstance(f, ast.Attribute) and f.attr == "values":
                 return self.element_sources(f.value, fn, depth + 1)
+            if name == "map" and len(container.args) == 2:
+                return self._mapped(container.args[0], container.args[1], fn)
             if name in ("range", "enumerate", "zip") or (isinstance(f, ast.Attribute) and f.attr in ("items", "keys")):
                 return []
         if isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
@@ -455,6 +469,24 @@ class ValueFlow(ClassAttrs, KeyedItems):
         if not out and not self.sources(container, fn):
             return [(container, fn)]
         return out[:_MAX_SOURCES]
+
+    def _mapped(self, func: ast.expr, items: ast.expr, fn: FunctionInfo) -> list[Source]:
+        """The items of ``map(func, items)``: what a project function returns, or the attribute an
+        ``operator.attrgetter("attn.decode_wrapper")`` (also kept in a module-level name) reads from each item."""
+        target = self.project.resolve_def(func, fn) if isinstance(func, ast.Name | ast.Attribute) else None
+        if isinstance(target, FunctionInfo):
+            return [(r, target) for r in target.returns[:_MAX_SOURCES]]
+        body = fn.module.body
+        if isinstance(func, ast.Name) and body is not None and len(body.local_assigns.get(func.id, [])) == 1:
+            func = body.local_assigns[func.id][0]
+        getter = isinstance(func, ast.Call) and (dotted(func.func) or "").endswith("attrgetter") and len(func.args) == 1
+        path = func.args[0] if getter and isinstance(func, ast.Call) else None
+        if not isinstance(path, ast.Constant) or not isinstance(path.value, str):
+            return []
+        read: ast.expr = ast.copy_location(ast.Subscript(items, ast.Constant(...), ast.Load()), func)
+        for part in path.value.split("."):
+            read = ast.copy_location(ast.Attribute(read, part, ast.Load()), func)
+        return [(read, fn)]
 
     def _item_stores(self, container: ast.expr, fn: FunctionInfo) -> Iterator[Source]:
         if isinstance(container, ast.Name):
@@ -497,3 +529,9 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 for name, values in f.item_stores.items():
                     self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
         return self._module_items
+
+
+def _kwargs_param(name: str, fn: FunctionInfo) -> bool:
+    """`name` is the ``**kwargs`` parameter of `fn`."""
+    args = getattr(fn.node, "args", None)
+    return isinstance(args, ast.arguments) and args.kwarg is not None and args.kwarg.arg == name

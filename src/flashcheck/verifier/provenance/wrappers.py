@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import annotation, dotted, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, kwarg, terminal_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
+    graph_mode,
     imported_elsewhere,
     is_flashinfer_import,
     is_wrapper_class_name,
@@ -156,6 +157,18 @@ class Wrappers:
             stack.extend((v, w, depth + 1) for v, w in self.flow.sources(e, where))
             stack.extend((v, w, depth + 1) for v, w in self._foreign_items(e, where))
         return out
+
+    def graph_mode(self, call: ast.Call, cls_name: str, fn: FunctionInfo, *, positions: bool = True) -> bool | None:
+        """`flashinfer_api.graph_mode`, reading a ``**kwargs`` dict the call spreads where the call does not say
+        (``**wrapper_kwargs("decode", use_cuda_graph=True)``): True or False where every value found agrees (a dict
+        that holds no ``use_cuda_graph`` leaves the default, False), None where they differ."""
+        mode = graph_mode(call, cls_name, positions=positions)
+        spreads = [kw.value for kw in call.keywords if kw.arg is None]
+        if mode is not None or not spreads or kwarg(call, "use_cuda_graph") is not None:
+            return mode
+        starts = [s for spread in spreads for s in self.flow.spread_values(spread, "use_cuda_graph", fn)]
+        values = set(self.flow.constants(starts, limit=32)) if starts else {False}
+        return True if values == {True} else False if values == {False} else None
 
     def delegated(self, call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
         """The argument a proxy's constructor call hands the object its ``__getattr__`` forwards every attribute to

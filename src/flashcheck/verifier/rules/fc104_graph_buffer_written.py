@@ -20,7 +20,6 @@ from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     WRAPPER_BUFFERS,
     flashinfer_call_sites,
-    graph_mode,
     wrapper_buffer_args,
     wrapper_buffer_for,
 )
@@ -50,10 +49,12 @@ class GraphBufferWrittenElsewhere(Rule):
         Tensors (or views of them) passed as persistent buffers to a FlashInfer wrapper (or a project subclass of one;
         by keyword only where the subclass defines its own ``__init__``) built with ``use_cuda_graph=True`` (or a flag
         the value flow shows may be ``True``: ``use_cuda_graph=self.is_cuda_graph`` on metadata whose graph copy is
-        ``dataclasses.replace(meta, is_cuda_graph=True)``) (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``,
-        ``qo_indptr_buf=``, MLA's ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, each buffer of a
-        cascade's ``*_buf_arr=`` lists, given as literals, comprehensions over or indexing a list, or a list passed
-        whole, a ``CUDAGraph*Wrapper``'s buffers...), tracked through slices, views, local aliases, loop variables over
+        ``dataclasses.replace(meta, is_cuda_graph=True)``; also both through a ``**kwargs`` dict the call spreads, a
+        factory's ``ChainMap(dict(extra), overrides, defaults)`` holding what that call passed)
+        (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
+        ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, each buffer of a cascade's ``*_buf_arr=`` lists,
+        given as literals, comprehensions over or indexing a list, or a list passed whole, a ``CUDAGraph*Wrapper``'s
+        buffers...), tracked through slices, views, local aliases, loop variables over
         lists and dicts of buffers (``for buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or
         ``.items()`` loop at its own position, so a host mirror zipped beside a bound buffer stays its own; a loop over
         a dict whose items are bound under constant keys, ``for buf in self.graph_bufs.values()``, writes each),
@@ -141,23 +142,28 @@ class GraphBufferWrittenElsewhere(Rule):
                 if built is None:
                     continue
                 cls_name, positions_known = built
-                mode = graph_mode(call, cls_name, positions=positions_known)
+                mode = ctx.wrappers.graph_mode(call, cls_name, fn, positions=positions_known)
                 if mode is not True and not (mode is None and _may_be_graph_mode(ctx, call, fn)):
                     continue
                 bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}
                 keywords = {kw.arg for kw in call.keywords}
-                for param, expr in wrapper_buffer_args(call, cls_name):
+                handed = [(param, expr, fn) for param, expr in wrapper_buffer_args(call, cls_name)]
+                for spread in (kw.value for kw in call.keywords if kw.arg is None):  # **wrapper_kwargs(...)
+                    for param in _SPREAD_BUFFERS:
+                        handed += [(param, v, w) for v, w in ctx.prov.flow.spread_values(spread, param, fn)[:4]]
+                        keywords.add(param)
+                for param, expr, where in handed:
                     if not positions_known and param not in keywords:
                         continue  # a subclass's own __init__: its positions are not FlashInfer's
                     typer = ctx.prov.flow.instance_type
-                    keys = storage_keys(expr, fn, project=ctx.project, typer=typer)
-                    keys = keys or param_storage_keys(expr, fn, 0, ctx.project, typer)  # a constructor's parameter
+                    keys = storage_keys(expr, where, project=ctx.project, typer=typer)
+                    keys = keys or param_storage_keys(expr, where, 0, ctx.project, typer)  # a constructor's parameter
                     # the buffer itself and the storage it aliases (a caller's row), not the same name in bases
                     for key in keys[:1] + [k for k in keys[1:] if k[1] not in bases]:
                         bindings.setdefault(key, Binding(fn, call, param, cls_name))
                     item = _variable_item(expr)
                     if item is not None and keys:  # self.kv_indices[s]: the streams s may be
-                        names = ctx.prov.flow.attribute_names(item, fn, call.lineno)
+                        names = ctx.prov.flow.attribute_names(item, where, call.lineno)
                         known = items.get(keys[0], frozenset())
                         items[keys[0]] = None if not names or known is None else known | frozenset(names)
         if not bindings:
@@ -333,7 +339,8 @@ class _Flow:
         was given, where the value flow finds the wrapper (an attribute, an item of a dict or list of wrappers, a
         parameter); none when every wrapper found is out of graph mode; any binding when none is found."""
         built = self.ctx.wrappers.constructions(root.value, fn)
-        graph = [(call, where, cls) for call, where, cls in built if graph_mode(call, cls) is not False]
+        modes = self.ctx.wrappers.graph_mode
+        graph = [(call, where, cls) for call, where, cls in built if modes(call, cls, where) is not False]
         typer = self.ctx.prov.flow.instance_type
         for call, where, cls in graph:
             arg = wrapper_buffer_for(call, cls, root.attr)
@@ -484,12 +491,18 @@ def _variable_item(expr: ast.expr) -> ast.Name | None:
             return None
 
 
+_SPREAD_BUFFERS = ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer")
+
+
 def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
     """A wrapper whose ``use_cuda_graph=`` is not a literal but may be ``True``: the value flow reaches a ``True``
     (``use_cuda_graph=self.is_cuda_graph`` on metadata copied with ``dataclasses.replace(meta, is_cuda_graph=True)``,
-    a flag a caller passes)."""
+    a flag a caller passes, a ``**kwargs`` dict that holds one)."""
     flag = kwarg(call, "use_cuda_graph")
-    return flag is not None and any(v is True for v in ctx.prov.flow.constants([(flag, fn)], limit=32))
+    starts = [(flag, fn)] if flag is not None else []
+    for spread in (kw.value for kw in call.keywords if kw.arg is None) if flag is None else ():
+        starts += ctx.prov.flow.spread_values(spread, "use_cuda_graph", fn)
+    return any(v is True for v in ctx.prov.flow.constants(starts, limit=32))
 
 
 def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:

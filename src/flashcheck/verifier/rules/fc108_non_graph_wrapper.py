@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from flashcheck.verifier.dataflow import Key, storage_keys
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.flashinfer_api import RUN_METHODS, flashinfer_call_sites, graph_mode
+from flashcheck.verifier.flashinfer_api import RUN_METHODS, flashinfer_call_sites
 from flashcheck.verifier.hotpath import HotPaths
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -88,7 +88,7 @@ class NonGraphWrapperInCapture(Rule):
                     if made is None:
                         continue
                     cls_name, positions_known = made
-                    mode = graph_mode(call, cls_name, positions=positions_known)
+                    mode = ctx.wrappers.graph_mode(call, cls_name, fn, positions=positions_known)
                     for t in a.targets:
                         local = [("local", fn.qualname, t.id)] if isinstance(t, ast.Name) else []
                         for key in storage_keys(t, fn) or local:
@@ -132,7 +132,8 @@ def _receiver_builds(
         if built.get(key):
             return [built[key]]
     flows = [
-        Built(where, call, cls, graph_mode(call, cls)) for call, where, cls in ctx.wrappers.constructions(recv, fn)
+        Built(where, call, cls, ctx.wrappers.graph_mode(call, cls, where))
+        for call, where, cls in ctx.wrappers.constructions(recv, fn)
     ]
     return [flows] if flows else []
 
