@@ -316,12 +316,10 @@ def pattern_bindings(subject: ast.expr, pattern: ast.pattern) -> list[tuple[str,
         ]
         return out + ([(pattern.rest, subject)] if pattern.rest else [])
     if isinstance(pattern, ast.MatchSequence):
-        items = [(i, p) for i, p in enumerate(pattern.patterns)]
-        if any(isinstance(p, ast.MatchStar) for _, p in items):
-            items = [(i, p) for i, p in items if not isinstance(p, ast.MatchStar)][:1]  # positions past a star shift
-        return [
-            b for i, p in items for b in pattern_bindings(at(ast.Subscript(subject, ast.Constant(i), ast.Load())), p)
-        ]
+        star = next((i for i, p in enumerate(pattern.patterns) if isinstance(p, ast.MatchStar)), None)
+        before = pattern.patterns[:star]  # positions past a star shift with the subject's length
+        items = [at(ast.Subscript(subject, ast.Constant(i), ast.Load())) for i in range(len(before))]
+        return [b for item, p in zip(items, before, strict=True) for b in pattern_bindings(item, p)]
     return []
 
 

@@ -423,7 +423,8 @@ class Project(InstanceCalls):
             if inst is not None and target is None:  # self.update = self.update_single_wrapper; self.update()
                 held = self.held_callables(inst, func.attr) or list(self.instance_call(func, fn))
                 mine = isinstance(base, ast.Name) and base.id == "self"
-                if not held and closed(inst) and (mine or self.kept_by_isinstance(base, fn)):
+                declared = isinstance(base, ast.Name) and fn.params.get(base.id) is not None  # may misname the object
+                if not held and closed(inst) and not declared:
                     # a mixin's self.fill(), an item an isinstance filter kept: what subclasses define
                     held = list(
                         self.overrides(inst, func.attr) if mine else self._serving_overrides(inst, func.attr, fn)

@@ -124,11 +124,14 @@ class Provenance(StoredPlaces):
             if held is not None and self.by_name(held) is HOST:
                 return HOST  # seq_lens_cpu[i]: an element of what its name says is host data
             sub = expr  # a store under a string key (self.bufs[bs]["host"]) before every element of the container
+            keyed = isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str)  # also a literal's item
             base = self._cached(
                 expr,
                 fn,
                 lambda: self.merge_sources(
-                    self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
+                    self.flow.sources(sub, fn)
+                    if keyed
+                    else self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
                 ),
             )
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):

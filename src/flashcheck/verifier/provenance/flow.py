@@ -183,13 +183,13 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 stack.extend((a, where, via) for a in v.args)  # ChainMap(extra, overrides, defaults): each layer
                 continue
             if isinstance(v, ast.Name) and _kwargs_param(v.id, where):  # def f(kind, **extra): what the call passed
-                calls = [(c, call) for c, call in self.project.callers(where)[:8] if via is None or call is via]
+                calls = [(c, call) for c, call in self.project.callers(where) if via is None or call is via][:8]
                 for caller, call in calls:
                     out.extend((kw.value, caller) for kw in call.keywords if kw.arg == key)
                     stack.extend((kw.value, caller, None) for kw in call.keywords if kw.arg is None)
                 continue
             if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not is_dict_call(v):
-                through = v if isinstance(v, ast.Call) else None
+                through = v if isinstance(v, ast.Call) else via if isinstance(v, ast.Name) else None
                 stack.extend((s, w, through) for s, w in self.sources(v, where))  # a factory: what it returns
                 continue
             if isinstance(v, ast.Dict):

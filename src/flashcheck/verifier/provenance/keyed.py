@@ -100,8 +100,10 @@ class KeyedItems:
             if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
                 pairs = zip(v.keys, v.values, strict=False)
                 out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
+                out.extend(_stored_under(v, key, where))
             elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
+                out.extend(_stored_under(v, key, where))
             elif isinstance(v, ast.Subscript | ast.Attribute) and (
                 stored := self.keyed_sources(ast.Subscript(v, ast.Constant(key)), where)
             ):
@@ -109,6 +111,20 @@ class KeyedItems:
             else:
                 return None
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
+
+
+def _stored_under(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
+    """What `fn` stores under `key` into a local bound to `literal` (``state = {"decode": None}; state["decode"] =
+    Wrapper(...)``)."""
+    names = {n for n, values in fn.local_assigns.items() if any(x is literal for x in values)}
+    out: list[Source] = []
+    for a in fn.assigns if names else ():
+        t = a.targets[0] if isinstance(a, ast.Assign) and len(a.targets) == 1 else None
+        if isinstance(a, ast.Assign) and isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+            k = t.slice
+            if t.value.id in names and isinstance(k, ast.Constant) and k.value == key:
+                out.append((a.value, fn))
+    return out
 
 
 def _literal(v: ast.expr) -> bool:

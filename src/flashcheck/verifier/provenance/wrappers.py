@@ -177,8 +177,9 @@ class Wrappers:
         cls = project.resolve_def(call.func, fn) if isinstance(call.func, ast.Name | ast.Attribute) else None
         getter = project.method(cls, "__getattr__") if isinstance(cls, ClassInfo) else None
         init = project.method(cls, "__init__") if isinstance(cls, ClassInfo) else None
-        if getter is None or init is None or init.cls is None:
-            return None
+        own = isinstance(cls, ClassInfo) and any(project.method(cls, m) for m in ("plan", "run"))
+        if getter is None or init is None or init.cls is None or own:
+            return None  # a class with its own plan()/run() is no mere proxy: what they do is its own
         held = [
             c.args[0].attr
             for c in getter.calls

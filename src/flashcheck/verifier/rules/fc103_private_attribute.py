@@ -98,7 +98,7 @@ class FlashinferPrivateAttribute(Rule):
                     self._check(ctx, fn, call, call.args[0], name)
                 if isinstance(f, ast.Name) and f.id == "map" and len(call.args) == 2:  # map(attrgetter("_x"), ws)
                     item = ast.copy_location(ast.Subscript(call.args[1], ast.Constant(...), ast.Load()), call)
-                    for name in _getter_names(call.args[0], fn):
+                    for name in _getter_names(call.args[0], fn) if ctx.wrappers.wrapper_class(item, fn) else ():
                         self._check(ctx, fn, call, item, name)
                 if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
                     owner = _dict_owner(f.value)

@@ -147,13 +147,12 @@ class GraphBufferWrittenElsewhere(Rule):
                     continue
                 bases = {c.qualname for c in with_bases(owner_of(fn).cls)[1:]}
                 keywords = {kw.arg for kw in call.keywords}
-                handed = [(param, expr, fn) for param, expr in wrapper_buffer_args(call, cls_name)]
+                handed = [(param, expr, fn, param in keywords) for param, expr in wrapper_buffer_args(call, cls_name)]
                 for spread in (kw.value for kw in call.keywords if kw.arg is None):  # **wrapper_kwargs(...)
                     for param in _SPREAD_BUFFERS:
-                        handed += [(param, v, w) for v, w in ctx.prov.flow.spread_values(spread, param, fn)[:4]]
-                        keywords.add(param)
-                for param, expr, where in handed:
-                    if not positions_known and param not in keywords:
+                        handed += [(param, v, w, True) for v, w in ctx.prov.flow.spread_values(spread, param, fn)[:4]]
+                for param, expr, where, by_keyword in handed:
+                    if not positions_known and not by_keyword:
                         continue  # a subclass's own __init__: its positions are not FlashInfer's
                     typer = ctx.prov.flow.instance_type
                     keys = storage_keys(expr, where, project=ctx.project, typer=typer)
@@ -491,7 +490,10 @@ def _variable_item(expr: ast.expr) -> ast.Name | None:
             return None
 
 
-_SPREAD_BUFFERS = ("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer")
+_SPREAD_BUFFERS = (
+    *("paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer"),  # decode
+    *("qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf"),  # prefill
+)
 
 
 def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
