@@ -441,6 +441,7 @@ class Project(InstanceCalls):
                 yield from self.instance_call(func, fn)
             return
         yield target
+        yield from self.dispatch_impls(target)  # build_metadata(batch): each @build_metadata.register function
         # self.method() may run an override defined in a subclass.
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:

@@ -5,6 +5,8 @@ and its arguments reach each one's ``__init__``. Part of `flashcheck.verifier.pr
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
@@ -15,6 +17,32 @@ __all__ = ["Registries", "registry_call_key"]
 
 class Registries(InstanceTyping):
     """The registry half of `flashcheck.verifier.project.Project`."""
+
+    _dispatch_impls: dict[int, list[FunctionInfo]] | None = None
+
+    if TYPE_CHECKING:
+
+        def all_functions(self) -> Iterator[FunctionInfo]: ...
+
+    def dispatch_impls(self, generic: FunctionInfo) -> list[FunctionInfo]:
+        """The implementations registered on a ``functools.singledispatch`` function (``@build_metadata.register``,
+        ``@build_metadata.register(DecodeBatch)``, also of a ``singledispatchmethod``): a call of it runs any."""
+        if self._dispatch_impls is None:
+            index: dict[int, list[FunctionInfo]] = {}
+            for f in self.all_functions():
+                for deco in f.decorators:
+                    d = deco.func if isinstance(deco, ast.Call) else deco
+                    if isinstance(d, ast.Attribute) and d.attr == "register":
+                        scope = f.parent if f.parent is not None else f
+                        base = self.resolve_def(d.value, scope)
+                        if base is None and f.cls is not None:  # @build.register inside the class
+                            base = f.cls.methods.get(dotted(d.value) or "")
+                        if isinstance(base, FunctionInfo) and base is not f:
+                            index.setdefault(id(base), []).append(f)
+            self._dispatch_impls = index
+        if not any((dotted(d) or "").rsplit(".", 1)[-1].startswith("singledispatch") for d in generic.decorators):
+            return []
+        return self._dispatch_impls.get(id(generic), [])
 
     def registry_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes a local picked from a registry may be (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``;
