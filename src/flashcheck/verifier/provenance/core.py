@@ -15,7 +15,7 @@ import ast
 import fnmatch
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import annotation, dotted, kwarg, name_tokens, name_words, terminal_name
+from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, name_words, terminal_name
 from flashcheck.verifier.project import FunctionInfo, Project, torch_name
 from flashcheck.verifier.provenance.context import in_context
 from flashcheck.verifier.provenance.flow import Source, ValueFlow, with_bases
@@ -30,10 +30,12 @@ from flashcheck.verifier.provenance.tensors import (
     TENSOR_METHODS,
     TensorUses,
     binds_by_unpacking,
+    declared_tensor,
     is_array_annotation,
     is_predicate,
     is_tensor_annotation,
     is_tensor_op,
+    returns_tensor,
     scalar_annotation,
     sequence_items,
     tuple_op_input,
@@ -140,7 +142,7 @@ class Provenance(StoredPlaces):
                 return HOST  # lens_np[i] of a parameter declared np.ndarray: an element of host data
             if base is not HOST and isinstance(expr.value, ast.Name) and self._host_tensor(expr.value, fn):
                 return HOST  # indptr[-1] of a helper's result that this call makes on the host
-            if base is UNKNOWN and _declared_tensor(expr.value, fn) and self.of(expr.value, fn) is HOST:
+            if base is UNKNOWN and declared_tensor(expr.value, fn) and self.of(expr.value, fn) is HOST:
                 return HOST  # pages[mask] of a host parameter declared a Tensor: it stays on the host
             return base
         if isinstance(expr, ast.Call):
@@ -365,7 +367,7 @@ class Provenance(StoredPlaces):
             if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1):
                 return True
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
-            return isinstance(target, FunctionInfo) and _returns_tensor(target)  # def f(...) -> torch.Tensor
+            return isinstance(target, FunctionInfo) and returns_tensor(target)  # def f(...) -> torch.Tensor
         if isinstance(expr, ast.Attribute):
             if expr.attr in ("T", "mT", "data"):
                 return self.tensorish(expr.value, fn, depth + 1)
@@ -376,7 +378,7 @@ class Provenance(StoredPlaces):
                 if expr.attr in c.attr_types:
                     return is_tensor_annotation(c.attr_types[expr.attr])
             prop = self.project.method(owner_cls, expr.attr) if owner_cls is not None else None
-            if prop is not None and _returns_tensor(prop):  # @property def seq_lens(self) -> torch.Tensor
+            if prop is not None and returns_tensor(prop):  # @property def seq_lens(self) -> torch.Tensor
                 return True
             return self._all_tensorish(self.flow.attr_sources(expr, fn, by_name=False), depth)
         if isinstance(expr, ast.Name):
@@ -533,11 +535,15 @@ class Provenance(StoredPlaces):
         return self.of(receiver, fn)
 
     def device_arg(self, call: ast.Call, fn: FunctionInfo | None = None) -> Where:
-        """HOST/DEVICE from a ``device=`` (or ``pin_memory=True``) keyword; UNKNOWN when there is none."""
-        pin = kwarg(call, "pin_memory")
+        """HOST/DEVICE from a ``device=`` (or ``pin_memory=True``) keyword, also in a spread ``**dict(device=dev)``;
+        UNKNOWN when there is none."""
+        pin, dev = kwarg(call, "pin_memory"), kwarg(call, "device")
+        for spread in (k.value for k in call.keywords if k.arg is None and fn is not None):  # **i32
+            assert fn is not None
+            pin = pin or next((v for v, _ in self.flow.spread_values(spread, "pin_memory", fn)), None)
+            dev = dev or next((v for v, _ in self.flow.spread_values(spread, "device", fn)), None)
         if isinstance(pin, ast.Constant) and pin.value is True:
             return HOST
-        dev = kwarg(call, "device")
         return UNKNOWN if dev is None else self.device_value(dev, fn)
 
     def device_value(self, dev: ast.expr, fn: FunctionInfo | None = None, depth: int = 0) -> Where:
@@ -575,17 +581,6 @@ _NOT_TENSORS = (
     ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp,
     ast.GeneratorExp, ast.Lambda,
 )  # fmt: skip
-
-
-def _declared_tensor(expr: ast.expr, fn: FunctionInfo) -> bool:
-    """A parameter annotated ``torch.Tensor`` (also ``Optional[...]``)."""
-    ann = annotation(fn.params.get(expr.id)) if isinstance(expr, ast.Name) else None
-    return ann is not None and terminal_name(ann) == "Tensor"
-
-
-def _returns_tensor(fn: FunctionInfo) -> bool:
-    node = fn.node
-    return not isinstance(node, ast.Module) and node.returns is not None and is_tensor_annotation(node.returns)
 
 
 def _last_place_word(name: str) -> str:

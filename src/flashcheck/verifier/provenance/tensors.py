@@ -24,10 +24,12 @@ __all__ = [
     "TUPLE_OPS",
     "TensorUses",
     "binds_by_unpacking",
+    "declared_tensor",
     "is_array_annotation",
     "is_predicate",
     "is_tensor_annotation",
     "is_tensor_op",
+    "returns_tensor",
     "scalar_annotation",
     "sequence_items",
     "tuple_op_input",
@@ -323,3 +325,15 @@ def binds_by_unpacking(name: str, fn: FunctionInfo) -> bool:
         if isinstance(a, ast.Assign)
         for t in a.targets
     )
+
+
+def declared_tensor(expr: ast.expr, fn: FunctionInfo) -> bool:
+    """A parameter annotated ``torch.Tensor`` (also ``Optional[...]``)."""
+    ann = annotation(fn.params.get(expr.id)) if isinstance(expr, ast.Name) else None
+    return ann is not None and terminal_name(ann) == "Tensor"
+
+
+def returns_tensor(fn: FunctionInfo) -> bool:
+    """A function annotated to return a ``torch.Tensor``."""
+    node = fn.node
+    return not isinstance(node, ast.Module) and node.returns is not None and is_tensor_annotation(node.returns)
