@@ -70,6 +70,8 @@ class KeyedItems:
         if cls is None or not _is_typed_dict(cls):
             return None
         ann = next((c.attr_types[key] for c in with_bases(cls) if key in c.attr_types), None)
+        while isinstance(ann, ast.Subscript) and terminal_name(ann.value) in _QUALIFIERS:  # NotRequired[Tensor]
+            ann = ann.slice.elts[0] if isinstance(ann.slice, ast.Tuple) and ann.slice.elts else ann.slice
         return cls if ann is not None and terminal_name(annotation(ann) or ann) == "Tensor" else None
 
     def _typed_dicts(self) -> dict[tuple[int, str], list[Source]]:
@@ -130,6 +132,9 @@ def _stored_under(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]
 def _literal(v: ast.expr) -> bool:
     """``dict(...)`` without positional arguments: a literal dict built by keywords."""
     return isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args
+
+
+_QUALIFIERS = frozenset({"NotRequired", "Required", "ReadOnly", "Annotated"})
 
 
 def _is_typed_dict(cls: ClassInfo) -> bool:
