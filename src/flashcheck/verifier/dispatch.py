@@ -10,12 +10,11 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
+from flashcheck.verifier.astutil import is_abstract, is_none, is_protocol, terminal_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
-from flashcheck.verifier.sequences import narrowed_class
 
 __all__ = ["InstanceCalls", "closed", "link_protocols", "resolution_order"]
 
@@ -207,20 +206,6 @@ class InstanceCalls(Registries):
             yield from (m for c in built if (m := self.method(c, target.name)) is not None and m is not target)
             return
         yield from self._serving_overrides(inst, target.name, fn)
-
-    def kept_by_isinstance(self, obj: ast.expr, fn: FunctionInfo) -> bool:
-        """`obj` is an item an ``isinstance`` filter kept (``self.paged = next(b for b in bs if isinstance(b, P))``, or
-        a loop variable over a list so filtered): of that class or a subclass."""
-        if self.declared_loop_item(obj, fn):
-            return True
-        if isinstance(obj, ast.Attribute):
-            values = self.family_stores(self.instance_type(obj.value, fn, 1), obj.attr)
-        elif isinstance(obj, ast.Name):
-            values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
-        else:
-            return False
-        picked = [v.args[0] for v, _ in values if isinstance(v, ast.Call) and dotted(v.func) == "next" and v.args]
-        return bool(values) and len(picked) == len(values) and all(narrowed_class(p) is not None for p in picked)
 
     def _constructed(self, obj: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes whose constructors build every value `obj` (an attribute or a local) is seen bound to,

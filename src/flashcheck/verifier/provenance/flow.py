@@ -25,7 +25,7 @@ from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
-from flashcheck.verifier.provenance.keyed import KeyedItems
+from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores
 from flashcheck.verifier.provenance.tensors import tuple_op_input
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
@@ -200,13 +200,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 stack.extend((a, where, via) for a in v.args[:1])  # dict(extra): the dict it copies
             else:
                 continue
-            names = {n for n, values in where.local_assigns.items() if any(x is v for x in values)}
-            for a in where.assigns if names else ():
-                targets = a.targets if isinstance(a, ast.Assign) else [a.target]
-                for t in targets:
-                    named = isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names
-                    if named and isinstance(t, ast.Subscript) and is_key(t.slice, key) and a.value is not None:
-                        out.append((a.value, where))
+            out.extend(literal_item_stores(v, key, where))
         return out
 
     def positional_sources(self, read: ast.Name, fn: FunctionInfo) -> list[Source] | None:

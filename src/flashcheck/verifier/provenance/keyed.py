@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted, terminal_name
 from flashcheck.verifier.index import ClassInfo, with_bases
-from flashcheck.verifier.itemkeys import keyed_lookup
+from flashcheck.verifier.itemkeys import is_key, keyed_lookup
 from flashcheck.verifier.project import FunctionInfo, Project
 
-__all__ = ["KeyedItems"]
+__all__ = ["KeyedItems", "literal_item_stores"]
 
 Source = tuple[ast.expr, FunctionInfo]
 
@@ -102,10 +102,10 @@ class KeyedItems:
             if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
                 pairs = zip(v.keys, v.values, strict=False)
                 out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
-                out.extend(_stored_under(v, key, where))
+                out.extend(literal_item_stores(v, key, where))
             elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
-                out.extend(_stored_under(v, key, where))
+                out.extend(literal_item_stores(v, key, where))
             elif isinstance(v, ast.Subscript | ast.Attribute) and (
                 stored := self.keyed_sources(ast.Subscript(v, ast.Constant(key)), where)
             ):
@@ -115,16 +115,16 @@ class KeyedItems:
         return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
 
-def _stored_under(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
+def literal_item_stores(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
     """What `fn` stores under `key` into a local bound to `literal` (``state = {"decode": None}; state["decode"] =
-    Wrapper(...)``)."""
+    Wrapper(...)``, ``kw = {...}; kw["backend"] = "trtllm-gen"``)."""
     names = {n for n, values in fn.local_assigns.items() if any(x is literal for x in values)}
     out: list[Source] = []
     for a in fn.assigns if names else ():
-        t = a.targets[0] if isinstance(a, ast.Assign) and len(a.targets) == 1 else None
-        if isinstance(a, ast.Assign) and isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
-            k = t.slice
-            if t.value.id in names and isinstance(k, ast.Constant) and k.value == key:
+        targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+        for t in targets:
+            named = isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names
+            if named and isinstance(t, ast.Subscript) and is_key(t.slice, key) and a.value is not None:
                 out.append((a.value, fn))
     return out
 
