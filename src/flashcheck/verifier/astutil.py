@@ -16,11 +16,13 @@ __all__ = [
     "call_name",
     "dotted",
     "enclosing_tests",
+    "init_field",
     "is_in_place_method",
     "item_annotation",
     "kwarg",
     "name_tokens",
     "pattern_bindings",
+    "reflected_attribute",
     "storage_root",
     "target_paths",
     "terminal_name",
@@ -193,7 +195,10 @@ def storage_root(node: ast.expr) -> ast.expr:
     A subscript with a constant string key (``meta["kv_indptr"]``) is a dict lookup, not a view, and is kept.
     """
     while True:
-        if isinstance(node, ast.Subscript):
+        named = reflected_attribute(node)
+        if named is not None:  # vars(bufs)["kv_indptr"], getattr(w, "_x"): bufs.kv_indptr, w._x
+            node = named
+        elif isinstance(node, ast.Subscript):
             if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
                 return node
             node = node.value
@@ -201,6 +206,64 @@ def storage_root(node: ast.expr) -> ast.expr:
             node = node.func.value
         else:
             return node
+
+
+# the attribute each reflective read stands for, kept with that read (an id is looked up only while its node lives)
+_REFLECTED: dict[int, tuple[ast.expr, ast.Attribute]] = {}
+
+
+def reflected_attribute(node: ast.expr) -> ast.Attribute | None:
+    """The attribute a reflective read names, as if written out: ``getattr(w, "_x"[, d])``, ``vars(w)["_x"]``,
+    ``vars(w).get("_x")``, ``w.__dict__["_x"]`` (``.get``) and ``operator.attrgetter("_x")(w)`` are ``w._x``."""
+    seen = _REFLECTED.get(id(node))
+    if seen is not None and seen[0] is node:
+        return seen[1]
+    obj, name = _reflected_parts(node)
+    if obj is None or name is None or not name.isidentifier():
+        return None
+    out = ast.Attribute(value=obj, attr=name, ctx=ast.Load())
+    ast.copy_location(out, node)
+    out.end_lineno, out.end_col_offset = node.end_lineno, node.end_col_offset
+    _REFLECTED[id(node)] = (node, out)
+    return out
+
+
+def _reflected_parts(node: ast.expr) -> tuple[ast.expr | None, str | None]:
+    def text(e: ast.expr) -> str | None:
+        return e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None
+
+    def namespace(e: ast.expr) -> ast.expr | None:  # vars(w) or w.__dict__: w
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "vars" and len(e.args) == 1:
+            return e.args[0]
+        return e.value if isinstance(e, ast.Attribute) and e.attr == "__dict__" else None
+
+    if isinstance(node, ast.Subscript):
+        return namespace(node.value), text(node.slice)
+    if not isinstance(node, ast.Call) or not node.args:
+        return None, None
+    f = node.func
+    if isinstance(f, ast.Name) and f.id == "getattr" and len(node.args) >= 2:
+        return node.args[0], text(node.args[1])
+    if isinstance(f, ast.Attribute) and f.attr == "get":
+        return namespace(f.value), text(node.args[0])
+    getter = isinstance(f, ast.Call) and len(f.args) == 1 and (dotted(f.func) or "").endswith("attrgetter")
+    if getter and len(node.args) == 1:  # operator.attrgetter("_x")(w)
+        assert isinstance(f, ast.Call)
+        return node.args[0], text(f.args[0])
+    return None, None
+
+
+def init_field(stmt: ast.AnnAssign) -> bool:
+    """Whether a class-body annotation is a constructor argument of a dataclass: not a ``ClassVar[...]`` and not
+    ``field(init=False)``."""
+    ann = stmt.annotation.value if isinstance(stmt.annotation, ast.Subscript) else stmt.annotation
+    if (ann.attr if isinstance(ann, ast.Attribute) else ann.id if isinstance(ann, ast.Name) else "") == "ClassVar":
+        return False
+    v = stmt.value
+    return not (
+        isinstance(v, ast.Call)
+        and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in v.keywords)
+    )
 
 
 def enclosing_tests(root: ast.AST, node: ast.AST) -> list[tuple[ast.expr, bool]]:

@@ -122,8 +122,9 @@ def storage_keys(
                         keys.extend(storage_keys(v, where, depth + 1, project, typer))
                     else:  # self.kv_indptr = kv_indptr_row: what the constructor's callers pass (a row of theirs)
                         keys.extend(param_storage_keys(v, where, depth, project, typer))
-            if isinstance(root.value, ast.Name):  # a field of this (data)class: what its constructor calls pass
-                keys.extend(_field_keys(cls, root.attr, depth, project, typer))
+            if isinstance(root.value, ast.Name):  # a field of this (data)class: what its constructor calls pass,
+                keys.extend(_field_keys(cls, root.attr, depth, project, typer))  # and what is stored on one later
+                keys.extend(_late_keys(cls, root.attr, depth, project, typer))
         return keys
     if project is not None and isinstance(root, ast.Attribute) and depth < 3:
         other = typer(root.value, fn) if typer is not None else None

@@ -60,6 +60,10 @@ class InstanceCalls(Registries):
                         found.update((id(t), t) for t in held)
                         handed = True
                         continue
+                    if isinstance(value, ast.Call) and isinstance(value.func, ast.IfExp):  # (A if c else B)(cfg)
+                        picked = [self.resolve_def(b, where) for b in branches(value.func)]
+                        found.update((id(t), t) for t in picked if isinstance(t, ClassInfo))
+                        continue
                     for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
                         if t is not None:
                             found[id(t)] = t

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from flashcheck.verifier.astutil import dotted, pattern_bindings, target_paths
+from flashcheck.verifier.astutil import dotted, init_field, pattern_bindings, target_paths
 from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_keys, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
@@ -356,7 +356,8 @@ class _Indexer:
         for stmt in node.body:  # dataclass-style fields: ``seq_lens: torch.Tensor`` (with its default, if any)
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 ci.attr_types.setdefault(stmt.target.id, stmt.annotation)
-                ci.fields.append(stmt.target.id)
+                if init_field(stmt):
+                    ci.fields.append(stmt.target.id)
                 if stmt.value is not None:
                     ci.attr_assigns.setdefault(stmt.target.id, []).append((stmt.value, owner))
             elif isinstance(stmt, ast.Assign):  # class attributes (``WORKSPACE_BYTES = 128 << 20``), read as self.X

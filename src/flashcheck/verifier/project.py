@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, dotted, literal_items, terminal_name
-from flashcheck.verifier.dispatch import InstanceCalls, closed, link_protocols, resolution_order
+from flashcheck.verifier.astutil import class_base, literal_items, terminal_name
+from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -25,16 +25,15 @@ from flashcheck.verifier.index import (
 )
 from flashcheck.verifier.instances import (
     PROPERTIES,
-    argument,
+    branches,
     imported_name,
     torch_module,
     torch_name,
 )
+from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, imported_root
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
-
-PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
 
 __all__ = [
     "PARTIALS",
@@ -48,7 +47,7 @@ __all__ = [
 ]
 
 
-class Project(InstanceCalls):
+class Project(Members):
     """Index of the parsed files; resolves names and calls between them."""
 
     def __init__(self, sources: list[SourceFile], indexed: list[ModuleIndex | None] | None = None) -> None:
@@ -384,7 +383,16 @@ class Project(InstanceCalls):
         func = call.func
         looked_up = self.registry_classes(func, fn) if not isinstance(func, ast.Name | ast.Attribute) else []
         if looked_up and self.registry_held(func):  # BACKENDS[name](cfg)
-            yield from (i for c in looked_up if (i := self.method(c, "__init__")) is not None)
+            yield from (i for c in looked_up for i in self.constructors(c))
+            return
+        if isinstance(func, ast.Name) and func.id == "cls" and (built := classmethod_class(fn)) is not None:
+            yield from self.constructors(built)  # cls(...) in a classmethod builds its class
+            return
+        if isinstance(func, ast.IfExp):  # (TrtllmBackend if cfg.trtllm else Backend)(cfg): either's constructor
+            for b in branches(func):
+                made = self.resolve_def(b, fn) if isinstance(b, ast.Name | ast.Attribute) else None
+                yield from self.constructors(made) if isinstance(made, ClassInfo) else []
+                yield from [made] if isinstance(made, FunctionInfo) else []
             return
         if isinstance(func, ast.Subscript):  # self.heads[d](x): the item's __call__ (an nn.Module's forward)
             yield from self.instance_call(func, fn)
@@ -395,7 +403,7 @@ class Project(InstanceCalls):
             target = self.resolve_def(func, fn)
             picked = target is None and self.registry_held(func)  # cls = BACKENDS[name]; cls(cfg)
             for c in self.registry_classes(func, fn) if picked else ():
-                yield from [init] if (init := self.method(c, "__init__")) is not None else []
+                yield from self.constructors(c)
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
@@ -414,7 +422,7 @@ class Project(InstanceCalls):
                 if items:
                     yield from items
                     return
-            if target is None and inst is None and not _imported_root(base, fn):
+            if target is None and inst is None and not imported_root(base, fn):
                 target = self.sole_method(func.attr)  # self.attn_backend.forward_decode(): the one definer
             if inst is not None and isinstance(target, FunctionInfo):
                 yield from self._subclass_targets(base, inst, func.attr, fn)  # List[BaseLayer], backend: Base
@@ -432,9 +440,7 @@ class Project(InstanceCalls):
                 yield from held
                 return
         if isinstance(target, ClassInfo):
-            init = self.method(target, "__init__")
-            if init is not None:
-                yield init
+            yield from self.constructors(target)
             return
         if not isinstance(target, FunctionInfo):
             if target is None:  # attn(q, k, v) on an instance: its class's __call__
@@ -446,110 +452,6 @@ class Project(InstanceCalls):
         is_self_call = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
         if is_self_call and target.cls is not None:
             yield from self.overrides(target.cls, target.name)
-
-    def sole_method(self, name: str) -> FunctionInfo | None:
-        """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
-        that name and the name is compound (``forward_decode``, ``init_forward_metadata_capture_cuda_graph``; not
-        ``run``, ``plan`` or a dunder, which other libraries' objects share)."""
-        core = name.strip("_")
-        if "_" not in core or name.startswith("__") or name.endswith("_"):
-            return None
-        if self._methods_by_name is None:
-            index: dict[str, list[FunctionInfo]] = {}
-            for ci in self.classes.values():
-                for m in ci.methods.values():
-                    index.setdefault(m.name, []).append(m)
-            self._methods_by_name = index
-        found = self._methods_by_name.get(name, [])
-        return found[0] if len(found) == 1 else None
-
-    def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
-        """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
-        of an object whose class is known: a read is a call of the getter (and, on ``self``, of its overrides)."""
-        cached = self._property_cache.get(id(fn))
-        if cached is not None:
-            return cached
-        if self._property_names is None:
-            self._property_names = frozenset(
-                name
-                for ci in self.classes.values()
-                for name, m in ci.methods.items()
-                if any(dotted(d) in PROPERTIES for d in m.decorators)
-            )
-        names = self._property_names
-        called = {id(c.func) for c in fn.calls} if names else set()
-        out: list[tuple[FunctionInfo, ast.Attribute]] = []
-        for node in fn.attributes if names else ():
-            if node.attr not in names or not isinstance(node.ctx, ast.Load) or id(node) in called:
-                continue
-            cls = self.instance_type(node.value, fn)
-            getter = self.method(cls, node.attr) if cls is not None else None
-            if getter is None or not any(dotted(d) in PROPERTIES for d in getter.decorators):
-                continue
-            out.append((getter, node))
-            if isinstance(node.value, ast.Name) and node.value.id == "self" and getter.cls is not None:
-                out.extend((o, node) for o in self.overrides(getter.cls, node.attr))
-        self._property_cache[id(fn)] = out
-        return out
-
-    def property_writes(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
-        """The ``@x.setter`` methods `fn` runs by storing an attribute (``self.indices_capacity = n``) of an object
-        whose class is known (on ``self``, also the setters of subclasses)."""
-        out: list[tuple[FunctionInfo, ast.Attribute]] = []
-        names = self._setter_names
-        if not names:
-            return out
-        for node in fn.attributes:
-            if node.attr not in names or not isinstance(node.ctx, ast.Store):
-                continue
-            cls = self.instance_type(node.value, fn)
-            found = next((c.setters[node.attr] for c in with_bases(cls) if node.attr in c.setters), None)
-            if found is None:
-                continue
-            out.append((found, node))
-            if isinstance(node.value, ast.Name) and node.value.id == "self" and cls is not None:
-                out.extend((s, node) for s in self.overrides(cls, node.attr, setters=True))
-        return out
-
-    def held_callables(self, cls: ClassInfo, attr: str) -> list[FunctionInfo]:
-        """The project functions attribute `attr` of an instance of `cls` holds when it is not a method: a bound
-        method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
-        either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
-        values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
-        return [t for value, where in values[:8] for t in self.callables(value, where)]
-
-    def callables(
-        self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
-    ) -> list[FunctionInfo]:
-        """The project functions a callable expression names: ``self._forward_decode``, ``helper``, either branch of
-        ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)`` (whose
-        arguments no longer line up with the call's)."""
-        if depth > 3:
-            return []
-        if isinstance(value, ast.IfExp):
-            return [
-                *self.callables(value.body, fn, partials=partials, depth=depth + 1),
-                *self.callables(value.orelse, fn, partials=partials, depth=depth + 1),
-            ]
-        if partials and isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS:
-            return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
-        if partials and isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute):
-            factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
-            rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
-            return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
-        if isinstance(value, ast.Name) and value.id in fn.params and value.id not in ("self", "cls"):
-            # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
-            return [
-                t
-                for caller, call in self.callers(fn)[:8]
-                if (arg := argument(call, fn, value.id)) is not None
-                for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
-            ]
-        if isinstance(value, ast.Name | ast.Attribute):
-            target = self.resolve_def(value, fn)
-            if isinstance(target, FunctionInfo):
-                return [target]
-        return []
 
     def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
         """Methods `name` (setters with `setters`) that subclasses of `ci` define or take from a base before `ci`'s
@@ -571,13 +473,6 @@ class Project(InstanceCalls):
             if mod.body is not None:
                 yield mod.body
         yield from self.functions
-
-
-def _imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
-    """Whether an attribute chain starts at an imported name (``torch.cuda``, ``np.random``): not a project object."""
-    while isinstance(expr, ast.Attribute | ast.Subscript | ast.Call):
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return isinstance(expr, ast.Name) and expr.id in fn.module.imports
 
 
 def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:

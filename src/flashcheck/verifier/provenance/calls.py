@@ -10,7 +10,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
-__all__ = ["CallScan", "is_partial", "replaced"]
+__all__ = ["CallScan", "is_dataclass_replace", "is_partial", "replaced"]
 
 _PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
 
@@ -107,7 +107,7 @@ class CallScan:
                 if maybe and call.args and is_partial(callee, f):
                     partials.append((f, call))
                 elif call.keywords and (
-                    (last == "replace" and call.args and _is_dataclass_replace(callee, f))
+                    (last == "replace" and call.args and is_dataclass_replace(callee, f))
                     or (last == "_replace" and isinstance(callee, ast.Attribute))  # a NamedTuple's copy
                 ):
                     replaces.append((f, call))
@@ -127,7 +127,7 @@ class CallScan:
         return target is cls
 
 
-def _is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
+def is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
     """``dataclasses.replace`` (also ``from dataclasses import replace``)."""
     name = dotted(func) or ""
     head = name.split(".")[0]

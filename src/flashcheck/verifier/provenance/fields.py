@@ -13,7 +13,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
-from flashcheck.verifier.provenance.calls import CallScan, replaced
+from flashcheck.verifier.provenance.calls import CallScan, is_dataclass_replace, replaced
 
 __all__ = ["ClassAttrs"]
 
@@ -34,6 +34,8 @@ class ClassAttrs:
         def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None: ...
 
         def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]: ...
+
+        def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]: ...
 
     def class_attr_sources(self, cls: ClassInfo, attr: str) -> list[Source]:
         key = (id(cls), attr)
@@ -67,6 +69,38 @@ class ClassAttrs:
         if prop is not None and any(dotted(d) in PROPERTIES for d in prop.decorators):
             out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
         return out[:_MAX_SOURCES]
+
+    def record_fields(self, expr: ast.expr, fn: FunctionInfo) -> list[list[tuple[str, Source | None]]]:
+        """The fields of each dataclass construction `expr` may be, in the order ``dataclasses.astuple`` and
+        ``asdict`` give them, with the argument each construction passed (None for a field left to its default or
+        filled by a ``*spread``):
+        ``PlanArgs(self.qo_indptr, ...)`` returned by a method, also through ``dataclasses.replace(args, x=...)``."""
+        out: list[list[tuple[str, Source | None]]] = []
+        stack: list[tuple[ast.expr, FunctionInfo, dict[str, Source]]] = [(expr, fn, {})]
+        seen: set[int] = set()
+        while stack and len(seen) < _MAX_SOURCES:
+            v, where, over = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, ast.Call) and is_dataclass_replace(v.func, where) and v.args:
+                kept = {kw.arg: (kw.value, where) for kw in v.keywords if kw.arg is not None}
+                stack.append((v.args[0], where, {**kept, **over}))  # the copy's own keywords win
+                continue
+            made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
+            if isinstance(made, ClassInfo) and self.project.method(made, "__init__") is None and made.fields:
+                assert isinstance(v, ast.Call)
+                order = field_order(made)
+                star = next((i for i, a in enumerate(v.args) if isinstance(a, ast.Starred)), len(v.args))
+                if star > len(order):
+                    continue
+                passed: dict[str, Source] = {f: (a, where) for f, a in zip(order, v.args[:star], strict=False)}
+                passed.update((kw.arg, (kw.value, where)) for kw in v.keywords if kw.arg in order)
+                passed.update((k, s) for k, s in over.items() if k in order)
+                out.append([(f, passed.get(f)) for f in order])
+            elif isinstance(v, ast.Name | ast.Attribute | ast.Call):
+                stack.extend((s, w, over) for s, w in self.sources(v, where))  # a factory: what it returns
+        return out
 
     def _descriptor_reads(self, values: list[Source]) -> list[Source]:
         """What reading a class attribute that holds a descriptor gives (``last_page_len = DeviceBuffer(...)`` in the

@@ -103,6 +103,9 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 target = next(self.project.instance_call(f, fn), None)
             if isinstance(target, FunctionInfo):
                 return [(r, target) for r in target.returns[:_MAX_SOURCES]]
+            if target is None and isinstance(f, ast.Attribute):  # meta.plan_args(): the call graph's edges
+                made = [t for t, c in self.project.callees(fn) if c is expr and t.name == f.attr][:4]
+                return [(r, t) for t in made for r in t.returns[:_MAX_SOURCES]]
         return []
 
     def attribute_names(self, arg: ast.expr, fn: FunctionInfo, line: int) -> list[str]:

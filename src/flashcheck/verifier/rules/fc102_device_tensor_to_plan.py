@@ -44,8 +44,11 @@ class DeviceTensorToPlan(Rule):
         self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
         family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
         arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
-        ``**kwargs`` from a dict literal or ``dict(...)`` key by key, and ``*args`` of a tuple or list literal (also a
-        local bound once) in the positions it fills. The finding is on the call's first line.
+        ``**kwargs`` from a dict literal or ``dict(...)`` key by key, ``*args`` of a tuple or list literal (also a
+        local bound once) in the positions it fills, and a dataclass handed over whole: ``**dataclasses.asdict(x)``
+        field by field and ``*dataclasses.astuple(x)`` in field order, as the construction ``x`` is (returned by a
+        method: ``meta.plan_args()``, or a ``dataclasses.replace`` copy of one) filled them. The finding is on the
+        call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -125,22 +128,30 @@ class DeviceTensorToPlan(Rule):
         return _family(cls)
 
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
-        keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-        keywords += [kv for kw in call.keywords if kw.arg is None for kv in _splatted(kw.value, fn)]
-        args: list[tuple[str, ast.expr]] = [(k, v) for k, v in keywords if _is_host_side_param(k)]
-        for i, a in enumerate(_positional(call.args, fn)):
+        keywords = [(kw.arg, kw.value, fn) for kw in call.keywords if kw.arg]
+        keywords += [(k, v, fn) for kw in call.keywords if kw.arg is None for k, v in _splatted(kw.value, fn)]
+        for kw in call.keywords:  # **dataclasses.asdict(meta.plan_args()): the fields of each construction
+            if kw.arg is None and (record := _record_of(kw.value, "asdict", fn)) is not None:
+                keywords += [(k, *s) for fields in ctx.prov.flow.record_fields(record, fn) for k, s in fields if s]
+        args: list[tuple[str, ast.expr, FunctionInfo]] = [(k, v, w) for k, v, w in keywords if _is_host_side_param(k)]
+        for i, placed in enumerate(_placed(ctx, call.args, fn)):
+            if placed is None:
+                continue
+            a, where = placed
             n = positions.get(i) or terminal_name(a)
             if n is not None and _is_host_side_param(n):
-                args.append((n, a))
+                args.append((n, a, where))
         bad: list[tuple[str, ast.expr]] = []
         unsure: list[tuple[str, ast.expr]] = []
-        for param, expr in args:
-            for e in _items(ctx, expr, fn):
-                w = ctx.prov.of(e, fn)
+        for param, expr, where in args:
+            for e in _items(ctx, expr, where):
+                w = ctx.prov.of(e, where)
                 if w is Where.DEVICE:
                     bad.append((param, e))
                 elif (
-                    w is Where.UNKNOWN and ctx.prov.tensorish(e, fn) and ctx.prov.tensor_where(e, fn) is not Where.HOST
+                    w is Where.UNKNOWN
+                    and ctx.prov.tensorish(e, where)
+                    and ctx.prov.tensor_where(e, where) is not Where.HOST
                 ):
                     unsure.append((param, e))
         if bad:
@@ -169,6 +180,35 @@ class DeviceTensorToPlan(Rule):
             evidence={"parameters": [p for p, _ in args]},
             confidence=confidence,
         )
+
+
+def _record_of(expr: ast.expr, how: str, fn: FunctionInfo) -> ast.expr | None:
+    """`x` of ``dataclasses.asdict(x)`` (`how` "asdict") or ``dataclasses.astuple(x)`` ("astuple"), also through a
+    local bound once (``kw = dataclasses.asdict(meta.plan_args()); w.plan(**kw)``)."""
+    if isinstance(expr, ast.Name) and expr.id not in fn.params and len(fn.local_assigns.get(expr.id, [])) == 1:
+        expr = fn.local_assigns[expr.id][0]
+    if isinstance(expr, ast.Call) and len(expr.args) == 1 and (dotted(expr.func) or "").split(".")[-1] == how:
+        return expr.args[0]
+    return None
+
+
+def _placed(ctx: Context, args: list[ast.expr], fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo] | None]:
+    """The positional arguments as `_positional` spreads them, with ``*dataclasses.astuple(x)`` spread as the fields
+    of the one construction `x` is, each with the function that passes it (None for a field left to its default)."""
+    out: list[tuple[ast.expr, FunctionInfo] | None] = []
+    for a in args:
+        record = _record_of(a.value, "astuple", fn) if isinstance(a, ast.Starred) else None
+        if record is not None:
+            made = ctx.prov.flow.record_fields(record, fn)
+            if len(made) != 1:
+                break  # the positions after an unknown spread are unknown
+            out.extend(s for _, s in made[0])
+            continue
+        spread = _positional([a], fn)
+        if not spread:
+            break
+        out.extend((e, fn) for e in spread)
+    return out
 
 
 def _positional(args: list[ast.expr], fn: FunctionInfo) -> list[ast.expr]:

@@ -54,33 +54,36 @@ class GraphBufferWrittenElsewhere(Rule):
         (``paged_kv_indptr_buffer=``, ``paged_kv_indices_buffer=``, ``qo_indptr_buf=``, MLA's
         ``qo_indptr=``/``kv_indptr=``/``kv_indices=``/``kv_len_arr=``, each buffer of a cascade's ``*_buf_arr=`` lists,
         given as literals, comprehensions over or indexing a list, or a list passed whole, a ``CUDAGraph*Wrapper``'s
-        buffers...), tracked through slices, views, local aliases, loop variables over
-        lists and dicts of buffers (``for buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or
-        ``.items()`` loop at its own position, so a host mirror zipped beside a bound buffer stays its own; a loop over
-        a dict whose items are bound under constant keys, ``for buf in self.graph_bufs.values()``, writes each),
-        ``self.<attr>`` (in a method of a base class or mixin, also the attribute of each subclass that inherits it),
-        module globals, other objects' attributes (``self.backend.kv_indptr``; where only subclasses of the object's
-        declared class store the attribute, each such subclass's), ``@property`` getters that return the buffer or a
-        view of it (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a constructor
-        call, or a copy (``meta._replace(...)`` of a NamedTuple, ``dataclasses.replace``), fills with a view of the
-        buffer (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``, then ``md.paged_kv_indptr[...] =
-        ...``, or ``self.paged_kv_indptr[...]`` in a method of ``StepMetadata``) or that code stores the buffer into
-        after building the object (``fb.kv_indices = self.kv_indices``, then ``fb.kv_indices[pos] = ...`` wherever a
-        ``ForwardBatch`` is handed), a local buffer that the function keeps in a lasting place (``self.graphs[bs] =
-        {"indptr": indptr, ...}``, then ``graph["indptr"][...] = ...``; ``self.kv_indptr.append(buf)``, ``+= [buf]``,
-        ``.extend([buf])`` (not a tuple of it and others: its items lose their positions), then ``self.kv_indptr[i][...]
-        = ...``), items of dicts under string keys (``bufs["kv_indptr"]``; a dict literal that holds a bound buffer,
-        ``self.graph_bufs = {"kv_indices": self.kv_indices}``, makes its item that buffer, also after ``bufs =
-        self.attn.graph_bufs``; a dict bound item by item through a variable key,
-        ``paged_kv_indices_buffer=self.kv_indices[s]`` for each stream ``s``, makes its items under the keys the loop
-        takes bound, ``self.kv_indices["succ"]``, and not an item under another key), ``self.x = other.y`` aliases and
-        constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds a row, so a view, of its caller's
-        buffer), also forwarded through a second function's parameter (``planner.plan(si.indptr, ...)`` handing it to
-        the helper that builds the wrapper); the wrapper's own private buffers (``w._paged_kv_indptr_buf``, also through
-        a local alias or view) count too: where the value flow finds the wrapper (an attribute, an item of a dict or
-        list of wrappers, ``wrappers.get(bs)``, a parameter), as the argument its constructor was given for that buffer
-        (keyword or position), and not at all when every wrapper found is out of graph mode. Then every in-place write
-        of the same storage (``buf[...] = ...``, ``buf.copy_()``, ``buf.fill_()``, ``buf.zero_()``, any other in-place
+        buffers...), tracked through slices, views, local aliases, loop variables over lists and dicts of buffers (``for
+        buf in self.kv_indices``; each name of a ``zip``, ``enumerate`` or ``.items()`` loop at its own position, so a
+        host mirror zipped beside a bound buffer stays its own; a loop over a dict whose items are bound under constant
+        keys, ``for buf in self.graph_bufs.values()``, writes each), ``self.<attr>`` (in a method of a base class or
+        mixin, also the attribute of each subclass that inherits it), module globals, other objects' attributes
+        (``self.backend.kv_indptr``, also named by reflection: ``vars(bufs)["kv_indptr"]``,
+        ``bufs.__dict__["kv_indptr"]``, ``getattr(bufs, "kv_indptr")``,
+        ``operator.attrgetter("_paged_kv_indices_buf")(w)``; where only subclasses of the object's declared class store
+        the attribute, each such subclass's), ``@property`` getters that return the buffer or a view of it
+        (``metadata.kv_indptr`` returning ``self._kv_indptr``), fields of per-step objects that a constructor call, or a
+        copy (``meta._replace(...)`` of a NamedTuple, ``dataclasses.replace``), fills with a view of the buffer
+        (``StepMetadata(paged_kv_indptr=self.paged_kv_indptr[: bs + 1])``, then ``md.paged_kv_indptr[...] = ...``, or
+        ``self.paged_kv_indptr[...]`` in a method of ``StepMetadata``) or that code stores the buffer into after
+        building the object (``fb.kv_indices = self.kv_indices``, then ``fb.kv_indices[pos] = ...`` wherever a
+        ``ForwardBatch`` is handed, or ``self.kv_indices.add_(1)`` in a method of its class), a local buffer that the
+        function keeps in a lasting place (``self.graphs[bs] = {"indptr": indptr, ...}``, then ``graph["indptr"][...] =
+        ...``; ``self.kv_indptr.append(buf)``, ``+= [buf]``, ``.extend([buf])`` (not a tuple of it and others: its items
+        lose their positions), then ``self.kv_indptr[i][...] = ...``), items of dicts under string keys
+        (``bufs["kv_indptr"]``; a dict literal that holds a bound buffer, ``self.graph_bufs = {"kv_indices":
+        self.kv_indices}``, makes its item that buffer, also after ``bufs = self.attn.graph_bufs``; a dict bound item by
+        item through a variable key, ``paged_kv_indices_buffer=self.kv_indices[s]`` for each stream ``s``, makes its
+        items under the keys the loop takes bound, ``self.kv_indices["succ"]``, and not an item under another key),
+        ``self.x = other.y`` aliases and constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds
+        a row, so a view, of its caller's buffer), also forwarded through a second function's parameter
+        (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the wrapper's own private
+        buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds
+        the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
+        argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
+        found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
+        ``buf.fill_()``, ``buf.zero_()``, any other in-place
         ``*_`` method but ``resize_``, a reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a
         project ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or
         through a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in

@@ -7,6 +7,8 @@ import ast
 from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.members import generates_init
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -20,7 +22,8 @@ class AssertValidatesInput(Rule):
         ``assert`` statements outside test files whose condition reads what a public function (a name not starting with
         ``_``; dunders such as ``__init__`` count as public) received: one of its parameters (other than
         ``self``/``cls``), a local derived from one (``n = len(seq_lens)``, also unpacked: ``mod, _, name =
-        spec.partition(":")``), or a ``self.x`` set from one in the same function; and asserts in private helpers on
+        spec.partition(":")``), or a ``self.x`` set from one in the same function (in a dataclass's
+        ``__post_init__``, the fields its generated constructor received); and asserts in private helpers on
         parameters that a public caller fills from its own arguments. Asserts on the object's own state, on private
         helpers' internal values and in tests are internal invariants and are not reported, nor are asserts in a
         function whose body a compiler translates (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): those are
@@ -62,9 +65,12 @@ class AssertValidatesInput(Rule):
             else:  # a private helper validates what a public caller received
                 inputs = _fed_by_public_callers(ctx, fn, names)
                 how = "argument(s) (passed on by a public caller)"
-            if not inputs:
+            if not inputs and fn.name not in _POST_INITS:
                 continue
             tainted, attrs = _derived(fn, inputs, names)
+            if fn.name in _POST_INITS and fn.cls is not None:  # a dataclass's fields are its constructor's arguments
+                attrs |= {f"self.{f}" for c in with_bases(fn.cls) if generates_init(c) for f in c.fields}
+                how = "constructor argument(s)"
             for a in fn.asserts:
                 if isinstance(a.test, ast.Constant):
                     continue  # assert False, "unreachable"
@@ -90,6 +96,9 @@ class AssertValidatesInput(Rule):
 # Decorators that compile the function's body (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): its asserts
 # become the compiler's checks, which ``python -O`` does not strip.
 _COMPILERS = frozenset({"jit", "njit", "script"})
+
+
+_POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
 
 
 def _compiled(fn: FunctionInfo) -> bool:

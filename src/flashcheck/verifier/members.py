@@ -1,0 +1,185 @@
+"""What a class's members run when used: building an instance (its ``__init__``, or a dataclass's
+``__post_init__``), reading a ``@property`` or storing through a setter, and the functions a callable value names
+(a bound method kept in an attribute, a ``functools.partial``, a callable handed in or bound to a local). Part of
+`flashcheck.verifier.project.Project`'s call graph."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.dispatch import InstanceCalls
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, with_bases
+from flashcheck.verifier.instances import PROPERTIES, argument
+
+__all__ = ["PARTIALS", "Members", "classmethod_class", "generates_init", "imported_root"]
+
+PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+
+
+class Members(InstanceCalls):
+    """The member half of `flashcheck.verifier.project.Project`."""
+
+    _property_names: frozenset[str] | None
+    _methods_by_name: dict[str, list[FunctionInfo]] | None
+    _setter_names: frozenset[str]
+    _property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]]
+
+    if TYPE_CHECKING:
+
+        def method(self, ci: ClassInfo, name: str) -> FunctionInfo | None: ...
+
+        def resolve_def(
+            self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
+        ) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
+        def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
+
+        def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
+
+    def constructors(self, ci: ClassInfo) -> list[FunctionInfo]:
+        """What building an instance of `ci` runs: its ``__init__``, or where a dataclass (or attrs class) generates
+        it, the ``__post_init__`` (``__attrs_post_init__``) that the generated one calls."""
+        init = self.method(ci, "__init__")
+        generated = init is None or (init.cls is not ci and generates_init(ci))
+        if init is not None and not generated:
+            return [init]
+        post = self.method(ci, "__post_init__") or self.method(ci, "__attrs_post_init__")
+        return [post] if post is not None else []
+
+    def sole_method(self, name: str) -> FunctionInfo | None:
+        """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
+        that name and the name is compound (``forward_decode``, ``init_forward_metadata_capture_cuda_graph``; not
+        ``run``, ``plan`` or a dunder, which other libraries' objects share)."""
+        core = name.strip("_")
+        if "_" not in core or name.startswith("__") or name.endswith("_"):
+            return None
+        if self._methods_by_name is None:
+            index: dict[str, list[FunctionInfo]] = {}
+            for ci in self.classes.values():
+                for m in ci.methods.values():
+                    index.setdefault(m.name, []).append(m)
+            self._methods_by_name = index
+        found = self._methods_by_name.get(name, [])
+        return found[0] if len(found) == 1 else None
+
+    def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
+        """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
+        of an object whose class is known: a read is a call of the getter (and, on ``self``, of its overrides)."""
+        cached = self._property_cache.get(id(fn))
+        if cached is not None:
+            return cached
+        if self._property_names is None:
+            self._property_names = frozenset(
+                name
+                for ci in self.classes.values()
+                for name, m in ci.methods.items()
+                if any(dotted(d) in PROPERTIES for d in m.decorators)
+            )
+        names = self._property_names
+        called = {id(c.func) for c in fn.calls} if names else set()
+        out: list[tuple[FunctionInfo, ast.Attribute]] = []
+        for node in fn.attributes if names else ():
+            if node.attr not in names or not isinstance(node.ctx, ast.Load) or id(node) in called:
+                continue
+            cls = self.instance_type(node.value, fn)
+            getter = self.method(cls, node.attr) if cls is not None else None
+            if cls is None and not imported_root(node.value, fn):  # meta.token_to_req: the one class defining it
+                getter = self.sole_method(node.attr)
+            if getter is None or not any(dotted(d) in PROPERTIES for d in getter.decorators):
+                continue
+            out.append((getter, node))
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and getter.cls is not None:
+                out.extend((o, node) for o in self.overrides(getter.cls, node.attr))
+        self._property_cache[id(fn)] = out
+        return out
+
+    def property_writes(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
+        """The ``@x.setter`` methods `fn` runs by storing an attribute (``self.indices_capacity = n``) of an object
+        whose class is known (on ``self``, also the setters of subclasses)."""
+        out: list[tuple[FunctionInfo, ast.Attribute]] = []
+        names = self._setter_names
+        if not names:
+            return out
+        for node in fn.attributes:
+            if node.attr not in names or not isinstance(node.ctx, ast.Store):
+                continue
+            cls = self.instance_type(node.value, fn)
+            found = next((c.setters[node.attr] for c in with_bases(cls) if node.attr in c.setters), None)
+            if found is None:
+                continue
+            out.append((found, node))
+            if isinstance(node.value, ast.Name) and node.value.id == "self" and cls is not None:
+                out.extend((s, node) for s in self.overrides(cls, node.attr, setters=True))
+        return out
+
+    def held_callables(self, cls: ClassInfo, attr: str) -> list[FunctionInfo]:
+        """The project functions attribute `attr` of an instance of `cls` holds when it is not a method: a bound
+        method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
+        either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
+        values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
+        return [t for value, where in values[:8] for t in self.callables(value, where)]
+
+    def callables(
+        self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
+    ) -> list[FunctionInfo]:
+        """The project functions a callable expression names: ``self._forward_decode``, ``helper``, either branch of
+        ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)`` (whose
+        arguments no longer line up with the call's)."""
+        if depth > 3:
+            return []
+        if isinstance(value, ast.IfExp):
+            return [
+                *self.callables(value.body, fn, partials=partials, depth=depth + 1),
+                *self.callables(value.orelse, fn, partials=partials, depth=depth + 1),
+            ]
+        if partials and isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS:
+            return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
+        if partials and isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute):
+            factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
+            rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
+            return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
+        if isinstance(value, ast.Name) and value.id in fn.params and value.id not in ("self", "cls"):
+            # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
+            return [
+                t
+                for caller, call in self.callers(fn)[:8]
+                if (arg := argument(call, fn, value.id)) is not None
+                for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
+            ]
+        if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
+            # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
+            return self.callables(local[0], fn, partials=partials, depth=depth + 1)
+        if isinstance(value, ast.Name | ast.Attribute):
+            target = self.resolve_def(value, fn)
+            if isinstance(target, FunctionInfo):
+                return [target]
+        return []
+
+
+def imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
+    """Whether an attribute chain starts at an imported name (``torch.cuda``, ``np.random``): not a project object."""
+    while isinstance(expr, ast.Attribute | ast.Subscript | ast.Call):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return isinstance(expr, ast.Name) and expr.id in fn.module.imports
+
+
+def generates_init(ci: ClassInfo) -> bool:
+    """`ci` is decorated ``@dataclass``/``@dataclasses.dataclass(...)`` or with attrs (``@attr.s``, ``@define``):
+    its ``__init__`` is generated from its fields."""
+    for d in ci.node.decorator_list:
+        name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
+        if "dataclass" in name or name.startswith("attr") or name in ("define", "frozen", "mutable"):
+            return True
+    return False
+
+
+def classmethod_class(fn: FunctionInfo) -> ClassInfo | None:
+    """The class of the ``@classmethod`` that `fn` is (or is nested in)."""
+    top = owner_of(fn)
+    node = top.node
+    if top.cls is None or isinstance(node, ast.Module):
+        return None
+    return top.cls if any(dotted(d) == "classmethod" for d in node.decorator_list) else None
