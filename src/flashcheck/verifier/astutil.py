@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Container, Mapping
 
 __all__ = [
     "IN_PLACE_EXCEPTIONS",
@@ -21,8 +22,11 @@ __all__ = [
     "item_annotation",
     "kwarg",
     "name_tokens",
+    "overload_stub",
     "pattern_bindings",
+    "positional_args",
     "reflected_attribute",
+    "spread_local_tuples",
     "storage_root",
     "target_paths",
     "terminal_name",
@@ -251,6 +255,38 @@ def _reflected_parts(node: ast.expr) -> tuple[ast.expr | None, str | None]:
         assert isinstance(f, ast.Call)
         return node.args[0], text(f.args[0])
     return None, None
+
+
+def positional_args(call: ast.Call) -> list[ast.expr]:
+    """A call's positional arguments, with ``*bufs`` spread in place where `spread_local_tuples` found it to be a
+    tuple or list literal."""
+    spread: list[ast.expr] | None = getattr(call, "_flashcheck_args", None)
+    return spread if spread is not None else call.args
+
+
+def spread_local_tuples(call: ast.Call, local_assigns: Mapping[str, list[ast.expr]], params: Container[str]) -> None:
+    """Record `positional_args` for ``f(cfg, *bufs)`` where ``bufs`` is a local bound once to a tuple or list literal
+    (``bufs = (self.kv_indptr, self.kv_indices)``): the arguments up to an unknown spread, which ends them."""
+    out: list[ast.expr] = []
+    for a in call.args:
+        if not isinstance(a, ast.Starred):
+            out.append(a)
+            continue
+        v = a.value
+        bound = local_assigns.get(v.id, []) if isinstance(v, ast.Name) and v.id not in params else []
+        if len(bound) != 1 or not isinstance(bound[0], ast.Tuple | ast.List):
+            out.append(a)
+            break
+        if any(isinstance(e, ast.Starred) for e in bound[0].elts):
+            out.append(a)
+            break
+        out.extend(bound[0].elts)
+    call._flashcheck_args = out  # type: ignore[attr-defined]
+
+
+def overload_stub(decorators: list[ast.expr]) -> bool:
+    """A ``@typing.overload`` signature (not the implementation that follows it)."""
+    return any(dotted(d) in ("overload", "typing.overload") for d in decorators)
 
 
 def init_field(stmt: ast.AnnAssign) -> bool:

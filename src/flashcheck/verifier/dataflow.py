@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, literal_items, storage_root
+from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root
 from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
@@ -108,6 +108,9 @@ def storage_keys(
             other = typer(root.value, fn) if typer is not None else None
             if other is not None:  # self.backend.kv_indptr: the backend's own self.kv_indptr
                 return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
+            several = project.object_classes(root.value, fn)
+            if several:  # self.backend = make_backend(cfg) -> A | B: either one's self.kv_indptr
+                return [k for c in several for k in _attr_keys(c, root.attr, depth, project, typer)]
         if project is not None and isinstance(root, ast.Attribute) and cls is not None:
             via_property = _property_keys(cls, root.attr, depth, project, typer)
             if via_property:
@@ -116,12 +119,7 @@ def storage_keys(
         # self in a method of a base class or mixin is also an instance of each subclass that inherits it
         keys = [("self", c.qualname, text) for c in [*with_bases(cls), *descendants(cls)]]
         if project is not None and isinstance(root, ast.Attribute) and depth < 3:
-            for c in with_bases(cls):  # self.kv_indptr = backend.kv_indptr: an alias of the backend's buffer
-                for v, where in c.attr_assigns.get(root.attr, []):
-                    if isinstance(v, ast.Attribute) and not _is_allocation(v):
-                        keys.extend(storage_keys(v, where, depth + 1, project, typer))
-                    else:  # self.kv_indptr = kv_indptr_row: what the constructor's callers pass (a row of theirs)
-                        keys.extend(param_storage_keys(v, where, depth, project, typer))
+            keys.extend(_alias_keys(cls, root.attr, depth, project, typer))
             if isinstance(root.value, ast.Name):  # a field of this (data)class: what its constructor calls pass,
                 keys.extend(_field_keys(cls, root.attr, depth, project, typer))  # and what is stored on one later
                 keys.extend(_late_keys(cls, root.attr, depth, project, typer))
@@ -307,7 +305,22 @@ def _attr_keys(
     if declared and not any(attr in c.attr_assigns or attr in c.fields for c in family):
         family = family + descendants(cls)
     own: list[Key] = [("self", c.qualname, f"self.{attr}") for c in family]
+    own += _alias_keys(cls, attr, depth, project, typer) if depth < 3 else []
     return keys or own + _field_keys(cls, attr, depth, project, typer) + _late_keys(cls, attr, depth, project, typer)
+
+
+def _alias_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
+    """Keys of what ``self.attr`` aliases in `cls` and its bases: another object's buffer (``self.kv_indptr =
+    backend.kv_indptr``) or what the constructor's callers pass (``self.kv_indptr = kv_indptr_row``: a row of
+    theirs)."""
+    keys: list[Key] = []
+    for c in with_bases(cls):
+        for v, where in c.attr_assigns.get(attr, []):
+            if isinstance(v, ast.Attribute) and not _is_allocation(v):
+                keys.extend(storage_keys(v, where, depth + 1, project, typer))
+            else:
+                keys.extend(param_storage_keys(v, where, depth, project, typer))
+    return keys
 
 
 def _late_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: Typer | None) -> list[Key]:
@@ -386,8 +399,9 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if param not in positional:
         return None
     i = positional.index(param)
-    if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-        return call.args[i]
+    args = positional_args(call)
+    if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]):
+        return args[i]
     return None
 
 
@@ -446,8 +460,8 @@ def allocations(
             return [(root, fn)]
         if project is not None and isinstance(root.func, ast.Name | ast.Attribute):
             target = project.resolve_def(root.func, fn)
-            if isinstance(target, FunctionInfo):  # a factory: what it returns
-                return [a for r in target.returns for a in again(r, target)]
+            if isinstance(target, FunctionInfo):  # a factory: what it (or each @target.register function) returns
+                return [a for t in [target, *project.dispatch_impls(target)] for r in t.returns for a in again(r, t)]
         return []
     if isinstance(root, ast.Name):
         name = root.id

@@ -64,7 +64,10 @@ class InstanceCalls(Registries):
                         picked = [self.resolve_def(b, where) for b in branches(value.func)]
                         found.update((id(t), t) for t in picked if isinstance(t, ClassInfo))
                         continue
-                    for t in self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]:
+                    made = self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]
+                    if made == [None] and isinstance(value, ast.Call):  # make_backend(cfg) -> A | B: either
+                        made = self.returned_union(value, where)
+                    for t in made:
                         if t is not None:
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
@@ -97,6 +100,25 @@ class InstanceCalls(Registries):
                     return []
                 found[id(t)] = t
         return list(found.values())
+
+    def returned_union(self, call: ast.Call, fn: FunctionInfo) -> list[ClassInfo | None]:
+        """The project classes a call of a project function declared to return a union of them may give
+        (``def make_backend(...) -> FlashInferBackend | TrtllmPath``, also through a module-level alias)."""
+        target = self.resolve_def(call.func, fn) if isinstance(call.func, ast.Name | ast.Attribute) else None
+        node = target.node if isinstance(target, FunctionInfo) else None
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.returns is None:
+            return []
+        assert isinstance(target, FunctionInfo)
+        found = self._annotation_classes(node.returns, target, 1)
+        return list(found) if len(found) > 1 else []
+
+    def object_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes the object `expr` names may be: its one class, else those of an attribute whose stores build
+        (or are declared to return) different ones."""
+        one = self.instance_type(expr, fn, 1)
+        if one is not None:
+            return [one]
+        return self._attr_classes(expr, fn) if isinstance(expr, ast.Attribute) else []
 
     def instance_call(self, func: ast.expr, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """``__call__`` (an ``nn.Module``'s ``forward``) of the project classes `func` may be an instance of: its one

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from flashcheck.verifier.astutil import dotted, init_field, pattern_bindings, target_paths
+from flashcheck.verifier.astutil import dotted, init_field, overload_stub, pattern_bindings, target_paths
 from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_keys, keyed_store_keys
 from flashcheck.verifier.source import SourceFile
 
@@ -281,7 +281,9 @@ class ProjectIndex:
         self.by_module[mod.name] = [b for b in (mod.body,) if b is not None] + mi.functions
         for fn in mi.functions:
             self.functions.append(fn)
-            self._by_qualname.setdefault(fn.qualname, fn)
+            first = self._by_qualname.setdefault(fn.qualname, fn)
+            if overload_stub(first.decorators) and not overload_stub(fn.decorators):  # the implementation
+                self._by_qualname[fn.qualname] = fn
         for ci in mi.classes:
             self.classes.setdefault(ci.qualname, ci)
         for attr, stores in mi.attr_stores.items():

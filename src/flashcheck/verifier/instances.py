@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import annotation, dotted, item_annotation, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, item_annotation, positional_args, terminal_name
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -501,8 +501,9 @@ def argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | Non
     names = [a.arg for a in [*callee.node.args.posonlyargs, *callee.node.args.args]]
     if callee.cls is not None and names[:1] == ["self"]:
         names = names[1:]
-    i = names.index(param) if param in names else len(call.args)
-    return call.args[i] if i < len(call.args) else None
+    args = positional_args(call)
+    i = names.index(param) if param in names else len(args)
+    return args[i] if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]) else None
 
 
 # nn.Module methods that return the module itself

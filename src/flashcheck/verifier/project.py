@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, literal_items, terminal_name
+from flashcheck.verifier.astutil import class_base, literal_items, spread_local_tuples, terminal_name
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     ClassInfo,
@@ -72,6 +72,10 @@ class Project(Members):
         self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._link_classes()
         self.link_class_aliases()
+        for f in self.all_functions():  # Step(cfg, *bufs) with bufs = (a, b): the arguments in place
+            for call in f.calls:
+                if any(isinstance(a, ast.Starred) for a in call.args):
+                    spread_local_tuples(call, f.local_assigns, f.params)
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
@@ -307,9 +311,9 @@ class Project(Members):
     def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
         calls_by_name = self.calls_by_name()
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
-        if fn.name == "__init__" and fn.cls is not None:
+        if fn.name in _BUILDS and fn.cls is not None:  # a constructor (or what a generated one calls)
             held = sorted(self.registry_names().get(fn.cls.name, ()))  # cls = BACKENDS[name]; cls(cfg)
-            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held]
+            names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held, "cls"]  # cls(...) in a classmethod
         elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
             names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
@@ -473,6 +477,9 @@ class Project(Members):
             if mod.body is not None:
                 yield mod.body
         yield from self.functions
+
+
+_BUILDS = frozenset({"__init__", "__post_init__", "__attrs_post_init__"})
 
 
 def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:

@@ -101,10 +101,13 @@ class ValueFlow(ClassAttrs, KeyedItems):
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if target is None and isinstance(f, ast.Name | ast.Attribute):  # self.lam(): an instance's forward
                 target = next(self.project.instance_call(f, fn), None)
-            if isinstance(target, FunctionInfo):
-                return [(r, target) for r in target.returns[:_MAX_SOURCES]]
-            if target is None and isinstance(f, ast.Attribute):  # meta.plan_args(): the call graph's edges
+            if isinstance(target, FunctionInfo):  # also what each @target.register implementation returns
+                ran = [target, *self.project.dispatch_impls(target)]
+                return [(r, t) for t in ran for r in t.returns[:_MAX_SOURCES]][:_MAX_SOURCES]
+            if target is None and isinstance(f, ast.Attribute):  # meta.plan_args(): the call graph's edges,
                 made = [t for t, c in self.project.callees(fn) if c is expr and t.name == f.attr][:4]
+                inst = self.instance_type(f.value, fn) if not made else None  # or the receiver's class by flow
+                made = made or [m for m in [self.project.method(inst, f.attr) if inst is not None else None] if m]
                 return [(r, t) for t in made for r in t.returns[:_MAX_SOURCES]]
         return []
 

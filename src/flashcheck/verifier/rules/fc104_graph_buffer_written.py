@@ -77,35 +77,35 @@ class GraphBufferWrittenElsewhere(Rule):
         item through a variable key, ``paged_kv_indices_buffer=self.kv_indices[s]`` for each stream ``s``, makes its
         items under the keys the loop takes bound, ``self.kv_indices["succ"]``, and not an item under another key),
         ``self.x = other.y`` aliases and constructor parameters (a backend built with ``Step(self.kv_indptr[i])`` binds
-        a row, so a view, of its caller's buffer), also forwarded through a second function's parameter
-        (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the wrapper's own private
-        buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow finds
-        the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as the
-        argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
+        a row, so a view, of its caller's buffer; also spread from a local tuple, ``Builder(cfg, *graph_bufs)``, and
+        read on another object of the class: ``meta.kv_last_page_len``), also forwarded through a second function's
+        parameter (``planner.plan(si.indptr, ...)`` handing it to the helper that builds the wrapper); the wrapper's own
+        private buffers (``w._paged_kv_indptr_buf``, also through a local alias or view) count too: where the value flow
+        finds the wrapper (an attribute, an item of a dict or list of wrappers, ``wrappers.get(bs)``, a parameter), as
+        the argument its constructor was given for that buffer (keyword or position), and not at all when every wrapper
         found is out of graph mode. Then every in-place write of the same storage (``buf[...] = ...``, ``buf.copy_()``,
-        ``buf.fill_()``, ``buf.zero_()``, any other in-place
-        ``*_`` method but ``resize_``, a reallocation that FC107 reports, ``out=buf``, ``buf += ...``, a launch of a
-        project ``@triton.jit`` kernel whose ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or
-        through a helper that writes its parameter or the buffer: outside replay preparation it is reported, except in
-        the binding function, in ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay,
-        metadata and plan roots, ``replay-prep-paths``) a write **after** the function's last ``plan()`` (direct, or a
-        call that plans) is reported, once a plan has run on its own path and unless one may run after it there (a plan
-        in another branch of an ``if`` or ``match``, or in a branch that returned, neither precedes nor follows it; one
-        later in an enclosing loop (unless a ``break`` or a generator stage's ``yield`` leaves it first: its consumer
-        replays then), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays nothing; a
-        generator's ``yield``, also at the end of a ``with`` block, starts the path again), and a
-        write before it is the required pattern (a call of a function that plans counts as a plan, also through a method
-        alias kept in an attribute: ``self.update = self.update_single_wrapper``); the ``__enter__`` and ``__exit__`` of
-        a project class that replay-prep code uses in a ``with`` statement run where its block begins and ends, so their
-        writes are reported where they are when the block begins or ends after that function's last plan (padding
-        after the plan the block wraps) and stay quiet when a plan follows (a staging upload whose block ends before
-        the plan). Each write is reported once: at the
-        line that writes when its function is itself reported there, else at the call (a helper that writes its
-        parameter, a replay-prep helper or ``init_*`` function called from elsewhere).
-
-    Why it breaks serving
-        A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
-        captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (an SGLang
+        ``buf.fill_()``, ``buf.zero_()``, any other in-place ``*_`` method but ``resize_``, a reallocation that FC107
+        reports, ``out=buf``, ``buf += ...``, a launch of a project ``@triton.jit`` kernel whose
+        ``tl.store``/``tl.atomic_*`` pointers come from that argument), directly or through a helper that writes its
+        parameter or the buffer: outside replay preparation it is reported, except in the binding function, in
+        ``__init__`` and in ``init_*`` set-up functions; on a replay-preparation path (replay, metadata and plan roots,
+        ``replay-prep-paths``; and a function a capture root reaches that plans itself, as a ``plan_capture(bs)`` that
+        fills dummies into the bound buffers before the capture's plan) a write **after** the function's last ``plan()``
+        (direct, or a call that plans) is reported, once a plan has run on its own path and unless one may run after it
+        there (a plan in another branch of an ``if`` or ``match``, or in a branch that returned, neither precedes nor
+        follows it; one later in an enclosing loop (unless a ``break`` or a generator stage's ``yield`` leaves it first:
+        its consumer replays then), a ``finally`` or a ``try``'s ``else`` follows it; a path that raises replays
+        nothing; a generator's ``yield``, also at the end of a ``with`` block, starts the path again), and a write
+        before it is the required pattern (a call of a function that plans counts as a plan, also through a method alias
+        kept in an attribute: ``self.update = self.update_single_wrapper``); the ``__enter__`` and ``__exit__`` of a
+        project class that replay-prep code uses in a ``with`` statement run where its block begins and ends, so their
+        writes are reported where they are when the block begins or ends after that function's last plan (padding after
+        the plan the block wraps) and stay quiet when a plan follows (a staging upload whose block ends before the
+        plan). Each write is reported once: at the line that writes when its function is itself reported there, else at
+        the call (a helper that writes its parameter, a replay-prep helper or ``init_*`` function called from
+        elsewhere).  Why it breaks serving A graph-mode wrapper does not copy these buffers: ``plan()`` before each
+        replay reads and fills them and the captured kernels read them by address. Code elsewhere that reuses the
+        storage for its own purposes (an SGLang
         fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values that the next
         ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone ``kv_indptr`` or,
         worse, reads another request's KV.
@@ -171,6 +171,7 @@ class GraphBufferWrittenElsewhere(Rule):
         if not bindings:
             return
         prep = ctx.hot.reach_categories(METADATA_CATEGORIES)
+        capture = ctx.hot.reach_categories(frozenset({"capture"}))
         binders = {id(b.fn) for b in bindings.values()}
 
         def reported_in_place(fn: FunctionInfo) -> bool:
@@ -186,7 +187,7 @@ class GraphBufferWrittenElsewhere(Rule):
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
-            if fn in prep:
+            if fn in prep or (fn in capture and flow.plan_lines(fn)):  # also a capture's own planning helper
                 self._check_order(ctx, fn, flow)
             elif id(fn) in blocks:  # a context manager's __enter__/__exit__: run where a `with` block begins/ends
                 self._check_entered(ctx, fn, flow, blocks[id(fn)][1], lambda w: w in prep or not reported_in_place(w))
