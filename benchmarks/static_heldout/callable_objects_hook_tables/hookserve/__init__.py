@@ -1,0 +1,1 @@
+"""Hook-table serving engine: configuration, batches and replay hooks."""
