@@ -250,7 +250,7 @@ def test_every_module_the_indexer_imports_is_part_of_the_key() -> None:
     from flashcheck.verifier import cache
 
     seen: set[str] = set()
-    todo = ["flashcheck.verifier.index"]
+    todo = ["flashcheck.verifier.indexer"]
     while todo:
         name = todo.pop()
         if name in seen:

@@ -36,6 +36,7 @@ SUMMARY_MODULES = (
     "flashcheck.verifier.cache",
     "flashcheck.verifier.frontend",
     "flashcheck.verifier.index",
+    "flashcheck.verifier.indexer",
     "flashcheck.verifier.itemkeys",
     "flashcheck.verifier.source",
 )

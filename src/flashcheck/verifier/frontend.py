@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flashcheck.verifier.cache import SummaryCache, cache_key
-from flashcheck.verifier.index import ModuleIndex, index_module
+from flashcheck.verifier.index import ModuleIndex
+from flashcheck.verifier.indexer import index_module
 from flashcheck.verifier.source import SourceFile, module_name, parse_source, relpath
 
 __all__ = ["Summaries", "Summary", "default_jobs", "summarise_files"]
