@@ -264,16 +264,17 @@ def positional_args(call: ast.Call) -> list[ast.expr]:
     return spread if spread is not None else call.args
 
 
-def spread_local_tuples(call: ast.Call, local_assigns: Mapping[str, list[ast.expr]], params: Container[str]) -> None:
+def spread_local_tuples(call: ast.Call, local_assigns: Mapping[str, list[ast.expr]], unstable: Container[str]) -> None:
     """Record `positional_args` for ``f(cfg, *bufs)`` where ``bufs`` is a local bound once to a tuple or list literal
-    (``bufs = (self.kv_indptr, self.kv_indices)``): the arguments up to an unknown spread, which ends them."""
+    (``bufs = (self.kv_indptr, self.kv_indices)``) and never bound or changed otherwise (not in `unstable`: a
+    parameter, a loop variable, a list stored into or grown): the arguments up to an unknown spread, which ends them."""
     out: list[ast.expr] = []
     for a in call.args:
         if not isinstance(a, ast.Starred):
             out.append(a)
             continue
         v = a.value
-        bound = local_assigns.get(v.id, []) if isinstance(v, ast.Name) and v.id not in params else []
+        bound = local_assigns.get(v.id, []) if isinstance(v, ast.Name) and v.id not in unstable else []
         if len(bound) != 1 or not isinstance(bound[0], ast.Tuple | ast.List):
             out.append(a)
             break

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root
+from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
 from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
@@ -329,7 +329,10 @@ def _late_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: T
     if depth > 2 or typer is None:
         return []
     keys: list[Key] = []
+    serving = not cls.module.source.is_tooling
     for value, where in project.attr_stores.get(attr, [])[:32]:
+        if serving and where.source.is_tooling:
+            continue  # a test's store says nothing of what the engine's objects hold
         for a in where.assigns:
             if a.value is value and isinstance(a, ast.Assign):
                 receivers = [t.value for t in a.targets if isinstance(t, ast.Attribute) and t.attr == attr]
@@ -393,9 +396,11 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     decorators = {dotted(d) for d in node.decorator_list}
     bound = callee.cls is not None and "staticmethod" not in decorators
     called_object = callee.name in ("__call__", "forward")  # layer(h, ...) or self.heads[k](x): self is the object
-    on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__" or called_object
+    on_object = isinstance(call.func, ast.Attribute) or callee.name in ("__init__", *_POST_INITS) or called_object
     if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
         positional = positional[1:]
+    if callee.cls is not None and callee.name in _POST_INITS and terminal_name(call.func) != callee.name:
+        positional = field_order(callee.cls)  # Meta(lens, kv_indptr) builds it: an InitVar is at its field's place
     if param not in positional:
         return None
     i = positional.index(param)
@@ -403,6 +408,9 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]):
         return args[i]
     return None
+
+
+_POST_INITS = ("__post_init__", "__attrs_post_init__")
 
 
 def _through_class(call: ast.Call, callee: FunctionInfo) -> bool:
@@ -461,7 +469,11 @@ def allocations(
         if project is not None and isinstance(root.func, ast.Name | ast.Attribute):
             target = project.resolve_def(root.func, fn)
             if isinstance(target, FunctionInfo):  # a factory: what it (or each @target.register function) returns
-                return [a for t in [target, *project.dispatch_impls(target)] for r in t.returns for a in again(r, t)]
+                made = [target, *project.dispatch_impls(target)]
+                on_self = isinstance(root.func, ast.Attribute) and dotted(root.func.value) == "self"
+                if target.cls is not None and on_self:
+                    made += project.overrides(target.cls, target.name)  # self.allocate(n): each subclass's
+                return [a for t in made for r in t.returns for a in again(r, t)]
         return []
     if isinstance(root, ast.Name):
         name = root.id

@@ -31,6 +31,7 @@ from flashcheck.verifier.flashinfer_api import (
 )
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
+from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, imported_name, torch_name
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
@@ -472,7 +473,8 @@ class HotPaths:
         kept in an attribute (``self._forward = self._forward_decode``), a ``functools.partial`` of one (in an
         attribute or a local), also chosen by a conditional expression; one handed in as an argument
         (``record(bucket, self._static_forward)`` calling ``forward()``); the entries of a dispatch table kept in an
-        attribute (``self._handlers[fb.mode](...)`` with ``self._handlers = {Mode.DECODE: self._forward_decode}``)."""
+        attribute (``self._handlers[fb.mode](...)`` with ``self._handlers = {Mode.DECODE: self._forward_decode}``);
+        the items of a list a loop calls (``for hook in self._hooks: hook(meta)``, filled by ``append``)."""
         # a call resolved only to a typing.Protocol's stub (``step: StepFn``) still runs what the name holds
         resolved = {id(call) for callee, call in self.project.callees(fn) if not _protocol_stub(callee)}
         out: list[tuple[FunctionInfo, ast.Call]] = []
@@ -491,6 +493,10 @@ class HotPaths:
             elif isinstance(f, ast.Name) and f.id in fn.params and f.id not in fn.local_assigns:
                 callers = self.project.feeding_callers(fn)[:16]
                 values = [(a, caller) for caller, c in callers if (a := arg_for_param(c, fn, f.id)) is not None]
+            elif isinstance(f, ast.Name) and f.id not in fn.local_assigns and f.id in fn.loop_vars:
+                # for hook in self._pre_replay_hooks: hook(meta): each callable the list is seen to hold
+                containers = loop_containers(f.id, fn, call.lineno) or fn.loop_vars[f.id]
+                values = [v for c in containers[:4] for v in self.project.container_items(c, fn) or []]
             elif isinstance(f, ast.Name):
                 values = [(v, fn) for v in fn.local_assigns.get(f.id, [])]
             else:

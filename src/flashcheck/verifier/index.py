@@ -24,6 +24,7 @@ __all__ = [
     "ProjectIndex",
     "descendants",
     "field_order",
+    "lambda_function",
     "owner_of",
     "with_bases",
 ]
@@ -61,6 +62,7 @@ class FunctionInfo:
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
     local_types: dict[str, ast.expr] = field(default_factory=dict)  # meta: Optional[Metadata] = ... (annotation)
+    lambda_args: list[tuple[ast.Lambda, ast.Call]] = field(default_factory=list)  # f(..., lambda x: ...) in the body
 
     @property
     def source(self) -> SourceFile:
@@ -210,6 +212,12 @@ class ProjectIndex:
             self.classes.setdefault(ci.qualname, ci)
         for attr, stores in mi.attr_stores.items():
             self.attr_stores.setdefault(attr, []).extend(stores)
+
+
+def lambda_function(node: ast.expr) -> FunctionInfo | None:
+    """The function the index made of a ``lambda`` expression."""
+    found: FunctionInfo | None = getattr(node, "_flashcheck_function", None)
+    return found if isinstance(node, ast.Lambda) else None
 
 
 def owner_of(fn: FunctionInfo) -> FunctionInfo:

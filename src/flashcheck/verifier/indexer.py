@@ -139,6 +139,24 @@ class _Indexer:
                 self._walk_expr(owner, default)
         return fn
 
+    def _new_lambda(self, node: ast.Lambda, owner: FunctionInfo) -> None:
+        """A ``lambda`` as a function of its own, ``<lambda>``, nested in `owner` (its free names are the owner's):
+        its body is what it returns; `lambda_function` finds it from the expression."""
+        ret = ast.copy_location(ast.Return(value=node.body), node.body)
+        fdef = ast.FunctionDef(name="<lambda>", args=node.args, body=[ret], decorator_list=[], returns=None)
+        ast.copy_location(fdef, node)
+        fdef.end_lineno, fdef.end_col_offset = node.end_lineno, node.end_col_offset
+        mod = owner.module
+        parent = owner if owner.name != "<module>" else None
+        qual = f"{owner.qualname}.<locals>.<lambda>" if parent is not None else f"{mod.name}.<lambda>"
+        fn = FunctionInfo(qual, "<lambda>", fdef, mod, None, parent)
+        self.out.functions.append(fn)
+        node._flashcheck_function = fn  # type: ignore[attr-defined]
+        self._walk(fn, fdef.body, None)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:
+                self._walk_expr(owner, default)
+
     def _walk(self, fn: FunctionInfo, stmts: list[ast.stmt], cls: ClassInfo | None) -> None:
         for stmt in stmts:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -184,6 +202,9 @@ class _Indexer:
             if t in _SCOPES:
                 self._walk(fn, [node], cls)  # type: ignore[list-item]
                 continue
+            if t is ast.Lambda:
+                self._new_lambda(node, fn)  # type: ignore[arg-type]
+                continue
             kind = _KINDS.get(t)
             if kind is not None:
                 self._collect(fn, node, kind)
@@ -205,6 +226,9 @@ class _Indexer:
     def _collect(self, fn: FunctionInfo, node: Any, kind: str) -> None:
         if kind == "call":
             fn.calls.append(node)
+            for a in (*node.args, *(k.value for k in node.keywords)):
+                if type(a) is ast.Lambda:  # sorted(xs, key=lambda r: ...), register(Cls, lambda cfg: ...)
+                    fn.lambda_args.append((a, node))
             f = node.func  # self.bufs.append(t), self.graphs[mb].append(w): an item store, as self.bufs[k] = t
             if (
                 type(f) is ast.Attribute

@@ -57,6 +57,8 @@ class InstanceTyping(ModuleBindings):
 
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
+        def registry_base(self, func: ast.expr, fn: FunctionInfo) -> ClassInfo | None: ...
+
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends
         on the expression, its function and the depth left alone)."""
@@ -151,6 +153,8 @@ class InstanceTyping(ModuleBindings):
                 inner = self._value_type(f.value, fn, depth + 1)
                 if inner is not None and torch_module(inner):
                     return inner
+            if isinstance(f, ast.Subscript) and (base := self.registry_base(f, fn)) is not None:
+                return base  # KINDS[kind](n): the base every class the registry holds shares
             target = self.resolve_def(value.func, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return target
@@ -556,6 +560,21 @@ def executed_callable(call: ast.expr) -> ast.expr | None:
         return None
     at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
     return call.args[at] if at is not None and len(call.args) > at else None
+
+
+def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
+    """The function a hand-off runs on another thread while the caller waits for it: ``f`` of
+    ``loop.run_in_executor(pool, f, ...)`` and ``asyncio.to_thread(f, ...)`` (awaited), and of ``executor.submit(f,
+    ...)`` whose future the same function waits on (``.result()``). A job submitted and left to run, a thread, a
+    callback scheduled on the loop run beside the step, not in it."""
+    ran = executed_callable(call)
+    if ran is not None or terminal_name(call.func) != "submit" or not call.args:
+        return ran
+    waited = {
+        ast.unparse(c.func.value) for c in fn.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "result"
+    }
+    held = [n for n, vs in fn.local_assigns.items() if any(v is call for v in vs)]
+    return call.args[0] if ast.unparse(call) in waited or any(n in waited for n in held) else None
 
 
 def _yield_unpacked(name: str, fn: FunctionInfo) -> int | None:

@@ -11,12 +11,15 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.dispatch import InstanceCalls
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, lambda_function, owner_of, with_bases
 from flashcheck.verifier.instances import PROPERTIES, argument
 
 __all__ = ["PARTIALS", "Members", "classmethod_class", "generates_init", "imported_root"]
 
-PARTIALS = frozenset({"functools.partial", "partial", "types.MethodType", "MethodType"})
+_CACHED = frozenset({"functools.cached_property", "cached_property"})
+PARTIALS = frozenset(
+    {"functools.partial", "partial", "functools.partialmethod", "partialmethod", "types.MethodType", "MethodType"}
+)
 
 
 class Members(InstanceCalls):
@@ -26,6 +29,7 @@ class Members(InstanceCalls):
     _methods_by_name: dict[str, list[FunctionInfo]] | None
     _setter_names: frozenset[str]
     _property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]]
+    _lambda_callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None
 
     if TYPE_CHECKING:
 
@@ -65,6 +69,31 @@ class Members(InstanceCalls):
         found = self._methods_by_name.get(name, [])
         return found[0] if len(found) == 1 else None
 
+    def lambda_callers(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
+        """The calls that pass a ``lambda``'s parameters as written, by the id of its function: an entry of a table
+        kept in an attribute (``self._steps[fb.mode](fb)`` over ``{"decode": lambda fb: ...}``), a local bound to
+        one (``f = lambda x: ...; f(y)``) and a loop over a literal of them."""
+        if self._lambda_callers is None:
+            found: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
+            for f in self.all_functions():
+                for call in f.calls:
+                    for lam in self._called_lambdas(call.func, f):
+                        if (g := lambda_function(lam)) is not None:
+                            found.setdefault(id(g), []).append((f, call))
+            self._lambda_callers = found
+        return self._lambda_callers
+
+    def _called_lambdas(self, func: ast.expr, fn: FunctionInfo) -> list[ast.expr]:
+        held: list[ast.expr] = []
+        if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
+            base = func.value
+            cls = owner_of(fn).cls if isinstance(base.value, ast.Name) and base.value.id == "self" else None
+            held = [e for c in with_bases(cls) for d, _ in c.attr_assigns.get(base.attr, []) for e in _items(d)]
+        elif isinstance(func, ast.Name) and func.id not in fn.params:
+            held = [v for v in fn.local_assigns.get(func.id, [])]
+            held += [e for c in fn.loop_vars.get(func.id, []) if not held for e in _items(c)]
+        return [e for e in held if isinstance(e, ast.Lambda)]
+
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
         """The ``@property`` getters `fn` runs by reading an attribute (``self.num_sequences``, ``info.seq_lens``)
         of an object whose class is known: a read is a call of the getter (and, on ``self``, of its overrides)."""
@@ -87,7 +116,9 @@ class Members(InstanceCalls):
             cls = self.instance_type(node.value, fn)
             getter = self.method(cls, node.attr) if cls is not None else None
             if cls is None and not imported_root(node.value, fn):  # meta.token_to_req: the one class defining it
-                getter = self.sole_method(node.attr)
+                getter = self.sole_method(node.attr)  # as a cached property (a plain one's name is too common)
+                if getter is not None and not any(dotted(d) in _CACHED for d in getter.decorators):
+                    getter = None
             if getter is None or not any(dotted(d) in PROPERTIES for d in getter.decorators):
                 continue
             out.append((getter, node))
@@ -125,11 +156,14 @@ class Members(InstanceCalls):
     def callables(
         self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
     ) -> list[FunctionInfo]:
-        """The project functions a callable expression names: ``self._forward_decode``, ``helper``, either branch of
-        ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)`` (whose
-        arguments no longer line up with the call's)."""
+        """The project functions a callable expression names: ``self._forward_decode``, ``helper``, a ``lambda``,
+        either branch of ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)``
+        (or ``partialmethod``), the closure a factory call returns and the ``__call__`` of an object built in place
+        (whose arguments no longer line up with the call's)."""
         if depth > 3:
             return []
+        if isinstance(value, ast.Lambda):  # {"decode": lambda fb: self._init_decode(fb)}
+            return [f] if (f := lambda_function(value)) is not None else []
         if isinstance(value, ast.IfExp):
             return [
                 *self.callables(value.body, fn, partials=partials, depth=depth + 1),
@@ -139,16 +173,23 @@ class Members(InstanceCalls):
             return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
         if partials and isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute):
             factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
+            if isinstance(factory, ClassInfo):  # hooks.append(LoraSlotHook(...)): the object's __call__
+                return [m] if (m := self.method(factory, "__call__")) is not None else []
             rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
             return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
         if isinstance(value, ast.Name) and value.id in fn.params and value.id not in ("self", "cls"):
             # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
-            return [
+            handed = [
                 t
                 for caller, call in self.callers(fn)[:8]
                 if (arg := argument(call, fn, value.id)) is not None
                 for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
             ]
+            if handed or fn.params[value.id] is None:
+                return handed
+        if isinstance(value, ast.Name) and value.id not in fn.local_assigns and value.id in fn.loop_vars:
+            items = [e for c in fn.loop_vars[value.id][:2] for e in _items(c)[:8]]  # for hook in (a, b, lambda m: ..)
+            return [t for e in items for t in self.callables(e, fn, partials=partials, depth=depth + 1)]
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
             return self.callables(local[0], fn, partials=partials, depth=depth + 1)
@@ -156,7 +197,29 @@ class Members(InstanceCalls):
             target = self.resolve_def(value, fn)
             if isinstance(target, FunctionInfo):
                 return [target]
+            own = owner_of(fn).cls if isinstance(value, ast.Attribute) and _is_self(value.value) else None
+            if partials and target is None and isinstance(value, ast.Attribute) and own is not None:
+                found: list[FunctionInfo] = []
+                for c in with_bases(own):  # attend_local = functools.partialmethod(_attend_eager, "local")
+                    for v, w in c.attr_assigns.get(value.attr, [])[:4]:
+                        named = v.args[0] if isinstance(v, ast.Call) and v.args and dotted(v.func) in PARTIALS else None
+                        body = c.methods.get(named.id) if isinstance(named, ast.Name) else None  # the class body's
+                        found += [body] if body is not None else self.callables(v, w, partials=True, depth=depth + 1)
+                return found
+            inst = self.instance_type(value, fn, 1) if target is None else None  # an object: its __call__
+            return [m] if inst is not None and (m := self.method(inst, "__call__")) is not None else []
         return []
+
+
+def _is_self(value: ast.expr) -> bool:
+    return isinstance(value, ast.Name) and value.id == "self"
+
+
+def _items(container: ast.expr) -> list[ast.expr]:
+    """The values of a dict literal, the elements of a list or tuple literal; else none."""
+    if isinstance(container, ast.Dict):
+        return list(container.values)
+    return list(container.elts) if isinstance(container, ast.List | ast.Tuple) else []
 
 
 def imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
@@ -171,8 +234,11 @@ def generates_init(ci: ClassInfo) -> bool:
     its ``__init__`` is generated from its fields."""
     for d in ci.node.decorator_list:
         name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
+        off = isinstance(d, ast.Call) and any(
+            k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in d.keywords
+        )
         if "dataclass" in name or name.startswith("attr") or name in ("define", "frozen", "mutable"):
-            return True
+            return not off  # @dataclass(init=False): the class writes its own
     return False
 
 

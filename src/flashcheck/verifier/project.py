@@ -20,12 +20,14 @@ from flashcheck.verifier.index import (
     FunctionInfo,
     ModuleIndex,
     ModuleInfo,
+    lambda_function,
     owner_of,
     with_bases,
 )
 from flashcheck.verifier.instances import (
     PROPERTIES,
     branches,
+    handed_callable,
     imported_name,
     torch_module,
     torch_name,
@@ -34,6 +36,7 @@ from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, im
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
+from flashcheck.verifier.subclassing import link_class_keywords
 
 __all__ = [
     "PARTIALS",
@@ -63,6 +66,7 @@ class Project(Members):
         self._attribute_reads: frozenset[tuple[str | None, str]] | None = None
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
+        self._lambda_callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._setter_names = frozenset(name for ci in self.classes.values() for name in ci.setters)
         self._loop_names: dict[str, set[str]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
@@ -71,11 +75,12 @@ class Project(Members):
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._link_classes()
+        link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
         for f in self.all_functions():  # Step(cfg, *bufs) with bufs = (a, b): the arguments in place
             for call in f.calls:
                 if any(isinstance(a, ast.Starred) for a in call.args):
-                    spread_local_tuples(call, f.local_assigns, f.params)
+                    spread_local_tuples(call, f.local_assigns, _unstable_names(f))
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
@@ -309,6 +314,9 @@ class Project(Members):
         return self._held
 
     def _callers_uncached(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+        if fn.name == "<lambda>":
+            found = self._callers[id(fn)] = self.lambda_callers().get(id(fn), [])[:64]
+            return found
         calls_by_name = self.calls_by_name()
         names = [fn.name, *sorted(self._held_names().get(fn.name, ()))]
         if fn.name in _BUILDS and fn.cls is not None:  # a constructor (or what a generated one calls)
@@ -380,6 +388,14 @@ class Project(Members):
         for call in fn.calls:
             for target in self._call_targets(call, fn):
                 out.append((target, call))
+        called = {id(call) for _, call in out}
+        for call in fn.calls:  # await loop.run_in_executor(pool, self._usage, b), pool.submit(f, b).result()
+            handed = handed_callable(call, fn) if id(call) not in called else None
+            out += [(f, call) for f in self.callables(handed, fn, partials=True)] if handed is not None else []
+        for lam, call in fn.lambda_args:  # sorted(xs, key=lambda r: ...): a library call runs it here
+            inline = id(call) not in called and terminal_name(call.func) in _RUNS_CALLABLE
+            if inline and (f := lambda_function(lam)) is not None:
+                out.append((f, call))
         self._callee_cache[id(fn)] = out
         return out
 
@@ -480,6 +496,26 @@ class Project(Members):
 
 
 _BUILDS = frozenset({"__init__", "__post_init__", "__attrs_post_init__"})
+# library calls that run a callable they are handed before they return (others may keep it for later: a registry, a
+# hook list, a guard)
+_RUNS_CALLABLE = frozenset(
+    {"sorted", "sort", "min", "max", "map", "filter", "reduce", "accumulate", "groupby", "starmap", "tree_map"}
+)
+
+
+def _unstable_names(f: FunctionInfo) -> set[str]:
+    """Names of `f` whose value is not just what they were bound to: parameters, loop variables, and lists stored
+    into, added to (``+=``) or changed by a method (``bufs.append(x)``)."""
+    grown = {a.target.id for a in f.assigns if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name)}
+    changed = {
+        c.func.value.id
+        for c in f.calls
+        if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.attr in _MUTATORS
+    }
+    return {*f.params, *f.loop_vars, *f.item_stores, *grown, *changed}
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort", "__setitem__"})
 
 
 def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:

@@ -1,6 +1,7 @@
 """Registries of classes: a class picked from a table (``cls = BACKENDS[name]``, ``BACKENDS.get(name)``, a lookup
 called directly: ``BACKENDS[name](cfg)``) may be any class the table lists, so calling the pick builds any of them
-and its arguments reach each one's ``__init__``. Part of `flashcheck.verifier.project.Project`'s call graph."""
+and its arguments reach each one's ``__init__``; so may a registry that the classes fill themselves as they are
+defined (`flashcheck.verifier.subclassing`). Part of `flashcheck.verifier.project.Project`'s call graph."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
 from flashcheck.verifier.instances import InstanceTyping
+from flashcheck.verifier.subclassing import self_registered
 
 __all__ = ["Registries", "registry_call_key"]
 
@@ -69,7 +71,29 @@ class Registries(InstanceTyping):
                     t = self.resolve_def(item, where) if isinstance(item, ast.Name | ast.Attribute) else None
                     if isinstance(t, ClassInfo):
                         found[id(t)] = t
+            if isinstance(table, ast.Attribute):  # Backend._registry[name] = cls in __init_subclass__, or a metaclass's
+                for c in with_bases(self._table_owner(table, fn)):
+                    found.update((id(t), t) for t in self_registered(c, table.attr, self.classes.values()))
         return list(found.values())
+
+    def registry_base(self, func: ast.expr, fn: FunctionInfo) -> ClassInfo | None:
+        """The project class that every class a registry lookup may pick derives from (itself, or their nearest
+        common base): what calling the pick builds is known as one of it."""
+        picked = self.registry_classes(func, fn) if _registry_lookup(func) else []
+        if not picked:
+            return None
+        common = [c for c in with_bases(picked[0]) if all(c in with_bases(p) for p in picked[1:])]
+        return common[0] if common else None
+
+    def _table_owner(self, table: ast.Attribute, fn: FunctionInfo) -> ClassInfo | None:
+        """The class whose attribute a registry is: of ``self``/an object, of ``cls`` in a classmethod, or the class
+        named (``AttentionBackend._registry``, ``_WorkspaceMeta.kinds``)."""
+        named = self.resolve_def(table.value, fn) if isinstance(table.value, ast.Name) else None
+        if isinstance(named, ClassInfo):
+            return named
+        if isinstance(table.value, ast.Name) and table.value.id == "cls":
+            return owner_of(fn).cls
+        return self.instance_type(table.value, fn, 1)
 
     def registry_names(self) -> dict[str, set[str]]:
         """Class name -> the local names that may hold it, picked from a registry of classes (``cls =
@@ -98,7 +122,7 @@ class Registries(InstanceTyping):
     def _table_values(self, table: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
         """What a registry name or attribute is bound to (module globals, imported ones, class attributes)."""
         if isinstance(table, ast.Attribute):
-            cls = self.instance_type(table.value, fn, 1)
+            cls = self._table_owner(table, fn)
             return [vw for c in with_bases(cls) for vw in c.attr_assigns.get(table.attr, [])]
         if not isinstance(table, ast.Name):
             return []
@@ -124,4 +148,4 @@ def _registry_lookup(value: ast.expr) -> bool:
         value = value.value
     else:
         return False
-    return isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and dotted(value.value) == "self")
+    return isinstance(value, ast.Name) or (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name))

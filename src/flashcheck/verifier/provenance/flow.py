@@ -104,12 +104,19 @@ class ValueFlow(ClassAttrs, KeyedItems):
             if isinstance(target, FunctionInfo):  # also what each @target.register implementation returns
                 ran = [target, *self.project.dispatch_impls(target)]
                 return [(r, t) for t in ran for r in t.returns[:_MAX_SOURCES]][:_MAX_SOURCES]
-            if target is None and isinstance(f, ast.Attribute):  # meta.plan_args(): the call graph's edges,
+            if target is None and isinstance(f, ast.Attribute):  # meta.plan_args(): the receiver's class by flow,
                 made = [t for t, c in self.project.callees(fn) if c is expr and t.name == f.attr][:4]
+                guess = self.project.sole_method(f.attr) if made else None  # not a guess by name alone, unless
+                if guess in made and guess.cls not in self._source_classes(f.value, fn):  # the object may be of its
+                    made.remove(guess)  # class (meta = Decode(...) or Prefill(...))
                 inst = self.instance_type(f.value, fn) if not made else None  # or the receiver's class by flow
                 made = made or [m for m in [self.project.method(inst, f.attr) if inst is not None else None] if m]
                 return [(r, t) for t in made for r in t.returns[:_MAX_SOURCES]]
         return []
+
+    def _source_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes of the values `expr` may be, one step back, where the value flow types them."""
+        return [t for v, w in self.sources(expr, fn)[:8] if (t := self.instance_type(v, w)) is not None]
 
     def attribute_names(self, arg: ast.expr, fn: FunctionInfo, line: int) -> list[str]:
         """The string constants the name argument of ``getattr``/``setattr`` may be: a literal, a constant, or the
@@ -376,6 +383,13 @@ class ValueFlow(ClassAttrs, KeyedItems):
             f = expr.func
             if isinstance(f, ast.Name) and f.id == "cls":
                 return owner(fn).cls
+            if dotted(f) in _COPIES and len(expr.args) == 1:  # copy.copy(self.proto): an object of its class
+                return self.instance_type(expr.args[0], fn, depth + 1)
+            if isinstance(f, ast.Attribute) and depth < 6:  # step.with_pages(): a fluent method returns the receiver
+                inst = self.instance_type(f.value, fn, depth + 1)
+                m = self.project.method(inst, f.attr) if inst is not None else None
+                if m is not None and m.returns and all(isinstance(r, ast.Name) and r.id == "self" for r in m.returns):
+                    return inst
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, ClassInfo):
                 return target
@@ -529,6 +543,9 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 for name, values in f.item_stores.items():
                     self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
         return self._module_items
+
+
+_COPIES = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})
 
 
 def _kwargs_param(name: str, fn: FunctionInfo) -> bool:

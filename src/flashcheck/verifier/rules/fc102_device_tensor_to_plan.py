@@ -185,11 +185,24 @@ class DeviceTensorToPlan(Rule):
 def _record_of(expr: ast.expr, how: str, fn: FunctionInfo) -> ast.expr | None:
     """`x` of ``dataclasses.asdict(x)`` (`how` "asdict") or ``dataclasses.astuple(x)`` ("astuple"), also through a
     local bound once (``kw = dataclasses.asdict(meta.plan_args()); w.plan(**kw)``)."""
+    changed = isinstance(expr, ast.Name) and (
+        expr.id in fn.item_stores or any(_changes(c, expr.id) for c in fn.calls)  # kw["indptr"] = host; kw.update()
+    )
     if isinstance(expr, ast.Name) and expr.id not in fn.params and len(fn.local_assigns.get(expr.id, [])) == 1:
-        expr = fn.local_assigns[expr.id][0]
+        expr = fn.local_assigns[expr.id][0] if not changed else expr
     if isinstance(expr, ast.Call) and len(expr.args) == 1 and (dotted(expr.func) or "").split(".")[-1] == how:
         return expr.args[0]
     return None
+
+
+def _changes(call: ast.Call, name: str) -> bool:
+    f = call.func
+    return (
+        isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == name and f.attr in _DICT_WRITES
+    )
+
+
+_DICT_WRITES = frozenset({"update", "pop", "setdefault", "__setitem__", "clear"})
 
 
 def _placed(ctx: Context, args: list[ast.expr], fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo] | None]:

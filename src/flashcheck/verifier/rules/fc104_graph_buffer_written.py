@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from flashcheck.verifier.astutil import (
     VIEW_METHODS,
-    dotted,
     is_in_place_method,
     kwarg,
     storage_root,
@@ -25,9 +24,10 @@ from flashcheck.verifier.flashinfer_api import (
 )
 from flashcheck.verifier.hotpath import METADATA_CATEGORIES
 from flashcheck.verifier.index import owner_of, with_bases
+from flashcheck.verifier.kernels import kernel_writes, triton_launches
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.paths import runs_after, runs_before
-from flashcheck.verifier.project import FunctionInfo, Project
+from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 from flashcheck.verifier.withblocks import CM_METHODS, last_plan_before, with_sites
@@ -103,9 +103,11 @@ class GraphBufferWrittenElsewhere(Rule):
         the plan the block wraps) and stay quiet when a plan follows (a staging upload whose block ends before the
         plan). Each write is reported once: at the line that writes when its function is itself reported there, else at
         the call (a helper that writes its parameter, a replay-prep helper or ``init_*`` function called from
-        elsewhere).  Why it breaks serving A graph-mode wrapper does not copy these buffers: ``plan()`` before each
-        replay reads and fills them and the captured kernels read them by address. Code elsewhere that reuses the
-        storage for its own purposes (an SGLang
+        elsewhere).
+
+    Why it breaks serving
+        A graph-mode wrapper does not copy these buffers: ``plan()`` before each replay reads and fills them and the
+        captured kernels read them by address. Code elsewhere that reuses the storage for its own purposes (an SGLang
         fork: the sparse forward rewrote the shared ``kv_indptr`` inside the captured graph) leaves values that the next
         ``plan()`` reads as its input, and after minutes of serving replay fails with a non-monotone ``kv_indptr`` or,
         worse, reads another request's KV.
@@ -187,8 +189,10 @@ class GraphBufferWrittenElsewhere(Rule):
         for fn in ctx.project.all_functions():
             if id(fn) in binders or fn.name in ("__init__", "__post_init__"):
                 continue
-            if fn in prep or (fn in capture and flow.plan_lines(fn)):  # also a capture's own planning helper
+            if fn in prep:
                 self._check_order(ctx, fn, flow)
+            elif fn in capture and flow.plan_lines(fn) and not fn.name.startswith("init_"):
+                self._check_capture_prep(ctx, fn, flow)  # a capture's own planning helper
             elif id(fn) in blocks:  # a context manager's __enter__/__exit__: run where a `with` block begins/ends
                 self._check_entered(ctx, fn, flow, blocks[id(fn)][1], lambda w: w in prep or not reported_in_place(w))
             elif not fn.name.startswith("init_"):  # initialisers that no replay path reaches set buffers up
@@ -245,6 +249,17 @@ class GraphBufferWrittenElsewhere(Rule):
                     f"{fn.short} writes it after the last plan() (line "
                     f"{max(p for p in plans if p < line)}), so the replay reads values no plan was made for",
                 )
+
+    def _check_capture_prep(self, ctx: Context, fn: FunctionInfo, flow: _Flow) -> None:
+        """A function a capture reaches that plans itself (``plan_capture(bs)``): a write that a plan of its own
+        follows on its path fills the buffers for that plan; any other write (after the plan, or on a branch that
+        plans nothing: the graph-mode forward inside the capture) changes what the captured kernels read."""
+        plans = flow.plan_lines(fn)
+        for node, b, key in flow.writes(fn):
+            later = runs_after(fn.node.body, getattr(node, "lineno", 0))
+            if not any(p > getattr(node, "lineno", 0) and later(p) for p in plans):
+                why = f"{fn.short} runs under a capture and no plan() of its own follows the write"
+                self._hit(ctx, fn, node, b, key, f"{why}, so the captured kernels read values no plan was made for")
 
     def _hit(self, ctx: Context, fn: FunctionInfo, node: ast.AST, b: Binding, key: Key, why: str) -> None:
         sf = b.fn.source
@@ -310,8 +325,10 @@ class _Flow:
                 # else reported where it writes, or the write initialises the buffer where it is bound
                 if deep is not None and not self.reported_in_place(deep[0]) and deep[1].fn is not deep[0]:
                     out.append((call, deep[1], deep[2]))
-        for kernel, call in _launches(fn, project):  # kernel[grid](..., kv_indices, ...): what its tl.store writes
-            for p in _kernel_writes(kernel):
+        for kernel, call in triton_launches(
+            fn, project
+        ):  # kernel[grid](..., kv_indices, ...): what its tl.store writes
+            for p in kernel_writes(kernel):
                 arg = arg_for_param(call, kernel, p)
                 found = self._bound(arg, fn) if arg is not None else None
                 if found is not None:
@@ -407,7 +424,7 @@ class _Flow:
             if root in params:
                 out.add(root)
         callees = self.ctx.project.callees(fn) if depth < 4 else []
-        launched = [(k, c, _kernel_writes(k)) for k, c in _launches(fn, self.ctx.project)]
+        launched = [(k, c, kernel_writes(k)) for k, c in triton_launches(fn, self.ctx.project)]
         for callee, call, written in [*((c, call, self.param_writes(c, depth + 1)) for c, call in callees), *launched]:
             for p in written:
                 arg = arg_for_param(call, callee, p)
@@ -434,11 +451,6 @@ class _Flow:
         lines = self._direct_plans(fn)
         lines.extend(call.lineno for callee, call in self.ctx.project.callees(fn) if self.plans(callee))
         return lines
-
-
-_TRITON_STORES = frozenset(
-    {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or"}
-)
 
 
 _ITEM = re.compile(r"\[(?:'[^']*'|\"[^\"]*\")\]$")
@@ -509,49 +521,6 @@ def _may_be_graph_mode(ctx: Context, call: ast.Call, fn: FunctionInfo) -> bool:
     for spread in (kw.value for kw in call.keywords if kw.arg is None) if flag is None else ():
         starts += ctx.prov.flow.spread_values(spread, "use_cuda_graph", fn)
     return any(v is True for v in ctx.prov.flow.constants(starts, limit=32))
-
-
-def _launches(fn: FunctionInfo, project: Project) -> list[tuple[FunctionInfo, ast.Call]]:
-    """Triton kernel launches in `fn` (``kernel[grid](...)``) of ``@triton.jit`` functions of the project."""
-    out: list[tuple[FunctionInfo, ast.Call]] = []
-    for call in fn.calls:
-        f = call.func
-        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name | ast.Attribute):
-            kernel = project.resolve_def(f.value, fn)
-            if isinstance(kernel, FunctionInfo) and _is_triton_kernel(kernel):
-                out.append((kernel, call))
-    return out
-
-
-def _is_triton_kernel(fn: FunctionInfo) -> bool:
-    for d in fn.decorators:
-        name = dotted(d.func if isinstance(d, ast.Call) else d) or ""
-        if name in ("triton.jit", "jit") or name.endswith(".jit"):
-            return True
-    return False
-
-
-def _kernel_writes(kernel: FunctionInfo) -> set[str]:
-    """Parameters a Triton kernel stores through: the pointer operands of ``tl.store``/``tl.atomic_*``
-    (``tl.store(out_ptr + offs, v)`` writes what ``out_ptr`` points to)."""
-    out: set[str] = set()
-    for call in kernel.calls:
-        f = call.func
-        if isinstance(f, ast.Attribute) and f.attr in _TRITON_STORES and call.args:
-            stack, seen = [call.args[0]], 0
-            while stack and seen < 32:
-                e = stack.pop()
-                seen += 1
-                if isinstance(e, ast.Name):
-                    if e.id in kernel.params:
-                        out.add(e.id)
-                    else:
-                        stack.extend(kernel.local_assigns.get(e.id, [])[:2])
-                elif isinstance(e, ast.BinOp):
-                    stack.extend([e.left, e.right])
-                elif isinstance(e, ast.Subscript | ast.Attribute):
-                    stack.append(e.value)
-    return out
 
 
 def _param_root(root: ast.expr, fn: FunctionInfo) -> str | None:

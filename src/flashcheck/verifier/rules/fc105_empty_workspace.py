@@ -14,7 +14,8 @@ from flashcheck.verifier.flashinfer_api import (
     workspace_arg,
     wrapper_class_of_call,
 )
-from flashcheck.verifier.project import FunctionInfo, torch_name
+from flashcheck.verifier.index import descendants, owner_of, with_bases
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, torch_name
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
@@ -31,9 +32,10 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         functions, wrappers constructed with ``backend="trtllm-gen"`` (or another trtllm/XQA backend, also a
         ``backend=`` value that the value flow traces to one: ``"trtllm-gen" if use_trtllm else "fa2"``, an attribute
         (in a base class's constructor, also a class attribute a subclass's body sets: ``backend=self.decode_backend``
-        with ``decode_backend = "trtllm-gen"`` in a subclass), an entry of a table (``self.decode_backend[name]``) or a
-        caller's argument, or a ``**kwargs`` dict that holds one: a literal, ``dict(backend=...)``, or a helper's dict
-        with ``kw["backend"] = "trtllm-gen"`` stored under a
+        with ``decode_backend = "trtllm-gen"`` in a subclass, or its class statement's keyword through the base's
+        ``__init_subclass__``; the workspace ``self.<attr>`` there is then also what that subclass stores), an entry of
+        a table (``self.decode_backend[name]``) or a caller's argument, or a ``**kwargs`` dict that holds one: a
+        literal, ``dict(backend=...)``, or a helper's dict with ``kw["backend"] = "trtllm-gen"`` stored under a
         flag), also under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``,
         ``... trtllm_batch_decode_with_kv_cache as trt_decode``) or a module's alias of the class (``Decode =
         flashinfer.BatchDecodeWithPagedKVCacheWrapper``), plus the names listed in ``zeroed-workspace-consumers``.
@@ -97,9 +99,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                 ws = workspace_arg(call, fn)
                 if ws is None:
                     continue
-                for alloc, where in allocations(
-                    ws, fn, project=ctx.project, attr_values=ctx.prov.flow.class_attr_sources
-                ):
+                found = allocations(ws, fn, project=ctx.project, attr_values=ctx.prov.flow.class_attr_sources)
+                for alloc, where in found + _subclass_workspaces(ctx, call, ws, fn):
                     kind = (torch_name(alloc.func, where) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
                     if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(ctx, alloc, where):
                         continue
@@ -113,6 +114,36 @@ class EmptyWorkspaceForZeroingKernel(Rule):
                         hint="allocate it with torch.zeros (once, shared) or call .zero_() right after torch.empty",
                         evidence={"consumer": consumer, "used_at": f"{fn.source.relpath}:{call.lineno}"},
                     )
+
+
+def _subclass_workspaces(
+    ctx: Context, call: ast.Call, ws: ast.expr, fn: FunctionInfo
+) -> list[tuple[ast.Call, FunctionInfo]]:
+    """In a base class's method, ``self.<attr>`` is also what a subclass's own methods store there: a trtllm-gen
+    subclass (``backend=self.decode_backend`` with the subclass's class attribute a zeroed-workspace backend) that
+    allocates its own ``self.graph_ws`` for the graph wrappers its base builds."""
+    cls = owner_of(fn).cls
+    backend = kwarg(call, "backend")
+    picked = backend.attr if isinstance(backend, ast.Attribute) and _on_self(backend) else None
+    if not (isinstance(ws, ast.Attribute) and _on_self(ws)) or cls is None or picked is None:
+        return []
+    kept = [d for d in descendants(cls) if _class_constant(d, picked) in ZEROED_WORKSPACE_BACKENDS]
+    own = [(v, w) for d in kept for v, w in d.attr_assigns.get(ws.attr, []) if w.cls is d]
+    return [a for v, w in own[:8] for a in allocations(v, w, project=ctx.project)]
+
+
+def _on_self(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _class_constant(cls: ClassInfo, attr: str) -> object:
+    """The constant the class attribute `attr` of `cls` holds, the first class of its resolution order that sets it
+    in its body (or through a class statement's keyword) deciding."""
+    for c in with_bases(cls):
+        body = [v for v, w in c.attr_assigns.get(attr, []) if not isinstance(w.node, ast.FunctionDef)]
+        if body:
+            return body[0].value if isinstance(body[0], ast.Constant) else None
+    return None
 
 
 def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | None:

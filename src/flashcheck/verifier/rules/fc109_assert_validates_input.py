@@ -68,18 +68,22 @@ class AssertValidatesInput(Rule):
             if not inputs and fn.name not in _POST_INITS:
                 continue
             tainted, attrs = _derived(fn, inputs, names)
-            if fn.name in _POST_INITS and fn.cls is not None:  # a dataclass's fields are its constructor's arguments
-                attrs |= {f"self.{f}" for c in with_bases(fn.cls) if generates_init(c) for f in c.fields}
+            fields: dict[str, int] = {}  # a dataclass's fields are its constructor's arguments, until rebound
+            if fn.name in _POST_INITS and fn.cls is not None:
+                fields = {
+                    f"self.{f}": _rebound_at(fn, f) for c in with_bases(fn.cls) if generates_init(c) for f in c.fields
+                }
                 how = "constructor argument(s)"
             for a in fn.asserts:
                 if isinstance(a.test, ast.Constant):
                     continue  # assert False, "unreachable"
                 used = sorted(names.of(a.test) & tainted)
-                if attrs:
+                if attrs or fields:
                     used += sorted(
-                        ast.unparse(n)
+                        text
                         for n in ast.walk(a.test)
-                        if isinstance(n, ast.Attribute) and ast.unparse(n) in attrs
+                        if isinstance(n, ast.Attribute)
+                        and ((text := ast.unparse(n)) in attrs or fields.get(text, 0) > a.lineno)
                     )
                 if used:
                     ctx.report(
@@ -99,6 +103,18 @@ _COMPILERS = frozenset({"jit", "njit", "script"})
 
 
 _POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
+
+
+def _rebound_at(fn: FunctionInfo, field: str) -> int:
+    """The first line where `fn` binds ``self.<field>`` again (past the end when it never does)."""
+    lines = [
+        a.lineno
+        for a in fn.assigns
+        if isinstance(a, ast.Assign | ast.AnnAssign | ast.AugAssign)
+        for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
+        if isinstance(t, ast.Attribute) and t.attr == field and isinstance(t.value, ast.Name) and t.value.id == "self"
+    ]
+    return min(lines, default=1 << 30)
 
 
 def _compiled(fn: FunctionInfo) -> bool:
@@ -163,9 +179,13 @@ def _fed_by_public_callers(ctx: Context, fn: FunctionInfo, names: _Names) -> set
     out: set[str] = set()
     params = [p for p in fn.params if p not in ("self", "cls")]
     for caller, call in ctx.project.callers(fn):
-        if not _is_public(caller) or caller.source.is_test:
+        outer = caller
+        while outer.name == "<lambda>" and outer.parent is not None:  # a lambda reads its function's inputs
+            outer = outer.parent
+        if not _is_public(outer) or caller.source.is_test:
             continue
-        caller_inputs, _ = _derived(caller, set(caller.params) - {"self", "cls"}, names)
+        caller_inputs, _ = _derived(outer, set(outer.params) - {"self", "cls"}, names)
+        caller_inputs |= set(caller.params) - {"self", "cls"}
         for p in params:
             arg = arg_for_param(call, fn, p)
             if arg is not None and names.mention(arg, caller_inputs):
