@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, lambda_function, owner_of, with_bases
 from flashcheck.verifier.instances import InstanceTyping
 from flashcheck.verifier.subclassing import self_registered
 
@@ -41,6 +41,15 @@ class Registries(InstanceTyping):
                             base = f.cls.methods.get(dotted(d.value) or "")
                         if isinstance(base, FunctionInfo) and base is not f:
                             index.setdefault(id(base), []).append(f)
+                for call in f.calls:  # build.register(DecodeBatch, lambda b, be: ...), or a function by name
+                    g = call.func
+                    if not (isinstance(g, ast.Attribute) and g.attr == "register" and len(call.args) == 2):
+                        continue
+                    base = self.resolve_def(g.value, f)
+                    impl = call.args[1]
+                    made = lambda_function(impl) or (self.resolve_def(impl, f) if _named(impl) else None)
+                    if isinstance(base, FunctionInfo) and isinstance(made, FunctionInfo):
+                        index.setdefault(id(base), []).append(made)
             self._dispatch_impls = index
         if not any((dotted(d) or "").rsplit(".", 1)[-1].startswith("singledispatch") for d in generic.decorators):
             return []
@@ -127,6 +136,10 @@ class Registries(InstanceTyping):
         if not isinstance(table, ast.Name):
             return []
         return self.global_values(fn.module, table.id)
+
+
+def _named(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name | ast.Attribute)
 
 
 def registry_call_key(func: ast.expr) -> str | None:
