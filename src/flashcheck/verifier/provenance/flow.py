@@ -195,6 +195,9 @@ class ValueFlow(ClassAttrs, KeyedItems):
             if isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("ChainMap"):
                 stack.extend((a, where, via) for a in v.args)  # ChainMap(extra, overrides, defaults): each layer
                 continue
+            if isinstance(v, ast.BinOp) and isinstance(v.op, ast.BitOr):  # base | {"indptr": ...}: both layers
+                stack.extend([(v.left, where, via), (v.right, where, via)])
+                continue
             if isinstance(v, ast.Name) and _kwargs_param(v.id, where):  # def f(kind, **extra): what the call passed
                 calls = [(c, call) for c, call in self.project.callers(where) if via is None or call is via][:8]
                 for caller, call in calls:
@@ -207,6 +210,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 continue
             if isinstance(v, ast.Dict):
                 out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key))
+                stack.extend((item, where, via) for k, item in zip(v.keys, v.values, strict=False) if k is None)
             elif is_dict_call(v):
                 assert isinstance(v, ast.Call)
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)

@@ -117,7 +117,7 @@ class KeyedItems:
 
 def literal_item_stores(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
     """What `fn` stores under `key` into a local bound to `literal` (``state = {"decode": None}; state["decode"] =
-    Wrapper(...)``, ``kw = {...}; kw["backend"] = "trtllm-gen"``)."""
+    Wrapper(...)``, ``kw = {...}; kw["backend"] = "trtllm-gen"``, ``kw.setdefault(key, v)``, ``kw.update(key=v)``)."""
     names = {n for n, values in fn.local_assigns.items() if any(x is literal for x in values)}
     out: list[Source] = []
     for a in fn.assigns if names else ():
@@ -126,6 +126,20 @@ def literal_item_stores(literal: ast.expr, key: str, fn: FunctionInfo) -> list[S
             named = isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names
             if named and isinstance(t, ast.Subscript) and is_key(t.slice, key) and a.value is not None:
                 out.append((a.value, fn))
+    for c in fn.calls if names else ():  # kw.setdefault("last_page_len", v), kw.update(indptr=v) or ({...})
+        f = c.func
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in names):
+            continue
+        if f.attr == "setdefault" and len(c.args) == 2 and is_key(c.args[0], key):
+            out.append((c.args[1], fn))
+        elif f.attr == "update":
+            out += [(k.value, fn) for k in c.keywords if k.arg == key]
+            d = c.args[0] if c.args else None
+            out += (
+                [(v, fn) for k, v in zip(d.keys, d.values, strict=False) if is_key(k, key)]
+                if isinstance(d, ast.Dict)
+                else []
+            )
     return out
 
 

@@ -25,6 +25,20 @@ def _is_host_side_param(name: str) -> bool:
     )
 
 
+# the plan() parameters FlashInfer copies to the host, by name (keys a spread dict may hold them under)
+_HOST_SIDE_NAMES = (
+    "indptr",
+    "last_page_len",
+    "qo_indptr",
+    "paged_kv_indptr",
+    "paged_kv_last_page_len",
+    "kv_indptr",
+    "kv_len_arr",
+    "seq_lens",
+    "kv_lens",
+)
+
+
 @rule("FC102", "device-tensor-to-plan")
 class DeviceTensorToPlan(Rule):
     """A device tensor is passed as indptr, last_page_len or seq_lens to a FlashInfer ``plan()``.
@@ -44,7 +58,9 @@ class DeviceTensorToPlan(Rule):
         self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
         family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
         arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
-        ``**kwargs`` from a dict literal or ``dict(...)`` key by key, ``*args`` of a tuple or list literal (also a
+        ``**kwargs`` from a dict literal or ``dict(...)`` key by key (also merged: ``base | {...}``, ``{**base,
+        ...}``, ``ChainMap`` layers, a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``),
+        ``*args`` of a tuple or list literal (also a
         local bound once) in the positions it fills, and a dataclass handed over whole: ``**dataclasses.asdict(x)``
         field by field and ``*dataclasses.astuple(x)`` in field order, as the construction ``x`` is (returned by a
         method: ``meta.plan_args()``, or a ``dataclasses.replace`` copy of one) filled them. The finding is on the
@@ -130,6 +146,13 @@ class DeviceTensorToPlan(Rule):
     def _check_call(self, ctx: Context, fn: FunctionInfo, call: ast.Call, positions: dict[int, str]) -> None:
         keywords = [(kw.arg, kw.value, fn) for kw in call.keywords if kw.arg]
         keywords += [(k, v, fn) for kw in call.keywords if kw.arg is None for k, v in _splatted(kw.value, fn)]
+        for kw in call.keywords if any(k.arg is None for k in call.keywords) else ():  # **(base | {...}), ChainMap,
+            if kw.arg is None:  # a factory's dict, kw.setdefault(...): what the spread passes under each plan name
+                seen = {id(v) for _, v, _ in keywords}
+                for name in _HOST_SIDE_NAMES:
+                    keywords += [
+                        (name, v, w) for v, w in ctx.prov.flow.spread_values(kw.value, name, fn) if id(v) not in seen
+                    ]
         for kw in call.keywords:  # **dataclasses.asdict(meta.plan_args()): the fields of each construction
             if kw.arg is None and (record := _record_of(kw.value, "asdict", fn)) is not None:
                 keywords += [(k, *s) for fields in ctx.prov.flow.record_fields(record, fn) for k, s in fields if s]
