@@ -46,25 +46,24 @@ class DeviceTensorToPlan(Rule):
     What it checks
         Calls of ``plan``, ``begin_forward``, ``fast_decode_plan`` (and ``fast_mla_decode_plan``) on a FlashInfer
         wrapper (also the persistent ``flashinfer.BatchAttention``, imported from flashinfer) whose indptr,
-        ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live
-        on the device: built with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a slice of
-        such a buffer, a caller's argument, dataclass field or list item that is one, or named
-        ``*_gpu``/``*_cuda``/``*_device``. A wrapper is found by dataflow from its constructor (any receiver name:
-        ``w``, ``decode``, ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a project
-        function returns), also when built in a conditional expression (``None if graph else W(...)``, ``cached or
-        W(...)``), by an annotation naming a wrapper class (a parameter, or a field declared ``Optional[W]``) or by a
-        ``*wrapper*`` name; plan functions also through aliases (``self._plan_fn = fast_decode_plan``,
-        ``functools.partial``), and a wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan =
-        self._wrapper.plan``, ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper
-        family's plan signature (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list
-        arguments (cascade levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item,
-        ``**kwargs`` from a dict literal or ``dict(...)`` key by key (also merged: ``base | {...}``, ``{**base,
-        ...}``, ``ChainMap`` layers, a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``),
-        ``*args`` of a tuple or list literal (also a
-        local bound once) in the positions it fills, and a dataclass handed over whole: ``**dataclasses.asdict(x)``
-        field by field and ``*dataclasses.astuple(x)`` in field order, as the construction ``x`` is (returned by a
-        method: ``meta.plan_args()``, or a ``dataclasses.replace`` copy of one) filled them. The finding is on the
-        call's first line.
+        ``last_page_len``, ``seq_lens``, ``kv_lens`` or ``kv_len_arr`` argument is known to live on the device: built
+        with ``device="cuda"``/``device=self.device``, ``.cuda()``, ``.to(device)``, a slice of such a buffer, a
+        caller's argument, dataclass field or list item that is one, or named ``*_gpu``/``*_cuda``/``*_device``. A
+        wrapper is found by dataflow from its constructor (any receiver name: ``w``, ``decode``,
+        ``self.wrappers["decode"]``, a list or dict item, a parameter, a field of an object a project function returns),
+        also when built in a conditional expression (``None if graph else W(...)``, ``cached or W(...)``), by an
+        annotation naming a wrapper class (a parameter, or a field declared ``Optional[W]``) or by a ``*wrapper*`` name;
+        plan functions also through aliases (``self._plan_fn = fast_decode_plan``, ``functools.partial``), and a
+        wrapper's bound ``plan`` through aliases too (``p = w.plan``, ``self._plan = self._wrapper.plan``,
+        ``functools.partial(w.plan, ...)``). Positional arguments are matched to the wrapper family's plan signature
+        (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list arguments (cascade
+        levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item, ``**kwargs`` from a
+        dict literal or ``dict(...)`` key by key (also merged: ``base | {...}``, ``{**base, ...}``, ``ChainMap`` layers,
+        a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``), ``*args`` of a tuple or list
+        literal (also a local bound once) in the positions it fills, and a dataclass handed over whole:
+        ``**dataclasses.asdict(x)`` field by field and ``*dataclasses.astuple(x)`` in field order, as the construction
+        ``x`` is (returned by a method: ``meta.plan_args()``, or a ``dataclasses.replace`` copy of one) filled them. The
+        finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
