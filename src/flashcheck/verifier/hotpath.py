@@ -497,6 +497,7 @@ class HotPaths:
                 # for hook in self._pre_replay_hooks: hook(meta): each callable the list is seen to hold
                 containers = loop_containers(f.id, fn, call.lineno) or fn.loop_vars[f.id]
                 values = [v for c in containers[:4] for v in self.project.container_items(c, fn) or []]
+                values = [(v, w) for v, w in values if fn.source.is_tooling or not w.source.is_tooling]  # not a test's
             elif isinstance(f, ast.Name):
                 values = [(v, fn) for v in fn.local_assigns.get(f.id, [])]
             else:

@@ -62,7 +62,6 @@ class FunctionInfo:
     item_stores: dict[str, list[ast.expr]] = field(default_factory=dict)  # name[k] = value (containers)
     device_blocks: list[tuple[int, int, ast.expr]] = field(default_factory=list)  # with torch.device(d): lines
     local_types: dict[str, ast.expr] = field(default_factory=dict)  # meta: Optional[Metadata] = ... (annotation)
-    lambda_args: list[tuple[ast.Lambda, ast.Call]] = field(default_factory=list)  # f(..., lambda x: ...) in the body
 
     @property
     def source(self) -> SourceFile:
@@ -93,7 +92,10 @@ class FunctionInfo:
 
     @property
     def short(self) -> str:
-        """``Class.method`` or ``function``: the name a reader recognises."""
+        """``Class.method`` or ``function``: the name a reader recognises (a kept ``lambda``: ``Class.method.<lambda>``,
+        after the function it is written in)."""
+        if self.name == "<lambda>" and self.parent is not None:
+            return f"{self.parent.short}.<lambda>"
         return f"{self.cls.name}.{self.name}" if self.cls is not None and self.parent is None else self.name
 
 

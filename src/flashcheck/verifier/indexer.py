@@ -1,5 +1,7 @@
 """The one walk over a file's tree that fills a `flashcheck.verifier.index.ModuleIndex`: modules, classes, functions
-(a ``lambda`` is a function of its own, named ``<lambda>``), and what each function body holds (calls, attributes,
+(a ``lambda`` kept to be called later, in a table, a hook list, an attribute or a registration, is a function of its
+own, ``<lambda>``; one called where it is written, as a ``key=`` or an argument, stays part of the function around
+it), and what each function body holds (calls, attributes,
 assignments, asserts, branch tests, subscripts, returns, loop variables, ``with torch.device(...)`` blocks), so that
 rules never re-walk the tree."""
 
@@ -86,6 +88,11 @@ def _child_fields(t: type) -> tuple[str, ...]:
     return f
 
 
+# containers whose lambdas are kept for later, and calls that keep the lambdas they are handed
+_HOLDERS = frozenset({ast.Dict, ast.List, ast.Tuple, ast.Set})
+_KEEPS = frozenset({"append", "insert", "add", "setdefault", "put", "put_nowait"})
+
+
 def index_module(sf: SourceFile, name: str | None = None) -> ModuleIndex | None:
     """Index one parsed file under module `name` (default: its own module name); None for a file that did not
     parse."""
@@ -102,6 +109,7 @@ class _Indexer:
         self.out = ModuleIndex(mod)
         self.attr_stores = self.out.attr_stores
         self._globals: set[str] = set()  # names the function being walked declares global
+        self._kept: set[int] = set()  # lambdas kept to be called later (in a table, a hook list, an attribute)
         body = FunctionInfo(f"{name}.<module>", "<module>", tree, mod)
         mod.body = body
         self._walk(body, tree.body, None)
@@ -202,12 +210,16 @@ class _Indexer:
             if t in _SCOPES:
                 self._walk(fn, [node], cls)  # type: ignore[list-item]
                 continue
-            if t is ast.Lambda:
+            if t is ast.Lambda and id(node) in self._kept:
                 self._new_lambda(node, fn)  # type: ignore[arg-type]
                 continue
             kind = _KINDS.get(t)
             if kind is not None:
                 self._collect(fn, node, kind)
+            if t in _HOLDERS:  # {"decode": lambda fb: ...}, [lambda m: ...]: kept, to be called later
+                for v in node.values if t is ast.Dict else node.elts:  # type: ignore[attr-defined]
+                    if type(v) is ast.Lambda:
+                        self._kept.add(id(v))
             for name in _child_fields(t):
                 v = getattr(node, name, None)
                 if type(v) is list:
@@ -226,10 +238,12 @@ class _Indexer:
     def _collect(self, fn: FunctionInfo, node: Any, kind: str) -> None:
         if kind == "call":
             fn.calls.append(node)
-            for a in (*node.args, *(k.value for k in node.keywords)):
-                if type(a) is ast.Lambda:  # sorted(xs, key=lambda r: ...), register(Cls, lambda cfg: ...)
-                    fn.lambda_args.append((a, node))
-            f = node.func  # self.bufs.append(t), self.graphs[mb].append(w): an item store, as self.bufs[k] = t
+            f = node.func
+            if type(f) is ast.Attribute and (f.attr in _KEEPS or f.attr.startswith("register")):
+                for a in node.args:  # hooks.append(lambda m: ...), run.register(Meta, lambda m, b: ...)
+                    if type(a) is ast.Lambda:
+                        self._kept.add(id(a))
+            # self.bufs.append(t), self.graphs[mb].append(w): an item store, as self.bufs[k] = t
             if (
                 type(f) is ast.Attribute
                 and f.attr in ("append", "insert")
@@ -250,6 +264,9 @@ class _Indexer:
             fn.subscripts.append(node)
         elif kind == "assign":
             fn.assigns.append(node)
+            held = [node.target] if not isinstance(node, ast.Assign) else node.targets
+            if type(node.value) is ast.Lambda and any(type(t) is not ast.Name for t in held):
+                self._kept.add(id(node.value))  # self.on_step = lambda b: ...: an attribute holds it
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 fn.local_types.setdefault(node.target.id, node.annotation)
             if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and type(node.target) is not ast.Name:

@@ -568,8 +568,11 @@ def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
     ...)`` whose future the same function waits on (``.result()``). A job submitted and left to run, a thread, a
     callback scheduled on the loop run beside the step, not in it."""
     ran = executed_callable(call)
-    if ran is not None or terminal_name(call.func) != "submit" or not call.args:
-        return ran
+    if ran is not None:  # only where it is awaited: a task made of it runs beside the step
+        awaited = any(isinstance(n, ast.Await) and n.value is call for n in ast.walk(fn.node))
+        return ran if awaited else None
+    if terminal_name(call.func) != "submit" or not call.args:
+        return None
     waited = {
         ast.unparse(c.func.value) for c in fn.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "result"
     }

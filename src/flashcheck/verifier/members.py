@@ -41,6 +41,8 @@ class Members(InstanceCalls):
 
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
+        def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
+
         def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]: ...
 
     def constructors(self, ci: ClassInfo) -> list[FunctionInfo]:
@@ -89,9 +91,19 @@ class Members(InstanceCalls):
             base = func.value
             cls = owner_of(fn).cls if isinstance(base.value, ast.Name) and base.value.id == "self" else None
             held = [e for c in with_bases(cls) for d, _ in c.attr_assigns.get(base.attr, []) for e in _items(d)]
+        elif isinstance(func, ast.Attribute) and _is_self(func.value):  # self.on_step = lambda b: ...; self.on_step(b)
+            cls = owner_of(fn).cls
+            held = [v for c in with_bases(cls) for v, _ in c.attr_assigns.get(func.attr, [])]
         elif isinstance(func, ast.Name) and func.id not in fn.params:
             held = [v for v in fn.local_assigns.get(func.id, [])]
             held += [e for c in fn.loop_vars.get(func.id, []) if not held for e in _items(c)]
+            for c in fn.loop_vars.get(func.id, [])[:2] if not held else []:  # for hook in self._hooks: hook(x)
+                for v, w in (self.container_items(c, fn) or [])[:8]:
+                    if not (isinstance(v, ast.Name) and v.id in w.params):
+                        held.append(v)
+                        continue
+                    name = v.id  # register_hook(fn): what its callers pass
+                    held += [a for _, call in self.feeding_callers(w)[:8] if (a := argument(call, w, name)) is not None]
         return [e for e in held if isinstance(e, ast.Lambda)]
 
     def property_reads(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Attribute]]:
@@ -181,7 +193,7 @@ class Members(InstanceCalls):
             # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
             handed = [
                 t
-                for caller, call in self.callers(fn)[:8]
+                for caller, call in self.feeding_callers(fn)[:8]
                 if (arg := argument(call, fn, value.id)) is not None
                 for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
             ]

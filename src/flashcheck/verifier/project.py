@@ -20,7 +20,6 @@ from flashcheck.verifier.index import (
     FunctionInfo,
     ModuleIndex,
     ModuleInfo,
-    lambda_function,
     owner_of,
     with_bases,
 )
@@ -392,10 +391,6 @@ class Project(Members):
         for call in fn.calls:  # await loop.run_in_executor(pool, self._usage, b), pool.submit(f, b).result()
             handed = handed_callable(call, fn) if id(call) not in called else None
             out += [(f, call) for f in self.callables(handed, fn, partials=True)] if handed is not None else []
-        for lam, call in fn.lambda_args:  # sorted(xs, key=lambda r: ...): a library call runs it here
-            inline = id(call) not in called and terminal_name(call.func) in _RUNS_CALLABLE
-            if inline and (f := lambda_function(lam)) is not None:
-                out.append((f, call))
         self._callee_cache[id(fn)] = out
         return out
 
@@ -496,11 +491,6 @@ class Project(Members):
 
 
 _BUILDS = frozenset({"__init__", "__post_init__", "__attrs_post_init__"})
-# library calls that run a callable they are handed before they return (others may keep it for later: a registry, a
-# hook list, a guard)
-_RUNS_CALLABLE = frozenset(
-    {"sorted", "sort", "min", "max", "map", "filter", "reduce", "accumulate", "groupby", "starmap", "tree_map"}
-)
 
 
 def _unstable_names(f: FunctionInfo) -> set[str]:

@@ -39,13 +39,16 @@ def self_registered(owner: ClassInfo, attr: str, classes: Iterable[ClassInfo]) -
     found: list[ClassInfo] = []
     for name in _REGISTERING:
         fn = owner.methods.get(name)
-        if fn is None or not _stores_class(fn, attr):
+        key = _stored_class_key(fn, attr) if fn is not None else None
+        if fn is None or key is None:
             continue
         if name == "__init_subclass__":
             found += descendants(owner)
         elif any(isinstance(b, ast.Name) and b.id == "type" for b in owner.node.bases):  # a metaclass
             made = [c for c in classes if any(_names(k.value, owner) for k in c.node.keywords if k.arg == "metaclass")]
             found += [d for c in made for d in [c, *descendants(c)]]
+        if key in fn.params:  # filed under a class keyword (kind=...): the classes that pass one
+            found = [c for c in found if any(k.arg == key for k in c.node.keywords)]
     return list({id(c): c for c in found}.values())
 
 
@@ -64,8 +67,9 @@ def _class_stores(fn: FunctionInfo) -> list[tuple[str, str]]:
     return out
 
 
-def _stores_class(fn: FunctionInfo, attr: str) -> bool:
-    """`fn` stores the class being made under a key of a registry named `attr` (``X.attr[k] = cls``)."""
+def _stored_class_key(fn: FunctionInfo, attr: str) -> str | None:
+    """The key under which `fn` stores the class being made in a registry named `attr` (``X.attr[k] = cls``: ``k``'s
+    name, or ``""`` for another key expression); None where it stores none."""
     made = {"cls"} | {  # cls = super().__new__(mcls, name, bases, ns) in a metaclass
         name for name, values in fn.local_assigns.items() if any(_new_call(v) for v in values)
     }
@@ -74,8 +78,8 @@ def _stores_class(fn: FunctionInfo, attr: str) -> bool:
             continue
         for t in a.targets:
             if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and t.value.attr == attr:
-                return True
-    return False
+                return t.slice.id if isinstance(t.slice, ast.Name) else ""
+    return None
 
 
 def _is_cls(node: ast.expr) -> bool:

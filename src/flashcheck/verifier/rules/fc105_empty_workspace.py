@@ -125,8 +125,8 @@ def _subclass_workspaces(
     cls = owner_of(fn).cls
     backend = kwarg(call, "backend")
     picked = backend.attr if isinstance(backend, ast.Attribute) and _on_self(backend) else None
-    if not (isinstance(ws, ast.Attribute) and _on_self(ws)) or cls is None or picked is None:
-        return []
+    if not (isinstance(ws, ast.Attribute) and _on_self(ws)) or cls is None or picked is None or fn.name == "__init__":
+        return []  # a wrapper the base's constructor builds takes the workspace before a subclass binds its own
     kept = [d for d in descendants(cls) if _class_constant(d, picked) in ZEROED_WORKSPACE_BACKENDS]
     own = [(v, w) for d in kept for v, w in d.attr_assigns.get(ws.attr, []) if w.cls is d]
     return [a for v, w in own[:8] for a in allocations(v, w, project=ctx.project)]
@@ -141,8 +141,8 @@ def _class_constant(cls: ClassInfo, attr: str) -> object:
     in its body (or through a class statement's keyword) deciding."""
     for c in with_bases(cls):
         body = [v for v, w in c.attr_assigns.get(attr, []) if not isinstance(w.node, ast.FunctionDef)]
-        if body:
-            return body[0].value if isinstance(body[0], ast.Constant) else None
+        if body:  # the last: a class statement's keyword, set by __init_subclass__ after the body ran
+            return body[-1].value if isinstance(body[-1], ast.Constant) else None
     return None
 
 

@@ -185,7 +185,6 @@ def _fed_by_public_callers(ctx: Context, fn: FunctionInfo, names: _Names) -> set
         if not _is_public(outer) or caller.source.is_test:
             continue
         caller_inputs, _ = _derived(outer, set(outer.params) - {"self", "cls"}, names)
-        caller_inputs |= set(caller.params) - {"self", "cls"}
         for p in params:
             arg = arg_for_param(call, fn, p)
             if arg is not None and names.mention(arg, caller_inputs):
