@@ -20,6 +20,7 @@ from flashcheck.verifier.index import (
     FunctionInfo,
     ModuleIndex,
     ModuleInfo,
+    descendants,
     owner_of,
     with_bases,
 )
@@ -328,8 +329,12 @@ class Project(Members):
             for sub in fn.cls.subclasses:
                 init = sub.methods.get("__init__")
                 out += [(init, c) for c in init.calls if _super_init(c.func)] if init is not None else []
+        family = {id(c) for c in [fn.cls, *descendants(fn.cls)]} if fn.cls is not None else set()
         for name in names:
             for caller, call in calls_by_name.get(name, [])[:256]:
+                made = classmethod_class(caller) if name == "cls" else None
+                if made is not None and id(made) not in family:
+                    continue  # cls(...) in a classmethod of another class builds that one
                 if any(t is fn for t in self._call_targets(call, caller)):
                     out.append((caller, call))
         self._callers[id(fn)] = out[:64]
