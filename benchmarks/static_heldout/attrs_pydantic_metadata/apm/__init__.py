@@ -1,0 +1,3 @@
+"""Engine core: pydantic configuration and attrs step metadata."""
+
+from apm.config import EngineConfig as EngineConfig

@@ -1,0 +1,1 @@
+"""dwserve: a paged-KV decode engine whose steps are wrapped by project decorators."""

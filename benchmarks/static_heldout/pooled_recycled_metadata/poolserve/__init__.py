@@ -1,0 +1,1 @@
+"""Pooled serving core: limits, tensor/metadata/staging pools and recycled step metadata."""
