@@ -53,7 +53,24 @@ class Members(InstanceCalls):
         if init is not None and not generated:
             return [init]
         post = self.method(ci, "__post_init__") or self.method(ci, "__attrs_post_init__")
-        return [post] if post is not None else []
+        return ([post] if post is not None else []) + self._field_hooks(ci)
+
+    def _field_hooks(self, ci: ClassInfo) -> list[FunctionInfo]:
+        """The converters and validators a generated constructor of `ci` (or a base) runs on its fields:
+        ``attrs.field(converter=f, validator=g)`` (also ``attr.ib``), and ``@x.validator`` methods."""
+        out: list[FunctionInfo] = []
+        for c in with_bases(ci):
+            if not generates_init(c):
+                continue
+            out += [m for m in c.methods.values() if any(_field_hook(d) for d in m.decorators)]
+            body = c.module.body
+            for stmt in c.node.body if body is not None else ():
+                value = stmt.value if isinstance(stmt, ast.AnnAssign | ast.Assign) else None
+                for k in value.keywords if isinstance(value, ast.Call) else ():
+                    hooks = k.value.elts if isinstance(k.value, ast.List | ast.Tuple) else [k.value]
+                    if k.arg in ("converter", "validator", "on_setattr") and body is not None:
+                        out += [t for h in hooks if isinstance(t := self.resolve_def(h, body), FunctionInfo)]
+        return out
 
     def sole_method(self, name: str) -> FunctionInfo | None:
         """The method a call on a receiver of unknown type runs when exactly one project class defines a method of
@@ -232,6 +249,11 @@ def _items(container: ast.expr) -> list[ast.expr]:
     if isinstance(container, ast.Dict):
         return list(container.values)
     return list(container.elts) if isinstance(container, ast.List | ast.Tuple) else []
+
+
+def _field_hook(d: ast.expr) -> bool:
+    """``@seq_lens.validator`` (or ``.default``) on a method of an attrs class."""
+    return isinstance(d, ast.Attribute) and d.attr in ("validator", "default") and isinstance(d.value, ast.Name)
 
 
 def imported_root(expr: ast.expr, fn: FunctionInfo) -> bool:
