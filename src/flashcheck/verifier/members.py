@@ -1,6 +1,7 @@
-"""What a class's members run when used: building an instance (its ``__init__``, or a dataclass's
-``__post_init__``), reading a ``@property`` or storing through a setter, and the functions a callable value names
-(a bound method kept in an attribute, a ``functools.partial``, a callable handed in or bound to a local). Part of
+"""What a class's members run when used: building an instance (its ``__init__``, or a dataclass's or attrs class's
+``__post_init__`` and field hooks), reading a ``@property`` or storing through a setter, and the functions a callable
+value names (a bound method kept in an attribute, a ``functools.partial``/``partialmethod``, a kept ``lambda`` and the
+calls that pass its arguments, a callable handed in or bound to a local, an object's ``__call__``). Part of
 `flashcheck.verifier.project.Project`'s call graph."""
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Members(InstanceCalls):
 
     def constructors(self, ci: ClassInfo) -> list[FunctionInfo]:
         """What building an instance of `ci` runs: its ``__init__``, or where a dataclass (or attrs class) generates
-        it, the ``__post_init__`` (``__attrs_post_init__``) that the generated one calls."""
+        it, the ``__post_init__`` (``__attrs_post_init__``) and the field converters and validators the generated one
+        calls."""
         init = self.method(ci, "__init__")
         generated = init is None or (init.cls is not ci and generates_init(ci))
         if init is not None and not generated:
@@ -68,7 +70,7 @@ class Members(InstanceCalls):
                 value = stmt.value if isinstance(stmt, ast.AnnAssign | ast.Assign) else None
                 for k in value.keywords if isinstance(value, ast.Call) else ():
                     hooks = k.value.elts if isinstance(k.value, ast.List | ast.Tuple) else [k.value]
-                    if k.arg in ("converter", "validator", "on_setattr") and body is not None:
+                    if k.arg in ("converter", "validator") and body is not None:
                         out += [t for h in hooks if isinstance(t := self.resolve_def(h, body), FunctionInfo)]
         return out
 
@@ -90,8 +92,9 @@ class Members(InstanceCalls):
 
     def lambda_callers(self) -> dict[int, list[tuple[FunctionInfo, ast.Call]]]:
         """The calls that pass a ``lambda``'s parameters as written, by the id of its function: an entry of a table
-        kept in an attribute (``self._steps[fb.mode](fb)`` over ``{"decode": lambda fb: ...}``), a local bound to
-        one (``f = lambda x: ...; f(y)``) and a loop over a literal of them."""
+        kept in an attribute (``self._steps[fb.mode](fb)`` over ``{"decode": lambda fb: ...}``), an attribute
+        (``self.on_step(b)``), a local bound to one, a loop over a literal of them and a loop over a hook list filled
+        with them (also through a ``register_*`` method's parameter)."""
         if self._lambda_callers is None:
             found: dict[int, list[tuple[FunctionInfo, ast.Call]]] = {}
             for f in self.all_functions():
