@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
-from flashcheck.verifier.index import descendants, field_order, with_bases
+from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.loops import loop_containers
@@ -396,10 +396,11 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     decorators = {dotted(d) for d in node.decorator_list}
     bound = callee.cls is not None and "staticmethod" not in decorators
     called_object = callee.name in ("__call__", "forward")  # layer(h, ...) or self.heads[k](x): self is the object
-    on_object = isinstance(call.func, ast.Attribute) or callee.name in ("__init__", *_POST_INITS) or called_object
+    on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__" or callee.name in POST_INITS
+    on_object = on_object or called_object
     if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
         positional = positional[1:]
-    if callee.cls is not None and callee.name in _POST_INITS and terminal_name(call.func) != callee.name:
+    if callee.cls is not None and callee.name in POST_INITS and terminal_name(call.func) != callee.name:
         positional = field_order(callee.cls)  # Meta(lens, kv_indptr) builds it: an InitVar is at its field's place
     if param not in positional:
         return None
@@ -408,9 +409,6 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]):
         return args[i]
     return None
-
-
-_POST_INITS = ("__post_init__", "__attrs_post_init__")
 
 
 def _through_class(call: ast.Call, callee: FunctionInfo) -> bool:

@@ -15,6 +15,7 @@ from flashcheck.verifier.astutil import overload_stub
 from flashcheck.verifier.source import SourceFile
 
 __all__ = [
+    "POST_INITS",
     "ClassInfo",
     "FuncNode",
     "FunctionInfo",
@@ -214,6 +215,10 @@ class ProjectIndex:
             self.classes.setdefault(ci.qualname, ci)
         for attr, stores in mi.attr_stores.items():
             self.attr_stores.setdefault(attr, []).extend(stores)
+
+
+# what a generated constructor (a dataclass's, an attrs class's) calls after setting the fields
+POST_INITS = ("__post_init__", "__attrs_post_init__")
 
 
 def lambda_function(node: ast.expr) -> FunctionInfo | None:

@@ -10,9 +10,17 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, literal_items
 from flashcheck.verifier.dispatch import InstanceCalls
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, lambda_function, owner_of, with_bases
+from flashcheck.verifier.index import (
+    POST_INITS,
+    ClassInfo,
+    FunctionInfo,
+    ModuleInfo,
+    lambda_function,
+    owner_of,
+    with_bases,
+)
 from flashcheck.verifier.instances import PROPERTIES, argument
 
 __all__ = ["PARTIALS", "Members", "classmethod_class", "generates_init", "imported_root"]
@@ -54,7 +62,7 @@ class Members(InstanceCalls):
         generated = init is None or (init.cls is not ci and generates_init(ci))
         if init is not None and not generated:
             return [init]
-        post = self.method(ci, "__post_init__") or self.method(ci, "__attrs_post_init__")
+        post = next((m for name in POST_INITS if (m := self.method(ci, name)) is not None), None)
         return ([post] if post is not None else []) + self._field_hooks(ci)
 
     def _field_hooks(self, ci: ClassInfo) -> list[FunctionInfo]:
@@ -110,13 +118,13 @@ class Members(InstanceCalls):
         if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute):
             base = func.value
             cls = owner_of(fn).cls if isinstance(base.value, ast.Name) and base.value.id == "self" else None
-            held = [e for c in with_bases(cls) for d, _ in c.attr_assigns.get(base.attr, []) for e in _items(d)]
+            held = [e for c in with_bases(cls) for d, _ in c.attr_assigns.get(base.attr, []) for e in literal_items(d)]
         elif isinstance(func, ast.Attribute) and _is_self(func.value):  # self.on_step = lambda b: ...; self.on_step(b)
             cls = owner_of(fn).cls
             held = [v for c in with_bases(cls) for v, _ in c.attr_assigns.get(func.attr, [])]
         elif isinstance(func, ast.Name) and func.id not in fn.params:
             held = [v for v in fn.local_assigns.get(func.id, [])]
-            held += [e for c in fn.loop_vars.get(func.id, []) if not held for e in _items(c)]
+            held += [e for c in fn.loop_vars.get(func.id, []) if not held for e in literal_items(c)]
             for c in fn.loop_vars.get(func.id, [])[:2] if not held else []:  # for hook in self._hooks: hook(x)
                 for v, w in (self.container_items(c, fn) or [])[:8]:
                     if not (isinstance(v, ast.Name) and v.id in w.params):
@@ -220,7 +228,9 @@ class Members(InstanceCalls):
             if handed or fn.params[value.id] is None:
                 return handed
         if isinstance(value, ast.Name) and value.id not in fn.local_assigns and value.id in fn.loop_vars:
-            items = [e for c in fn.loop_vars[value.id][:2] for e in _items(c)[:8]]  # for hook in (a, b, lambda m: ..)
+            items = [
+                e for c in fn.loop_vars[value.id][:2] for e in literal_items(c)[:8]
+            ]  # for hook in (a, b, lambda m: ..)
             return [t for e in items for t in self.callables(e, fn, partials=partials, depth=depth + 1)]
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
@@ -245,13 +255,6 @@ class Members(InstanceCalls):
 
 def _is_self(value: ast.expr) -> bool:
     return isinstance(value, ast.Name) and value.id == "self"
-
-
-def _items(container: ast.expr) -> list[ast.expr]:
-    """The values of a dict literal, the elements of a list or tuple literal; else none."""
-    if isinstance(container, ast.Dict):
-        return list(container.values)
-    return list(container.elts) if isinstance(container, ast.List | ast.Tuple) else []
 
 
 def _field_hook(d: ast.expr) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from flashcheck.verifier.astutil import class_base, literal_items, spread_local_tuples, terminal_name
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
+    POST_INITS,
     ClassInfo,
     FunctionInfo,
     ModuleIndex,
@@ -78,9 +79,10 @@ class Project(Members):
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
         for f in self.all_functions():  # Step(cfg, *bufs) with bufs = (a, b): the arguments in place
-            for call in f.calls:
-                if any(isinstance(a, ast.Starred) for a in call.args):
-                    spread_local_tuples(call, f.local_assigns, _unstable_names(f))
+            spread = [c for c in f.calls if any(isinstance(a, ast.Starred) for a in c.args)]
+            unstable = _unstable_names(f) if spread else set()
+            for call in spread:
+                spread_local_tuples(call, f.local_assigns, unstable)
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
@@ -495,7 +497,7 @@ class Project(Members):
         yield from self.functions
 
 
-_BUILDS = frozenset({"__init__", "__post_init__", "__attrs_post_init__"})
+_BUILDS = frozenset({"__init__", *POST_INITS})
 
 
 def _unstable_names(f: FunctionInfo) -> set[str]:

@@ -7,7 +7,7 @@ import ast
 from flashcheck.findings import Confidence, Severity
 from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
-from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.index import POST_INITS, with_bases
 from flashcheck.verifier.members import generates_init
 from flashcheck.verifier.project import FunctionInfo
 from flashcheck.verifier.provenance.flow import arg_for_param
@@ -65,11 +65,11 @@ class AssertValidatesInput(Rule):
             else:  # a private helper validates what a public caller received
                 inputs = _fed_by_public_callers(ctx, fn, names)
                 how = "argument(s) (passed on by a public caller)"
-            if not inputs and fn.name not in _POST_INITS:
+            if not inputs and fn.name not in POST_INITS:
                 continue
             tainted, attrs = _derived(fn, inputs, names)
             fields: dict[str, int] = {}  # a dataclass's fields are its constructor's arguments, until rebound
-            if fn.name in _POST_INITS and fn.cls is not None:
+            if fn.name in POST_INITS and fn.cls is not None:
                 fields = {
                     f"self.{f}": _rebound_at(fn, f) for c in with_bases(fn.cls) if generates_init(c) for f in c.fields
                 }
@@ -100,9 +100,6 @@ class AssertValidatesInput(Rule):
 # Decorators that compile the function's body (``@triton.jit``, ``@numba.njit``, ``@torch.jit.script``): its asserts
 # become the compiler's checks, which ``python -O`` does not strip.
 _COMPILERS = frozenset({"jit", "njit", "script"})
-
-
-_POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
 
 
 def _rebound_at(fn: FunctionInfo, field: str) -> int:
