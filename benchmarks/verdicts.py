@@ -9,6 +9,8 @@ output-contract violation):
 - ``campaign``: one ``flashcheck campaign`` over a faulting, a hanging, a raising and an eager-sync target and the
   clean built-in ``decode-tc``: findings per target, targets dropped, steps run, and each reproducer replayed in a
   fresh process (``flashcheck replay``, exit 1 = the same finding came back);
+- ``campaign-plain``: the same campaign with every worker started as a plain ``python -m`` (``FLASHCHECK_ZYGOTE=0``)
+  instead of forked from the zygote (`flashcheck._spawn`): the baseline of what faster restarts buy in one budget;
 - ``plugin``: ``pytest -m fuzz`` through the plugin on one target per family: exit status and the checks reported;
 - ``sanitizer``: the campaign's first kernel-fault reproducer replayed under ``compute-sanitizer --tool memcheck``
   (``flashcheck replay REPRO --sanitizer memcheck``): the kernel and the error it names.
@@ -97,16 +99,17 @@ def driver_mode(
     return out
 
 
-def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int) -> dict[str, Any]:
+def campaign_mode(work: Path, seconds: int, step_timeout: int, seed: int, plain: bool = False) -> dict[str, Any]:
     run = work / "campaign"
     targets = [f"faulty_engine_gpu:{c}" for c in CAMPAIGN] + ["decode-tc"]
     cmd = [sys.executable, "-m", "flashcheck", "campaign", "--target", ",".join(targets), "--time", f"{seconds}s"]
     cmd += ["--step-timeout", f"{step_timeout}s", "--chunk-steps", "20", "--layers", "cheap", "--seed", str(seed)]
     cmd += ["--workers", "1", "--log-every", "30", "--out", str(run)]
+    env = dict(_env(), FLASHCHECK_ZYGOTE="0") if plain else _env()  # workers as plain `python -m` (no zygote)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     rec: dict[str, Any] = {
-        "command": " ".join(cmd[2:]),
+        "command": ("FLASHCHECK_ZYGOTE=0 " if plain else "") + " ".join(cmd[2:]),
         "exit": proc.returncode,
         "wall_s": round(time.perf_counter() - t0, 1),
         "log_tail": proc.stdout[-3000:],
@@ -267,6 +270,45 @@ def _collapse(text: str) -> list[str]:
     return out
 
 
+def _campaign_lines(camp: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    st = camp.get("stats", {})
+    lines += [
+        f"Campaign: `{camp.get('command', '')}`: {st.get('steps')} steps in {st.get('elapsed_s')} s, "
+        f"stop reason {camp.get('stop_reason')!r}, {st.get('restarts')} worker restarts, targets "
+        f"dropped as unavailable: {camp.get('dropped_targets') or 'none'}.",
+        "",
+        "| target | findings | reproducers replayed in a fresh process (same finding) |",
+        "|---|---|---|",
+    ]
+    by_target = camp.get("findings_by_target", {})
+    replays = camp.get("replays", [])
+    for tgt in sorted(by_target):
+        mine = [r for r in replays if r["target"] == tgt]
+        ok = sum(1 for r in mine if r["reproduced"])
+        lines.append(f"| {tgt} | {by_target[tgt]} | {ok} of {len(mine)} |")
+    m = re.search(r"--target (\S+)", camp.get("command", ""))
+    specs = m.group(1).split(",") if m else []
+    ran = camp.get("targets_run")
+    reached = [t for t in specs if ran is None or (_name(t) if ":" in t else t) in ran]
+    clean = [t for t in reached if ":" not in t and t not in by_target]
+    missed = [t for t in reached if ":" in t and _name(t) not in by_target]
+    lines += [
+        "",
+        f"Clean control without findings: {', '.join(clean) or 'none'}. Faulty targets without a finding: "
+        f"{', '.join(missed) or 'none'}."
+        + (
+            " (This run does not record which targets it reached.)"
+            if ran is None
+            else f" Targets not reached in the time budget: {', '.join(t for t in specs if t not in reached)}."
+            if len(reached) < len(specs)
+            else ""
+        ),
+        "",
+    ]
+    return lines
+
+
 def render(raw: Path) -> str:
     """reports/verdicts.md from the raw results in `raw` (verdicts-*.json, target_matrix-*.json): every figure in
     the report comes from a file there."""
@@ -301,42 +343,9 @@ def render(raw: Path) -> str:
                     f"{r.get('seconds_to_first', '')} | {r.get('findings', {})} |"
                 )
             lines.append("")
-        camp = doc.get("campaign")
-        if camp:
-            st = camp.get("stats", {})
-            lines += [
-                f"Campaign: `{camp.get('command', '')}`: {st.get('steps')} steps in {st.get('elapsed_s')} s, "
-                f"stop reason {camp.get('stop_reason')!r}, {st.get('restarts')} worker restarts, targets "
-                f"dropped as unavailable: {camp.get('dropped_targets') or 'none'}.",
-                "",
-                "| target | findings | reproducers replayed in a fresh process (same finding) |",
-                "|---|---|---|",
-            ]
-            by_target = camp.get("findings_by_target", {})
-            replays = camp.get("replays", [])
-            for tgt in sorted(by_target):
-                mine = [r for r in replays if r["target"] == tgt]
-                ok = sum(1 for r in mine if r["reproduced"])
-                lines.append(f"| {tgt} | {by_target[tgt]} | {ok} of {len(mine)} |")
-            m = re.search(r"--target (\S+)", camp.get("command", ""))
-            specs = m.group(1).split(",") if m else []
-            ran = camp.get("targets_run")
-            reached = [t for t in specs if ran is None or (_name(t) if ":" in t else t) in ran]
-            clean = [t for t in reached if ":" not in t and t not in by_target]
-            missed = [t for t in reached if ":" in t and _name(t) not in by_target]
-            lines += [
-                "",
-                f"Clean control without findings: {', '.join(clean) or 'none'}. Faulty targets without a finding: "
-                f"{', '.join(missed) or 'none'}."
-                + (
-                    " (This run does not record which targets it reached.)"
-                    if ran is None
-                    else f" Targets not reached in the time budget: {', '.join(t for t in specs if t not in reached)}."
-                    if len(reached) < len(specs)
-                    else ""
-                ),
-                "",
-            ]
+        for key in ("campaign", "campaign_plain"):  # the zygote's workers, and plain `python -m` ones
+            if doc.get(key):
+                lines += _campaign_lines(doc[key])
         if doc.get("plugin"):
             lines += [
                 "`pytest -m fuzz` through the plugin (`replay_sequences`):",
@@ -428,6 +437,9 @@ def main() -> int:
         save()
     if "campaign" in modes:
         doc["campaign"] = campaign_mode(work, a.campaign_seconds, a.step_timeout, a.seed)
+        save()
+    if "campaign-plain" in modes:  # the same campaign with every worker a plain `python -m` (FLASHCHECK_ZYGOTE=0)
+        doc["campaign_plain"] = campaign_mode(work / "plain", a.campaign_seconds, a.step_timeout, a.seed, plain=True)
         save()
     if "sanitizer" in modes:
         doc["sanitizer"] = sanitizer_mode(work, a.sanitizer_seconds)

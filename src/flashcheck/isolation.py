@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from flashcheck._spawn import Worker, spawn
 from flashcheck.driver import WARM_UP_SCALE
 from flashcheck.errors import EnvironmentUnavailable, FlashcheckError, InvalidArgument, ViolationFound
 from flashcheck.exercised import Exercised
@@ -89,7 +90,7 @@ class IsolatedDriver:
         self.async_pressure_us = async_pressure_us
         self.poisoned = False  # never: a poisoned worker is replaced
         self.restarts = 0
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: Worker | subprocess.Popen[str] | None = None
         self._events: queue.Queue[str | None] = queue.Queue()
         self._dir = Path(tempfile.mkdtemp(prefix="flashcheck-iso-"))
         self._hang_file = self._dir / "hang.txt"
@@ -212,15 +213,7 @@ class IsolatedDriver:
         }
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # module:Class targets import the same way
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "flashcheck.isolation", json.dumps(spec)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-            env=env,
-            text=True,
-            bufsize=1,
-        )
+        self._proc = spawn("flashcheck.isolation", [json.dumps(spec)], env=env)
         threading.Thread(target=self._read, args=(self._proc, self._events), daemon=True).start()
         ev = self._receive(self.setup_timeout)
         if ev is None:
@@ -245,7 +238,7 @@ class IsolatedDriver:
         return self._exercised.merged()
 
     @staticmethod
-    def _read(proc: subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
+    def _read(proc: Worker | subprocess.Popen[str], events: queue.Queue[str | None]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             events.put(line)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from flashcheck._spawn import Worker, spawn
 from flashcheck.campaign.checks import WORKER_CRASHED, crash_cause, crash_finding, stderr_tail
 from flashcheck.campaign.corpus import Corpus
 from flashcheck.campaign.ledger import scenario_sha, step_shape
@@ -64,7 +65,7 @@ class Outcome:
 class _Handle:
     """One live incarnation of a worker slot."""
 
-    def __init__(self, index: int, gen: int, proc: subprocess.Popen[str], log: IO[bytes]) -> None:
+    def __init__(self, index: int, gen: int, proc: Worker | subprocess.Popen[str], log: IO[bytes]) -> None:
         self.index, self.gen, self.proc, self.log = index, gen, proc, log
         self.status = "starting"
         self.job: Job | None = None
@@ -130,10 +131,7 @@ class Supervisor:
         if self.cfg.gpus:
             env["CUDA_VISIBLE_DEVICES"] = self.cfg.gpus[w % len(self.cfg.gpus)]
         log = (wdir / "stderr.log").open("ab")
-        cmd = [
-            sys.executable,
-            "-m",
-            "flashcheck.campaign.worker",
+        args = [
             "serve",
             "--run-dir",
             str(self.store.dir),
@@ -144,16 +142,7 @@ class Supervisor:
         ]
         # a session of its own: Ctrl-C reaches the supervisor alone, which stops the workers itself (a worker hit
         # by the terminal's SIGINT would die mid-chunk with a traceback that reads as a failure)
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=env,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
+        proc = spawn("flashcheck.campaign.worker", args, env=env, stderr=log, new_session=True)
         h = _Handle(w, gen, proc, log)
         self.handles[w] = h
         threading.Thread(target=self._read, args=(h,), name=f"flashcheck-worker-{w}", daemon=True).start()
