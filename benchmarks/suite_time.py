@@ -53,6 +53,7 @@ def run_suite(zygote: str, pytest_args: list[str]) -> dict[str, Any]:
         "exit_code": proc.returncode,
         "counts": counts,
         "summary": summary,
+        "failed": [line.split(" - ")[0] for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))],
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }

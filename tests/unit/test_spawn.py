@@ -17,7 +17,7 @@ import pytest
 from flashcheck import _spawn
 
 pytestmark = [
-    pytest.mark.skipif(not _spawn.enabled(), reason="the zygote forks on Linux only"),
+    pytest.mark.skipif(not _spawn.enabled({}), reason="the zygote forks on Linux only"),
     pytest.mark.xdist_group("spawn"),  # one module-scoped zygote
 ]
 
@@ -48,7 +48,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def probe_env(probe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.chdir(probe_dir)
-    env = dict(os.environ, PROBE_VALUE="from the request")
+    env = dict(os.environ, PROBE_VALUE="from the request", FLASHCHECK_ZYGOTE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(probe_dir), *sys.path])
     return env
 
