@@ -1,6 +1,7 @@
 """reports/gpu-evidence.md from the raw GPU results in reports/raw: the built-in targets under every property
 (`target_matrix.py`), the seed bugs (`seed_bugs.py`), the runtime checker's overhead (`runtime_overhead.py`), fuzz
-throughput (`fuzz_throughput.py`) and where a driver step spends its time (`driver_phases.py`). Every figure in the
+throughput (`fuzz_throughput.py`), where a driver step spends its time (`driver_phases.py`) and how long an isolated
+worker takes to start and restart (`worker_start.py`). Every figure in the
 page comes from a file there; re-run the benchmark that
 produced a file when the code it covers changes, then regenerate:
 
@@ -146,12 +147,23 @@ def _phases(path: Path, doc: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _worker_start(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    lines = _head(path, doc, "| worker | first start (s) | restart, median (s) | each restart (s) | forked |")
+    for name, r in doc.get("settings", {}).items():
+        each = ", ".join(f"{s:.2f}" for s in r.get("restart_s", []))
+        lines.append(
+            f"| {name} | {r['first_s']:.2f} | {r['restart_median_s']:.2f} | {each} | {'yes' if r['forked'] else 'no'} |"
+        )
+    return [*lines, ""]
+
+
 SECTIONS = (
     ("Built-in targets under every property", "target_matrix-*.json", _matrix),
     ("Seed bugs, each found by its intended property", "seed_bugs-*.json", _seeds),
     ("Runtime checker overhead on a graph replay loop", "runtime_overhead-*.json", _overhead),
     ("Fuzz throughput beside a plain Hypothesis loop", "fuzz_throughput-*.json", _throughput),
     ("Where a driver step spends its wall time", "driver_phases-*.json", _phases),
+    ("Isolated worker start and restart (until its session answers)", "worker_start-*.json", _worker_start),
 )
 
 

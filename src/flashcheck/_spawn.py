@@ -1,6 +1,7 @@
 """Worker processes forked from a warm interpreter: `spawn` starts ``python -m MODULE ARGS`` as `subprocess.Popen`
-would, but by forking a zygote, a process that has imported torch and numpy once, so a worker does not pay their
-import again (about 2 s of CPU for torch; a campaign or a fuzz run restarts a worker after every fault and hang).
+would, but by forking a zygote, a process that has imported numpy, torch, torch's compiler stack (which the first op
+under a dispatch mode imports) and flashcheck's worker modules once, so a worker does not pay their import again
+(about 4 s of CPU; a campaign or a fuzz run restarts a worker after every fault and hang).
 
 The zygote is a separate single-threaded process started once per parent (``python -m flashcheck._spawn``, with
 the parent's ``sys.path``); it never initialises CUDA, so a forked worker sets up its own context as a fresh one
@@ -35,8 +36,9 @@ from typing import IO, Any
 __all__ = ["Worker", "spawn"]
 
 _STARTUP = ("PYTHON", "LD_", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "MALLOC_", "GLIBC_")
-_PRELOAD = ("numpy", "torch")
-_SAME_ORIGIN = ("flashcheck", *_PRELOAD)  # imported in the zygote: a worker must find them where the zygote did
+# torch's compiler stack is imported by the first op under a dispatch mode (the dispatch layer's warm-up): about 2 s
+_PRELOAD = ("numpy", "torch", "torch._dynamo", "flashcheck.isolation", "flashcheck.campaign.worker")
+_SAME_ORIGIN = ("flashcheck", "numpy", "torch")  # imported in the zygote: a worker must find them where it did
 _MAX_MESSAGE = 1 << 20
 
 
@@ -364,6 +366,9 @@ def _become(request: Mapping[str, Any], fds: Sequence[int]) -> int:
     sys.stdout = _text(1, line=False, write_through=unbuffered)
     sys.stderr = _text(2, line=True, write_through=unbuffered, errors="backslashreplace")
     sys.argv = [request["module"], *request["argv"]]
+    # a preloaded module run as __main__ runs anew, as `python -m` runs it (its imported copy stays apart, as in a
+    # fresh interpreter that imports it later)
+    sys.modules.pop(str(request["module"]), None)
     runpy.run_module(str(request["module"]), run_name="__main__", alter_sys=True)
     return 0
 
