@@ -146,6 +146,8 @@ class Supervisor:
         h = _Handle(w, gen, proc, log)
         self.handles[w] = h
         threading.Thread(target=self._read, args=(h,), name=f"flashcheck-worker-{w}", daemon=True).start()
+        if self.stopping:  # a signal came while it started (the first start waits for the zygote)
+            self._ask_to_stop(h)
 
     def _read(self, h: _Handle) -> None:
         assert h.proc.stdout is not None
@@ -470,11 +472,15 @@ class Supervisor:
         self.stopping, self.stop_reason = True, reason
         self._stop_deadline = time.monotonic() + min(60.0, self.cfg.step_timeout)
         for h in self.handles.values():
-            h.asked_to_stop = True
-            h.send({"cmd": "stop"})
-            with contextlib.suppress(OSError, ValueError):
-                if h.proc.stdin is not None:
-                    h.proc.stdin.close()
+            self._ask_to_stop(h)
+
+    @staticmethod
+    def _ask_to_stop(h: _Handle) -> None:
+        h.asked_to_stop = True
+        h.send({"cmd": "stop"})
+        with contextlib.suppress(OSError, ValueError):
+            if h.proc.stdin is not None:
+                h.proc.stdin.close()
 
     def _check_timeouts(self) -> None:
         now = time.monotonic()
@@ -544,10 +550,10 @@ class Supervisor:
             raise InvalidArgument("a campaign needs a budget: --time or --steps")
         with contextlib.suppress(Exception):
             self._poll_corpus()
-        for w in range(self.cfg.workers):
-            self._spawn(w)
-        last_save = last_poll = time.monotonic()
         with self._signals():
+            for w in range(self.cfg.workers):
+                self._spawn(w)
+            last_save = last_poll = time.monotonic()
             while True:
                 try:
                     w, gen, line = self.events.get(timeout=0.2)
