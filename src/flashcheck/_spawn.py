@@ -1,7 +1,7 @@
 """Worker processes forked from a warm interpreter: `spawn` starts ``python -m MODULE ARGS`` as `subprocess.Popen`
-would, but by forking a zygote, a process that has imported numpy, torch, torch's compiler stack (which the first op
-under a dispatch mode imports) and flashcheck's worker modules once, so a worker does not pay their import again
-(about 4 s of CPU; a campaign or a fuzz run restarts a worker after every fault and hang).
+would, but by forking a zygote, a process that has imported numpy, torch and flashcheck's worker modules once, so a
+worker does not pay their import again (about 2 s of CPU; a campaign or a fuzz run restarts a worker after every
+fault and hang).
 
 A zygote is a separate single-threaded process (``python -m flashcheck._spawn``) started with the parent's
 environment and ``sys.path``; it never initialises CUDA, so a forked worker sets up its own context as a fresh one
@@ -39,8 +39,9 @@ from typing import IO, Any, ClassVar
 
 __all__ = ["Worker", "spawn"]
 
-# torch's compiler stack is imported by the first op under a dispatch mode (the dispatch layer's warm-up): about 2 s
-_PRELOAD = ("numpy", "torch", "torch._dynamo", "flashcheck.isolation", "flashcheck.campaign.worker")
+# not FlashInfer: its import initialises CUDA (a forked worker could not use the device), nor torch's compiler
+# (nothing of flashcheck's loads it: `runtime.hooks.dispatch` leaves a mode unwrapped while it is not loaded)
+_PRELOAD = ("numpy", "torch", "flashcheck.isolation", "flashcheck.campaign.worker")
 _SAME_ORIGIN = ("flashcheck", "numpy", "torch")  # imported in the zygote: a worker must find them where it did
 _AFTER_FORK = ("FLASHCHECK_", "PYTEST_", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PWD", "OLDPWD")
 _PASSED_ON = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")  # ignored by the zygote; a worker gets the parent's

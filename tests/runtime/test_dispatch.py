@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -311,3 +312,33 @@ def test_classify_each_op(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 def test_residency_of_each_kind_of_tensor() -> None:
     assert (residency(DEV), residency(PIN), residency(HOST)) == ("device", "pinned", "pageable")
     assert residency(torch.empty(2, device="meta")) is None and residency([1, 2]) is None
+
+
+_COMPILER_PROBE = """
+import sys, torch
+from flashcheck.runtime import Checker
+from flashcheck.runtime.hooks import dispatch
+from flashcheck.runtime.simdevice import as_device
+
+def d2h_in_a_hot_region():
+    x = as_device(torch.arange(8))
+    with Checker(layers=["dispatch"]) as chk:
+        with chk.region("replay", step=1):
+            x.tolist()
+            mode = torch.utils._python_dispatch._get_current_dispatch_mode()
+        return [f.id for f in chk.drain_findings()], hasattr(type(mode).__torch_dispatch__, "__wrapped__")
+
+print(d2h_in_a_hot_region(), "torch._dynamo" in sys.modules)
+import torch._dynamo  # as torch.compile loads it
+print(d2h_in_a_hot_region(), "torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_mode_loads_no_compiler_and_is_wrapped_as_torch_wraps_it_once_one_is_loaded() -> None:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _COMPILER_PROBE], capture_output=True, text=True, env=env, check=True)
+    before, after = out.stdout.strip().splitlines()
+    assert before == "(['FC201'], False) False"  # found, and torch's compiler (about 2 s to import) never loaded
+    assert after == "(['FC201'], True) True"  # with a compiler in the process, torch's wrapper keeps it out

@@ -9,7 +9,8 @@ syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pu
 matters: capture regions always (a capture happens once; this is how a pinned copy captured into a graph, FC203, is
 seen), and hot regions when named in a layer list (``layers=[..., "dispatch"]``) or when the ``cupti`` layer of a
 preset cannot run here (no device, no ``cupti-python``): CUPTI sees the same copies and syncs in hot regions without
-a Python call per op.
+a Python call per op. The mode stays outside torch's compiler wrapper while no compiler is loaded in the process
+(`_make_mode`): the wrapper's first call imports it, about 2 s in every process.
 
 A tensor whose class has ``_flashcheck_residency = "device"`` or ``"pinned"`` is treated as living there: this is how
 CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken detector fails without a GPU.
@@ -17,6 +18,7 @@ CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken de
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -110,27 +112,45 @@ _WATCHED = frozenset(
 )
 
 
-_MODE_CLASS: list[Any] = []  # the dispatch-mode class, built once (building a class per region costs ~60 µs)
+_MODE_CLASS: dict[bool, Any] = {}  # the dispatch-mode classes, built once each (building one costs ~60 µs)
+
+
+def _compiling() -> bool:
+    """Whether torch's compiler is loaded in this process: only then can a frame of ours be traced by it."""
+    return "torch._dynamo" in sys.modules
 
 
 def _make_mode(hook: DispatchHook) -> Any:
-    if not _MODE_CLASS:
-        from torch.utils._python_dispatch import TorchDispatchMode
+    """A dispatch mode for `hook`. Torch wraps a mode's ``__torch_dispatch__`` so that its compiler never traces it,
+    and that wrapper's first call imports the compiler (about 2 s, in every process that pushes a mode). Nothing can
+    be traced before the compiler is loaded (``torch.compile`` loads it), so until then the mode is left unwrapped;
+    a mode pushed once the compiler is loaded is wrapped as torch wraps it."""
+    wrapped = _compiling()
+    if wrapped not in _MODE_CLASS:
+        _MODE_CLASS[wrapped] = _mode_class(wrapped)
+    return _MODE_CLASS[wrapped](hook)
 
-        class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-            def __init__(self, owner: DispatchHook) -> None:
-                super().__init__()  # type: ignore[no-untyped-call]
-                self.owner = owner
 
-            def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                name = func._schema.name
-                if name in _WATCHED:
-                    self.owner._observe(name, args, kwargs)  # before the call: a capture error must not hide it
-                return func(*args, **kwargs)
+def _mode_class(wrapped: bool) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-        _MODE_CLASS.append(_FlashcheckMode)
-    return _MODE_CLASS[0](hook)
+    class _FlashcheckMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # read when the class is made, by the torch versions that wrap
+            return wrapped
+
+        def __init__(self, owner: DispatchHook) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.owner = owner
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = func._schema.name
+            if name in _WATCHED:
+                self.owner._observe(name, args, kwargs)  # before the call: a capture error must not hide it
+            return func(*args, **kwargs)
+
+    return _FlashcheckMode
 
 
 class DispatchHook(Hook):
@@ -217,17 +237,16 @@ class DispatchHook(Hook):
 
 
 def _warm_up() -> None:
-    """Dispatch one op under a bare dispatch mode, outside every region: the first op under a dispatch mode
-    imports hundreds of torch modules lazily (dynamo, the op library), which must neither cost a watched step its
-    time nor fail inside the target's region and be blamed on it."""
+    """Dispatch one op under this layer's mode, outside every region: the first op under a dispatch mode may import
+    torch modules lazily (with the compiler loaded, the wrapper torch puts around a mode imports more of it), which
+    must neither cost a watched step its time nor fail inside the target's region and be blamed on it."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _Bare(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-            return func(*args, **(kwargs or {}))
+    class _Idle:
+        def _observe(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            pass
 
-    with _Bare():  # type: ignore[no-untyped-call]
+    with _make_mode(_Idle()):  # type: ignore[arg-type]
         torch.zeros(1).add_(1)
 
 
