@@ -102,7 +102,7 @@ class Worker:
 class _Zygote:
     """The parent's side of one zygote: requests, and the exit statuses it sends back."""
 
-    def __init__(self, env: Mapping[str, str], path: Sequence[str]) -> None:
+    def __init__(self, env: Mapping[str, str], path: Sequence[str], preload: Sequence[str] = _PRELOAD) -> None:
         self.fingerprint = _fingerprint(env)
         self.origins = {name: _origin(name, path) for name in _SAME_ORIGIN}
         self.lock = threading.Lock()
@@ -117,7 +117,7 @@ class _Zygote:
         own_group: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {}
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "flashcheck._spawn", str(theirs.fileno())],
+                [sys.executable, "-m", "flashcheck._spawn", str(theirs.fileno()), ",".join(preload)],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -322,13 +322,13 @@ def _fork(
 
 
 # ---- the zygote process ----------------------------------------------------------------------------------------
-def _serve(fd: int) -> int:
+def _serve(fd: int, preload: Sequence[str]) -> int:
     """Preload, then fork a worker per request until the parent closes its socket. Returns in the parent (0) and,
     through `_become`, in each worker (its module's run)."""
     for name in _PASSED_ON:  # the parent stops its workers itself; the zygote ends with the parent's socket
         signal.signal(getattr(signal, name), signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
-    for name in _PRELOAD:
+    for name in preload:
         with contextlib.suppress(ImportError):
             __import__(name)
     wake_r, wake_w = os.pipe()
@@ -434,4 +434,4 @@ def _become(request: Mapping[str, Any], fds: Sequence[int]) -> int:
 _START_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 if __name__ == "__main__":
-    sys.exit(_serve(int(sys.argv[1])))
+    sys.exit(_serve(int(sys.argv[1]), [name for name in sys.argv[2].split(",") if name]))

@@ -24,6 +24,8 @@ pytestmark = [
     pytest.mark.xdist_group("spawn"),  # one module-scoped zygote
 ]
 
+_LIGHT = ("numpy",)  # what the probe imports (the default list adds torch: about 2 s per zygote)
+
 PROBE = """
 import json, os, signal, sys
 import numpy
@@ -64,7 +66,7 @@ def probe_env(probe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str
 def zygote(probe_dir: Path) -> Iterator[_spawn._Zygote]:
     """A zygote of this module's own (one start for its tests; the tests that kill one start their own)."""
     path = [str(probe_dir), *sys.path]
-    z = _spawn._Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join(path)), path)
+    z = _spawn._Zygote(dict(os.environ, PYTHONPATH=os.pathsep.join(path)), path, preload=_LIGHT)
     yield z
     z.close()
 
@@ -191,7 +193,7 @@ def test_a_request_the_zygote_cannot_serve_the_same_way_starts_a_plain_process(
 
 
 def test_a_signal_to_the_process_group_leaves_the_zygote_and_its_statuses(probe_env: dict[str, str]) -> None:
-    zygote = _spawn._Zygote(probe_env, probe_env["PYTHONPATH"].split(os.pathsep))
+    zygote = _spawn._Zygote(probe_env, probe_env["PYTHONPATH"].split(os.pathsep), preload=_LIGHT)
     worker = _start(zygote, probe_env)
     _seen(worker)
     zygote.proc.send_signal(signal.SIGTERM)  # as `kill -TERM -PGID` or `timeout` sends it: the parent stops workers
@@ -204,7 +206,7 @@ def test_a_signal_to_the_process_group_leaves_the_zygote_and_its_statuses(probe_
 
 
 def test_workers_outlive_their_zygote_and_still_read_as_running_then_ended(probe_env: dict[str, str]) -> None:
-    zygote = _spawn._Zygote(probe_env, probe_env["PYTHONPATH"].split(os.pathsep))
+    zygote = _spawn._Zygote(probe_env, probe_env["PYTHONPATH"].split(os.pathsep), preload=_LIGHT)
     worker = _start(zygote, probe_env)
     _seen(worker)
     zygote.proc.kill()
