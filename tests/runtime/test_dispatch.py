@@ -124,6 +124,65 @@ def test_pinned_d2h_copy_in_capture_fires() -> None:
     assert f.id == "FC203" and "device-to-host" in f.message
 
 
+class FakeGraph:
+    """Stands in for ``torch.cuda.CUDAGraph`` where CUDA cannot capture: its capture brackets only."""
+
+    def capture_begin(self, pool: Any = None) -> None:
+        self.began = pool
+
+    def capture_end(self) -> None:
+        self.ended = True
+
+
+def capture_hook() -> DispatchHook:
+    return DispatchHook("capture", graph_owner=FakeGraph, at_stream_capture=True)
+
+
+def test_a_capture_region_pushes_the_mode_only_while_a_graph_captures() -> None:
+    d, g = dev(), FakeGraph()
+    with Checker(layers=[capture_hook()]) as chk:
+        with chk.region("capture"):
+            depth = [torch._C._len_torch_dispatch_stack()]
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)  # the plan's copy: eager
+            g.capture_begin(pool="p")
+            depth.append(torch._C._len_torch_dispatch_stack())
+            line = here() + 1
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)
+            g.capture_end()
+            depth.append(torch._C._len_torch_dispatch_stack())
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)
+        (f,) = chk.drain_findings()
+    assert depth == [0, 1, 0] and (g.began, g.ended) == ("p", True)
+    assert f.id == "FC203" and f.location.line == line and f.evidence["count"] == 1
+
+
+def test_a_graph_capturing_outside_capture_regions_is_not_watched() -> None:
+    g = FakeGraph()
+    with Checker(layers=[capture_hook()]) as chk:
+        with chk.region("replay"):
+            g.capture_begin()
+            assert torch._C._len_torch_dispatch_stack() == 0
+            g.capture_end()
+        g.capture_begin()
+        assert torch._C._len_torch_dispatch_stack() == 0
+        g.capture_end()
+        assert chk.drain_findings() == []
+
+
+def test_a_capture_that_never_ends_is_popped_with_its_region_and_the_methods_are_restored() -> None:
+    begin, end = FakeGraph.capture_begin, FakeGraph.capture_end
+    hook = capture_hook()
+    with Checker(layers=[hook]) as chk:
+        assert FakeGraph.capture_begin is not begin and FakeGraph.__dict__["capture_begin"].__wrapped__ is begin
+        with chk.region("capture"), chk.region("plan"):
+            FakeGraph().capture_begin()
+            assert torch._C._len_torch_dispatch_stack() == 1
+        assert torch._C._len_torch_dispatch_stack() == 0
+    assert (FakeGraph.capture_begin, FakeGraph.capture_end) == (begin, end)
+    FakeGraph().capture_begin()  # a graph captured after the checker left pushes nothing
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
 def test_cheap_scope_keeps_the_mode_off_in_hot_regions() -> None:
     with Checker(layers="cheap") as chk:
         with chk.region("replay"):

@@ -5,9 +5,12 @@ and ``copy_`` between host and device (``.cpu()``, ``.to()``, ``.tolist()``, wit
 pinned or pageable), and the data-dependent-shape ops that sync (``nonzero``, boolean-mask ``index``,
 ``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``). Misses (measured on an H100):
 everything that does not dispatch: ``torch.cuda.synchronize``, event and stream syncs, FlashInfer kernels and the
-syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only inside regions where it
-matters: capture regions always (a capture happens once; this is how a pinned copy captured into a graph, FC203, is
-seen), and hot regions when named in a layer list (``layers=[..., "dispatch"]``) or when the ``cupti`` layer of a
+syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only where it matters: in
+capture regions while a ``torch.cuda.CUDAGraph`` captures (its ``capture_begin`` to its ``capture_end``: only work
+issued then becomes a graph node, and this is how a pinned copy captured into a graph, FC203, is seen; the plan and
+warm-up runs around it, a hundred ops or more per FlashInfer capture, run eagerly and unwatched by this layer; on a
+machine that cannot capture, the whole capture region, for simulated device tensors), and in hot regions when named
+in a layer list (``layers=[..., "dispatch"]``) or when the ``cupti`` layer of a
 preset cannot run here (no device, no ``cupti-python``): CUPTI sees the same copies and syncs in hot regions without
 a Python call per op. The mode stays outside torch's compiler wrapper while no compiler is loaded in the process
 (`_make_mode`): the wrapper's first call imports it, about 2 s in every process.
@@ -18,11 +21,13 @@ CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken de
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from flashcheck.runtime.hooks._patch import MethodPatch
 from flashcheck.runtime.hooks.base import EventSink, Hook
 from flashcheck.runtime.monitor import Event, EventKind, Memory, RegionRecord
 from flashcheck.runtime.stacks import capture_stack
@@ -112,6 +117,7 @@ _WATCHED = frozenset(
 )
 
 
+_AT_CAPTURE = -1  # `DispatchHook._pushed_by` when a graph's capture pushed the mode (region ids are >= 0)
 _MODE_CLASS: dict[bool, Any] = {}  # the dispatch-mode classes, built once each (building one costs ~60 µs)
 
 
@@ -162,20 +168,42 @@ class DispatchHook(Hook):
         *(Event(k, "dispatch", memory=m) for k in ("d2h_copy", "h2d_copy") for m in ("pageable", "pinned")),
     )
 
-    def __init__(self, scope: Scope = "hot+capture", *, hot_without: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        scope: Scope = "hot+capture",
+        *,
+        hot_without: frozenset[str] = frozenset(),
+        graph_owner: Any = None,
+        at_stream_capture: bool | None = None,
+    ) -> None:
         super().__init__()
         self.scope: Scope = scope
         self._base_scope: Scope = scope
         self._hot_without = hot_without
         self._mode: Any = None
         self._pushed_by: int | None = None
+        # capture regions push the mode only while a graph of `graph_owner` (``torch.cuda.CUDAGraph``) captures in
+        # them: None = where CUDA can capture (a simulated device pushes it for the whole region)
+        self._graph_owner = graph_owner
+        self._at_stream_capture = at_stream_capture
+        self._deferred: set[int] = set()  # open capture regions waiting for a stream capture
+        self._capture: tuple[int, int] | None = None  # (graph, thread) of the capture that pushed the mode
+        self._begin, self._end = MethodPatch("capture_begin"), MethodPatch("capture_end")
 
     def _install(self, sink: EventSink) -> None:
-        self._pushed_by = None
+        self._pushed_by, self._capture = None, None
+        self._deferred.clear()
         _warm_up()
+        if self._at_stream_capture is None:
+            self._at_stream_capture = _stream_capturing() is not None
+        if self._at_stream_capture:
+            self._wrap_capture()
 
     def _uninstall(self) -> None:
         self._pop()
+        self._deferred.clear()
+        self._begin.restore()
+        self._end.restore()
         self.scope = self._base_scope
 
     def layers_skipped(self, skipped: Mapping[str, str]) -> None:
@@ -195,19 +223,63 @@ class DispatchHook(Hook):
         return self._wants(rec, rec.hot is not None)
 
     def region_enter(self, rec: RegionRecord, hot: bool) -> None:
-        if self._pushed_by is None and self._wants(rec, hot):
-            mode = _make_mode(self)
-            mode.__enter__()
-            self._mode, self._pushed_by = mode, rec.id
+        if self._pushed_by is not None or not self._wants(rec, hot):
+            return
+        if self._at_stream_capture and not (hot and self.scope == "hot+capture"):
+            # only work issued while the stream captures can become a graph node (FC203); the plan and warm-up a
+            # capture region runs around it execute eagerly and dispatch no faster under a mode
+            self._deferred.add(rec.id)
+            return
+        self._push(rec.id)
 
     def region_exit(self, rec: RegionRecord, hot: bool) -> None:
-        if self._pushed_by == rec.id:
-            self._pop()
+        self._deferred.discard(rec.id)
+        if self._pushed_by == rec.id or (
+            self._capture is not None and not self._deferred and self._capture[1] == threading.get_ident()
+        ):
+            self._pop()  # its region ended (a capture that never reached capture_end included)
+
+    def _push(self, by: int) -> None:
+        mode = _make_mode(self)
+        mode.__enter__()
+        self._mode, self._pushed_by = mode, by
 
     def _pop(self) -> None:
-        mode, self._mode, self._pushed_by = self._mode, None, None
+        mode, self._mode, self._pushed_by, self._capture = self._mode, None, None, None
         if mode is not None:
             mode.__exit__(None, None, None)
+
+    def _wrap_capture(self) -> None:
+        """Push the mode when a graph starts capturing inside a watched capture region; pop it when it ends."""
+        owner = self._graph_owner
+        if owner is None:
+            import torch
+
+            owner = torch.cuda.CUDAGraph
+        hook = self
+
+        def make_begin(prev: Any) -> Any:
+            @functools.wraps(prev)
+            def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+                out = prev(graph, *args, **kwargs)
+                if hook._begin.wrapper is not None and hook._deferred and hook._pushed_by is None:
+                    hook._push(_AT_CAPTURE)
+                    hook._capture = (id(graph), threading.get_ident())
+                return out
+
+            return capture_begin
+
+        def make_end(prev: Any) -> Any:
+            @functools.wraps(prev)
+            def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+                if hook._capture is not None and hook._capture[0] == id(graph):
+                    hook._pop()
+                return prev(graph, *args, **kwargs)
+
+            return capture_end
+
+        self._begin.apply(owner, make_begin)
+        self._end.apply(owner, make_end)
 
     def _observe(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from flashcheck.runtime.hooks._patch import MethodPatch
 from flashcheck.runtime.hooks.base import EventSink, Hook
 
 __all__ = ["GraphReplayHook"]
-
-_MISSING = object()
 
 
 class GraphReplayHook(Hook):
@@ -27,10 +26,17 @@ class GraphReplayHook(Hook):
     def __init__(self, owner: Any = None) -> None:
         super().__init__()
         self._owner = owner
-        self._prev_own: Any = _MISSING  # what owner.__dict__ held ("missing" when replay was inherited)
-        self._wrapper: Any = None
+        self._patch = MethodPatch("replay")
         self._active = False
-        self.stranded: list[Any] = []  # wrappers left in a chain another tool built on top of
+
+    @property
+    def stranded(self) -> list[Any]:
+        """Wrappers of ours left in a chain another tool built on top of (inert)."""
+        return self._patch.stranded
+
+    @property
+    def _wrapper(self) -> Any:
+        return self._patch.wrapper
 
     def _target(self) -> Any:
         if self._owner is None:
@@ -40,32 +46,22 @@ class GraphReplayHook(Hook):
         return self._owner
 
     def _install(self, sink: EventSink) -> None:
-        owner = self._target()
-        self._prev_own = owner.__dict__.get("replay", _MISSING)
-        prev = owner.replay
         hook = self
 
-        @functools.wraps(prev)
-        def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            s = hook._sink
-            if not hook._active or s is None or s.region_open():  # the driver's region is open: nothing to add
-                return prev(graph, *args, **kwargs)
-            with s.implicit_region("replay"):
-                return prev(graph, *args, **kwargs)
+        def make(prev: Any) -> Any:
+            @functools.wraps(prev)
+            def replay(graph: Any, *args: Any, **kwargs: Any) -> Any:
+                s = hook._sink
+                if not hook._active or s is None or s.region_open():  # the driver's region is open: nothing to add
+                    return prev(graph, *args, **kwargs)
+                with s.implicit_region("replay"):
+                    return prev(graph, *args, **kwargs)
 
-        replay.__flashcheck_wrapper__ = True  # type: ignore[attr-defined]
-        self._wrapper = replay
+            return replay
+
+        self._patch.apply(self._target(), make)
         self._active = True
-        owner.replay = replay
 
     def _uninstall(self) -> None:
-        owner = self._target()
         self._active = False
-        if owner.__dict__.get("replay") is self._wrapper:
-            if self._prev_own is _MISSING:
-                delattr(owner, "replay")
-            else:
-                owner.replay = self._prev_own
-        else:
-            self.stranded.append(self._wrapper)
-        self._wrapper = None
+        self._patch.restore()
