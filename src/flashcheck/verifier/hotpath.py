@@ -316,6 +316,7 @@ class HotPaths:
         self._resolved: dict[int, set[tuple[int, int]]] = {}
         self._guards = Guards(project.used_as_value)
         self._blocks: dict[int, list[tuple[ast.With, list[ast.stmt]]]] = {}  # graph_blocks, by id(fn)
+        self._edge_cache: dict[tuple[int, int], list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]] = {}
 
     def around_capture(self, fn: FunctionInfo, node: ast.AST, *, sync: bool) -> bool:
         """Whether `node` of `fn` is captured (in the body of a ``with torch.cuda.graph(g):`` block of `fn`) or, for
@@ -417,7 +418,17 @@ class HotPaths:
     def _edges(self, fn: FunctionInfo, ctx: ClassInfo | None) -> list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]:
         """What `fn` runs when ``self`` is an instance of `ctx`: each callee with the node that runs it and the class
         of ``self`` it passes on (`ctx` for calls on ``self`` and ``super()``, the receiver's class for a call on an
-        object whose class is known, None otherwise)."""
+        object whose class is known, None otherwise). Memoised per function and class: a walk explores a function
+        once per set of constant arguments too (on torch's sources, 21,300 questions about 5,878 pairs)."""
+        key = (id(fn), id(ctx))
+        found = self._edge_cache.get(key)
+        if found is None:
+            found = self._edge_cache[key] = self._edges_uncached(fn, ctx)
+        return found
+
+    def _edges_uncached(
+        self, fn: FunctionInfo, ctx: ClassInfo | None
+    ) -> list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]:
         own = owner_of(fn).cls
         narrow = ctx is not None and ctx is not own
         out: list[tuple[FunctionInfo, ast.expr, ClassInfo | None]] = []
