@@ -75,6 +75,8 @@ class Project(Members):
         self._instance_memo: dict[tuple[int, int, int], ClassInfo | None] = {}
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
+        self._subclass_memo: dict[int, list[ClassInfo]] = {}
+        self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
         self._link_classes()
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
@@ -83,6 +85,8 @@ class Project(Members):
             unstable = _unstable_names(f) if spread else set()
             for call in spread:
                 spread_local_tuples(call, f.local_assigns, unstable)
+        self._subclass_memo.clear()  # the class links are complete only now
+        self._override_memo.clear()
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
@@ -375,7 +379,13 @@ class Project(Members):
         return out
 
     def subclasses_of(self, ci: ClassInfo) -> list[ClassInfo]:
-        """Every subclass of `ci`, at any depth."""
+        """Every subclass of `ci`, at any depth (memoised: the class links do not change once the model is built)."""
+        found = self._subclass_memo.get(id(ci))
+        if found is None:
+            found = self._subclass_memo[id(ci)] = self._subclasses_uncached(ci)
+        return found
+
+    def _subclasses_uncached(self, ci: ClassInfo) -> list[ClassInfo]:
         stack, seen, out = list(ci.subclasses), set(), []
         while stack:
             c = stack.pop()
@@ -478,6 +488,13 @@ class Project(Members):
     def overrides(self, ci: ClassInfo, name: str, *, setters: bool = False) -> Iterator[FunctionInfo]:
         """Methods `name` (setters with `setters`) that subclasses of `ci` define or take from a base before `ci`'s
         branch (``class Sliding(WindowMixin, Paged)``); of a ``typing.Protocol``, also one an implementer inherits."""
+        key = (id(ci), name, setters)
+        found = self._override_memo.get(key)
+        if found is None:
+            found = self._override_memo[key] = tuple(self._overrides_uncached(ci, name, setters))
+        return iter(found)
+
+    def _overrides_uncached(self, ci: ClassInfo, name: str, setters: bool) -> Iterator[FunctionInfo]:
         structural = not setters and self.is_protocol_class(ci)
         seen: set[int] = set()
         for c in self.subclasses_of(ci):
