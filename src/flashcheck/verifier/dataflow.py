@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
+from flashcheck.verifier.copies import copied, fresh_in_copy
 from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
@@ -93,6 +94,9 @@ def storage_keys(
         if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]
         return []
+    if isinstance(root, ast.Attribute) and depth < 4 and (through := _copy_field(root, fn, typer)) is not None:
+        # scratch = dataclasses.replace(self.bufs): scratch.kv_indices is self.bufs.kv_indices, unless made anew
+        return storage_keys(through, fn, depth + 1, project, typer) if isinstance(through, ast.expr) else []
     base = root
     while isinstance(base, ast.Attribute | ast.Subscript):
         base = base.value
@@ -129,6 +133,26 @@ def storage_keys(
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
     return []
+
+
+def _copy_field(root: ast.Attribute, fn: FunctionInfo, typer: Typer | None) -> ast.expr | bool | None:
+    """For a field read from a copy (`flashcheck.verifier.copies`): the same field of the object copied when the copy
+    shares it, False when the copy holds a new object there (passed, made by the constructor, or unnamed in a
+    ``**mapping``); None when `root` is not read from a copy."""
+    holder = root.value
+    if isinstance(holder, ast.Name) and holder.id not in fn.params:
+        values = fn.local_assigns.get(holder.id)
+        holder = values[0] if values and len(values) == 1 else holder
+    copy = copied(holder, fn)
+    if copy is None:
+        return None
+    source, passed = copy
+    if passed is None or root.attr in passed:
+        return False
+    cls = typer(source, fn) if typer is not None else None
+    if cls is not None and fresh_in_copy(cls, root.attr):
+        return False
+    return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root)
 
 
 def _dict_item_keys(
@@ -358,21 +382,15 @@ def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: 
         if arg is not None:
             keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
     by_name = project.calls_by_name()
-    copies = [  # meta._replace(kv_indptr=self.kv_indptr[: n]); dataclasses.replace(meta, ...), not str.replace
-        *(
-            (caller, call, call.func.value)
-            for caller, call in by_name.get("_replace", [])
-            if isinstance(call.func, ast.Attribute)
-        ),
-        *(
-            (caller, call, call.args[0])
-            for caller, call in by_name.get("replace", [])
-            if call.args and dotted(call.func) in ("replace", "dataclasses.replace")
-        ),
+    copies = [  # meta._replace(kv_indptr=self.kv_indptr[: n]), dataclasses.replace(meta, ...): not str.replace
+        (caller, call, copy[0])
+        for name in ("_replace", "replace", "evolve")
+        for caller, call in by_name.get(name, [])
+        if (copy := copied(call, caller)) is not None
     ]
-    for caller, call, copied in copies[:32]:
+    for caller, call, source in copies[:32]:
         arg = kwarg(call, attr)
-        if arg is not None and typer is not None and cls in with_bases(typer(copied, caller)):
+        if arg is not None and typer is not None and cls in with_bases(typer(source, caller)):
             keys.extend(storage_keys(arg, caller, depth + 1, project, typer))
     return keys
 

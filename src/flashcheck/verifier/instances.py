@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted, item_annotation, positional_args, terminal_name
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -142,6 +143,9 @@ class InstanceTyping(ModuleBindings):
         if isinstance(value, ast.Call):
             if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
                 return self._value_type(value.args[0], fn, depth + 1)
+            copy = copied(value, fn)
+            if copy is not None:  # dataclasses.replace(meta, seq_lens=s): an object of meta's class
+                return self._value_type(copy[0], fn, depth + 1)
             f = value.func
             if isinstance(f, ast.Attribute) and f.attr in _ITEM_GETTERS and value.args:  # self.graphs.get(bs)
                 item = self._element_type(f.value, fn, depth + 1)

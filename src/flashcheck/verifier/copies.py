@@ -1,0 +1,68 @@
+"""Copies that share fields with the object they copy.
+
+``dataclasses.replace(obj, f=v)``, attrs' ``evolve(obj, f=v)`` and a NamedTuple's ``obj._replace(f=v)`` make an
+object of ``obj``'s class (so the methods called on the copy are that class's). Its fields are ``obj``'s own objects,
+except the ones passed and those its class's constructor makes afresh: a dataclass field declared ``field(init=False)``
+(attrs: ``attr.ib(init=False)``) and a field that ``__post_init__`` (``__attrs_post_init__``) assigns. A write through
+a shared field of the copy writes the original's buffer; through a fresh one, a new buffer.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+
+__all__ = ["copied", "fresh_in_copy"]
+
+_EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
+_FIELD_MAKERS = frozenset({"field", "dataclasses.field", "attr.ib", "attr.attrib", "attrs.field", "attr.field"})
+_POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
+
+
+def copied(value: ast.expr, fn: FunctionInfo) -> tuple[ast.expr, frozenset[str] | None] | None:
+    """``(the object copied, the fields passed)`` when `value` is such a copy made in `fn`; the fields are None when
+    a ``**mapping`` passes some that cannot be named."""
+    if not isinstance(value, ast.Call):
+        return None
+    f = value.func
+    if isinstance(f, ast.Attribute) and f.attr == "_replace" and not value.args:
+        source: ast.expr = f.value
+    elif value.args and (_imported_as(f, fn, "dataclasses.replace") or any(_imported_as(f, fn, e) for e in _EVOLVE)):
+        source = value.args[0]
+    else:
+        return None
+    names = [k.arg for k in value.keywords]
+    return source, None if None in names else frozenset(n for n in names if n is not None)
+
+
+def _imported_as(func: ast.expr, fn: FunctionInfo, target: str) -> bool:
+    """``dataclasses.replace`` written in full, or its last name imported from its module (``from dataclasses import
+    replace``)."""
+    name = dotted(func) or ""
+    if name == target:
+        return True
+    head, _, last = target.rpartition(".")
+    if name == last:
+        return fn.module.imports.get(last) == target
+    module, _, attr = name.rpartition(".")
+    return attr == last and fn.module.imports.get(module, module) == head
+
+
+def fresh_in_copy(cls: ClassInfo, attr: str) -> bool:
+    """Whether a copy of an object of `cls` gets a new object for field `attr` from the constructor itself: the field
+    is declared ``init=False`` in the body of the class or a base, or a ``__post_init__`` assigns it."""
+    for c in with_bases(cls):
+        for stmt in c.node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == attr:
+                v = stmt.value
+                if isinstance(v, ast.Call) and dotted(v.func) in _FIELD_MAKERS and _init_false(v):
+                    return True
+        if any(where.name in _POST_INITS for _, where in c.attr_assigns.get(attr, ())):
+            return True
+    return False
+
+
+def _init_false(call: ast.Call) -> bool:
+    return any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords)
