@@ -10,11 +10,12 @@ a shared field of the copy writes the original's buffer; through a fresh one, a 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 
-__all__ = ["copied", "fresh_in_copy"]
+__all__ = ["copied", "field_through_copy", "fresh_in_copy"]
 
 _EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
 _FIELD_MAKERS = frozenset({"field", "dataclasses.field", "attr.ib", "attr.attrib", "attrs.field", "attr.field"})
@@ -66,3 +67,25 @@ def fresh_in_copy(cls: ClassInfo, attr: str) -> bool:
 
 def _init_false(call: ast.Call) -> bool:
     return any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords)
+
+
+def field_through_copy(
+    root: ast.Attribute, fn: FunctionInfo, typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None
+) -> ast.expr | bool | None:
+    """For a field read from a copy (``scratch.kv_indices`` after ``scratch = dataclasses.replace(self.bufs)``): the
+    same field of the object copied when the copy shares it, False when the copy holds a new object there (passed,
+    made by the constructor, or possibly passed in a ``**mapping``); None when `root` is not read from a copy."""
+    holder = root.value
+    if isinstance(holder, ast.Name) and holder.id not in fn.params:
+        values = fn.local_assigns.get(holder.id)
+        holder = values[0] if values and len(values) == 1 else holder
+    copy = copied(holder, fn)
+    if copy is None:
+        return None
+    source, passed = copy
+    if passed is None or root.attr in passed:
+        return False
+    cls = typer(source, fn) if typer is not None else None
+    if cls is not None and fresh_in_copy(cls, root.attr):
+        return False
+    return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root)

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
-from flashcheck.verifier.copies import copied, fresh_in_copy
+from flashcheck.verifier.copies import copied, field_through_copy
 from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
@@ -94,7 +94,7 @@ def storage_keys(
         if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]
         return []
-    if isinstance(root, ast.Attribute) and depth < 4 and (through := _copy_field(root, fn, typer)) is not None:
+    if isinstance(root, ast.Attribute) and depth < 4 and (through := field_through_copy(root, fn, typer)) is not None:
         # scratch = dataclasses.replace(self.bufs): scratch.kv_indices is self.bufs.kv_indices, unless made anew
         return storage_keys(through, fn, depth + 1, project, typer) if isinstance(through, ast.expr) else []
     base = root
@@ -133,26 +133,6 @@ def storage_keys(
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
     return []
-
-
-def _copy_field(root: ast.Attribute, fn: FunctionInfo, typer: Typer | None) -> ast.expr | bool | None:
-    """For a field read from a copy (`flashcheck.verifier.copies`): the same field of the object copied when the copy
-    shares it, False when the copy holds a new object there (passed, made by the constructor, or unnamed in a
-    ``**mapping``); None when `root` is not read from a copy."""
-    holder = root.value
-    if isinstance(holder, ast.Name) and holder.id not in fn.params:
-        values = fn.local_assigns.get(holder.id)
-        holder = values[0] if values and len(values) == 1 else holder
-    copy = copied(holder, fn)
-    if copy is None:
-        return None
-    source, passed = copy
-    if passed is None or root.attr in passed:
-        return False
-    cls = typer(source, fn) if typer is not None else None
-    if cls is not None and fresh_in_copy(cls, root.attr):
-        return False
-    return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root)
 
 
 def _dict_item_keys(
