@@ -13,7 +13,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
 
 __all__ = ["copied", "field_through_copy", "fresh_in_copy"]
 
@@ -71,21 +71,26 @@ def _init_false(call: ast.Call) -> bool:
 
 def field_through_copy(
     root: ast.Attribute, fn: FunctionInfo, typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None
-) -> ast.expr | bool | None:
-    """For a field read from a copy (``scratch.kv_indices`` after ``scratch = dataclasses.replace(self.bufs)``): the
-    same field of the object copied when the copy shares it, False when the copy holds a new object there (passed,
-    made by the constructor, or possibly passed in a ``**mapping``); None when `root` is not read from a copy."""
-    holder = root.value
+) -> tuple[ast.expr, FunctionInfo] | bool | None:
+    """For a field read from a copy (``scratch.kv_indices`` after ``scratch = dataclasses.replace(self.bufs)``, also
+    kept as ``self.scratch``): the same field of the object copied, with the function that made the copy, when the
+    copy shares it; False when the copy holds a new object there (passed, made by the constructor, or possibly passed
+    in a ``**mapping``); None when `root` is not read from a copy."""
+    holder, where = root.value, fn
     if isinstance(holder, ast.Name) and holder.id not in fn.params:
         values = fn.local_assigns.get(holder.id)
         holder = values[0] if values and len(values) == 1 else holder
-    copy = copied(holder, fn)
+    elif isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+        cls = owner_of(fn).cls
+        kept = cls.attr_assigns.get(holder.attr, []) if cls is not None else []
+        holder, where = kept[0] if len(kept) == 1 else (holder, fn)
+    copy = copied(holder, where)
     if copy is None:
         return None
     source, passed = copy
     if passed is None or root.attr in passed:
         return False
-    cls = typer(source, fn) if typer is not None else None
-    if cls is not None and fresh_in_copy(cls, root.attr):
+    made = typer(source, where) if typer is not None else None
+    if made is not None and fresh_in_copy(made, root.attr):
         return False
-    return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root)
+    return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root), where

@@ -96,7 +96,7 @@ def storage_keys(
         return []
     if isinstance(root, ast.Attribute) and depth < 4 and (through := field_through_copy(root, fn, typer)) is not None:
         # scratch = dataclasses.replace(self.bufs): scratch.kv_indices is self.bufs.kv_indices, unless made anew
-        return storage_keys(through, fn, depth + 1, project, typer) if isinstance(through, ast.expr) else []
+        return storage_keys(through[0], through[1], depth + 1, project, typer) if isinstance(through, tuple) else []
     base = root
     while isinstance(base, ast.Attribute | ast.Subscript):
         base = base.value
