@@ -1,0 +1,1 @@
+"""Built-in attention backends (plugins can add more through entry points)."""
