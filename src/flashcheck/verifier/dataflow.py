@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
+from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.copies import copied, field_through_copy
 from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
@@ -398,6 +399,7 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     on_object = on_object or called_object
     if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
         positional = positional[1:]
+    positional = positional[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
     if callee.cls is not None and callee.name in POST_INITS and terminal_name(call.func) != callee.name:
         positional = field_order(callee.cls)  # Meta(lens, kv_indptr) builds it: an InitVar is at its field's place
     if param not in positional:

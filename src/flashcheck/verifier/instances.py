@@ -10,6 +10,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import annotation, dotted, item_annotation, positional_args, terminal_name
+from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import (
@@ -509,6 +510,7 @@ def argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | Non
     names = [a.arg for a in [*callee.node.args.posonlyargs, *callee.node.args.args]]
     if callee.cls is not None and names[:1] == ["self"]:
         names = names[1:]
+    names = names[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
     args = positional_args(call)
     i = names.index(param) if param in names else len(args)
     return args[i] if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]) else None

@@ -14,6 +14,7 @@ import ast
 from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import class_base, literal_items, spread_local_tuples, terminal_name
+from flashcheck.verifier.autograd import is_autograd_function
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     POST_INITS,
@@ -330,6 +331,8 @@ class Project(Members):
             names = [fn.cls.name, *(c.name for c in fn.cls.subclasses), *held, "cls"]  # cls(...) in a classmethod
         elif fn.cls is not None and (fn.name == "__call__" or (fn.name == "forward" and torch_module(fn.cls))):
             names += sorted(self._instance_names(fn.cls))  # self.attn(q, k, v), layer(h, fb): runs forward
+        elif fn.cls is not None and fn.name == "forward" and is_autograd_function(fn.cls):
+            names.append("apply")  # Fn.apply(q, k) runs Fn.forward
         out: list[tuple[FunctionInfo, ast.Call]] = []
         if fn.name == "__init__" and fn.cls is not None:  # super().__init__(...) in a direct subclass's constructor
             for sub in fn.cls.subclasses:
@@ -438,6 +441,19 @@ class Project(Members):
                 yield from self.constructors(c)
         else:  # resolve_def's attribute case, with the receiver's class kept for what its attributes hold
             assert isinstance(func, ast.Attribute)
+            applied = (
+                self.resolve_def(base, fn)
+                if func.attr == "apply" and isinstance(base, ast.Name | ast.Attribute)
+                else None
+            )
+            if isinstance(applied, ClassInfo) and is_autograd_function(applied):  # Fn.apply(q, k): Fn.forward
+                own = self.method(applied, "apply")  # and an apply the Function overrides (not torch's own)
+                found = [
+                    self.method(applied, "forward"),
+                    own if own and own.cls and is_autograd_function(own.cls) else None,
+                ]
+                yield from (f for f in found if f is not None)
+                return
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
                 classes = self._attr_classes(base, fn)
                 each = [(c, m) for c in classes if (m := self.method(c, func.attr)) is not None]
