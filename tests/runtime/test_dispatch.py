@@ -183,6 +183,46 @@ def test_a_capture_that_never_ends_is_popped_with_its_region_and_the_methods_are
     assert torch._C._len_torch_dispatch_stack() == 0
 
 
+def test_a_capture_region_opened_inside_a_capture_is_watched_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flashcheck.runtime.hooks import dispatch as dispatch_mod
+
+    d, g = dev(), FakeGraph()
+    with Checker(layers=[capture_hook()]) as chk:
+        g.capture_begin()
+        monkeypatch.setattr(dispatch_mod, "_stream_capturing", lambda: True)  # the stream captures already
+        with chk.region("capture"):
+            line = here() + 1
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)
+        monkeypatch.setattr(dispatch_mod, "_stream_capturing", lambda: None)
+        g.capture_end()
+        (f,) = chk.drain_findings()
+    assert f.id == "FC203" and f.location.line == line
+
+
+def test_a_capture_on_another_thread_does_not_take_the_region_thread_s_watch() -> None:
+    import threading
+
+    d, g = dev(), FakeGraph()
+    depth: list[int] = []
+
+    def other() -> None:
+        g.capture_begin()
+        depth.append(torch._C._len_torch_dispatch_stack())
+        g.capture_end()
+
+    with Checker(layers=[capture_hook()]) as chk:
+        with chk.region("capture"):
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            g.capture_begin()
+            depth.append(torch._C._len_torch_dispatch_stack())
+            d.copy_(as_pinned(torch.ones(8, dtype=torch.int64)), non_blocking=True)
+            g.capture_end()
+        (f,) = chk.drain_findings()
+    assert depth == [0, 1] and f.id == "FC203"
+
+
 def test_cheap_scope_keeps_the_mode_off_in_hot_regions() -> None:
     with Checker(layers="cheap") as chk:
         with chk.region("replay"):

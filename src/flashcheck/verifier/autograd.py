@@ -33,10 +33,14 @@ def is_autograd_function(cls: ClassInfo) -> bool:
 def applies_forward(call: ast.Call, callee: FunctionInfo) -> bool:
     """Whether `call` is ``Fn.apply(...)`` reaching `callee`, the ``forward`` of a Function."""
     f = call.func
+    static = not isinstance(callee.node, ast.Module) and any(
+        dotted(d) == "staticmethod" for d in callee.node.decorator_list
+    )  # torch's Functions take a static forward; another kind binds its first parameter itself
     return (
         isinstance(f, ast.Attribute)
         and f.attr == "apply"
         and callee.name == "forward"
+        and static
         and callee.cls is not None
         and is_autograd_function(callee.cls)
     )

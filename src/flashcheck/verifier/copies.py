@@ -13,22 +13,27 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, field_order, owner_of, with_bases
 
-__all__ = ["copied", "field_through_copy", "fresh_in_copy"]
+__all__ = ["copied", "field_through_copy", "fresh_in_copy", "own_replace"]
 
 _EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
 _FIELD_MAKERS = frozenset({"field", "dataclasses.field", "attr.ib", "attr.attrib", "attrs.field", "attr.field"})
 _POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
 
 
-def copied(value: ast.expr, fn: FunctionInfo) -> tuple[ast.expr, frozenset[str] | None] | None:
+def copied(
+    value: ast.expr, fn: FunctionInfo, own_method: Callable[[ast.expr, FunctionInfo], bool] | None = None
+) -> tuple[ast.expr, frozenset[str] | None] | None:
     """``(the object copied, the fields passed)`` when `value` is such a copy made in `fn`; the fields are None when
-    a ``**mapping`` passes some that cannot be named."""
+    a ``**mapping`` passes some that cannot be named. `own_method(receiver, fn)` says whether ``receiver._replace``
+    is a method the project defines (then ``_replace`` is that method, not a NamedTuple's copy)."""
     if not isinstance(value, ast.Call):
         return None
     f = value.func
     if isinstance(f, ast.Attribute) and f.attr == "_replace" and not value.args:
+        if own_method is not None and own_method(f.value, fn):
+            return None
         source: ast.expr = f.value
     elif value.args and (_imported_as(f, fn, "dataclasses.replace") or any(_imported_as(f, fn, e) for e in _EVOLVE)):
         source = value.args[0]
@@ -38,11 +43,20 @@ def copied(value: ast.expr, fn: FunctionInfo) -> tuple[ast.expr, frozenset[str] 
     return source, None if None in names else frozenset(n for n in names if n is not None)
 
 
+def own_replace(
+    typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None,
+) -> Callable[[ast.expr, FunctionInfo], bool] | None:
+    """For `copied`: whether a receiver's class, as `typer` finds it, defines a ``_replace`` method of its own."""
+    if typer is None:
+        return None
+    return lambda e, f: (c := typer(e, f)) is not None and any("_replace" in b.methods for b in with_bases(c))
+
+
 def _imported_as(func: ast.expr, fn: FunctionInfo, target: str) -> bool:
     """``dataclasses.replace`` written in full, or its last name imported from its module (``from dataclasses import
     replace``)."""
     name = dotted(func) or ""
-    if name == target:
+    if name == target or fn.module.imports.get(name) == target:  # also ``from dataclasses import replace as dc``
         return True
     head, _, last = target.rpartition(".")
     if name == last:
@@ -62,6 +76,19 @@ def fresh_in_copy(cls: ClassInfo, attr: str) -> bool:
                     return True
         if any(where.name in _POST_INITS for _, where in c.attr_assigns.get(attr, ())):
             return True
+        if any(_sets(m, attr) for name, m in c.methods.items() if name in _POST_INITS):
+            return True
+    return False
+
+
+def _sets(method: FunctionInfo, attr: str) -> bool:
+    """Whether `method` sets ``self.<attr>`` through ``object.__setattr__(self, "attr", ...)`` or ``setattr(self,
+    "attr", ...)`` (a frozen dataclass's ``__post_init__``)."""
+    for call in method.calls:
+        if dotted(call.func) in ("object.__setattr__", "setattr") and len(call.args) >= 2:
+            obj, name = call.args[0], call.args[1]
+            if isinstance(obj, ast.Name) and obj.id == "self" and isinstance(name, ast.Constant) and name.value == attr:
+                return True
     return False
 
 
@@ -84,13 +111,14 @@ def field_through_copy(
         cls = owner_of(fn).cls
         kept = cls.attr_assigns.get(holder.attr, []) if cls is not None else []
         holder, where = kept[0] if len(kept) == 1 else (holder, fn)
-    copy = copied(holder, where)
+    copy = copied(holder, where, own_replace(typer))
     if copy is None:
         return None
     source, passed = copy
-    if passed is None or root.attr in passed:
+    if passed is None or root.attr in passed or root.attr.lstrip("_") in passed:  # attrs passes _x as x=
         return False
     made = typer(source, where) if typer is not None else None
-    if made is not None and fresh_in_copy(made, root.attr):
-        return False
+    fields = field_order(made) if made is not None else []
+    if made is not None and (fresh_in_copy(made, root.attr) or (fields and root.attr not in fields)):
+        return False  # made anew, or not a field at all (a copy gets only the fields)
     return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root), where

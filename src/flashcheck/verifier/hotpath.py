@@ -423,7 +423,10 @@ class HotPaths:
         key = (id(fn), id(ctx))
         found = self._edge_cache.get(key)
         if found is None:
-            found = self._edge_cache[key] = self._edges_uncached(fn, ctx)
+            cuts = self.project.cuts
+            found = self._edges_uncached(fn, ctx)
+            if self.project.cuts == cuts:  # not cut short by a recursion guard (asked again, it may know more)
+                self._edge_cache[key] = found
         return found
 
     def _edges_uncached(

@@ -186,7 +186,7 @@ class DispatchHook(Hook):
         # them: None = where CUDA can capture (a simulated device pushes it for the whole region)
         self._graph_owner = graph_owner
         self._at_stream_capture = at_stream_capture
-        self._deferred: set[int] = set()  # open capture regions waiting for a stream capture
+        self._deferred: dict[int, int] = {}  # open capture regions waiting for a stream capture: id -> thread
         self._capture: tuple[int, int] | None = None  # (graph, thread) of the capture that pushed the mode
         self._begin, self._end = MethodPatch("capture_begin"), MethodPatch("capture_end")
 
@@ -225,17 +225,19 @@ class DispatchHook(Hook):
     def region_enter(self, rec: RegionRecord, hot: bool) -> None:
         if self._pushed_by is not None or not self._wants(rec, hot):
             return
-        if self._at_stream_capture and not (hot and self.scope == "hot+capture"):
+        if self._at_stream_capture and not (hot and self.scope == "hot+capture") and not _stream_capturing():
             # only work issued while the stream captures can become a graph node (FC203); the plan and warm-up a
-            # capture region runs around it execute eagerly and dispatch no faster under a mode
-            self._deferred.add(rec.id)
+            # capture region runs around it execute eagerly and dispatch no faster under a mode (a region opened
+            # while a capture is under way is watched at once)
+            self._deferred[rec.id] = rec.thread
             return
         self._push(rec.id)
 
     def region_exit(self, rec: RegionRecord, hot: bool) -> None:
-        self._deferred.discard(rec.id)
+        self._deferred.pop(rec.id, None)
+        me = threading.get_ident()
         if self._pushed_by == rec.id or (
-            self._capture is not None and not self._deferred and self._capture[1] == threading.get_ident()
+            self._capture is not None and self._capture[1] == me and me not in self._deferred.values()
         ):
             self._pop()  # its region ended (a capture that never reached capture_end included)
 
@@ -262,9 +264,13 @@ class DispatchHook(Hook):
             @functools.wraps(prev)
             def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
                 out = prev(graph, *args, **kwargs)
-                if hook._begin.wrapper is not None and hook._deferred and hook._pushed_by is None:
-                    hook._push(_AT_CAPTURE)
-                    hook._capture = (id(graph), threading.get_ident())
+                me = threading.get_ident()
+                if hook._begin.wrapper is not None and hook._pushed_by is None and me in hook._deferred.values():
+                    try:  # a capture region of this thread is open: watch what the capture records
+                        hook._push(_AT_CAPTURE)
+                        hook._capture = (id(graph), me)
+                    except Exception as exc:  # the capture goes on; the layer reports its own failure
+                        hook._error(exc)
                 return out
 
             return capture_begin
