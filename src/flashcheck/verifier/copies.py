@@ -74,22 +74,41 @@ def fresh_in_copy(cls: ClassInfo, attr: str) -> bool:
                 v = stmt.value
                 if isinstance(v, ast.Call) and dotted(v.func) in _FIELD_MAKERS and _init_false(v):
                     return True
-        if any(where.name in _POST_INITS for _, where in c.attr_assigns.get(attr, ())):
-            return True
-        if any(_sets(m, attr) for name, m in c.methods.items() if name in _POST_INITS):
+        if any(_renews(m, attr) for name, m in c.methods.items() if name in _POST_INITS):
             return True
     return False
 
 
-def _sets(method: FunctionInfo, attr: str) -> bool:
-    """Whether `method` sets ``self.<attr>`` through ``object.__setattr__(self, "attr", ...)`` or ``setattr(self,
-    "attr", ...)`` (a frozen dataclass's ``__post_init__``)."""
-    for call in method.calls:
-        if dotted(call.func) in ("object.__setattr__", "setattr") and len(call.args) >= 2:
-            obj, name = call.args[0], call.args[1]
-            if isinstance(obj, ast.Name) and obj.id == "self" and isinstance(name, ast.Constant) and name.value == attr:
+def _renews(method: FunctionInfo, attr: str) -> bool:
+    """Whether `method` always sets ``self.<attr>``: an assignment, or ``object.__setattr__(self, "attr", ...)`` /
+    ``setattr(self, "attr", ...)`` (a frozen dataclass's ``__post_init__``), outside every branch and loop (``if
+    self.kv_indices is None: self.kv_indices = ...`` keeps what a copy passes)."""
+    node = method.node
+    todo = list(node.body) if not isinstance(node, ast.Module) else []
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, ast.With | ast.AsyncWith | ast.Try):
+            todo.extend(stmt.body)
+            continue
+        targets = (
+            stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        )
+        if any(_is_self_attr(t, attr) for t in targets):
+            return True
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if call is not None and dotted(call.func) in ("object.__setattr__", "setattr") and len(call.args) >= 2:
+            name = call.args[1]
+            if _is_self(call.args[0]) and isinstance(name, ast.Constant) and name.value == attr:
                 return True
     return False
+
+
+def _is_self(e: ast.expr) -> bool:
+    return isinstance(e, ast.Name) and e.id == "self"
+
+
+def _is_self_attr(target: ast.expr, attr: str) -> bool:
+    return isinstance(target, ast.Attribute) and target.attr == attr and _is_self(target.value)
 
 
 def _init_false(call: ast.Call) -> bool:
