@@ -2,9 +2,9 @@
 
 ``dataclasses.replace(obj, f=v)``, attrs' ``evolve(obj, f=v)`` and a NamedTuple's ``obj._replace(f=v)`` make an
 object of ``obj``'s class (so the methods called on the copy are that class's). Its fields are ``obj``'s own objects,
-except the ones passed and those its class's constructor makes afresh: a dataclass field declared ``field(init=False)``
-(attrs: ``attr.ib(init=False)``) and a field that ``__post_init__`` (``__attrs_post_init__``) assigns. A write through
-a shared field of the copy writes the original's buffer; through a fresh one, a new buffer.
+except the ones passed and those its class's constructor makes afresh: a field declared ``init=False`` (not among the
+class's constructor fields, `index.field_order`) and one that ``__post_init__`` (``__attrs_post_init__``) always
+assigns. A write through a shared field of the copy writes the original's buffer; through a fresh one, a new buffer.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import ast
 from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, field_order, owner_of, with_bases
+from flashcheck.verifier.index import POST_INITS, ClassInfo, FunctionInfo, field_order, owner_of, with_bases
 
 __all__ = ["copied", "field_through_copy", "fresh_in_copy", "own_replace"]
 
 _EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
-_FIELD_MAKERS = frozenset({"field", "dataclasses.field", "attr.ib", "attr.attrib", "attrs.field", "attr.field"})
-_POST_INITS = frozenset({"__post_init__", "__attrs_post_init__"})
 
 
 def copied(
@@ -66,17 +64,9 @@ def _imported_as(func: ast.expr, fn: FunctionInfo, target: str) -> bool:
 
 
 def fresh_in_copy(cls: ClassInfo, attr: str) -> bool:
-    """Whether a copy of an object of `cls` gets a new object for field `attr` from the constructor itself: the field
-    is declared ``init=False`` in the body of the class or a base, or a ``__post_init__`` assigns it."""
-    for c in with_bases(cls):
-        for stmt in c.node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == attr:
-                v = stmt.value
-                if isinstance(v, ast.Call) and dotted(v.func) in _FIELD_MAKERS and _init_false(v):
-                    return True
-        if any(_renews(m, attr) for name, m in c.methods.items() if name in _POST_INITS):
-            return True
-    return False
+    """Whether a copy of an object of `cls` gets a new object for field `attr` from the constructor itself: a
+    ``__post_init__`` of the class or a base always assigns it."""
+    return any(_renews(m, attr) for c in with_bases(cls) for name, m in c.methods.items() if name in POST_INITS)
 
 
 def _renews(method: FunctionInfo, attr: str) -> bool:
@@ -111,10 +101,6 @@ def _is_self_attr(target: ast.expr, attr: str) -> bool:
     return isinstance(target, ast.Attribute) and target.attr == attr and _is_self(target.value)
 
 
-def _init_false(call: ast.Call) -> bool:
-    return any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in call.keywords)
-
-
 def field_through_copy(
     root: ast.Attribute, fn: FunctionInfo, typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None
 ) -> tuple[ast.expr, FunctionInfo] | bool | None:
@@ -138,6 +124,6 @@ def field_through_copy(
         return False
     made = typer(source, where) if typer is not None else None
     fields = field_order(made) if made is not None else []
-    if made is not None and (fresh_in_copy(made, root.attr) or (fields and root.attr not in fields)):
-        return False  # made anew, or not a field at all (a copy gets only the fields)
+    if made is not None and ((fields and root.attr not in fields) or fresh_in_copy(made, root.attr)):
+        return False  # not a constructor field (init=False: made anew; no field: not the copy's), or renewed
     return ast.copy_location(ast.Attribute(value=source, attr=root.attr, ctx=ast.Load()), root), where

@@ -419,7 +419,7 @@ class HotPaths:
         """What `fn` runs when ``self`` is an instance of `ctx`: each callee with the node that runs it and the class
         of ``self`` it passes on (`ctx` for calls on ``self`` and ``super()``, the receiver's class for a call on an
         object whose class is known, None otherwise). Memoised per function and class: a walk explores a function
-        once per set of constant arguments too (on torch's sources, 21,300 questions about 5,878 pairs)."""
+        once per set of constant arguments too, and asks again each time."""
         key = (id(fn), id(ctx))
         found = self._edge_cache.get(key)
         if found is None:

@@ -8,12 +8,11 @@ everything that does not dispatch: ``torch.cuda.synchronize``, event and stream 
 syncs inside its C++ code. Cost: about +5.6 µs per op while active, so it is pushed only where it matters: in
 capture regions while a ``torch.cuda.CUDAGraph`` captures (its ``capture_begin`` to its ``capture_end``: only work
 issued then becomes a graph node, and this is how a pinned copy captured into a graph, FC203, is seen; the plan and
-warm-up runs around it, a hundred ops or more per FlashInfer capture, run eagerly and unwatched by this layer; on a
-machine that cannot capture, the whole capture region, for simulated device tensors), and in hot regions when named
-in a layer list (``layers=[..., "dispatch"]``) or when the ``cupti`` layer of a
-preset cannot run here (no device, no ``cupti-python``): CUPTI sees the same copies and syncs in hot regions without
-a Python call per op. The mode stays outside torch's compiler wrapper while no compiler is loaded in the process
-(`_make_mode`): the wrapper's first call imports it, about 2 s in every process.
+warm-up runs around it run eagerly and unwatched by this layer; on a machine that cannot capture, the whole capture
+region, for simulated device tensors), and in hot regions when named in a layer list (``layers=[..., "dispatch"]``)
+or when the ``cupti`` layer of a preset cannot run here (no device, no ``cupti-python``): CUPTI sees the same copies
+and syncs in hot regions without a Python call per op. The mode stays outside torch's compiler wrapper while no
+compiler is loaded in the process (`_make_mode`): the wrapper's first call imports it, about 2 s in every process.
 
 A tensor whose class has ``_flashcheck_residency = "device"`` or ``"pinned"`` is treated as living there: this is how
 CPU CI simulates device tensors (`flashcheck.runtime.simdevice`), so a broken detector fails without a GPU.

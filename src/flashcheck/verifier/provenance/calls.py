@@ -7,10 +7,13 @@ from __future__ import annotations
 import ast
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
-__all__ = ["CallScan", "is_dataclass_replace", "is_partial", "replaced"]
+__all__ = ["CallScan", "is_partial"]
+
+_COPIES = frozenset({"replace", "_replace", "evolve"})  # copies by their usual names (others: imported aliases)
 
 _PARTIAL_TARGETS = frozenset({"functools.partial", "types.MethodType"})
 
@@ -58,8 +61,8 @@ class CallScan:
         return self._foreign_items.get(attr, [])
 
     def replaces(self) -> list[tuple[FunctionInfo, ast.Call]]:
-        """``dataclasses.replace(obj, field=value)`` and ``obj._replace(field=value)`` (a NamedTuple's) calls; the
-        object copied is `replaced`'s."""
+        """Copies with fields passed (`flashcheck.verifier.copies.copied`): ``dataclasses.replace(obj, field=value)``,
+        attrs' ``evolve(obj, field=value)``, ``obj._replace(field=value)`` (a NamedTuple's)."""
         if self._replaces is None:
             self._scan_calls()
         assert self._replaces is not None
@@ -106,11 +109,8 @@ class CallScan:
                 maybe = last in ("partial", "MethodType") or (isinstance(callee, ast.Name) and last in f.module.imports)
                 if maybe and call.args and is_partial(callee, f):
                     partials.append((f, call))
-                elif call.keywords and (
-                    (last == "replace" and call.args and is_dataclass_replace(callee, f))
-                    or (last == "_replace" and isinstance(callee, ast.Attribute))  # a NamedTuple's copy
-                ):
-                    replaces.append((f, call))
+                elif call.keywords and (last in _COPIES or last in f.module.imports) and copied(call, f) is not None:
+                    replaces.append((f, call))  # dataclasses.replace, attrs' evolve, a NamedTuple's _replace
                 elif last[:1].isupper() or last == "cls":
                     class_calls.setdefault(last, []).append((f, call))
                     for kw in call.keywords:
@@ -125,18 +125,3 @@ class CallScan:
             return owner(fn).cls is cls
         target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
         return target is cls
-
-
-def is_dataclass_replace(func: ast.expr, fn: FunctionInfo) -> bool:
-    """``dataclasses.replace`` (also ``from dataclasses import replace``)."""
-    name = dotted(func) or ""
-    head = name.split(".")[0]
-    return name == "dataclasses.replace" or (name == "replace" and fn.module.imports.get(head) == "dataclasses.replace")
-
-
-def replaced(call: ast.Call) -> ast.expr:
-    """The object a `CallScan.replaces` call copies: ``obj`` of ``dataclasses.replace(obj, ...)`` or of
-    ``obj._replace(...)``."""
-    if isinstance(call.func, ast.Attribute) and call.func.attr == "_replace":
-        return call.func.value
-    return call.args[0]

@@ -10,10 +10,11 @@ import ast
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import descendants, field_order, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
-from flashcheck.verifier.provenance.calls import CallScan, is_dataclass_replace, replaced
+from flashcheck.verifier.provenance.calls import CallScan
 
 __all__ = ["ClassAttrs"]
 
@@ -61,7 +62,8 @@ class ClassAttrs:
             out.extend(self._positional_fields(cls, attr))
             for f, call in self.calls.replaces():  # dataclasses.replace(meta, is_cuda_graph=True): a copy of it
                 value = next((kw.value for kw in call.keywords if kw.arg == attr), None)
-                if value is not None and cls in with_bases(self.instance_type(replaced(call), f)):
+                copy = copied(call, f)
+                if value is not None and copy is not None and cls in with_bases(self.instance_type(copy[0], f)):
                     out.append((value, f))
         out.extend(self._late_stores(cls, attr))
         out.extend(self._descriptor_reads(out))
@@ -83,9 +85,11 @@ class ClassAttrs:
             if id(v) in seen:
                 continue
             seen.add(id(v))
-            if isinstance(v, ast.Call) and is_dataclass_replace(v.func, where) and v.args:
+            copy = copied(v, where)
+            if copy is not None:
+                assert isinstance(v, ast.Call)
                 kept = {kw.arg: (kw.value, where) for kw in v.keywords if kw.arg is not None}
-                stack.append((v.args[0], where, {**kept, **over}))  # the copy's own keywords win
+                stack.append((copy[0], where, {**kept, **over}))  # the copy's own keywords win
                 continue
             made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
             if isinstance(made, ClassInfo) and self.project.method(made, "__init__") is None and made.fields:
