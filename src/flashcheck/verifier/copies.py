@@ -15,22 +15,23 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import POST_INITS, ClassInfo, FunctionInfo, field_order, owner_of, with_bases
 
-__all__ = ["copied", "field_through_copy", "fresh_in_copy", "own_replace"]
+__all__ = ["copied", "field_through_copy", "fresh_in_copy"]
 
 _EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
 
 
 def copied(
-    value: ast.expr, fn: FunctionInfo, own_method: Callable[[ast.expr, FunctionInfo], bool] | None = None
+    value: ast.expr, fn: FunctionInfo, typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None = None
 ) -> tuple[ast.expr, frozenset[str] | None] | None:
     """``(the object copied, the fields passed)`` when `value` is such a copy made in `fn`; the fields are None when
-    a ``**mapping`` passes some that cannot be named. `own_method(receiver, fn)` says whether ``receiver._replace``
-    is a method the project defines (then ``_replace`` is that method, not a NamedTuple's copy)."""
+    a ``**mapping`` passes some that cannot be named. With `typer`, ``x._replace(...)`` is no copy where the class
+    of ``x`` defines a ``_replace`` method of its own (it is that method)."""
     if not isinstance(value, ast.Call):
         return None
     f = value.func
     if isinstance(f, ast.Attribute) and f.attr == "_replace" and not value.args:
-        if own_method is not None and own_method(f.value, fn):
+        made = typer(f.value, fn) if typer is not None else None
+        if made is not None and any("_replace" in b.methods for b in with_bases(made)):
             return None
         source: ast.expr = f.value
     elif value.args and (_imported_as(f, fn, "dataclasses.replace") or any(_imported_as(f, fn, e) for e in _EVOLVE)):
@@ -39,15 +40,6 @@ def copied(
         return None
     names = [k.arg for k in value.keywords]
     return source, None if None in names else frozenset(n for n in names if n is not None)
-
-
-def own_replace(
-    typer: Callable[[ast.expr, FunctionInfo], ClassInfo | None] | None,
-) -> Callable[[ast.expr, FunctionInfo], bool] | None:
-    """For `copied`: whether a receiver's class, as `typer` finds it, defines a ``_replace`` method of its own."""
-    if typer is None:
-        return None
-    return lambda e, f: (c := typer(e, f)) is not None and any("_replace" in b.methods for b in with_bases(c))
 
 
 def _imported_as(func: ast.expr, fn: FunctionInfo, target: str) -> bool:
@@ -116,7 +108,7 @@ def field_through_copy(
         cls = owner_of(fn).cls
         kept = cls.attr_assigns.get(holder.attr, []) if cls is not None else []
         holder, where = kept[0] if len(kept) == 1 else (holder, fn)
-    copy = copied(holder, where, own_replace(typer))
+    copy = copied(holder, where, typer)
     if copy is None:
         return None
     source, passed = copy

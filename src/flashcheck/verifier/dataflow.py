@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
 from flashcheck.verifier.autograd import ctx_shift
-from flashcheck.verifier.copies import copied, field_through_copy, own_replace
+from flashcheck.verifier.copies import copied, field_through_copy
 from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
@@ -367,7 +367,7 @@ def _field_keys(cls: ClassInfo, attr: str, depth: int, project: Project, typer: 
         (caller, call, copy[0])
         for name in ("_replace", "replace", "evolve")
         for caller, call in by_name.get(name, [])
-        if (copy := copied(call, caller, own_replace(typer))) is not None
+        if (copy := copied(call, caller, typer)) is not None
     ]
     for caller, call, source in copies[:32]:
         arg = kwarg(call, attr)

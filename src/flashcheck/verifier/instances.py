@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flashcheck.verifier.astutil import annotation, dotted, item_annotation, positional_args, terminal_name
 from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
-from flashcheck.verifier.copies import copied, own_replace
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import (
     ClassInfo,
     FunctionInfo,
@@ -144,7 +144,7 @@ class InstanceTyping(ModuleBindings):
         if isinstance(value, ast.Call):
             if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
                 return self._value_type(value.args[0], fn, depth + 1)
-            copy = copied(value, fn, own_replace(lambda e, f: self.instance_type(e, f, depth + 1)))
+            copy = copied(value, fn, lambda e, f: self.instance_type(e, f, depth + 1))
             if copy is not None:  # dataclasses.replace(meta, seq_lens=s): an object of meta's class
                 return self._value_type(copy[0], fn, depth + 1)
             f = value.func

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from itertools import chain, islice
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.copies import copied, own_replace
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.index import with_bases
@@ -390,7 +390,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 return owner(fn).cls
             if dotted(f) in _COPIES and len(expr.args) == 1:  # copy.copy(self.proto): an object of its class
                 return self.instance_type(expr.args[0], fn, depth + 1)
-            copy = copied(expr, fn, own_replace(lambda e, f: self.project.instance_type(e, f, 1)))
+            copy = copied(expr, fn, lambda e, f: self.project.instance_type(e, f, 1))
             if copy is not None:  # dataclasses.replace(meta, seq_lens=s), attrs' evolve, a NamedTuple's _replace
                 return self.instance_type(copy[0], fn, depth + 1)
             if isinstance(f, ast.Attribute) and depth < 6:  # step.with_pages(): a fluent method returns the receiver
