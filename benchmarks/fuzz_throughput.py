@@ -3,6 +3,10 @@ run with a plain Hypothesis ``@given`` loop over the same target (the baseline: 
 run the wrapper eagerly, compare with a reference). About 112 examples/s was measured for such a loop on an H100.
 The baseline runs first and last; ratios are against the faster of its two runs.
 
+Within each layer setting the flashcheck modes run in rounds, one after another in each round (``--rounds``, each
+mode ``--seconds`` a round), so that a slow spell of a shared host falls on every mode alike; a mode's figure is the
+median of its rounds, shown beside its slowest and fastest round and its rate over all of them.
+
     python benchmarks/fuzz_throughput.py --target decode-tc --out reports/raw/fuzz_throughput.json      # H100
     python benchmarks/fuzz_throughput.py --target cpu-reference --seconds 5                               # anywhere
 """
@@ -98,8 +102,9 @@ def bench_state_machine(
     target: str, device: str, layers: str, seconds: float, seed: int, *, pipeline: bool = True
 ) -> dict[str, Any]:
     """The Hypothesis replay state machine (shrinking-capable), counting executed steps. `pipeline`: the isolated
-    worker runs a step while the parent draws the next (`fuzz_target`'s default), or one step at a time."""
-    from flashcheck.fuzzing.stateful import FuzzFailure, close_sessions, fuzz_target
+    worker runs a step while the parent draws the next (`fuzz_target`'s default), or one step at a time. The session
+    (the isolated worker) stays open for the next round: `close_sessions` ends it."""
+    from flashcheck.fuzzing.stateful import FuzzFailure, fuzz_target
 
     count = [0]
     bs: list[int] = []
@@ -141,7 +146,6 @@ def bench_state_machine(
     except FuzzFailure as exc:
         findings = len(exc.findings)
     dt = time.perf_counter() - t0
-    close_sessions()
     return {
         "mode": "Hypothesis state machine" + ("" if pipeline else " (one step at a time)"),
         "steps": count[0],
@@ -214,6 +218,30 @@ def bench_given_baseline(target: str, device: str, seconds: float, seed: int) ->
     }
 
 
+def _over_rounds(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's rounds as one row: ``per_second`` is the median of the rounds' rates (``rounds``), beside the rate
+    over every round's steps and time (``overall_per_second``); means of batch and KV tokens are over every step."""
+    steps = sum(int(r["steps"]) for r in runs)
+    seconds = sum(float(r["seconds"]) for r in runs)
+    rates = [float(r["per_second"]) for r in runs]
+
+    def weighted(key: str) -> float:
+        return sum(float(r.get(key, 0.0)) * int(r["steps"]) for r in runs) / steps if steps else 0.0
+
+    return {
+        "mode": runs[0]["mode"],
+        "steps": steps,
+        "seconds": seconds,
+        "per_second": float(np.median(rates)),
+        "rounds": rates,
+        "overall_per_second": steps / seconds if seconds > 0 else 0.0,
+        "findings": sum(int(r["findings"]) for r in runs),
+        "mean_batch": weighted("mean_batch"),
+        "mean_kv_tokens": weighted("mean_kv_tokens"),
+        "runs": runs,
+    }
+
+
 def _baseline_row(args: argparse.Namespace, device: str, when: str) -> dict[str, Any]:
     row = bench_given_baseline(args.target, device, args.seconds, args.seed)
     row["mode"] = f"{row['mode']}, run {when}"
@@ -262,13 +290,17 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated state machine modes: pipelined (the default of fuzz runs: the isolated worker runs a "
         "step while Hypothesis draws the next), serial (one step at a time)",
     )
-    p.add_argument("--seconds", type=float, default=20.0, help="timed seconds per mode (default 20)")
+    p.add_argument(
+        "--seconds", type=float, default=8.0, help="timed seconds per flashcheck mode and round, and per baseline run"
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the flashcheck modes per layer setting (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON result here")
     args = p.parse_args(argv)
 
     import torch
 
+    from flashcheck.fuzzing.stateful import close_sessions
     from flashcheck.rundir import environment
     from flashcheck.session import default_device
 
@@ -282,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     # the baseline runs first and last: the faster of the two is the reference (drift between them is visible)
     rows = [_baseline_row(args, device, "first")]
+    if args.rounds < 1:
+        p.error(f"--rounds: {args.rounds} is not a positive number of rounds")
     for layers in args.layers.split(","):
         if layers not in ("off", "cheap", "all"):
             p.error(f"--layers: {layers!r} is not one of off, cheap, all")
@@ -290,23 +324,31 @@ def main(argv: list[str] | None = None) -> int:
             if m not in ("pipelined", "serial"):
                 p.error(f"--state-machine: {m!r} is not one of pipelined, serial")
             benches.append(functools.partial(bench_state_machine, pipeline=m == "pipelined"))
-        for bench in benches:
-            row = bench(args.target, device, layers, args.seconds, args.seed)
+        by_mode: list[list[dict[str, Any]]] = [[] for _ in benches]
+        for rnd in range(args.rounds):  # each round runs every mode: a slow spell of the host falls on all alike
+            for runs, bench in zip(by_mode, benches, strict=True):
+                row = bench(args.target, device, layers, args.seconds, args.seed + rnd)
+                row["round"] = rnd
+                runs.append(row)
+                print(json.dumps(row, default=str), flush=True)
+        close_sessions()
+        for runs in by_mode:
+            row = _over_rounds(runs)
             row["mode"] = f"{row['mode']}, layers {layers}"
             row["layers"] = layers
             rows.append(row)
-            print(json.dumps(row, default=str), flush=True)
     rows.append(_baseline_row(args, device, "last"))
     base = max(float(r["per_second"]) for r in rows if r["mode"].startswith("plain @given"))
     print(
-        f"\n{'mode':64} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs @given':>9} {'findings':>8} "
+        f"\n{'mode':64} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'rounds':>15} {'vs @given':>9} {'findings':>8} "
         f"{'mean bs':>8} {'mean kv':>9}"
     )
     for r in rows:
         r["vs_given"] = r["per_second"] / base if base > 0 else None
         ratio = f"{r['vs_given']:.2f}x" if r["vs_given"] is not None else "n/a"
+        spread = f"{min(r['rounds']):.0f}-{max(r['rounds']):.0f}" if r.get("rounds") else "-"
         print(
-            f"{r['mode']:64} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {ratio:>9} "
+            f"{r['mode']:64} {r['steps']:>8} {r['seconds']:>8.1f} {r['per_second']:>9.1f} {spread:>15} {ratio:>9} "
             f"{r['findings']:>8} {r.get('mean_batch', 0):>8.1f} {r.get('mean_kv_tokens', 0):>9.0f}"
         )
     doc = {
@@ -315,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": args.target,
         "device": device,
         "layers": args.layers,
+        "rounds": args.rounds,
         "seconds_per_mode": args.seconds,
         "seed": args.seed,
         "results": rows,

@@ -109,20 +109,29 @@ def _paired(mode: Mapping[str, Any]) -> str:
 
 
 def _throughput(path: Path, doc: Mapping[str, Any]) -> list[str]:
+    rounds = doc.get("rounds")
+    how = (
+        f"{rounds} rounds of {doc.get('seconds_per_mode')} s per mode, the modes of a layer setting one after another"
+        " in each round; a mode's steps/s is the median of its rounds"
+        if rounds
+        else f"{doc.get('seconds_per_mode')} s per mode, all modes one after another"
+    )
     lines = [
         f"### `{path.name}`",
         "",
-        f"- command: `{' '.join(doc.get('argv', []))}` (target {doc.get('target')}, {doc.get('seconds_per_mode')} s "
-        "per mode, all modes one after another in one process)",
+        f"- command: `{' '.join(doc.get('argv', []))}` (target {doc.get('target')}, {how}, in one process)",
         _env_line(doc.get("environment", {}), doc.get("date")),
         "",
-        "| mode | steps/s | × plain `@given` (the faster of its two runs) | mean batch | mean KV tokens per step |",
-        "|---|---|---|---|---|",
+        "| mode | steps/s | slowest and fastest round | over all rounds "
+        "| × plain `@given` (the faster of its two runs) | mean batch | mean KV tokens per step |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in doc.get("results", []):
+        spread = f"{min(r['rounds']):.1f} – {max(r['rounds']):.1f}" if r.get("rounds") else "-"
+        overall = f"{r['overall_per_second']:.1f}" if r.get("overall_per_second") else "-"
         lines.append(
-            f"| {r['mode']} | {r['per_second']:.1f} | {r.get('vs_given', 0):.2f} | {r.get('mean_batch', 0):.1f} | "
-            f"{r.get('mean_kv_tokens', 0):.0f} |"
+            f"| {r['mode']} | {r['per_second']:.1f} | {spread} | {overall} | {r.get('vs_given', 0):.2f} | "
+            f"{r.get('mean_batch', 0):.1f} | {r.get('mean_kv_tokens', 0):.0f} |"
         )
     return [*lines, ""]
 
