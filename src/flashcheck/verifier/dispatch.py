@@ -10,7 +10,8 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import is_abstract, is_none, is_protocol, terminal_name
+from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
+from flashcheck.verifier.factories import factory_classes
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
@@ -32,6 +33,8 @@ class InstanceCalls(Registries):
         def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
         def is_protocol_class(self, ci: ClassInfo) -> bool: ...
+
+        def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]: ...
 
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
@@ -67,6 +70,13 @@ class InstanceCalls(Registries):
                     made = self.registry_classes(built, where) if built else [self._value_type(value, where, 1)]
                     if made == [None] and isinstance(value, ast.Call):  # make_backend(cfg) -> A | B: either
                         made = self.returned_union(value, where)
+                    if not made and isinstance(value, ast.Call):  # cfg.get_quant_method(self, prefix): per layer
+                        mine = (
+                            owner
+                            if owner is not None and where.cls is not None and _derives(owner, where.cls)
+                            else None
+                        )
+                        made = list(factory_classes(self, value, where, mine) or [])
                     for t in made:
                         if t is not None:
                             found[id(t)] = t
@@ -235,23 +245,55 @@ class InstanceCalls(Registries):
 
     def _constructed(self, obj: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes whose constructors build every value `obj` (an attribute or a local) is seen bound to,
-        through both branches of conditional expressions; empty when one of them is built otherwise."""
+        through both branches of conditional expressions, also behind factory calls whose returns the analysis
+        types (`factory_classes`: ``self.quant_method = quant_config.get_quant_method(self, prefix)``, with its
+        overrides' ``isinstance`` tests of the layer decided for the object's class); empty when one of them is
+        built otherwise."""
+        owner = self.instance_type(obj.value, fn, 1) if isinstance(obj, ast.Attribute) else None
         if isinstance(obj, ast.Attribute):
-            values = self.family_stores(self.instance_type(obj.value, fn, 1), obj.attr)
+            values = self.family_stores(owner, obj.attr)
         elif isinstance(obj, ast.Name):
             values = [(v, fn) for v in fn.local_assigns.get(obj.id, [])]
         else:
             return []
+        if len(values) > 16:
+            return []
         found: dict[int, ClassInfo] = {}
-        for value, where in values[:8]:
+        for value, where in values:
             for v in branches(value):
-                if is_none(v):
+                if is_none(v) or isinstance(v, ast.Constant | ast.JoinedStr):  # w.quant_method = "block": no object
                     continue
                 made = self.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
-                if not isinstance(made, ClassInfo):
+                if isinstance(made, ClassInfo):
+                    found[id(made)] = made
+                    continue
+                if isinstance(obj, ast.Attribute) and owner and self._stored_elsewhere(value, where, obj.attr, owner):
+                    continue  # layer.quant_method = m in a helper that only attention layers call
+                mine = owner if owner is not None and where.cls is not None and _derives(owner, where.cls) else None
+                given = factory_classes(self, v, where, mine)
+                if given is None:
                     return []
-                found[id(made)] = made
+                found.update((id(c), c) for c in given)
         return list(found.values())
+
+    def _stored_elsewhere(self, value: ast.expr, where: FunctionInfo, attr: str, owner: ClassInfo) -> bool:
+        """Whether the store of `value` in `where` binds the attribute of an object that cannot be of class `owner`
+        (``layer.<attr> = value`` where every caller hands ``layer`` an object of an unrelated class)."""
+        for st in where.assigns:
+            if st.value is not value:
+                continue
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            for t in targets:
+                if not (isinstance(t, ast.Attribute) and t.attr == attr) or dotted(t.value) == "self":
+                    continue
+                obj = t.value
+                if isinstance(obj, ast.Name) and obj.id in where.params and obj.id not in where.local_assigns:
+                    held = self._passed_classes(obj.id, where)
+                else:
+                    one = self.instance_type(obj, where, 1)
+                    held = [one] if one is not None else None
+                return bool(held) and not any(_derives(c, owner) or _derives(owner, c) for c in held or ())
+        return False
 
     def _serving_overrides(self, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         """`overrides` of `inst`'s `name` that may run for `fn`: those in tests and benchmarks only for code there."""
@@ -424,3 +466,8 @@ def _c3(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None], depth: int = 0) 
         seqs = [rest for s in seqs if (rest := [c for c in s if c is not head])]
     memo[id(ci)] = out
     return out
+
+
+def _derives(cls: ClassInfo, base: ClassInfo) -> bool:
+    """Whether `cls` is `base` or derives from it."""
+    return any(b is base for b in with_bases(cls))

@@ -295,19 +295,14 @@ class Provenance(StoredPlaces):
             return HOST
         if self._device_sibling(expr) and self.flow.instance_type(expr.value, fn) is None:
             return HOST  # attn_inputs.prefix_lengths beside attn_inputs.prefix_lengths_device: the host mirror
+        paired = self._paired_suffix(expr)
+        if paired is not UNKNOWN and self.flow.instance_type(expr.value, fn) is None:
+            return paired  # params.kv_indptr_h beside params.kv_indptr_d: the host and the device copy
         # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
         # nothing about `node.op` on an object of unknown type.
         by_name = self.names_give_device
         found = self._cached(expr, fn, lambda: self.merge_sources(self.flow.attr_sources(expr, fn, by_name=by_name)))
         return found if found is not UNKNOWN else named
-
-    def _device_sibling(self, expr: ast.Attribute) -> bool:
-        """Serving code reads, on a receiver of the same name, an attribute named as this one's device copy
-        (``attn_inputs.prefix_lengths_device``, ``*_gpu``, ``*_cuda``) and none named as its host copy: on an
-        object of unknown class (a compiled extension's struct), the bare name is then the host mirror."""
-        names, recv, attr = self.project.attribute_reads(), terminal_name(expr.value), expr.attr
-        device = any((recv, f"{attr}_{w}") in names for w in ("device", "gpu", "cuda"))
-        return device and not any((recv, f"{attr}_{w}") in names for w in ("cpu", "host"))
 
     @staticmethod
     def callee_name(func: ast.expr, fn: FunctionInfo) -> str | None:

@@ -1,5 +1,7 @@
 """Where a device attribute kept on a project object names (``self.dev = torch.device("cpu")``): read from the
-stores of that attribute when each names a place literally. Part of `flashcheck.verifier.provenance.core.Provenance`.
+stores of that attribute when each names a place literally; and what the names of a field's siblings say of a field
+of an object whose class the project does not hold (``prefix_lengths`` beside ``prefix_lengths_device``, ``kv_len_h``
+beside ``kv_len_d``). Part of `flashcheck.verifier.provenance.core.Provenance`.
 """
 
 from __future__ import annotations
@@ -7,9 +9,9 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted, is_none
+from flashcheck.verifier.astutil import dotted, is_none, terminal_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
-from flashcheck.verifier.provenance.where import UNKNOWN, Where
+from flashcheck.verifier.provenance.where import DEVICE, HOST, UNKNOWN, Where
 
 if TYPE_CHECKING:
     from flashcheck.verifier.project import Project
@@ -84,3 +86,23 @@ class StoredPlaces:
         if isinstance(dev, ast.Attribute) and depth < 4:
             return self._stored_device(dev, fn, depth)
         return UNKNOWN
+
+    def _paired_suffix(self, expr: ast.Attribute) -> Where:
+        """An attribute named ``<x>_h`` or ``<x>_d`` on an object of unknown class (a compiled extension's struct),
+        where serving code also reads its twin ``<x>_d`` / ``<x>_h`` (on any object: the pair is the project's
+        naming of host and device copies): the host (``_h``) or the device (``_d``) copy; UNKNOWN otherwise."""
+        attr = expr.attr
+        if len(attr) < 3 or attr[-2] != "_" or attr[-1] not in "hd":
+            return UNKNOWN
+        twin = f"{attr[:-1]}{'d' if attr[-1] == 'h' else 'h'}"
+        if not any(a == twin for _, a in self.project.attribute_reads()):
+            return UNKNOWN
+        return HOST if attr[-1] == "h" else DEVICE
+
+    def _device_sibling(self, expr: ast.Attribute) -> bool:
+        """Serving code reads, on a receiver of the same name, an attribute named as this one's device copy
+        (``attn_inputs.prefix_lengths_device``, ``*_gpu``, ``*_cuda``) and none named as its host copy: on an
+        object of unknown class (a compiled extension's struct), the bare name is then the host mirror."""
+        names, recv, attr = self.project.attribute_reads(), terminal_name(expr.value), expr.attr
+        device = any((recv, f"{attr}_{w}") in names for w in ("device", "gpu", "cuda"))
+        return device and not any((recv, f"{attr}_{w}") in names for w in ("cpu", "host"))

@@ -132,8 +132,13 @@ class HostSyncInHotPath(Rule):
         Objects of a compiled extension (rtp-llm's attention inputs) have no Python class: their fields are judged by
         the stores of attributes of that name elsewhere in the project, and a host field can read as a device one,
         unless the project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which
-        makes the bare name the host mirror. A helper's read of its parameters is judged with the calls that reach it on
-        the hot path: one that every hot caller hands a host mirror is quiet whatever code off the hot path passes
+        makes the bare name the host mirror, or names the field as one of a ``_h``/``_d`` pair. An object a
+        configuration's factory picks (``self.quant_method = quant_config.get_quant_method(self, prefix)``) runs, for
+        a method its declared base only declares, the methods of the classes the factory's overrides return for that
+        layer; where one return is beyond the analysis (a plugin loader, a class read from a table), every override
+        counts, also one no layer of that kind gets (an MoE method's ``apply`` for a linear layer). A helper's read
+        of its parameters is judged with the calls that reach it on the hot path: one that every hot caller hands a
+        host mirror is quiet whatever code off the hot path passes
         (through nested project helpers and library functions of host values, ``triton.cdiv(prepare_lens(cu), n)``), but
         one that a hot caller hands a device tensor, or a value of unknown place, is reported. A base class's method
         that the accelerator subclasses override but a CPU platform's subclass inherits is judged with the tensors of
