@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
 from flashcheck.verifier.factories import factory_classes
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, descendants, owner_of, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
@@ -81,6 +81,40 @@ class InstanceCalls(Registries):
                         if t is not None:
                             found[id(t)] = t
         return list(found.values()) if len(found) > 1 or (handed and found) else []
+
+    def super_targets(self, func: ast.Attribute, fn: FunctionInfo) -> list[FunctionInfo]:
+        """The methods ``super().<name>(...)`` in `fn` may run: for the class the lookup starts after (`fn`'s, or
+        the first argument of ``super(Cls, self)``) and each class derived from it, the next class in that class's
+        resolution order that defines the method, so a mixin's call continues with whichever class follows the mixin
+        in each concrete backend (`super_target` picks one, where the class of ``self`` is known)."""
+        start = self._super_start(func, fn)
+        found: dict[int, FunctionInfo] = {}
+        for c in [start, *descendants(start)] if start is not None else []:
+            m = self.super_target(c, start, func.attr) if start is not None else None
+            if m is not None:
+                found[id(m)] = m
+        return list(found.values())
+
+    def super_target(self, ctx: ClassInfo, start: ClassInfo, name: str) -> FunctionInfo | None:
+        """The method ``name`` that ``super()`` in class `start` runs on an instance of class `ctx`."""
+        order = resolution_order(ctx, self._c3_orders)
+        at = next((i for i, c in enumerate(order) if c is start), None)
+        return None if at is None else next((c.methods[name] for c in order[at + 1 :] if name in c.methods), None)
+
+    def super_runs(self, node: ast.expr, fn: FunctionInfo, ctx: ClassInfo, callee: FunctionInfo) -> bool:
+        """Whether ``super().name()`` (`node`, a call in `fn`) may run `callee` on an instance of `ctx` (yes where
+        the order of `ctx` does not hold the class the lookup starts after)."""
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        start = self._super_start(node.func, fn)
+        found = self.super_target(ctx, start, node.func.attr) if start is not None else None
+        return found is None or found is callee
+
+    def _super_start(self, func: ast.Attribute, fn: FunctionInfo) -> ClassInfo | None:
+        sup = func.value
+        if isinstance(sup, ast.Call) and sup.args:  # super(SlidingWindowMixin, self).forward_extend(...)
+            named = self.resolve_def(sup.args[0], fn) if isinstance(sup.args[0], ast.Name | ast.Attribute) else None
+            return named if isinstance(named, ClassInfo) else None
+        return owner_of(fn).cls
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases

@@ -442,6 +442,8 @@ class HotPaths:
             if name is not None and callee.name in ("__call__", "forward") and callee.name != name:
                 name = None  # self.patch(x): the forward of the object self holds, not a method of self
             if name is None:
+                if _is_super_call(node) and ctx is not None and not self.project.super_runs(node, fn, ctx, callee):
+                    continue  # super() in a mixin runs the next class of this object's order only
                 out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn, callee)))
                 continue
             if narrow and callee.name == name and owner_of(callee).cls is not None:

@@ -434,7 +434,11 @@ class Project(Members):
         if not isinstance(func, (ast.Name, ast.Attribute)):
             return
         base = func.value if isinstance(func, ast.Attribute) else None
-        if base is None or (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
+        if isinstance(func, ast.Attribute) and isinstance(base, ast.Call) and terminal_name(base.func) == "super":
+            after = self.super_targets(func, fn)  # a mixin's super().m(): the next class of each concrete MRO
+            yield from after or [t for t in [self.resolve_def(func, fn)] if isinstance(t, FunctionInfo)]
+            return
+        if base is None:
             target = self.resolve_def(func, fn)
             picked = target is None and self.registry_held(func)  # cls = BACKENDS[name]; cls(cfg)
             for c in self.registry_classes(func, fn) if picked else ():

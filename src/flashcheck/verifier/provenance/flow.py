@@ -19,8 +19,8 @@ from itertools import chain, islice
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.copies import copied
 from flashcheck.verifier.dataflow import arg_for_param
+from flashcheck.verifier.index import descendants, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.index import with_bases
 from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
@@ -356,6 +356,8 @@ class ValueFlow(ClassAttrs, KeyedItems):
             found = self.class_attr_sources(cls, expr.attr)
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":  # self may be a subclass's instance
                 found = found + self._subclass_defaults(cls, expr.attr, fn)
+                if not found:  # a mixin's self: what the classes mixing it in store (through their other bases)
+                    found = [s for d in descendants(cls) for s in self.class_attr_sources(d, expr.attr)]
             return found
         if expr.attr in self.project.attr_stores:  # only set from outside (``b = Batch(); b.seq_lens = ...``)
             cls = self.instance_type(expr.value, fn)
