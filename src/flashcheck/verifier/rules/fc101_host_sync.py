@@ -36,6 +36,7 @@ _MASK_METHODS = frozenset(
 _CASTS = frozenset({"int", "float", "bool"})
 _NUMERIC_READS = frozenset({"math.ceil", "math.floor", "math.trunc", "round", "range", "operator.index"})
 _REDUCERS = frozenset({"max", "min", "sum", "any", "all", "sorted"})
+_PACKERS = {"struct.pack": 1, "struct.pack_into": 3}  # the arguments before the packed values
 _HOST_READS = frozenset({"tolist", "item", "numpy", "max", "min", "sum", "any", "all", "argmax", "mean", "__getitem__"})
 
 
@@ -79,8 +80,9 @@ class HostSyncInHotPath(Rule):
         without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy before any event or stream
         sync (also one handed to a call that runs it: ``await loop.run_in_executor(pool, done.synchronize)``), branches,
         asserts and comprehension conditions on a device tensor (``if t:``, ``if (t > 0).any():``, ``assert t.all()``,
-        ``[i for i in ids if t[i] > 0]``), and a device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``,
-        ``"%d" % t``; not in ``raise`` statements or assert messages). Reachability includes ``@property`` getters the
+        ``[i for i in ids if t[i] > 0]``), a membership test in a condition (``if tok in t:``), ``struct.pack`` of a
+        device value, and a device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in
+        ``raise`` statements or assert messages). Reachability includes ``@property`` getters the
         hot path runs by reading the attribute (``self.num_sequences``, ``info.sequence_lengths`` on an object whose
         class is known) and methods called through an attribute that holds them (``self.update =
         self.update_single_wrapper``). Device-ness follows the project's value flow (callers' arguments, other objects'
@@ -259,6 +261,10 @@ class HostSyncInHotPath(Rule):
                 for a in call.args[:3]:
                     host_read(a, "reads a device tensor on the host", call)
                 continue
+            if name in _PACKERS:  # struct.pack("<q", tok): each value's __index__ / __float__
+                for a in call.args[_PACKERS[name] :]:
+                    host_read(a, "packs a device tensor into bytes (reads it on the host)", call)
+                continue
             if name in _REDUCERS and len(call.args) == 1 and not call.keywords:
                 host_read(call.args[0], "iterates a device tensor on the host (one sync per element)", call)
                 continue
@@ -293,6 +299,11 @@ class HostSyncInHotPath(Rule):
                 hit(call, what, w, operand=func.value)
         for value, node in _formatted(fn):
             host_read(value, "formats a device tensor as text (copies it to the host)", node)
+        for test in fn.tests:  # if tok in next_ids: Tensor.__contains__ reads (next_ids == tok).any() back
+            for n in ast.walk(test):
+                for op, right in zip(n.ops, n.comparators, strict=True) if isinstance(n, ast.Compare) else ():
+                    if isinstance(op, ast.In | ast.NotIn):
+                        host_read(right, "tests membership in a device tensor (reads the comparison on the host)", n)
         for line, text, use in _early_reads(fn, pending):
             hit(
                 use,
