@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
 from flashcheck.verifier.factories import factory_classes
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, descendants, owner_of, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descendants, owner_of, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
@@ -72,9 +72,7 @@ class InstanceCalls(Registries):
                         made = self.returned_union(value, where)
                     if not made and isinstance(value, ast.Call):  # cfg.get_quant_method(self, prefix): per layer
                         mine = (
-                            owner
-                            if owner is not None and where.cls is not None and _derives(owner, where.cls)
-                            else None
+                            owner if owner is not None and where.cls is not None and derives(owner, where.cls) else None
                         )
                         made = list(factory_classes(self, value, where, mine) or [])
                     for t in made:
@@ -88,11 +86,9 @@ class InstanceCalls(Registries):
         resolution order that defines the method, so a mixin's call continues with whichever class follows the mixin
         in each concrete backend (`super_target` picks one, where the class of ``self`` is known)."""
         start = self._super_start(func, fn)
-        found: dict[int, FunctionInfo] = {}
-        for c in [start, *descendants(start)] if start is not None else []:
-            m = self.super_target(c, start, func.attr) if start is not None else None
-            if m is not None:
-                found[id(m)] = m
+        if start is None:
+            return []
+        found = {id(m): m for c in [start, *descendants(start)] if (m := self.super_target(c, start, func.attr))}
         return list(found.values())
 
     def super_target(self, ctx: ClassInfo, start: ClassInfo, name: str) -> FunctionInfo | None:
@@ -106,8 +102,10 @@ class InstanceCalls(Registries):
         the order of `ctx` does not hold the class the lookup starts after)."""
         assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
         start = self._super_start(node.func, fn)
-        found = self.super_target(ctx, start, node.func.attr) if start is not None else None
-        return found is None or found is callee
+        if start is None:
+            return True
+        found = [self.super_target(c, start, node.func.attr) for c in [ctx, *descendants(ctx)]]  # self may be
+        return any(f is None or f is callee for f in found)  # a subclass's, whose order puts another class after
 
     def _super_start(self, func: ast.Attribute, fn: FunctionInfo) -> ClassInfo | None:
         sup = func.value
@@ -303,7 +301,7 @@ class InstanceCalls(Registries):
                     continue
                 if isinstance(obj, ast.Attribute) and owner and self._stored_elsewhere(value, where, obj.attr, owner):
                     continue  # layer.quant_method = m in a helper that only attention layers call
-                mine = owner if owner is not None and where.cls is not None and _derives(owner, where.cls) else None
+                mine = owner if owner is not None and where.cls is not None and derives(owner, where.cls) else None
                 given = factory_classes(self, v, where, mine)
                 if given is None:
                     return []
@@ -326,7 +324,7 @@ class InstanceCalls(Registries):
                 else:
                     one = self.instance_type(obj, where, 1)
                     held = [one] if one is not None else None
-                return bool(held) and not any(_derives(c, owner) or _derives(owner, c) for c in held or ())
+                return bool(held) and not any(_related(c, owner) for c in held or ())
         return False
 
     def _serving_overrides(self, inst: ClassInfo, name: str, fn: FunctionInfo) -> Iterator[FunctionInfo]:
@@ -502,6 +500,7 @@ def _c3(ci: ClassInfo, memo: dict[int, list[ClassInfo] | None], depth: int = 0) 
     return out
 
 
-def _derives(cls: ClassInfo, base: ClassInfo) -> bool:
-    """Whether `cls` is `base` or derives from it."""
-    return any(b is base for b in with_bases(cls))
+def _related(a: ClassInfo, b: ClassInfo) -> bool:
+    """Whether one object may be of both classes: one derives from the other, or a class derives from both
+    (``HybridLinear(LinearBase, KVLayer)``)."""
+    return derives(a, b) or derives(b, a) or any(derives(d, b) for d in descendants(a))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_abstract, is_none
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descendants, with_bases
 from flashcheck.verifier.instances import argument
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ def _call_classes(
     project: InstanceCalls, call: ast.Call, fn: FunctionInfo, env: Env, depth: int
 ) -> list[ClassInfo] | None:
     if depth > _DEPTH or id(call) in _ACTIVE:  # a factory reached again while typed (through dispatch): unknown
+        if id(call) in _ACTIVE:
+            project.cuts += 1  # answers that depend on this one are not memoised
         return None
     _ACTIVE.add(id(call))
     try:
@@ -102,20 +104,23 @@ def _bind(
     project: InstanceCalls, call: ast.Call, fn: FunctionInfo, target: FunctionInfo, env: Env
 ) -> dict[str, Objects]:
     """What each parameter of `target` holds for `call`: ``self`` the receiver's object (``self.m()``, or an
-    object of the target's class), the others the objects or classes the arguments name."""
+    object of the target's class), a classmethod's first parameter the class the call names (``Fp8Config.make()``,
+    ``cls.make()``; the target's class and its subclasses where the receiver says nothing), the others the objects
+    or classes the arguments name."""
     out: dict[str, Objects] = {}
     if isinstance(target.node, ast.Module):
         return out
     names = [a.arg for a in [*target.node.args.posonlyargs, *target.node.args.args]]
-    func = call.func
-    if target.cls is not None and names[:1] == ["self"]:
-        receiver = func.value if isinstance(func, ast.Attribute) else None
-        held = _objects(project, receiver, fn, env) if receiver is not None else None
-        mine = held is not None and not held.called and all(_under(c, target.cls) for c in held.classes)
-        out["self"] = held if held is not None and mine else Objects((target.cls,))
-    for name in names:
-        if name in ("self", "cls"):
-            continue
+    receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+    owner = target.cls
+    first = names[0] if names and owner is not None else None
+    held = _objects(project, receiver, fn, env) if receiver is not None and first is not None else None
+    if owner is not None and first is not None and _is_classmethod(target):
+        out[first] = held if held is not None and held.called else Objects((owner,), called=True)
+    elif owner is not None and first == "self":
+        mine = held is not None and not held.called and all(derives(c, owner) for c in held.classes)
+        out["self"] = held if held is not None and mine else Objects((owner,))
+    for name in names[1:] if first in out else names:
         arg = _argument(call, target, name)
         held = _objects(project, arg, fn, env) if arg is not None else None
         if held is not None:
@@ -123,10 +128,14 @@ def _bind(
     return out
 
 
+def _is_classmethod(fn: FunctionInfo) -> bool:
+    return any(dotted(d) == "classmethod" for d in fn.decorators)
+
+
 def _argument(call: ast.Call, target: FunctionInfo, name: str) -> ast.expr | None:
-    if any(dotted(d) == "classmethod" for d in target.decorators):  # Cls.make(layer): layer is after cls
-        names = [a.arg for a in [*target.node.args.posonlyargs, *target.node.args.args]][1:]  # type: ignore[union-attr]
-        args = [a for a in call.args]
+    if _is_classmethod(target) and not isinstance(target.node, ast.Module):  # Cls.make(layer): after cls
+        names = [a.arg for a in [*target.node.args.posonlyargs, *target.node.args.args]][1:]
+        args = list(call.args)
         for kw in call.keywords:
             if kw.arg == name:
                 return kw.value
@@ -254,7 +263,7 @@ def _possible(project: InstanceCalls, test: ast.expr, fn: FunctionInfo, env: Env
         kinds = _classes_named(project, test.args[1], fn)
         if kinds is None or held.called:
             return True, True
-        return _may_be(project, held, kinds), _may_not_be(project, held, kinds)
+        return _may_be(held, kinds), _may_not_be(held, kinds)
     return True, True
 
 
@@ -270,23 +279,19 @@ def _classes_named(project: InstanceCalls, expr: ast.expr, fn: FunctionInfo) -> 
     return out
 
 
-def _under(c: ClassInfo, base: ClassInfo) -> bool:
-    return any(b is base for b in with_bases(c))
-
-
-def _may_be(project: InstanceCalls, held: Objects, kinds: list[ClassInfo]) -> bool:
+def _may_be(held: Objects, kinds: list[ClassInfo]) -> bool:
     """Whether an object of `held`'s classes may be an instance of one of `kinds`."""
     for c in held.classes:
-        if any(_under(c, k) for k in kinds):
+        if any(derives(c, k) for k in kinds):
             return True
-        if not held.exact and any(_under(k, c) for k in kinds):  # a subclass of c may be one
+        if not held.exact and any(derives(k, c) for k in kinds):  # a subclass of c may be one
             return True
     return False
 
 
-def _may_not_be(project: InstanceCalls, held: Objects, kinds: list[ClassInfo]) -> bool:
+def _may_not_be(held: Objects, kinds: list[ClassInfo]) -> bool:
     """Whether an object of `held`'s classes may be an instance of none of `kinds`."""
-    return any(not any(_under(c, k) for k in kinds) for c in held.classes)
+    return any(not any(derives(c, k) for k in kinds) for c in held.classes)
 
 
 def _value_classes(
@@ -302,10 +307,10 @@ def _value_classes(
     if isinstance(value, ast.Call):
         func = value.func
         if isinstance(func, ast.Name) and func.id in env and func.id not in fn.local_assigns:
-            held = env[func.id]  # linear_method_cls(self): the class passed
-            return list(held.classes) if held.called else None
-        if isinstance(func, ast.Name) and func.id == "cls" and fn.cls is not None:
-            return [fn.cls]
+            held = env[func.id]  # linear_method_cls(self), cls(...) in a classmethod: the class passed (and the
+            if not held.called:  # subclasses of a class the receiver does not name exactly)
+                return None
+            return [*held.classes, *(d for c in held.classes for d in ([] if held.exact else descendants(c)))]
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
             kept = _held_classes(project, env.get("self"), func.attr)  # self.LinearMethodCls(self)
             if kept is not None:
@@ -313,7 +318,9 @@ def _value_classes(
         return _call_classes(project, value, fn, env, depth + 1)
     if isinstance(value, ast.Name) and value.id in fn.local_assigns:
         on_path = bound.get(value.id) if bound is not None else None
-        values = on_path if on_path is not None else fn.local_assigns[value.id][:4]
+        values = on_path if on_path is not None else fn.local_assigns[value.id]
+        if len(values) > 4:
+            return None
         parts = [_value_classes(project, v, fn, env, depth) for v in values]
         return None if any(p is None for p in parts) else [c for p in parts for c in p or ()]
     if isinstance(value, ast.Name) and value.id in env:  # a parameter: what the caller handed, when built so
@@ -335,15 +342,19 @@ def _held_classes(project: InstanceCalls, held: Objects | None, name: str) -> li
         if not held.exact:
             family.update((id(k), k) for k in project.subclasses_of(c))
     values: list[tuple[ast.expr, FunctionInfo | None]] = []
+    stores = 0  # every binding of the name in the class bodies, also by tuple targets and loops
     for c in family.values():
-        for st in c.node.body:
+        body = (n for top in c.node.body if not isinstance(top, _SCOPES) for n in _own_nodes(top))
+        for st in body:  # also under if/try/for in the class body, not in its methods
+            if isinstance(st, ast.Name) and st.id == name and isinstance(st.ctx, ast.Store):
+                stores += 1
             if not isinstance(st, ast.Assign | ast.AnnAssign) or st.value is None:
                 continue
             names = st.targets if isinstance(st, ast.Assign) else [st.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in names):
                 values.append((st.value, c.module.body))
-    if not values:
-        return None
+    if not values or stores != len(values):
+        return None  # not set in a class body, or also bound in a form the analysis does not read
     for c in family.values():
         values += c.attr_assigns.get(name, [])
     values += project.attr_stores.get(name, [])

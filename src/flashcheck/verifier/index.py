@@ -239,6 +239,11 @@ def with_bases(cls: ClassInfo | None) -> list[ClassInfo]:
     return _closure([cls] if cls is not None else [], lambda c: c.bases)
 
 
+def derives(cls: ClassInfo, base: ClassInfo) -> bool:
+    """Whether `cls` is `base` or derives from it."""
+    return any(b is base for b in with_bases(cls))
+
+
 def descendants(cls: ClassInfo) -> list[ClassInfo]:
     """The project classes derived from `cls`, directly or not (each once, at most 32)."""
     return [c for c in _closure(list(cls.subclasses), lambda c: c.subclasses) if c is not cls]

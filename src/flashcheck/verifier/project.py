@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, literal_items, spread_local_tuples, terminal_name
+from flashcheck.verifier.astutil import class_base, dotted, literal_items, spread_local_tuples, terminal_name
 from flashcheck.verifier.autograd import is_autograd_function
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
@@ -434,7 +434,7 @@ class Project(Members):
         if not isinstance(func, (ast.Name, ast.Attribute)):
             return
         base = func.value if isinstance(func, ast.Attribute) else None
-        if isinstance(func, ast.Attribute) and isinstance(base, ast.Call) and terminal_name(base.func) == "super":
+        if isinstance(func, ast.Attribute) and isinstance(base, ast.Call) and dotted(base.func) == "super":
             after = self.super_targets(func, fn)  # a mixin's super().m(): the next class of each concrete MRO
             yield from after or [t for t in [self.resolve_def(func, fn)] if isinstance(t, FunctionInfo)]
             return

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_none, terminal_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
-from flashcheck.verifier.provenance.where import DEVICE, HOST, UNKNOWN, Where
+from flashcheck.verifier.provenance.where import HOST, UNKNOWN, Where
 
 if TYPE_CHECKING:
     from flashcheck.verifier.project import Project
@@ -88,16 +88,14 @@ class StoredPlaces:
         return UNKNOWN
 
     def _paired_suffix(self, expr: ast.Attribute) -> Where:
-        """An attribute named ``<x>_h`` or ``<x>_d`` on an object of unknown class (a compiled extension's struct),
-        where serving code also reads its twin ``<x>_d`` / ``<x>_h`` (on any object: the pair is the project's
-        naming of host and device copies): the host (``_h``) or the device (``_d``) copy; UNKNOWN otherwise."""
+        """HOST for an attribute named ``<x>_h`` on an object of unknown class (a compiled extension's struct) where
+        serving code also reads its twin ``<x>_d`` (on any object: rtp-llm names host and device copies so); UNKNOWN
+        otherwise. The ``_d`` twin says nothing alone: ``kernel_h``/``kernel_d`` may be plain numbers."""
         attr = expr.attr
-        if len(attr) < 3 or attr[-2] != "_" or attr[-1] not in "hd":
+        if len(attr) < 3 or not attr.endswith("_h"):
             return UNKNOWN
-        twin = f"{attr[:-1]}{'d' if attr[-1] == 'h' else 'h'}"
-        if not any(a == twin for _, a in self.project.attribute_reads()):
-            return UNKNOWN
-        return HOST if attr[-1] == "h" else DEVICE
+        twin = f"{attr[:-1]}d"
+        return HOST if any(a == twin for _, a in self.project.attribute_reads()) else UNKNOWN
 
     def _device_sibling(self, expr: ast.Attribute) -> bool:
         """Serving code reads, on a receiver of the same name, an attribute named as this one's device copy

@@ -134,7 +134,8 @@ class HostSyncInHotPath(Rule):
         Objects of a compiled extension (rtp-llm's attention inputs) have no Python class: their fields are judged by
         the stores of attributes of that name elsewhere in the project, and a host field can read as a device one,
         unless the project also reads the field's device copy (``prefix_lengths_device``, ``*_gpu``, ``*_cuda``), which
-        makes the bare name the host mirror, or names the field as one of a ``_h``/``_d`` pair. An object a
+        makes the bare name the host mirror, or reads a ``<x>_d`` twin of an ``<x>_h`` field, which makes that field the
+        host copy. An object a
         configuration's factory picks (``self.quant_method = quant_config.get_quant_method(self, prefix)``) runs, for
         a method its declared base only declares, the methods of the classes the factory's overrides return for that
         layer; where one return is beyond the analysis (a plugin loader, a class read from a table), every override
