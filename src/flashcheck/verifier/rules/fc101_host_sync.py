@@ -9,10 +9,11 @@ from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
-from flashcheck.verifier.project import FunctionInfo, torch_name
+from flashcheck.verifier.project import FunctionInfo, imported_name, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
 from flashcheck.verifier.provenance.context import in_context
 from flashcheck.verifier.provenance.tensors import TENSOR_METHODS
+from flashcheck.verifier.syntax_reads import comprehension_ifs, formatted_values, membership_tests
 
 _D2H_METHODS = frozenset({"item", "tolist", "cpu"})
 _SYNC_FUNCS = frozenset({"torch.cuda.synchronize", "cuda.synchronize", "torch.cuda.current_stream.synchronize"})
@@ -80,26 +81,27 @@ class HostSyncInHotPath(Rule):
         without ``non_blocking=True``, a host read of a ``non_blocking`` device-to-host copy before any event or stream
         sync (also one handed to a call that runs it: ``await loop.run_in_executor(pool, done.synchronize)``), branches,
         asserts and comprehension conditions on a device tensor (``if t:``, ``if (t > 0).any():``, ``assert t.all()``,
-        ``[i for i in ids if t[i] > 0]``), a membership test in a condition (``if tok in t:``), ``struct.pack`` of a
-        device value, and a device tensor formatted as text (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in
-        ``raise`` statements or assert messages). Reachability includes ``@property`` getters the
-        hot path runs by reading the attribute (``self.num_sequences``, ``info.sequence_lengths`` on an object whose
-        class is known) and methods called through an attribute that holds them (``self.update =
-        self.update_single_wrapper``). Device-ness follows the project's value flow (callers' arguments, other objects'
-        attributes and dataclass fields, also fields set after construction (``ret = cls(...); ret.seq_lens = ...``) and
-        fields of objects that project functions return, built by keyword or position, ``@property`` results, return
-        values, ``with torch.device(...)``, module globals that a function assigns after ``global X``; a tensor
-        allocated on a ``torch.device`` object lives where the object names, also when a helper allocates on its
-        ``device`` parameter: ``allocate(n, self.host_dev)``). A class inherits the methods of a generic base
-        (``MetadataBuilder[FlashInferMetadata]``), and an object declared with a ``typing.Protocol`` runs the methods
-        of the classes that implement it. Host data is not reported: ``*_cpu``/``*_host``/``*_np`` names (of a name with
-        a host and a device word, the last one decides: ``max_host_len_dev`` is device data), pinned buffers, numpy
-        arrays, factories with ``device="cpu"`` or without a device, results of ``.cpu()``/``.numpy()``/``.tolist()``.
-        On capture paths explicit ``synchronize()`` calls are allowed (they sit around the capture, not inside it). A
-        function that is itself a capture root (by ``capture-paths`` or the default ``capture`` pattern) is judged as
-        capture code even when a per-step root also calls it (a ``forward`` that captures each new batch size on first
-        sight): its device-to-host reads are reported, its ``synchronize()`` calls are not; the functions it calls keep
-        the per-step judgement when a per-step root reaches them.
+        ``[i for i in ids if t[i] > 0]``), a membership test in a device tensor (``tok in t``; in a condition, an
+        assigned value or a return), ``struct.pack`` of a device value, and a device tensor formatted as text
+        (``f"{t}"``, ``str(t)``, ``print(t)``, ``"%d" % t``; not in ``raise`` statements or assert messages).
+        Reachability includes ``@property`` getters the hot path runs by reading the attribute
+        (``self.num_sequences``, ``info.sequence_lengths`` on an object whose class is known) and methods called
+        through an attribute that holds them (``self.update = self.update_single_wrapper``). Device-ness follows the
+        project's value flow (callers' arguments, other objects' attributes and dataclass fields, also fields set after
+        construction (``ret = cls(...); ret.seq_lens = ...``) and fields of objects that project functions return, built
+        by keyword or position, ``@property`` results, return values, ``with torch.device(...)``, module globals that a
+        function assigns after ``global X``; a tensor allocated on a ``torch.device`` object lives where the object
+        names, also when a helper allocates on its ``device`` parameter: ``allocate(n, self.host_dev)``). A class
+        inherits the methods of a generic base (``MetadataBuilder[FlashInferMetadata]``), and an object declared with a
+        ``typing.Protocol`` runs the methods of the classes that implement it. Host data is not reported:
+        ``*_cpu``/``*_host``/``*_np`` names (of a name with a host and a device word, the last one decides:
+        ``max_host_len_dev`` is device data), pinned buffers, numpy arrays, factories with ``device="cpu"`` or without a
+        device, results of ``.cpu()``/``.numpy()``/``.tolist()``. On capture paths explicit ``synchronize()`` calls are
+        allowed (they sit around the capture, not inside it). A function that is itself a capture root (by
+        ``capture-paths`` or the default ``capture`` pattern) is judged as capture code even when a per-step root also
+        calls it (a ``forward`` that captures each new batch size on first sight): its device-to-host reads are
+        reported, its ``synchronize()`` calls are not; the functions it calls keep the per-step judgement when a
+        per-step root reaches them.
 
     Why it breaks serving
         Each of these blocks the CPU until the GPU has drained its queue. On a path that runs before every replay it
@@ -262,8 +264,9 @@ class HostSyncInHotPath(Rule):
                 for a in call.args[:3]:
                     host_read(a, "reads a device tensor on the host", call)
                 continue
-            if name in _PACKERS:  # struct.pack("<q", tok): each value's __index__ / __float__
-                for a in call.args[_PACKERS[name] :]:
+            packer = name if name in _PACKERS else imported_name(func, fn, "struct")  # also pack after an import
+            if packer in _PACKERS:  # struct.pack("<q", tok): each value's __index__ / __float__
+                for a in call.args[_PACKERS[packer] :]:
                     host_read(a, "packs a device tensor into bytes (reads it on the host)", call)
                 continue
             if name in _REDUCERS and len(call.args) == 1 and not call.keywords:
@@ -298,13 +301,12 @@ class HostSyncInHotPath(Rule):
                     else "copies device data to the host"
                 )
                 hit(call, what, w, operand=func.value)
-        for value, node in _formatted(fn):
+        for value, node in formatted_values(fn):
             host_read(value, "formats a device tensor as text (copies it to the host)", node)
-        for test in fn.tests:  # if tok in next_ids: Tensor.__contains__ reads (next_ids == tok).any() back
-            for n in ast.walk(test):
-                for op, right in zip(n.ops, n.comparators, strict=True) if isinstance(n, ast.Compare) else ():
-                    if isinstance(op, ast.In | ast.NotIn):
-                        host_read(right, "tests membership in a device tensor (reads the comparison on the host)", n)
+        for n in membership_tests(fn):  # tok in next_ids: Tensor.__contains__ reads (next_ids == tok).any() back
+            for op, right in zip(n.ops, n.comparators, strict=True):
+                if isinstance(op, ast.In | ast.NotIn):
+                    host_read(right, "tests membership in a device tensor (reads the comparison on the host)", n)
         for line, text, use in _early_reads(fn, pending):
             hit(
                 use,
@@ -312,7 +314,7 @@ class HostSyncInHotPath(Rule):
                 "or stream sync (the host may see stale data)",
                 Where.DEVICE,
             )
-        for test in [*fn.tests, *(a.test for a in fn.asserts), *_comprehension_ifs(fn)]:  # asserts evaluate too
+        for test in [*fn.tests, *(a.test for a in fn.asserts), *comprehension_ifs(fn)]:  # asserts evaluate too
             for leaf in _leaves(test):
                 if isinstance(leaf, ast.Constant):
                     continue
@@ -354,71 +356,6 @@ def _slice_bounds(
             if w is Where.UNKNOWN and prov.tensorish(bound, fn) and prov.tensor_where(bound, fn) is not Where.HOST:
                 hit(sub, "uses a tensor as a slice bound (implicit .item() if it is on the device)", w, Confidence.LOW)
                 return
-
-
-_FORMATTERS = frozenset({"str", "repr", "print", "format"})
-# prefixes of f-strings (``rf"`` contains ``f"``), the % operator and the formatting builtins
-_FORMAT_MARKS = (
-    *(p + q for p in ("f", "F", "fr", "fR", "Fr", "FR") for q in ('"', "'")),
-    *("%", "str(", "repr(", "print(", "format("),
-)
-
-
-def _formatted(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
-    """Values formatted as text on the path that runs: ``f"{t}"``, ``str(t)``, ``repr(t)``, ``print(t)``,
-    ``format(t)`` (not in ``raise`` statements or assert messages, which run only when something already failed,
-    and not lazy ``logger.debug("%s", t)`` arguments)."""
-    out: list[tuple[ast.expr, ast.AST]] = []
-    node = fn.node
-    if isinstance(node, ast.Module):
-        return out
-    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
-    if not any(mark in line for line in lines for mark in _FORMAT_MARKS):
-        return out  # nothing that formats: skip the walk (most functions)
-    stack: list[ast.AST] = list(node.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda | ast.Raise):
-            continue
-        if isinstance(n, ast.Assert):
-            stack.append(n.test)
-            continue
-        if isinstance(n, ast.FormattedValue):
-            out.append((n.value, n.value))
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FORMATTERS:
-            out.extend((a, n) for a in n.args if not isinstance(a, ast.Constant | ast.JoinedStr))
-        elif isinstance(n, ast.BinOp) and _is_percent_format(n):  # "%d tokens" % t, "%s/%s" % (a, b)
-            right = n.right
-            out.extend((a, n) for a in (right.elts if isinstance(right, ast.Tuple) else [right]))
-        stack.extend(ast.iter_child_nodes(n))
-    return out
-
-
-def _comprehension_ifs(fn: FunctionInfo) -> list[ast.expr]:
-    """Conditions of the function's comprehensions (``[i for i in ids if t[i] > 0]``): a branch per element."""
-    node = fn.node
-    if isinstance(node, ast.Module):
-        return []
-    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
-    if not (
-        any(" for " in line for line in lines)
-        and any(" if " in line or line.lstrip().startswith("if ") for line in lines)
-    ):
-        return []  # no comprehension with a condition can be here (it may span lines): skip the walk
-    out: list[ast.expr] = []
-    stack: list[ast.AST] = list(node.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(n, ast.comprehension):
-            out.extend(n.ifs)
-        stack.extend(ast.iter_child_nodes(n))
-    return out
-
-
-def _is_percent_format(node: ast.BinOp) -> bool:
-    return isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
 
 
 def _non_blocking(call: ast.Call) -> bool:
