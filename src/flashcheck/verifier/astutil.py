@@ -17,6 +17,7 @@ __all__ = [
     "call_name",
     "dotted",
     "enclosing_tests",
+    "executed_callable",
     "init_field",
     "is_in_place_method",
     "item_annotation",
@@ -430,3 +431,12 @@ def target_paths(target: ast.expr, path: tuple[int, ...]) -> list[tuple[str, tup
     if isinstance(target, ast.Tuple | ast.List):
         return [p for i, e in enumerate(target.elts) for p in target_paths(e, (*path, i))]
     return []
+
+
+def executed_callable(call: ast.expr) -> ast.expr | None:
+    """The function an awaited hand-off runs on a thread: ``f`` of ``loop.run_in_executor(pool, f, *args)`` and of
+    ``asyncio.to_thread(f, *args)``; the ``await`` gives its result."""
+    if not isinstance(call, ast.Call):
+        return None
+    at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
+    return call.args[at] if at is not None and len(call.args) > at else None

@@ -9,18 +9,20 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import annotation, dotted, item_annotation, positional_args, terminal_name
+from flashcheck.verifier.astutil import (
+    annotation,
+    dotted,
+    executed_callable,
+    item_annotation,
+    positional_args,
+    terminal_name,
+)
 from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.copies import copied
-from flashcheck.verifier.index import (
-    ClassInfo,
-    FunctionInfo,
-    ModuleInfo,
-    owner_of,
-    with_bases,
-)
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, with_bases
 from flashcheck.verifier.loops import loop_containers
+from flashcheck.verifier.narrowing import isinstance_narrowed
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.returns import returned_class, sent_class, yielded_class
 from flashcheck.verifier.sequences import bulk_growth, fresh_list, local_growth, narrowed_class, sequence_items
@@ -83,6 +85,9 @@ class InstanceTyping(ModuleBindings):
             if expr.id in ("self", "cls"):
                 owner = owner_of(fn)
                 return owner.cls if expr.id in owner.params else None
+            kept = isinstance_narrowed(expr, fn)  # inside if isinstance(meta, DecodeMeta): (meta: a union)
+            if kept is not None and isinstance(t := self.resolve_def(kept, fn), ClassInfo):
+                return t
             if expr.id in fn.params:
                 return self._value_type(expr, fn, depth + 1)
             declared = self._annotation_class(fn.local_types.get(expr.id), fn, depth + 1)  # meta: Optional[M] = ...
@@ -553,19 +558,9 @@ def branches(value: ast.expr) -> list[ast.expr]:
 
 
 def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
-    """`imported_name` for torch: ``torch.empty`` for ``empty`` after ``from torch import empty``, for ``E`` after
-    ``from torch import empty as E`` and for ``T.empty`` after ``import torch as T``; ``torch.cuda.synchronize`` for
-    ``sync`` after ``from torch.cuda import synchronize as sync``."""
+    """`imported_name` for torch: ``torch.empty`` for ``E`` after ``from torch import empty as E`` (``T.empty`` after
+    ``import torch as T``)."""
     return imported_name(node, fn, "torch")
-
-
-def executed_callable(call: ast.expr) -> ast.expr | None:
-    """The function an awaited hand-off runs on a thread: ``f`` of ``loop.run_in_executor(pool, f, *args)`` and of
-    ``asyncio.to_thread(f, *args)``; the ``await`` gives its result."""
-    if not isinstance(call, ast.Call):
-        return None
-    at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
-    return call.args[at] if at is not None and len(call.args) > at else None
 
 
 def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:

@@ -1,0 +1,102 @@
+"""The class an ``isinstance`` test narrows a name to where it is read: inside ``if isinstance(meta, DecodeMeta):``,
+in the ``else`` of ``if not isinstance(meta, DecodeMeta):``, after ``assert isinstance(meta, DecodeMeta)`` and after
+``if not isinstance(meta, DecodeMeta): return`` (or ``raise``) in the same block. A parameter declared with a union
+(``meta: AttnMetadata`` with ``AttnMetadata = Union[DecodeMeta, ExtendMeta]``) is then of that class there. Part of
+`flashcheck.verifier.instances.InstanceTyping`."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.index import FunctionInfo
+
+__all__ = ["isinstance_narrowed"]
+
+
+def isinstance_narrowed(name: ast.Name, fn: FunctionInfo) -> ast.expr | None:
+    """The class expression an ``isinstance`` test of `name`'s variable narrows it to at `name`'s line, or None."""
+    asserted = [a.test for a in fn.asserts]
+    if isinstance(fn.node, ast.Module) or not any(_tested(t, name.id) for t in [*fn.tests, *asserted]):
+        return None  # most reads: no isinstance test of this name in the function
+    return _in_block(fn.node.body, name.id, getattr(name, "lineno", 0))
+
+
+def _tested(test: ast.expr, var: str) -> bool:
+    return any(isinstance(n, ast.expr) and _isinstance_of(n, var) is not None for n in ast.walk(test))
+
+
+def _isinstance_of(test: ast.expr, var: str) -> ast.expr | None:
+    """X of ``isinstance(var, X)`` (one class, not a tuple), else None."""
+    if (
+        isinstance(test, ast.Call)
+        and dotted(test.func) == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0], ast.Name)
+        and test.args[0].id == var
+        and isinstance(test.args[1], ast.Name | ast.Attribute)
+    ):
+        return test.args[1]
+    return None
+
+
+def _negated(test: ast.expr, var: str) -> ast.expr | None:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _isinstance_of(test.operand, var)
+    return None
+
+
+def _end(node: ast.stmt) -> int:
+    return node.end_lineno or node.lineno
+
+
+def _within(body: Sequence[ast.stmt], line: int) -> bool:
+    return bool(body) and body[0].lineno <= line <= _end(body[-1])
+
+
+def _exits(body: Sequence[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return | ast.Raise | ast.Continue | ast.Break)
+
+
+def _in_block(body: Sequence[ast.stmt], var: str, line: int) -> ast.expr | None:
+    """The narrowing at `line` within the statements `body` (the innermost test that holds there wins)."""
+    found: ast.expr | None = None
+    for st in body:
+        if st.lineno > line:
+            break
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if _rebinds(st, var) and _end(st) < line:
+            found = None  # meta = other_meta(): what the test said no longer holds
+        if isinstance(st, ast.Assert) and _end(st) < line:
+            found = _isinstance_of(st.test, var) or found
+        if isinstance(st, ast.If):
+            kept, dropped = _isinstance_of(st.test, var), _negated(st.test, var)
+            if _within(st.body, line):
+                return _in_block(st.body, var, line) or kept
+            if _within(st.orelse, line):
+                return _in_block(st.orelse, var, line) or dropped
+            if dropped is not None and _exits(st.body) and _end(st) < line:
+                found = dropped  # if not isinstance(meta, X): return  ... meta is an X below
+            continue
+        for inner in _bodies(st):
+            if _within(inner, line):
+                return _in_block(inner, var, line) or found
+    return found
+
+
+def _bodies(st: ast.stmt) -> list[list[ast.stmt]]:
+    out: list[list[ast.stmt]] = []
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(st, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append(block)
+    out.extend(h.body for h in getattr(st, "handlers", []) or [])
+    out.extend(c.body for c in getattr(st, "cases", []) or [])
+    return out
+
+
+def _rebinds(st: ast.stmt, var: str) -> bool:
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id == var for t in targets)
