@@ -7,6 +7,7 @@ in the ``else`` of ``if not isinstance(meta, DecodeMeta):``, after ``assert isin
 from __future__ import annotations
 
 import ast
+import weakref
 from collections.abc import Sequence
 
 from flashcheck.verifier.astutil import dotted
@@ -17,14 +18,22 @@ __all__ = ["isinstance_narrowed"]
 
 def isinstance_narrowed(name: ast.Name, fn: FunctionInfo) -> ast.expr | None:
     """The class expression an ``isinstance`` test of `name`'s variable narrows it to at `name`'s line, or None."""
-    asserted = [a.test for a in fn.asserts]
-    if isinstance(fn.node, ast.Module) or not any(_tested(t, name.id) for t in [*fn.tests, *asserted]):
+    if isinstance(fn.node, ast.Module) or name.id not in _tested_names(fn):
         return None  # most reads: no isinstance test of this name in the function
     return _in_block(fn.node.body, name.id, getattr(name, "lineno", 0))
 
 
-def _tested(test: ast.expr, var: str) -> bool:
-    return any(isinstance(n, ast.expr) and _isinstance_of(n, var) is not None for n in ast.walk(test))
+_TESTED: weakref.WeakKeyDictionary[FunctionInfo, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _tested_names(fn: FunctionInfo) -> frozenset[str]:
+    """The names a branch or assert of `fn` tests with ``isinstance`` (once per function)."""
+    found = _TESTED.get(fn)
+    if found is None:
+        tests = [*fn.tests, *(a.test for a in fn.asserts)]
+        calls = (n for t in tests for n in ast.walk(t) if isinstance(n, ast.Call) and dotted(n.func) == "isinstance")
+        found = _TESTED[fn] = frozenset(c.args[0].id for c in calls if c.args and isinstance(c.args[0], ast.Name))
+    return found
 
 
 def _isinstance_of(test: ast.expr, var: str) -> ast.expr | None:
