@@ -88,3 +88,30 @@ def test_a_benchmarks_environment_probes_torch_and_flashinfer_a_runs_reports_onl
     plain_torch, plain_fi, probed_torch, probed_fi = json.loads(out)
     assert (plain_torch, plain_fi) == (None, None)  # `import flashcheck` imports neither
     assert probed_torch is not None and probed_fi == "0.0.fake"
+
+
+def test_throughput_rounds_give_the_median_round_beside_the_spread_and_the_overall_rate() -> None:
+    """A mode run in rounds reads as its median round (a slow spell of the host in one round does not set it),
+    with its slowest and fastest round and its rate over all rounds on the page; means are over every step."""
+    mod = _load("fuzz_throughput")
+    runs = [
+        {
+            "mode": "driver",
+            "steps": s,
+            "seconds": t,
+            "per_second": s / t,
+            "findings": f,
+            "mean_batch": b,
+            "mean_kv_tokens": 10.0,
+        }
+        for s, t, f, b in [(100, 1.0, 0, 1.0), (600, 2.0, 1, 2.0), (200, 1.0, 0, 4.0)]
+    ]
+    row = mod._over_rounds(runs)
+    assert row["per_second"] == 200.0 and row["rounds"] == [100.0, 300.0, 200.0]
+    assert row["overall_per_second"] == 225.0 and row["steps"] == 900 and row["findings"] == 1
+    assert row["mean_batch"] == pytest.approx((100 * 1 + 600 * 2 + 200 * 4) / 900)
+    row["mode"], row["vs_given"] = "driver, layers all", 2.0
+    page = "\n".join(
+        _load("render_evidence")._throughput(Path("fuzz_throughput-x.json"), {"rounds": 3, "results": [row]})
+    )
+    assert "| driver, layers all | 200.0 | 100.0 – 300.0 | 225.0 |" in page and "3 rounds of" in page

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 
 __all__ = [
     "IN_PLACE_EXCEPTIONS",
+    "SCOPES",
     "VIEW_METHODS",
     "annotation",
     "call_name",
@@ -24,6 +25,7 @@ __all__ = [
     "kwarg",
     "name_tokens",
     "overload_stub",
+    "own_nodes",
     "pattern_bindings",
     "positional_args",
     "reflected_attribute",
@@ -440,3 +442,16 @@ def executed_callable(call: ast.expr) -> ast.expr | None:
         return None
     at = {"run_in_executor": 1, "to_thread": 0}.get(terminal_name(call.func) or "")
     return call.args[at] if at is not None and len(call.args) > at else None
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def own_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and the nodes below it that belong to its own scope (not those of nested functions, lambdas and
+    classes)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, SCOPES))

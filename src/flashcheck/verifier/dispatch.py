@@ -71,10 +71,7 @@ class InstanceCalls(Registries):
                     if made == [None] and isinstance(value, ast.Call):  # make_backend(cfg) -> A | B: either
                         made = self.returned_union(value, where)
                     if not made and isinstance(value, ast.Call):  # cfg.get_quant_method(self, prefix): per layer
-                        mine = (
-                            owner if owner is not None and where.cls is not None and derives(owner, where.cls) else None
-                        )
-                        made = list(factory_classes(self, value, where, mine) or [])
+                        made = list(factory_classes(self, value, where, _self_at(owner, where)) or [])
                     for t in made:
                         if t is not None:
                             found[id(t)] = t
@@ -293,7 +290,7 @@ class InstanceCalls(Registries):
         found: dict[int, ClassInfo] = {}
         for value, where in values:
             for v in branches(value):
-                if is_none(v) or isinstance(v, ast.Constant | ast.JoinedStr):  # w.quant_method = "block": no object
+                if isinstance(v, ast.Constant | ast.JoinedStr):  # None, w.quant_method = "block": no object
                     continue
                 made = self.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
                 if isinstance(made, ClassInfo):
@@ -301,8 +298,7 @@ class InstanceCalls(Registries):
                     continue
                 if isinstance(obj, ast.Attribute) and owner and self._stored_elsewhere(value, where, obj.attr, owner):
                     continue  # layer.quant_method = m in a helper that only attention layers call
-                mine = owner if owner is not None and where.cls is not None and derives(owner, where.cls) else None
-                given = factory_classes(self, v, where, mine)
+                given = factory_classes(self, v, where, _self_at(owner, where))
                 if given is None:
                     return []
                 found.update((id(c), c) for c in given)
@@ -504,3 +500,9 @@ def _related(a: ClassInfo, b: ClassInfo) -> bool:
     """Whether one object may be of both classes: one derives from the other, or a class derives from both
     (``HybridLinear(LinearBase, KVLayer)``)."""
     return derives(a, b) or derives(b, a) or any(derives(d, b) for d in descendants(a))
+
+
+def _self_at(owner: ClassInfo | None, where: FunctionInfo) -> ClassInfo | None:
+    """The class of ``self`` in `where` when it stores an attribute of an object of class `owner`: `owner` where
+    `where` is a method of one of its bases (``LinearBase.__init__`` run for a ``ColumnParallelLinear``)."""
+    return owner if owner is not None and where.cls is not None and derives(owner, where.cls) else None

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted, is_abstract, is_none
+from flashcheck.verifier.astutil import SCOPES, dotted, is_abstract, is_none, own_nodes
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descendants, with_bases
 from flashcheck.verifier.instances import argument
 
@@ -31,7 +31,6 @@ __all__ = ["Objects", "factory_classes"]
 
 _DEPTH = 4  # nested factory calls followed
 _TARGETS = 32  # functions one call may run (overrides): more, and the answer is unknown
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _BUILDERS = frozenset({"__init__", "__new__", "__post_init__", "__attrs_post_init__"})
 
 
@@ -208,10 +207,10 @@ def _walk(
             here = _merge(after_true, after_false)
             if here is None:
                 return out, None
-        elif not isinstance(st, _SCOPES):  # loops, with, try, match: every return inside may run
+        elif not isinstance(st, SCOPES):  # loops, with, try, match: every return inside may run
             out += [
                 (n.value if n.value is not None else ast.Constant(None), None)
-                for n in _own_nodes(st)
+                for n in own_nodes(st)
                 if isinstance(n, ast.Return)
             ]
             _forget(here, st)
@@ -220,7 +219,7 @@ def _walk(
 
 def _forget(bound: Bound, node: ast.AST) -> None:
     """Drop what `bound` says of the names `node` may assign (they may hold any of their values after it)."""
-    for n in _own_nodes(node):
+    for n in own_nodes(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
             bound.pop(n.id, None)
 
@@ -230,14 +229,6 @@ def _merge(a: Bound | None, b: Bound | None) -> Bound | None:
     if a is None or b is None:
         return a if b is None else b
     return {k: tuple(dict.fromkeys([*a[k], *b[k]])) for k in a.keys() & b.keys()}
-
-
-def _own_nodes(node: ast.AST) -> Iterable[ast.AST]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, _SCOPES))
 
 
 def _possible(project: InstanceCalls, test: ast.expr, fn: FunctionInfo, env: Env) -> tuple[bool, bool]:
@@ -344,7 +335,7 @@ def _held_classes(project: InstanceCalls, held: Objects | None, name: str) -> li
     values: list[tuple[ast.expr, FunctionInfo | None]] = []
     stores = 0  # every binding of the name in the class bodies, also by tuple targets and loops
     for c in family.values():
-        body = (n for top in c.node.body if not isinstance(top, _SCOPES) for n in _own_nodes(top))
+        body = (n for top in c.node.body if not isinstance(top, SCOPES) for n in own_nodes(top))
         for st in body:  # also under if/try/for in the class body, not in its methods
             if isinstance(st, ast.Name) and st.id == name and isinstance(st.ctx, ast.Store):
                 stores += 1

@@ -558,8 +558,9 @@ def branches(value: ast.expr) -> list[ast.expr]:
 
 
 def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
-    """`imported_name` for torch: ``torch.empty`` for ``E`` after ``from torch import empty as E`` (``T.empty`` after
-    ``import torch as T``)."""
+    """`imported_name` for torch: ``torch.empty`` for ``empty`` after ``from torch import empty``, for ``E`` after
+    ``from torch import empty as E`` and for ``T.empty`` after ``import torch as T``; ``torch.cuda.synchronize`` for
+    ``sync`` after ``from torch.cuda import synchronize as sync``."""
     return imported_name(node, fn, "torch")
 
 

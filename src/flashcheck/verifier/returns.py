@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import annotation, dotted
+from flashcheck.verifier.astutil import SCOPES, annotation, dotted, own_nodes
 from flashcheck.verifier.astutil import terminal_name as terminal
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
 
@@ -31,7 +31,6 @@ _ITERATORS = frozenset(
 # answers are asked at one depth whatever the caller's, so that a memoised answer does not depend on who asked first
 # (a function's own recursion guard bounds chains of calls)
 _DEPTH = 3
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def yields_of(fn: FunctionInfo) -> list[ast.expr]:
@@ -39,16 +38,8 @@ def yields_of(fn: FunctionInfo) -> list[ast.expr]:
     gives a None constant."""
     if isinstance(fn.node, ast.Module):
         return []
-    out: list[ast.expr] = []
-    stack: list[ast.AST] = list(fn.node.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _SCOPES):
-            continue
-        if isinstance(node, ast.Yield):
-            out.append(node.value if node.value is not None else ast.Constant(None))
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+    nodes = (n for st in fn.node.body if not isinstance(st, SCOPES) for n in own_nodes(st))
+    return [n.value if n.value is not None else ast.Constant(None) for n in nodes if isinstance(n, ast.Yield)]
 
 
 def returned_class(project: InstanceTyping, fn: FunctionInfo) -> ClassInfo | None:

@@ -293,11 +293,8 @@ class Provenance(StoredPlaces):
         named = self.by_name(expr.attr)
         if named is HOST or self._declared_scalar(expr, fn):
             return HOST
-        if self._device_sibling(expr) and self.flow.instance_type(expr.value, fn) is None:
-            return HOST  # attn_inputs.prefix_lengths beside attn_inputs.prefix_lengths_device: the host mirror
-        paired = self._paired_suffix(expr)
-        if paired is not UNKNOWN and self.flow.instance_type(expr.value, fn) is None:
-            return paired  # params.kv_indptr_h beside params.kv_indptr_d: the host and the device copy
+        if self._host_by_sibling(expr) and self.flow.instance_type(expr.value, fn) is None:
+            return HOST  # attn_inputs.prefix_lengths beside attn_inputs.prefix_lengths_device, kv_len_h by kv_len_d
         # The strict mode keeps to facts: an attribute name stored as a device tensor somewhere in the project says
         # nothing about `node.op` on an object of unknown type.
         by_name = self.names_give_device

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_none, terminal_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
-from flashcheck.verifier.provenance.where import HOST, UNKNOWN, Where
+from flashcheck.verifier.provenance.where import UNKNOWN, Where
 
 if TYPE_CHECKING:
     from flashcheck.verifier.project import Project
@@ -20,7 +20,9 @@ __all__ = ["StoredPlaces"]
 
 
 class StoredPlaces:
-    """The stored-attribute half of `Provenance.device_value`."""
+    """The stored-attribute half of `Provenance.device_value`, and what sibling field names say."""
+
+    _attribute_names: frozenset[str] | None = None
 
     if TYPE_CHECKING:
         project: Project
@@ -87,20 +89,19 @@ class StoredPlaces:
             return self._stored_device(dev, fn, depth)
         return UNKNOWN
 
-    def _paired_suffix(self, expr: ast.Attribute) -> Where:
-        """HOST for an attribute named ``<x>_h`` on an object of unknown class (a compiled extension's struct) where
-        serving code also reads its twin ``<x>_d`` (on any object: rtp-llm names host and device copies so); UNKNOWN
-        otherwise. The ``_d`` twin says nothing alone: ``kernel_h``/``kernel_d`` may be plain numbers."""
-        attr = expr.attr
-        if len(attr) < 3 or not attr.endswith("_h"):
-            return UNKNOWN
-        twin = f"{attr[:-1]}d"
-        return HOST if any(a == twin for _, a in self.project.attribute_reads()) else UNKNOWN
-
-    def _device_sibling(self, expr: ast.Attribute) -> bool:
-        """Serving code reads, on a receiver of the same name, an attribute named as this one's device copy
-        (``attn_inputs.prefix_lengths_device``, ``*_gpu``, ``*_cuda``) and none named as its host copy: on an
-        object of unknown class (a compiled extension's struct), the bare name is then the host mirror."""
+    def _host_by_sibling(self, expr: ast.Attribute) -> bool:
+        """Whether the names of a field's siblings make it the host copy, on an object of unknown class (a compiled
+        extension's struct): serving code reads, on a receiver of the same name, the field's device copy
+        (``attn_inputs.prefix_lengths_device``, ``*_gpu``, ``*_cuda``) and no host copy, or the field is ``<x>_h``
+        and ``<x>_d`` is read on any object (rtp-llm's naming of host and device copies; a ``_d`` name alone says
+        nothing: ``kernel_h``/``kernel_d`` may be plain numbers)."""
         names, recv, attr = self.project.attribute_reads(), terminal_name(expr.value), expr.attr
+        if attr.endswith("_h") and len(attr) > 2 and f"{attr[:-1]}d" in self._read_attribute_names():
+            return True
         device = any((recv, f"{attr}_{w}") in names for w in ("device", "gpu", "cuda"))
         return device and not any((recv, f"{attr}_{w}") in names for w in ("cpu", "host"))
+
+    def _read_attribute_names(self) -> frozenset[str]:
+        if self._attribute_names is None:
+            self._attribute_names = frozenset(a for _, a in self.project.attribute_reads())
+        return self._attribute_names

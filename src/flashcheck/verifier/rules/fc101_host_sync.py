@@ -264,7 +264,7 @@ class HostSyncInHotPath(Rule):
                 for a in call.args[:3]:
                     host_read(a, "reads a device tensor on the host", call)
                 continue
-            packer = name if name in _PACKERS else imported_name(func, fn, "struct")  # also pack after an import
+            packer = imported_name(func, fn, "struct")  # struct.pack, also pack after from struct import pack
             if packer in _PACKERS:  # struct.pack("<q", tok): each value's __index__ / __float__
                 for a in call.args[_PACKERS[packer] :]:
                     host_read(a, "packs a device tensor into bytes (reads it on the host)", call)
