@@ -132,6 +132,8 @@ class ModuleInfo:
     # a name imported from a project module that binds it to a FlashInfer class there, with that class's dotted
     # name (``from .api import Decode`` after ``Decode = flashinfer.X`` in ``api``); filled when the project links
     class_aliases: dict[str, ast.expr] = field(default_factory=dict)
+    # the string constants of the file that start with an underscore (``'_plan_info'``): names getattr may read
+    private_strings: set[str] = field(default_factory=set)
 
     def global_values(self, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What module global `name` may hold: its top-level assignments and those of functions that declare it

@@ -206,6 +206,8 @@ class _Indexer:
             node = pop()
             t = type(node)
             if t in _LEAVES:
+                if t is ast.Constant and type(node.value) is str and node.value[:1] == "_":  # type: ignore[attr-defined]
+                    self.out.module.private_strings.add(node.value)  # type: ignore[attr-defined]
                 continue
             if t in _SCOPES:
                 self._walk(fn, [node], cls)  # type: ignore[list-item]
@@ -231,6 +233,8 @@ class _Indexer:
 
     def _walk_expr(self, fn: FunctionInfo, expr: ast.expr) -> None:
         for node in ast.walk(expr):
+            if type(node) is ast.Constant and type(node.value) is str and node.value[:1] == "_":
+                self.out.module.private_strings.add(node.value)
             kind = _KINDS.get(type(node))
             if kind is not None:
                 self._collect(fn, node, kind)

@@ -45,7 +45,7 @@ class InstanceTyping(ModuleBindings):
     """The typing half of `flashcheck.verifier.project.Project` (name resolution and the call graph are there)."""
 
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
-    _instance_memo: dict[tuple[int, int, int], ClassInfo | None]  # instance_type's, made by Project
+    _instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None]  # instance_type's, made by Project
     cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
     reaching: Reaching  # made by Project
 
@@ -66,7 +66,7 @@ class InstanceTyping(ModuleBindings):
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends
         on the expression, its function and the depth left alone)."""
-        key = (id(expr), id(fn), depth)
+        key = (expr, id(fn), depth)
         memo = self._instance_memo
         if key in memo:
             return memo[key]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import FunctionInfo
+from flashcheck.verifier.syntax_reads import function_text
 
 __all__ = ["isinstance_narrowed"]
 
@@ -29,6 +30,8 @@ _TESTED: weakref.WeakKeyDictionary[FunctionInfo, frozenset[str]] = weakref.WeakK
 def _tested_names(fn: FunctionInfo) -> frozenset[str]:
     """The names a branch or assert of `fn` tests with ``isinstance`` (once per function)."""
     found = _TESTED.get(fn)
+    if found is None and "isinstance" not in function_text(fn):
+        found = _TESTED[fn] = frozenset()  # no test to walk for (most functions)
     if found is None:
         tests = [*fn.tests, *(a.test for a in fn.asserts)]
         calls = (n for t in tests for n in ast.walk(t) if isinstance(n, ast.Call) and dotted(n.func) == "isinstance")

@@ -73,7 +73,9 @@ class Project(Members):
         self._loop_names: dict[str, set[str]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
-        self._instance_memo: dict[tuple[int, int, int], ClassInfo | None] = {}
+        self._instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None] = {}
+        self._targets_memo: dict[ast.Call, list[FunctionInfo]] = {}  # _call_targets'
+        self._private_strings: frozenset[str] | None = None
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._subclass_memo: dict[int, list[ClassInfo]] = {}
@@ -95,6 +97,7 @@ class Project(Members):
         cut short by the recursion guards, so what was asked before may matter. The name index stays: it depends
         on the files alone."""
         self._callee_cache.clear()
+        self._targets_memo.clear()
         self._property_cache.clear()
         self._return_types.clear()
         self._instance_memo.clear()
@@ -294,6 +297,13 @@ class Project(Members):
         attrs_used, names_used, free_names = self._value_names
         return fn.name in attrs_used or (fn.name in names_used and (fn.cls is None or fn.name not in free_names))
 
+    def private_strings(self) -> frozenset[str]:
+        """Every string constant of the project that starts with an underscore: the names a ``getattr``/``setattr``
+        whose name argument is not a literal may use (the value flow finds names among constants only)."""
+        if self._private_strings is None:
+            self._private_strings = frozenset(s for m in self.modules.values() for s in m.private_strings)
+        return self._private_strings
+
     def attribute_reads(self) -> frozenset[tuple[str | None, str]]:
         """(the receiver's last name, the attribute) of every attribute read in serving code (``attn_inputs.
         prefix_lengths_device`` gives ``("attn_inputs", "prefix_lengths_device")``)."""
@@ -414,7 +424,18 @@ class Project(Members):
         self._callee_cache[id(fn)] = out
         return out
 
-    def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]:
+    def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> list[FunctionInfo]:
+        """The project functions `call` (a call of `fn`) may run, memoised per call: `callers` asks about the same
+        calls for every function of a name (each ``forward`` of a project, each ``__init__``)."""
+        found = self._targets_memo.get(call)
+        if found is None:
+            cuts = self.cuts
+            found = list(self._call_targets_uncached(call, fn))
+            if self.cuts == cuts:  # not cut short by a recursion guard (asked again later, it may know more)
+                self._targets_memo[call] = found
+        return found
+
+    def _call_targets_uncached(self, call: ast.Call, fn: FunctionInfo) -> Iterator[FunctionInfo]:
         func = call.func
         looked_up = self.registry_classes(func, fn) if not isinstance(func, ast.Name | ast.Attribute) else []
         if looked_up and self.registry_held(func):  # BACKENDS[name](cfg)

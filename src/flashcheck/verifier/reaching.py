@@ -25,7 +25,7 @@ class Reaching:
     def __init__(self) -> None:
         self._loops: dict[int, list[tuple[int, int]]] = {}
         self._narrowed: dict[int, list[tuple[str, int, int]]] = {}
-        self._kept: dict[int, list[ast.expr]] = {}
+        self._kept: dict[ast.expr, list[ast.expr]] = {}
 
     def not_a_tensor(self, read: ast.Name, fn: FunctionInfo) -> bool:
         """Whether `read` sits where an ``isinstance`` test said the name holds no tensor: the ``else`` of ``if
@@ -42,9 +42,9 @@ class Reaching:
         can (a read the text does not order, such as a name first bound in a branch below a loop)."""
         if len(values) < 2 or not hasattr(read, "lineno"):
             return values
-        kept = self._kept.get(id(read))  # one answer per read: typing and the value flow both ask
+        kept = self._kept.get(read)  # one answer per read: typing and the value flow both ask
         if kept is None:
-            kept = self._kept[id(read)] = [v for v in values if self.reaches(v, read, fn)] or values
+            kept = self._kept[read] = [v for v in values if self.reaches(v, read, fn)] or values
         return kept
 
     def reaches(self, value: ast.expr, read: ast.expr, fn: FunctionInfo) -> bool:

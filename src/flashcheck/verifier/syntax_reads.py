@@ -5,6 +5,7 @@ whose text cannot hold them. FC101 judges the values these give (`flashcheck.ver
 from __future__ import annotations
 
 import ast
+import re
 
 from flashcheck.verifier.index import FunctionInfo
 
@@ -18,8 +19,22 @@ _FORMAT_MARKS = (
 )
 
 
+def function_text(fn: FunctionInfo) -> str:
+    """The source lines of `fn` (empty for a module's top-level code): what a text test looks at before a walk."""
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return ""
+    return "\n".join(fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno])
+
+
+_IN, _FOR, _IF = re.compile(r"\bin\b"), re.compile(r"\bfor\b"), re.compile(r"(?m) if |^\s*if ")
+
+
 def membership_tests(fn: FunctionInfo) -> list[ast.Compare]:
     """The ``in``/``not in`` comparisons of conditions, assigned values and returns."""
+    text = function_text(fn)
+    if len(_IN.findall(text)) <= len(_FOR.findall(text)):
+        return []  # every `in` of the text may belong to a `for` (most functions): no membership test to walk for
     roots = [*fn.tests, *(a.value for a in fn.assigns if a.value is not None), *fn.returns]
     return [
         n
@@ -35,10 +50,8 @@ def formatted_values(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
     and not lazy ``logger.debug("%s", t)`` arguments)."""
     out: list[tuple[ast.expr, ast.AST]] = []
     node = fn.node
-    if isinstance(node, ast.Module):
-        return out
-    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
-    if not any(mark in line for line in lines for mark in _FORMAT_MARKS):
+    text = function_text(fn)
+    if isinstance(node, ast.Module) or not any(mark in text for mark in _FORMAT_MARKS):
         return out  # nothing that formats: skip the walk (most functions)
     stack: list[ast.AST] = list(node.body)
     while stack:
@@ -62,13 +75,8 @@ def formatted_values(fn: FunctionInfo) -> list[tuple[ast.expr, ast.AST]]:
 def comprehension_ifs(fn: FunctionInfo) -> list[ast.expr]:
     """Conditions of the function's comprehensions (``[i for i in ids if t[i] > 0]``): a branch per element."""
     node = fn.node
-    if isinstance(node, ast.Module):
-        return []
-    lines = fn.source.lines[node.lineno - 1 : node.end_lineno or node.lineno]
-    if not (
-        any(" for " in line for line in lines)
-        and any(" if " in line or line.lstrip().startswith("if ") for line in lines)
-    ):
+    text = function_text(fn)
+    if isinstance(node, ast.Module) or not (" for " in text and _IF.search(text)):
         return []  # no comprehension with a condition can be here (it may span lines): skip the walk
     out: list[ast.expr] = []
     stack: list[ast.AST] = list(node.body)

@@ -86,7 +86,7 @@ class Provenance(StoredPlaces):
         self.host_names = host_names
         self.names_give_device = names_give_device
         self._names: dict[tuple[int, str], Where] = {}
-        self._nodes: dict[int, Where] = {}
+        self._nodes: dict[ast.expr, Where] = {}
         self._active: set[object] = set()
         self._cycle = False
         self._depth = 0
@@ -214,10 +214,9 @@ class Provenance(StoredPlaces):
             self._active.discard(key)
 
     def _cached(self, node: ast.expr, fn: FunctionInfo, compute: Callable[[], Where]) -> Where:
-        key = id(node)
-        found = self._nodes.get(key)
+        found = self._nodes.get(node)
         if found is None:
-            found = self._nodes[key] = self._guarded(("node", key, id(fn)), compute)
+            found = self._nodes[node] = self._guarded(("node", id(node), id(fn)), compute)
         return found
 
     def _name(self, name: str, fn: FunctionInfo) -> Where:

@@ -44,17 +44,17 @@ class ValueFlow(ClassAttrs, KeyedItems):
         self.calls = CallScan(project)
         self._self_attrs: dict[str, list[Source]] | None = None
         self._module_items: dict[tuple[str, str], list[Source]] | None = None
-        self._sources: dict[int, list[Source]] = {}
+        self._sources: dict[ast.expr, list[Source]] = {}
         self._params: dict[tuple[int, str], list[Source]] = {}
         self._active: set[int] = set()
         self._edepth = 0
-        self._elements: dict[int, list[Source]] = {}
+        self._elements: dict[ast.expr, list[Source]] = {}
         self._class_attrs: dict[tuple[int, str], list[Source]] = {}
         self._receivers: dict[int, list[ast.expr]] | None = None
         self._unpacks: dict[int, dict[str, list[tuple[ast.expr, int]]]] = {}
         self._class_attr_names: frozenset[str] | None = None
-        self._types: dict[int, ClassInfo | None] = {}
-        self._getattr_reads: dict[int, list[ast.Attribute]] = {}
+        self._types: dict[ast.expr, ClassInfo | None] = {}
+        self._getattr_reads: dict[ast.Call, list[ast.Attribute]] = {}
         self._types_active: set[int] = set()
         self._reaching = project.reaching
 
@@ -62,13 +62,13 @@ class ValueFlow(ClassAttrs, KeyedItems):
     def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]:
         """Expressions `expr` may evaluate to (one step back); empty when nothing is known (cached per node)."""
         key = id(expr)
-        found = self._sources.get(key)
+        found = self._sources.get(expr)
         if found is None:
             if key in self._active or len(self._active) > _MAX_CHAIN:
                 return []  # a cycle, or a chain too long to follow (the partial answer is not cached)
             self._active.add(key)
             try:
-                found = self._sources[key] = self._sources_uncached(expr, fn)
+                found = self._sources[expr] = self._sources_uncached(expr, fn)
             finally:
                 self._active.discard(key)
         return found
@@ -129,11 +129,11 @@ class ValueFlow(ClassAttrs, KeyedItems):
     def getattr_reads(self, call: ast.Call, fn: FunctionInfo) -> list[ast.Attribute]:
         """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name (none
         for an unknown name); the nodes are kept, so caches keyed by node stay right."""
-        found = self._getattr_reads.get(id(call))
+        found = self._getattr_reads.get(call)
         if found is None:
             names = self.attribute_names(call.args[1], fn, call.lineno) if len(call.args) >= 2 else []
             found = [ast.copy_location(ast.Attribute(call.args[0], n, ast.Load()), call) for n in names[:8]]
-            self._getattr_reads[id(call)] = found
+            self._getattr_reads[call] = found
         return found
 
     def constants(self, starts: list[Source], limit: int = 64) -> Iterator[object]:
@@ -423,8 +423,8 @@ class ValueFlow(ClassAttrs, KeyedItems):
             or not isinstance(expr, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
         ):
             return None
-        if key in self._types:
-            return self._types[key]
+        if expr in self._types:
+            return self._types[expr]
         self._types_active.add(key)
         try:
             found: dict[int, ClassInfo] = {}
@@ -434,7 +434,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
                     found[id(t)] = t
         finally:
             self._types_active.discard(key)
-        result = self._types[key] = next(iter(found.values())) if len(found) == 1 else None
+        result = self._types[expr] = next(iter(found.values())) if len(found) == 1 else None
         return result
 
     def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]:
@@ -442,15 +442,14 @@ class ValueFlow(ClassAttrs, KeyedItems):
 
         An expression that is not a container (a tensor) is its own element.
         """
-        key = id(container)
-        cached = self._elements.get(key)
+        cached = self._elements.get(container)
         if cached is not None:
             return cached
         if depth > 4 or self._edepth > 8:
             return []
         self._edepth += 1
         try:
-            found = self._elements[key] = self._element_sources(container, fn, depth)
+            found = self._elements[container] = self._element_sources(container, fn, depth)
         finally:
             self._edepth -= 1
         return found

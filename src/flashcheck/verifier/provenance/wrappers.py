@@ -33,8 +33,8 @@ class Wrappers:
 
     def __init__(self, flow: ValueFlow) -> None:
         self.flow = flow
-        self._cache: dict[int, str | None] = {}
-        self._plans: dict[int, tuple[str, str, int] | None] = {}
+        self._cache: dict[ast.expr, str | None] = {}
+        self._plans: dict[ast.expr, tuple[str, str, int] | None] = {}
         self._active: set[int] = set()
         self._installed: dict[int, str] | None = None
         # Without any flashinfer import there are no wrappers or plan functions to find (torch, most projects).
@@ -44,8 +44,8 @@ class Wrappers:
     def wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> str | None:
         """The FlashInfer wrapper class `expr` may be an instance of (``BatchDecodeWithPagedKVCacheWrapper``)."""
         key = id(expr)
-        if key in self._cache:
-            return self._cache[key]
+        if expr in self._cache:
+            return self._cache[expr]
         if not self.enabled or key in self._active or depth > 8:
             return None
         self._active.add(key)
@@ -53,7 +53,7 @@ class Wrappers:
             found = self._wrapper_class(expr, fn, depth)
         finally:
             self._active.discard(key)
-        self._cache[key] = found
+        self._cache[expr] = found
         return found
 
     def _wrapper_class(self, expr: ast.expr, fn: FunctionInfo, depth: int) -> str | None:
@@ -305,11 +305,10 @@ class Wrappers:
         partials bind. None when it is neither."""
         if not self.enabled or depth > 6:
             return None
-        key = id(func)
-        if key in self._plans:
-            return self._plans[key]
-        self._plans[key] = None  # recursion guard
-        self._plans[key] = found = self._callable_target(func, fn, depth)
+        if func in self._plans:
+            return self._plans[func]
+        self._plans[func] = None  # recursion guard
+        self._plans[func] = found = self._callable_target(func, fn, depth)
         return found
 
     def _callable_target(self, func: ast.expr, fn: FunctionInfo, depth: int) -> tuple[str, str, int] | None:

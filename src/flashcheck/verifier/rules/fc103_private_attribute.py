@@ -78,12 +78,16 @@ class FlashinferPrivateAttribute(Rule):
     """
 
     def check(self, ctx: Context) -> None:
+        named = _KNOWN & ctx.project.private_strings()  # no other name argument can be one of ours
+        anywhere = bool(named & SPECIFIC_PRIVATE)  # names reported on any receiver, the others on wrappers only
         for fn in ctx.project.all_functions():
             for attr in fn.attributes:
                 if attr.attr in _KNOWN and not attr.attr.startswith("__"):  # `_check` knows no other name
                     self._check(ctx, fn, attr, attr.value, attr.attr)
             for call in fn.calls:
                 if isinstance(call.func, ast.Name) and call.func.id in _REFLECTION and len(call.args) >= 2:
+                    if not named or not (anywhere or _wrapperish(ctx, fn, call.args[0])):
+                        continue  # resolving the name argument is the dear part: only where it may matter
                     for name in ctx.prov.flow.attribute_names(call.args[1], fn, call.lineno):
                         self._check(ctx, fn, call, call.args[0], name)
             for sub in fn.subscripts:  # vars(w)["_plan_info"], w.__dict__["_plan_info"]
@@ -100,9 +104,9 @@ class FlashinferPrivateAttribute(Rule):
                     item = ast.copy_location(ast.Subscript(call.args[1], ast.Constant(...), ast.Load()), call)
                     for name in _getter_names(call.args[0], fn) if ctx.wrappers.wrapper_class(item, fn) else ():
                         self._check(ctx, fn, call, item, name)
-                if isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
+                if named and isinstance(f, ast.Attribute) and f.attr in _DICT_ACCESS and call.args:
                     owner = _dict_owner(f.value)
-                    if owner is not None:
+                    if owner is not None and (anywhere or _wrapperish(ctx, fn, owner)):
                         for name in ctx.prov.flow.attribute_names(call.args[0], fn, call.lineno):
                             self._check(ctx, fn, call, owner, name)
 
@@ -111,8 +115,7 @@ class FlashinferPrivateAttribute(Rule):
             if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and not _is_wrapper_self(ctx, fn):
                 return
         elif attr in GENERIC_PRIVATE:
-            own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and _is_wrapper_self(ctx, fn)
-            if not own and not looks_like_wrapper(receiver) and ctx.wrappers.wrapper_class(receiver, fn) is None:
+            if not _wrapperish(ctx, fn, receiver):
                 return
         elif attr in _OTHER:
             if ctx.wrappers.wrapper_class(receiver, fn) is None or _engine_state(ctx, fn, receiver, attr):
@@ -143,6 +146,13 @@ def _getter_names(func: ast.expr, fn: FunctionInfo) -> list[str]:
     if not isinstance(func, ast.Call) or (dotted(func.func) or "").rsplit(".", 1)[-1] != "attrgetter":
         return []
     return [a.value.split(".")[0] for a in func.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+
+
+def _wrapperish(ctx: Context, fn: FunctionInfo, receiver: ast.expr) -> bool:
+    """Whether `receiver` may be a FlashInfer wrapper: ``self`` of a wrapper subclass, a wrapper-like name, or an
+    object the value flow traces to a wrapper's constructor."""
+    own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls") and _is_wrapper_self(ctx, fn)
+    return own or looks_like_wrapper(receiver) or ctx.wrappers.wrapper_class(receiver, fn) is not None
 
 
 def _dict_owner(expr: ast.expr) -> ast.expr | None:

@@ -126,12 +126,12 @@ class _Names:
     """The names (``ast.Name`` ids) an expression reads, walked once per expression."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, frozenset[str]] = {}
+        self._seen: dict[ast.expr, frozenset[str]] = {}
 
     def of(self, expr: ast.expr) -> frozenset[str]:
-        found = self._seen.get(id(expr))
+        found = self._seen.get(expr)
         if found is None:
-            found = self._seen[id(expr)] = frozenset(n.id for n in ast.walk(expr) if isinstance(n, ast.Name))
+            found = self._seen[expr] = frozenset(n.id for n in ast.walk(expr) if isinstance(n, ast.Name))
         return found
 
     def mention(self, expr: ast.expr, names: set[str]) -> bool:
