@@ -20,6 +20,7 @@ from flashcheck.verifier.astutil import (
 from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.copies import copied
+from flashcheck.verifier.generics import declared_items, generic_class
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, with_bases
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.narrowing import isinstance_narrowed
@@ -169,7 +170,9 @@ class InstanceTyping(ModuleBindings):
             if isinstance(target, ClassInfo):
                 return target
             if isinstance(target, FunctionInfo):  # meta = self.backend.build_metadata(...)
-                return returned_class(self, target)
+                ret = getattr(target.node, "returns", None)  # self.decode_slot.get() -> TMeta of MetadataSlot[M]
+                bound = isinstance(f, ast.Attribute) and generic_class(self, ret, target, f.value, fn, depth + 1)
+                return bound or returned_class(self, target)
             return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             ann = fn.params[value.id]
@@ -225,6 +228,10 @@ class InstanceTyping(ModuleBindings):
                 return None
             ret = getattr(gen.node, "returns", None)  # def entries(...) -> List[CachedImage]
             item = item_annotation(ret) if ret is not None else None
+            f = container.func  # self.graphs.values() -> Iterator[V] of a BucketTable[int, GraphEntry]
+            bound = generic_class(self, item, gen, f.value, fn, depth + 1) if isinstance(f, ast.Attribute) else None
+            if bound is not None:
+                return bound
             return self._annotation_class(item, gen, depth + 1) if item is not None else yielded_class(self, gen)
         if isinstance(container, ast.Name) and container.id in fn.loop_vars and container.id not in fn.local_assigns:
             held = loop_containers(container.id, fn, container.lineno) or []  # for es in entries: items of items
@@ -271,7 +278,7 @@ class InstanceTyping(ModuleBindings):
         while isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
             container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
         seen = self._seen_item_types(container, fn, depth)
-        declared = self._declared_items(container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
+        declared = declared_items(self, container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
         whole = not self.grown(container, fn, depth)
         if declared is not None and (not seen or None in seen or not whole):  # items seen built: their own classes
             t = self._annotation_class(declared[0], declared[1], depth + 1)
@@ -316,7 +323,7 @@ class InstanceTyping(ModuleBindings):
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
                 v = v.value if isinstance(v, ast.Starred) else v  # nn.Sequential(*layers)
-            declared = self._declared_items(v, where, depth + 1) if isinstance(v, ast.Name) else None
+            declared = declared_items(self, v, where, depth + 1) if isinstance(v, ast.Name) else None
             known = self._annotation_class(declared[0], declared[1], depth + 1) if declared is not None else None
             if known is not None:  # self.layers = layers, declared list[Layer] (a parameter or a local)
                 typed.append(known)
@@ -371,7 +378,7 @@ class InstanceTyping(ModuleBindings):
         or parameter so declared (``blocks: List[BaseBlock] = []``; ``self.layers = nn.ModuleList(blocks)``)."""
         while isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
             container = container.value
-        if self._declared_items(container, fn, 1) is not None:
+        if declared_items(self, container, fn, 1) is not None:
             return True
         if isinstance(container, ast.Name):  # kept = [b for b in backends if isinstance(b, Paged)]: Paged or below
             return any(narrowed_class(v) is not None for v in fn.local_assigns.get(container.id, [])[:4])
@@ -382,36 +389,11 @@ class InstanceTyping(ModuleBindings):
                 v = bound
                 while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                     v = v.args[0]
-                if isinstance(v, ast.Name) and self._declared_items(v, where, 1) is not None:
+                if isinstance(v, ast.Name) and declared_items(self, v, where, 1) is not None:
                     return True
                 if narrowed_class(v) is not None:
                     return True
         return False
-
-    def _declared_items(
-        self, container: ast.expr, fn: FunctionInfo, depth: int
-    ) -> tuple[ast.expr, FunctionInfo] | None:
-        """The annotation of a container's items, with the scope that resolves its names: ``X`` for an attribute,
-        parameter or local declared ``List[X]``/``Dict[K, X]``/``Optional[Sequence[X]]``, and for items of items
-        (``self.graph_runners[ve][bs]`` of ``List[Dict[int, X]]``)."""
-        if depth > 6:
-            return None
-        ann: ast.expr | None = None
-        scope = fn
-        if isinstance(container, ast.Name):
-            ann = fn.local_types.get(container.id) or fn.params.get(container.id)
-        elif isinstance(container, ast.Attribute):
-            cls = self.instance_type(container.value, fn, depth + 1)
-            for c in with_bases(cls):
-                if container.attr in c.attr_types and c.module.body is not None:
-                    ann, scope = c.attr_types[container.attr], c.module.body
-                    break
-        elif isinstance(container, ast.Subscript) and not isinstance(container.slice, ast.Slice):
-            outer = self._declared_items(container.value, fn, depth + 1)
-            if outer is not None:
-                ann, scope = outer
-        item = item_annotation(ann) if ann is not None else None
-        return (item, scope) if item is not None else None
 
     @staticmethod
     def _same_class(types: list[ClassInfo | None]) -> ClassInfo | None:

@@ -403,7 +403,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if isinstance(target, ClassInfo):
                 return target
-        elif isinstance(expr, ast.Name | ast.Attribute):
+        elif isinstance(expr, ast.Name | ast.Attribute | ast.Subscript):  # also self.graphs[bs] of a typed table
             cls = self.project.instance_type(expr, fn)
             if cls is not None:
                 return cls
