@@ -1,0 +1,1 @@
+"""Attention backends. Only FlashInfer is implemented; it imports FlashInfer through compat."""
