@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, is_abstract
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 
 __all__ = ["applies_forward", "ctx_shift", "is_autograd_function"]
@@ -52,4 +52,5 @@ def ctx_shift(call: ast.Call, callee: FunctionInfo) -> int:
     if not applies_forward(call, callee):
         return 0
     assert callee.cls is not None
-    return 0 if any("setup_context" in c.methods for c in with_bases(callee.cls)) else 1
+    own = (c.methods.get("setup_context") for c in with_bases(callee.cls))  # not a base's declaration (torch's own)
+    return 0 if any(m is not None and not is_abstract(m.node) for m in own) else 1

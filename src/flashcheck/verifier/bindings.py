@@ -25,6 +25,10 @@ class ModuleBindings(ProjectIndex):
 
         def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
 
+        def resolve_def(
+            self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
+        ) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
     def binding(self, module: ModuleInfo, name: str) -> tuple[ModuleInfo, str] | None:
         """The module whose top level binds the global `name` that `module` reads, and its name there: `module`
         itself, or the project module it imports the name from, followed through re-exports and star imports for a
@@ -64,6 +68,25 @@ class ModuleBindings(ProjectIndex):
             bound = self._binding(star, name, depth + 1)
             if bound is not None:
                 return bound
+        return None
+
+    def module_member(self, module: ModuleInfo, name: str, depth: int) -> FunctionInfo | ClassInfo | ModuleInfo | None:
+        """``module.name`` where the module neither defines nor imports `name` by name: what a star import brings
+        (``from .host import *`` in a package's ``__init__.py``, within the star module's ``__all__``), or the
+        definition a top-level alias names (``plan_decode = _impl.plan_decode`` in a facade module)."""
+        if depth > _MAX_HOPS:
+            return None
+        for star in reversed(self._stars(module)):
+            exported = _exports(star)
+            if (name in exported) if exported is not None else not name.startswith("_"):
+                found = self.lookup(f"{star.name}.{name}", depth + 1)
+                if found is not None:
+                    return found
+        values = module.body.local_assigns.get(name, []) if module.body is not None else []
+        if len(values) == 1 and isinstance(values[0], ast.Name | ast.Attribute) and module.body is not None:
+            found = self.resolve_def(values[0], module.body, depth + 1)
+            if isinstance(found, FunctionInfo | ClassInfo):
+                return found
         return None
 
     def link_class_aliases(self) -> None:

@@ -176,7 +176,7 @@ class InstanceCalls(Registries):
                 continue
             yield call
             if not several and call.cls is not None and not self.built_as_one(func, fn):
-                yield from self.overrides(call.cls, call.name)
+                yield from self.overrides(cls, call.name)  # of the object's class: a subclass of it, not of a base
 
     def _call_classes(self, func: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes a called object may be of where the analysis sees them (several classes, a constant key's item,

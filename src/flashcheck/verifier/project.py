@@ -157,7 +157,9 @@ class Project(Members):
             if name in d.classes:
                 return d.classes[name]
             target = d.imports.get(name)
-            return self.lookup(target, depth + 1) if target else self.modules.get(f"{d.name}.{name}")
+            if target:
+                return self.lookup(target, depth + 1)
+            return self.modules.get(f"{d.name}.{name}") or self.module_member(d, name, depth + 1)
         if isinstance(d, ClassInfo):
             return self.method(d, name)
         return None

@@ -157,7 +157,9 @@ def module_name(path: Path, root: Path | None = None) -> str:
 
     A file outside any regular package (a namespace package, PEP 420) is named by its path relative to `root`
     (``srt/layers/attention/backend.py`` is ``srt.layers.attention.backend``), so imports between such folders
-    resolve; `Project` also accepts any dotted suffix of that name.
+    resolve; `Project` also accepts any dotted suffix of that name. A regular package inside a namespace folder that
+    is itself inside a regular package (``pkg/layers/attention/``, ``layers`` without ``__init__.py``) is named from
+    the outermost one, as Python imports it (``pkg.layers.attention``).
     """
     parts = [] if path.name == "__init__.py" else [path.stem]
     d = path.parent
@@ -173,7 +175,26 @@ def module_name(path: Path, root: Path | None = None) -> str:
         if d.parent == d:
             break
         d = d.parent
+    outer = _outer_package(d, root) if parts and root is not None else None
+    if outer is not None:  # a namespace folder inside a regular package (pkg/layers/attention/): pkg.layers.attention
+        rel = path.relative_to(outer.parent).with_suffix("").parts
+        if all(p.isidentifier() for p in rel):
+            return ".".join(rel[:-1] if path.name == "__init__.py" else rel)
     return ".".join(reversed(parts)) or path.stem
+
+
+def _outer_package(d: Path, root: Path) -> Path | None:
+    """The outermost regular package (a folder with ``__init__.py``) above folder `d` and within `root`, or None."""
+    found = None
+    try:
+        depth = len(d.relative_to(root).parts)
+    except ValueError:
+        return None
+    for _ in range(depth):
+        d = d.parent
+        if (d / "__init__.py").is_file():
+            found = d
+    return found
 
 
 def read_source(path: Path, root: Path) -> SourceFile:
