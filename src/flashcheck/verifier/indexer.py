@@ -142,10 +142,17 @@ class _Indexer:
         self._globals = declared
         for d in node.decorator_list:
             self._walk_expr(owner, d)
-        for default in [*node.args.defaults, *node.args.kw_defaults]:
-            if default is not None:
-                self._walk_expr(owner, default)
+        self._walk_defaults(node.args, owner)
         return fn
+
+    def _walk_defaults(self, args: ast.arguments, owner: FunctionInfo) -> None:
+        """Default values, evaluated in `owner`; a ``lambda`` default (``layout_of=lambda w: w._kv_layout``) is a
+        function of its own, which calls of the parameter run."""
+        for default in [*args.defaults, *args.kw_defaults]:
+            if isinstance(default, ast.Lambda):
+                self._new_lambda(default, owner)
+            elif default is not None:
+                self._walk_expr(owner, default)
 
     def _new_lambda(self, node: ast.Lambda, owner: FunctionInfo) -> None:
         """A ``lambda`` as a function of its own, ``<lambda>``, nested in `owner` (its free names are the owner's):
@@ -161,9 +168,7 @@ class _Indexer:
         self.out.functions.append(fn)
         node._flashcheck_function = fn  # type: ignore[attr-defined]
         self._walk(fn, fdef.body, None)
-        for default in [*node.args.defaults, *node.args.kw_defaults]:
-            if default is not None:
-                self._walk_expr(owner, default)
+        self._walk_defaults(node.args, owner)
 
     def _walk(self, fn: FunctionInfo, stmts: list[ast.stmt], cls: ClassInfo | None) -> None:
         for stmt in stmts:

@@ -7,6 +7,7 @@ calls that pass its arguments, a callable handed in or bound to a local, an obje
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -122,7 +123,9 @@ class Members(InstanceCalls):
         elif isinstance(func, ast.Attribute) and _is_self(func.value):  # self.on_step = lambda b: ...; self.on_step(b)
             cls = owner_of(fn).cls
             held = [v for c in with_bases(cls) for v, _ in c.attr_assigns.get(func.attr, [])]
-        elif isinstance(func, ast.Name) and func.id not in fn.params:
+        elif isinstance(func, ast.Name) and (scope := _param_scope(fn, func.id)) is not None:
+            held = [d] if (d := param_default(scope, func.id)) is not None else []  # layout_of=lambda w: ...
+        elif isinstance(func, ast.Name):
             held = [v for v in fn.local_assigns.get(func.id, [])]
             held += [e for c in fn.loop_vars.get(func.id, []) if not held for e in literal_items(c)]
             for c in fn.loop_vars.get(func.id, [])[:2] if not held else []:  # for hook in self._hooks: hook(x)
@@ -191,7 +194,7 @@ class Members(InstanceCalls):
         method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
         either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
         values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
-        return [t for value, where in values[:8] for t in self.callables(value, where)]
+        return [t for value, where in values[:8] for t in self.callables(value, where, partials=True)]
 
     def callables(
         self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
@@ -225,6 +228,8 @@ class Members(InstanceCalls):
                 if (arg := argument(call, fn, value.id)) is not None
                 for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
             ]
+            default = param_default(fn, value.id)  # tokens_of=lambda b: ...: what callers that omit it run
+            handed += self.callables(default, fn, partials=partials, depth=depth + 1) if default is not None else []
             if handed or fn.params[value.id] is None:
                 return handed
         if isinstance(value, ast.Name) and value.id not in fn.local_assigns and value.id in fn.loop_vars:
@@ -235,6 +240,23 @@ class Members(InstanceCalls):
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
             return self.callables(local[0], fn, partials=partials, depth=depth + 1)
+        if isinstance(value, ast.Name) and value.id in _BUILTINS and not local and value.id not in fn.params:
+            return [t] if isinstance(t := self.resolve_def(value, fn), FunctionInfo) else []  # len(x): no closure
+        if partials and isinstance(value, ast.Name) and not local and value.id not in fn.params:
+            unpacked = [  # prepare, launch = make_graph_fns(...): item i of the tuples the factory returns
+                t
+                for call, i in _unpacked_calls(fn, value.id)
+                if isinstance(factory := self.resolve_def(call.func, fn), FunctionInfo)
+                for r in factory.returns[:4]
+                if isinstance(r, ast.Tuple) and i < len(r.elts)
+                for t in self.callables(r.elts[i], factory, partials=True, depth=depth + 1)
+            ]
+            if unpacked:
+                return unpacked
+        outer = fn.parent  # a closure's free variable: sampler = make_sampler(cfg) in the enclosing function
+        free = isinstance(value, ast.Name) and not local and value.id not in fn.params and outer is not None
+        if free and outer is not None and isinstance(value, ast.Name) and _binds(outer, value.id):
+            return self.callables(value, outer, partials=partials, depth=depth + 1)
         if isinstance(value, ast.Name | ast.Attribute):
             target = self.resolve_def(value, fn)
             if isinstance(target, FunctionInfo):
@@ -251,6 +273,49 @@ class Members(InstanceCalls):
             inst = self.instance_type(value, fn, 1) if target is None else None  # an object: its __call__
             return [m] if inst is not None and (m := self.method(inst, "__call__")) is not None else []
         return []
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _param_scope(fn: FunctionInfo, name: str) -> FunctionInfo | None:
+    """The function whose parameter `name` is, read in `fn` or a closure's enclosing function; None where a local
+    binds it first or no function does."""
+    scope: FunctionInfo | None = fn
+    while scope is not None and name not in scope.local_assigns:
+        if name in scope.params:
+            return scope
+        scope = scope.parent
+    return None
+
+
+def _binds(fn: FunctionInfo, name: str) -> bool:
+    """Whether `fn` binds `name` (a local, a parameter, a tuple-unpacked call result)."""
+    return name in fn.local_assigns or name in fn.params or bool(_unpacked_calls(fn, name))
+
+
+def param_default(fn: FunctionInfo, name: str) -> ast.expr | None:
+    """The default value of parameter `name` of `fn`, or None."""
+    if isinstance(fn.node, ast.Module):
+        return None
+    a = fn.node.args
+    pos = [*a.posonlyargs, *a.args]
+    pairs = [
+        *zip(pos[len(pos) - len(a.defaults) :], a.defaults, strict=False),
+        *zip(a.kwonlyargs, a.kw_defaults, strict=True),
+    ]
+    return next((d for p, d in pairs if p.arg == name and d is not None), None)
+
+
+def _unpacked_calls(fn: FunctionInfo, name: str) -> list[tuple[ast.Call, int]]:
+    """``(call, i)`` where `fn` binds `name` as item i of a tuple a call returns (``prepare, launch = make(...)``)."""
+    out: list[tuple[ast.Call, int]] = []
+    for a in fn.assigns:
+        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call):
+            for t in a.targets:
+                elts = t.elts if isinstance(t, ast.Tuple | ast.List) else []
+                out += [(a.value, i) for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id == name]
+    return out
 
 
 def _is_self(value: ast.expr) -> bool:

@@ -453,7 +453,12 @@ class Project(Members):
                 yield from [made] if isinstance(made, FunctionInfo) else []
             return
         if isinstance(func, ast.Subscript):  # self.heads[d](x): the item's __call__ (an nn.Module's forward)
-            yield from self.instance_call(func, fn)
+            yield from self.instance_call(func, fn)  # self.steps[bs](b): also the functions the items are
+            yield from (
+                t
+                for v, w in (self.container_items(func.value, fn) or [])[:8]
+                for t in self.callables(v, w, partials=True)
+            )
         if not isinstance(func, (ast.Name, ast.Attribute)):
             return
         base = func.value if isinstance(func, ast.Attribute) else None
@@ -518,8 +523,9 @@ class Project(Members):
             yield from self.constructors(target)
             return
         if not isinstance(target, FunctionInfo):
-            if target is None:  # attn(q, k, v) on an instance: its class's __call__
+            if target is None:  # attn(q, k, v) on an instance: its class's __call__; run(b) of run = make_step(...)
                 yield from self.instance_call(func, fn)
+                yield from self.callables(func, fn, partials=True) if isinstance(func, ast.Name) else ()
             return
         yield target
         yield from self.dispatch_impls(target)  # build_metadata(batch): each @build_metadata.register function
