@@ -547,10 +547,19 @@ def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
 
 
 def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
-    """The function a hand-off runs on another thread while the caller waits for it: ``f`` of
+    """The function a hand-off runs while the caller waits for it: ``f`` of ``functools.reduce(f, xs, init)``,
+    ``map(f, xs)``, ``filter(f, xs)`` and the ``key=`` of ``sorted``/``min``/``max``; of
     ``loop.run_in_executor(pool, f, ...)`` and ``asyncio.to_thread(f, ...)`` (awaited), and of ``executor.submit(f,
     ...)`` whose future the same function waits on (``.result()``). A job submitted and left to run, a thread, a
     callback scheduled on the loop run beside the step, not in it."""
+    f = call.func
+    if imported_name(f, fn, "functools") == "functools.reduce" and call.args:
+        return call.args[0]
+    if isinstance(f, ast.Name) and f.id not in fn.module.functions and f.id not in fn.module.imports:
+        if f.id in ("map", "filter") and len(call.args) >= 2:
+            return call.args[0]
+        if f.id in ("sorted", "min", "max"):
+            return next((k.value for k in call.keywords if k.arg == "key"), None)
     ran = executed_callable(call)
     if ran is not None:  # only where it is awaited: a task made of it runs beside the step
         awaited = any(isinstance(n, ast.Await) and n.value is call for n in ast.walk(fn.node))

@@ -13,6 +13,7 @@ from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.copies import copied
 from flashcheck.verifier.dataflow import PROPERTIES, arg_for_param
 from flashcheck.verifier.index import descendants, field_order, with_bases
+from flashcheck.verifier.members import classmethod_class
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan
 
@@ -76,7 +77,8 @@ class ClassAttrs:
         """The fields of each dataclass construction `expr` may be, in the order ``dataclasses.astuple`` and
         ``asdict`` give them, with the argument each construction passed (None for a field left to its default or
         filled by a ``*spread``):
-        ``PlanArgs(self.qo_indptr, ...)`` returned by a method, also through ``dataclasses.replace(args, x=...)``."""
+        ``PlanArgs(self.qo_indptr, ...)`` returned by a method, also ``cls(...)`` in a classmethod constructor and
+        through ``dataclasses.replace(args, x=...)``."""
         out: list[list[tuple[str, Source | None]]] = []
         stack: list[tuple[ast.expr, FunctionInfo, dict[str, Source]]] = [(expr, fn, {})]
         seen: set[int] = set()
@@ -92,6 +94,8 @@ class ClassAttrs:
                 stack.append((copy[0], where, {**kept, **over}))  # the copy's own keywords win
                 continue
             made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "cls":
+                made = classmethod_class(where)  # cls(...) in a classmethod constructor (PlanArgs.from_meta)
             if isinstance(made, ClassInfo) and self.project.method(made, "__init__") is None and made.fields:
                 assert isinstance(v, ast.Call)
                 order = field_order(made)

@@ -61,9 +61,10 @@ class DeviceTensorToPlan(Rule):
         dict literal or ``dict(...)`` key by key (also merged: ``base | {...}``, ``{**base, ...}``, ``ChainMap`` layers,
         a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``), ``*args`` of a tuple or list
         literal (also a local bound once) in the positions it fills, and a dataclass handed over whole:
-        ``**dataclasses.asdict(x)`` field by field and ``*dataclasses.astuple(x)`` in field order, as the construction
-        ``x`` is (returned by a method: ``meta.plan_args()``, or a ``dataclasses.replace`` copy of one) filled them. The
-        finding is on the call's first line.
+        ``**dataclasses.asdict(x)`` field by field (also a ``NamedTuple``'s ``**x._asdict()`` and ``**{f.name:
+        getattr(x, f.name) for f in fields(x)}``) and ``*dataclasses.astuple(x)`` in field order, as the construction
+        ``x`` is (returned by a method: ``meta.plan_args()``, built by ``cls(...)`` in a classmethod constructor, or a
+        ``dataclasses.replace`` copy of one) filled them. The finding is on the call's first line.
 
     Why it breaks serving
         FlashInfer's planner runs on the CPU: it copies these arguments to the host with a blocking ``.to("cpu")``
@@ -214,6 +215,29 @@ def _record_of(expr: ast.expr, how: str, fn: FunctionInfo) -> ast.expr | None:
         expr = fn.local_assigns[expr.id][0] if not changed else expr
     if isinstance(expr, ast.Call) and len(expr.args) == 1 and (dotted(expr.func) or "").split(".")[-1] == how:
         return expr.args[0]
+    return _fields_by_name(expr) if how == "asdict" else None
+
+
+def _fields_by_name(expr: ast.expr) -> ast.expr | None:
+    """`x` of the other spellings of a dict of `x`'s fields: ``x._asdict()`` (a ``NamedTuple``) and ``{f.name:
+    getattr(x, f.name) for f in dataclasses.fields(x)}``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "_asdict":
+        return expr.func.value if not expr.args else None
+    if not (isinstance(expr, ast.DictComp) and len(expr.generators) == 1):
+        return None
+    gen = expr.generators[0]
+    each = gen.target.id if isinstance(gen.target, ast.Name) else ""
+    it, val = gen.iter, expr.value
+
+    def named(e: ast.expr) -> bool:  # f.name
+        return (
+            isinstance(e, ast.Attribute) and e.attr == "name" and isinstance(e.value, ast.Name) and e.value.id == each
+        )
+
+    fields = isinstance(it, ast.Call) and (dotted(it.func) or "").split(".")[-1] == "fields"
+    getter = isinstance(val, ast.Call) and dotted(val.func) == "getattr" and len(val.args) == 2
+    if fields and getter and named(expr.key) and isinstance(val, ast.Call) and named(val.args[1]):
+        return val.args[0]
     return None
 
 
