@@ -180,46 +180,70 @@ class ValueFlow(ClassAttrs, KeyedItems):
                     out.append((item, where))
         return out[:_MAX_SOURCES]
 
-    def spread_values(self, container: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
+    def spread_values(
+        self, container: ast.expr, key: str, fn: FunctionInfo, via: ast.Call | None = None
+    ) -> list[Source]:
         """What ``**container`` passes as keyword `key`: the value under `key` of each dict literal or ``dict(...)``
         the container may be, and string-keyed stores into it where it is a local (``kw = {...}; if c:
-        kw["backend"] = "trtllm-gen"; return kw``)."""
+        kw["backend"] = "trtllm-gen"; return kw``). With `via`, a call of `fn`: only what that call passes `fn`."""
         out: list[Source] = []
-        # each value with the call it was reached through: a factory's **kwargs are what that call passed
-        stack: list[tuple[ast.expr, FunctionInfo, ast.Call | None]] = [(container, fn, None)]
-        seen: set[int] = set()
+        # each value with the calls it was reached through, innermost last: a factory's parameters and **kwargs are
+        # what that call passed, and stepping out to its caller continues in the caller's own context
+        Ctx = tuple[ast.Call, ...]
+        stack: list[tuple[ast.expr, FunctionInfo, Ctx]] = [(container, fn, (via,) if via is not None else ())]
+        seen: set[tuple[int, ...]] = set()
         while stack and len(seen) < _MAX_SOURCES:
-            v, where, via = stack.pop()
-            if id(v) in seen:
+            v, where, ctx = stack.pop()
+            via = ctx[-1] if ctx else None
+            if (id(v), *map(id, ctx)) in seen:
                 continue
-            seen.add(id(v))
+            seen.add((id(v), *map(id, ctx)))
             if isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("ChainMap"):
-                stack.extend((a, where, via) for a in v.args)  # ChainMap(extra, overrides, defaults): each layer
+                stack.extend((a, where, ctx) for a in v.args)  # ChainMap(extra, overrides, defaults): each layer
                 continue
             if isinstance(v, ast.BinOp) and isinstance(v.op, ast.BitOr):  # base | {"indptr": ...}: both layers
-                stack.extend([(v.left, where, via), (v.right, where, via)])
+                stack.extend([(v.left, where, ctx), (v.right, where, ctx)])
+                continue
+            kept = _filtered_items(v)  # {k: x for k, x in kw.items() if k in accepted}: some of kw's items, as kw
+            if kept is not None:
+                stack.append((kept, where, ctx))
+                continue
+            if isinstance(v, ast.Name) and (passed := self._passed(v, where, via)) is not None:
+                stack.append((*passed, ctx[:-1]))  # a parameter of the factory: what the call reached through passed
                 continue
             if isinstance(v, ast.Name) and _kwargs_param(v.id, where):  # def f(kind, **extra): what the call passed
                 calls = [(c, call) for c, call in self.project.callers(where) if via is None or call is via][:8]
                 for caller, call in calls:
                     out.extend((kw.value, caller) for kw in call.keywords if kw.arg == key)
-                    stack.extend((kw.value, caller, None) for kw in call.keywords if kw.arg is None)
+                    stack.extend((kw.value, caller, ctx[:-1]) for kw in call.keywords if kw.arg is None)
                 continue
             if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not is_dict_call(v):
-                through = v if isinstance(v, ast.Call) else via if isinstance(v, ast.Name) else None
-                stack.extend((s, w, through) for s, w in self.sources(v, where))  # a factory: what it returns
+                inner = (*ctx, v)[-4:] if isinstance(v, ast.Call) else ctx if isinstance(v, ast.Name) else ()
+                stack.extend((s, w, inner) for s, w in self.sources(v, where))  # a factory: what it returns
                 continue
             if isinstance(v, ast.Dict):
-                out.extend((item, where) for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key))
-                stack.extend((item, where, via) for k, item in zip(v.keys, v.values, strict=False) if k is None)
+                items = [item for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key)]
+                out.extend(self._passed(i, where, via) or (i, where) for i in items)
+                stack.extend((item, where, ctx) for k, item in zip(v.keys, v.values, strict=False) if k is None)
             elif is_dict_call(v):
                 assert isinstance(v, ast.Call)
-                out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
-                stack.extend((a, where, via) for a in v.args[:1])  # dict(extra): the dict it copies
+                out.extend(
+                    self._passed(kw.value, where, via) or (kw.value, where) for kw in v.keywords if kw.arg == key
+                )
+                stack.extend((a, where, ctx) for a in v.args[:1])  # dict(extra): the dict it copies
             else:
                 continue
             out.extend(literal_item_stores(v, key, where))
         return out
+
+    def _passed(self, v: ast.expr, where: FunctionInfo, via: ast.Call | None) -> Source | None:
+        """The argument `via`, a call of `where` the walk came through, passes for parameter `v` (None otherwise):
+        a factory's parameter is what that call passed, not what every caller passes."""
+        if not (isinstance(v, ast.Name) and v.id in where.params and via is not None):
+            return None
+        arg = arg_for_param(via, where, v.id)
+        caller = next((c for c, call in self.project.callers(where) if call is via), None) if arg is not None else None
+        return (arg, caller) if arg is not None and caller is not None else None
 
     def positional_sources(self, read: ast.Name, fn: FunctionInfo) -> list[Source] | None:
         """What this read of a name may hold where the place of the read matters (`Reaching`), else None: the
@@ -561,3 +585,20 @@ def _kwargs_param(name: str, fn: FunctionInfo) -> bool:
     """`name` is the ``**kwargs`` parameter of `fn`."""
     args = getattr(fn.node, "args", None)
     return isinstance(args, ast.arguments) and args.kwarg is not None and args.kwarg.arg == name
+
+
+def _filtered_items(v: ast.expr) -> ast.expr | None:
+    """`d` of ``{k: x for k, x in d.items() if ...}``: a dict of some of `d`'s items under their own keys."""
+    if not (isinstance(v, ast.DictComp) and len(v.generators) == 1):
+        return None
+    gen = v.generators[0]
+    it, target = gen.iter, gen.target
+    pairs = (
+        isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(isinstance(e, ast.Name) for e in target.elts)
+    )
+    if not (pairs and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items"):
+        return None
+    assert isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)
+    k, x = (e.id for e in target.elts if isinstance(e, ast.Name))
+    same = isinstance(v.key, ast.Name) and v.key.id == k and isinstance(v.value, ast.Name) and v.value.id == x
+    return it.func.value if same and not it.args else None

@@ -59,7 +59,9 @@ class DeviceTensorToPlan(Rule):
         (decode, prefill, MLA, cascade), shifted by the arguments a partial already binds; list arguments (cascade
         levels, also ``[t] * 2`` and a local list built with ``append``) are checked item by item, ``**kwargs`` from a
         dict literal or ``dict(...)`` key by key (also merged: ``base | {...}``, ``{**base, ...}``, ``ChainMap`` layers,
-        a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``), ``*args`` of a tuple or list
+        a factory's dict, a copy filled by item stores, ``setdefault`` or ``update``, a comprehension that keeps some
+        of another dict's items, ``{k: v for k, v in kw.items() if k in accepted}``; a builder's parameter holds what
+        the call the walk came through passed, not every caller's), ``*args`` of a tuple or list
         literal (also a local bound once) in the positions it fills, and a dataclass handed over whole:
         ``**dataclasses.asdict(x)`` field by field (also a ``NamedTuple``'s ``**x._asdict()`` and ``**{f.name:
         getattr(x, f.name) for f in fields(x)}``) and ``*dataclasses.astuple(x)`` in field order, as the construction

@@ -35,8 +35,10 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         with ``decode_backend = "trtllm-gen"`` in a subclass, or its class statement's keyword through the base's
         ``__init_subclass__``; the workspace ``self.<attr>`` there is then also what that subclass stores), an entry of
         a table (``self.decode_backend[name]``) or a caller's argument, or a ``**kwargs`` dict that holds one: a
-        literal, ``dict(backend=...)``, or a helper's dict with ``kw["backend"] = "trtllm-gen"`` stored under a
-        flag), also under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``,
+        literal, ``dict(backend=...)``, a helper's dict with ``kw["backend"] = "trtllm-gen"`` stored under a flag,
+        or the keywords a factory forwards, ``make_decode_wrapper(ws, backend="trtllm-gen")`` building the wrapper with
+        ``**filter_kwargs(kwargs)``: then each caller's workspace is judged by the backend that caller asks for), also
+        under an import alias (``from flashinfer import BatchDecodeWithPagedKVCacheWrapper as DecodeW``,
         ``... trtllm_batch_decode_with_kv_cache as trt_decode``) or a module's alias of the class (``Decode =
         flashinfer.BatchDecodeWithPagedKVCacheWrapper``), plus the names listed in ``zeroed-workspace-consumers``.
         Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace and are not reported. The workspace is
@@ -93,13 +95,21 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         seen: set[int] = set()
         for fn in ctx.project.all_functions():
             for call in fn.calls:
-                consumer = needs_zeroed_workspace(call, extra, fn) or _runtime_backend(ctx, call, fn)
-                if consumer is None:
-                    continue
                 ws = workspace_arg(call, fn)
-                if ws is None:
+                consumer = needs_zeroed_workspace(call, extra, fn)
+                found = []
+                if consumer is None and isinstance(ws, ast.Name) and ws.id in fn.params:  # a factory's parameter:
+                    for caller, c in ctx.project.callers(fn)[:16]:  # each caller's workspace with its own backend
+                        picked = _runtime_backend(ctx, call, fn, via=c)
+                        arg = arg_for_param(c, fn, ws.id) if picked is not None else None
+                        consumer = consumer or (picked if arg is not None else None)
+                        found += allocations(arg, caller, project=ctx.project) if arg is not None else []
+                elif consumer is None:
+                    consumer = _runtime_backend(ctx, call, fn)
+                if consumer is None or ws is None:
                     continue
-                found = allocations(ws, fn, project=ctx.project, attr_values=ctx.prov.flow.class_attr_sources)
+                if not found:
+                    found = allocations(ws, fn, project=ctx.project, attr_values=ctx.prov.flow.class_attr_sources)
                 for alloc, where in found + _subclass_workspaces(ctx, call, ws, fn):
                     kind = (torch_name(alloc.func, where) or terminal_name(alloc.func) or "").rsplit(".", 1)[-1]
                     if kind not in _UNINITIALISED or id(alloc) in seen or _zeroed_after(ctx, alloc, where):
@@ -146,9 +156,10 @@ def _class_constant(cls: ClassInfo, attr: str) -> object:
     return None
 
 
-def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | None:
+def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo, via: ast.Call | None = None) -> str | None:
     """A wrapper whose ``backend=`` is not a literal but may be a trtllm/XQA one: ``backend=self.backend`` where the
-    value flow reaches ``"trtllm-gen"`` (a conditional expression, a default, a caller's argument)."""
+    value flow reaches ``"trtllm-gen"`` (a conditional expression, a default, a caller's argument); with `via`, a
+    call of `fn`, a ``**kwargs`` spread holds what that call passes."""
     name = wrapper_class_of_call(call, fn) or terminal_name(call.func)  # also under a module's alias of the class
     backend = kwarg(call, "backend")
     if name is None or isinstance(backend, ast.Constant) or not is_wrapper_class_name(name):
@@ -156,7 +167,7 @@ def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo) -> str | No
     stack: list[tuple[ast.expr, FunctionInfo]] = [(backend, fn)] if backend is not None else []
     for kw in call.keywords if backend is None else []:  # **self._backend_kwargs(): a dict that may hold backend=
         if kw.arg is None:
-            stack.extend(ctx.prov.flow.spread_values(kw.value, "backend", fn))
+            stack.extend(ctx.prov.flow.spread_values(kw.value, "backend", fn, via))
     for value in ctx.prov.flow.constants(stack):
         if isinstance(value, str) and value in ZEROED_WORKSPACE_BACKENDS:
             return f'{name}(backend="{value}")'
