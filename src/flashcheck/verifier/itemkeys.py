@@ -10,6 +10,7 @@ from flashcheck.verifier.astutil import dotted
 
 __all__ = [
     "defaulted_items",
+    "filtered_items",
     "is_dict_call",
     "is_key",
     "item_keys",
@@ -138,3 +139,20 @@ def item_lookup_keys(container: ast.expr) -> list[str]:
     if len(keys) < 2 or keys[1].endswith("[?][]"):
         return keys[:1]
     return [keys[1], keys[0][:-2] + "[?][]"]
+
+
+def filtered_items(v: ast.expr) -> ast.expr | None:
+    """`d` of ``{k: x for k, x in d.items() if ...}``: a dict of some of `d`'s items under their own keys."""
+    if not (isinstance(v, ast.DictComp) and len(v.generators) == 1):
+        return None
+    gen = v.generators[0]
+    it, target = gen.iter, gen.target
+    pairs = (
+        isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(isinstance(e, ast.Name) for e in target.elts)
+    )
+    if not (pairs and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items"):
+        return None
+    assert isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)
+    k, x = (e.id for e in target.elts if isinstance(e, ast.Name))
+    same = isinstance(v.key, ast.Name) and v.key.id == k and isinstance(v.value, ast.Name) and v.value.id == x
+    return it.func.value if same and not it.args else None

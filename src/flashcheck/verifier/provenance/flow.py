@@ -21,7 +21,7 @@ from flashcheck.verifier.copies import copied
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import descendants, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.itemkeys import is_dict_call, is_key, item_lookup_keys
+from flashcheck.verifier.itemkeys import filtered_items, is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
@@ -204,7 +204,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
             if isinstance(v, ast.BinOp) and isinstance(v.op, ast.BitOr):  # base | {"indptr": ...}: both layers
                 stack.extend([(v.left, where, ctx), (v.right, where, ctx)])
                 continue
-            kept = _filtered_items(v)  # {k: x for k, x in kw.items() if k in accepted}: some of kw's items, as kw
+            kept = filtered_items(v)  # {k: x for k, x in kw.items() if k in accepted}: some of kw's items, as kw
             if kept is not None:
                 stack.append((kept, where, ctx))
                 continue
@@ -585,20 +585,3 @@ def _kwargs_param(name: str, fn: FunctionInfo) -> bool:
     """`name` is the ``**kwargs`` parameter of `fn`."""
     args = getattr(fn.node, "args", None)
     return isinstance(args, ast.arguments) and args.kwarg is not None and args.kwarg.arg == name
-
-
-def _filtered_items(v: ast.expr) -> ast.expr | None:
-    """`d` of ``{k: x for k, x in d.items() if ...}``: a dict of some of `d`'s items under their own keys."""
-    if not (isinstance(v, ast.DictComp) and len(v.generators) == 1):
-        return None
-    gen = v.generators[0]
-    it, target = gen.iter, gen.target
-    pairs = (
-        isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(isinstance(e, ast.Name) for e in target.elts)
-    )
-    if not (pairs and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items"):
-        return None
-    assert isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)
-    k, x = (e.id for e in target.elts if isinstance(e, ast.Name))
-    same = isinstance(v.key, ast.Name) and v.key.id == k and isinstance(v.value, ast.Name) and v.value.id == x
-    return it.func.value if same and not it.args else None
