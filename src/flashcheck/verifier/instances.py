@@ -555,9 +555,14 @@ def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
     f = call.func
     if imported_name(f, fn, "functools") == "functools.reduce" and call.args:
         return call.args[0]
-    if isinstance(f, ast.Name) and f.id not in fn.module.functions and f.id not in fn.module.imports:
-        if f.id in ("map", "filter") and len(call.args) >= 2:
-            return call.args[0]
+    named = isinstance(f, ast.Name) and f.id in ("map", "filter", "sorted", "min", "max")
+    if (
+        named
+        and isinstance(f, ast.Name)
+        and not any(f.id in d for d in (fn.module.functions, fn.module.imports, fn.local_assigns, fn.params))
+    ):
+        if f.id in ("map", "filter") and len(call.args) >= 2 and _consumed(call, fn):
+            return call.args[0]  # lazy: only where the same function drains it (list(map(f, xs)), a for loop)
         if f.id in ("sorted", "min", "max"):
             return next((k.value for k in call.keywords if k.arg == "key"), None)
     ran = executed_callable(call)
@@ -571,6 +576,18 @@ def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
     }
     held = [n for n, vs in fn.local_assigns.items() if any(v is call for v in vs)]
     return call.args[0] if ast.unparse(call) in waited or any(n in waited for n in held) else None
+
+
+_DRAINS = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "sum", "any", "all", "max", "min"})
+
+
+def _consumed(it: ast.Call, fn: FunctionInfo) -> bool:
+    """Whether `fn` drains the iterator `it` where it makes it: the argument of ``list``/``sum``/``any``/..., or the
+    iterable of a loop or comprehension of `fn`."""
+    drained = any(
+        isinstance(c.func, ast.Name) and c.func.id in _DRAINS and c.args and c.args[0] is it for c in fn.calls
+    )
+    return drained or any(i is it for iters in fn.loop_vars.values() for i in iters)
 
 
 def _yield_unpacked(name: str, fn: FunctionInfo) -> int | None:

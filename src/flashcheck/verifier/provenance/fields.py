@@ -94,7 +94,7 @@ class ClassAttrs:
                 stack.append((copy[0], where, {**kept, **over}))  # the copy's own keywords win
                 continue
             made = self.project.resolve_def(v.func, where) if isinstance(v, ast.Call) else None
-            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "cls":
+            if made is None and isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "cls":
                 made = classmethod_class(where)  # cls(...) in a classmethod constructor (PlanArgs.from_meta)
             if isinstance(made, ClassInfo) and self.project.method(made, "__init__") is None and made.fields:
                 assert isinstance(v, ast.Call)

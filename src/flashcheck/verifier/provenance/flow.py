@@ -239,8 +239,8 @@ class ValueFlow(ClassAttrs, KeyedItems):
     def _passed(self, v: ast.expr, where: FunctionInfo, via: ast.Call | None) -> Source | None:
         """The argument `via`, a call of `where` the walk came through, passes for parameter `v` (None otherwise):
         a factory's parameter is what that call passed, not what every caller passes."""
-        if not (isinstance(v, ast.Name) and v.id in where.params and via is not None):
-            return None
+        if not (isinstance(v, ast.Name) and v.id in where.params and via is not None) or v.id in where.local_assigns:
+            return None  # not a parameter, no call to read it from, or re-bound in the builder (indptr = indptr.cpu())
         arg = arg_for_param(via, where, v.id)
         caller = next((c for c, call in self.project.callers(where) if call is via), None) if arg is not None else None
         return (arg, caller) if arg is not None and caller is not None else None
