@@ -26,7 +26,8 @@ class ConstantWorkspaceSize(Rule):
     What it checks
         Allocations (``torch.empty``/``zeros``/..., also through ``from torch import empty as E``) assigned to a name
         with the word ``workspace`` or passed as the workspace of a FlashInfer wrapper or function, whose size is a
-        literal, arithmetic on literals, or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
+        literal, arithmetic on literals (also a choice between two, ``(384 if NEW_API else 128) << 20``: fixed either
+    way), or a module constant bound to one (``WORKSPACE = 128 * 1024 * 1024``, also
         imported, also from a package that re-exports it or through a star import, or read as ``cfg_module.WORKSPACE``;
         not one that other code rebinds, through the module or after ``global``), a class attribute bound once and read
         through the instance (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``),
@@ -167,6 +168,10 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         return isinstance(expr.value, int) and not isinstance(expr.value, bool)
     if isinstance(expr, ast.BinOp):
         return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
+    if isinstance(expr, ast.IfExp):  # (384 if NEW_API else 128) << 20: fixed either way
+        return _is_constant(expr.body, fn, project, depth + 1, text) and _is_constant(
+            expr.orelse, fn, project, depth + 1, text
+        )
     if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):  # os.getenv("WS") or 128 << 20
         *env, fallback = expr.values
         return all(_is_env(e) for e in env) and _is_constant(fallback, fn, project, depth + 1, text)
