@@ -73,6 +73,19 @@ class ClassAttrs:
             out.extend((r, prop) for r in prop.returns)  # a @property: what it returns
         return out[:_MAX_SOURCES]
 
+    def built_field(self, expr: ast.Attribute, fn: FunctionInfo) -> Source | None:
+        """What field `expr.attr` of a local bound once to a record's construction holds (``plan =
+        PrefillPlan(..., num_tokens=n)`` read as ``plan.num_tokens``: ``n``), where nothing in `fn` stores into it;
+        None otherwise."""
+        v = expr.value
+        if not (isinstance(v, ast.Name) and v.id not in fn.params and len(fn.local_assigns.get(v.id, [])) == 1):
+            return None
+        if any(isinstance(a, ast.Assign | ast.AugAssign | ast.AnnAssign) and _stores_attr(a, v.id) for a in fn.assigns):
+            return None  # plan.num_tokens = ... later: not the construction's value alone
+        made = self.record_fields(fn.local_assigns[v.id][0], fn)
+        fields = dict(made[0]) if len(made) == 1 else {}
+        return fields.get(expr.attr)
+
     def record_fields(self, expr: ast.expr, fn: FunctionInfo) -> list[list[tuple[str, Source | None]]]:
         """The fields of each dataclass construction `expr` may be, in the order ``dataclasses.astuple`` and
         ``asdict`` give them, with the argument each construction passed (None for a field left to its default or
@@ -201,3 +214,11 @@ def _runs(method: FunctionInfo | None, base_method: FunctionInfo) -> bool:
         and dotted(f.value.func) == "super"
         for c in method.calls
     )
+
+
+def _stores_attr(a: ast.stmt, name: str) -> bool:
+    """Whether assignment `a` stores into an attribute of the local `name` (``name.x = ...``, ``name.x += ...``)."""
+    targets = (
+        a.targets if isinstance(a, ast.Assign) else [a.target] if isinstance(a, ast.AugAssign | ast.AnnAssign) else []
+    )
+    return any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == name for t in targets)

@@ -376,6 +376,9 @@ class ValueFlow(ClassAttrs, KeyedItems):
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
         from every store of an attribute of that name in the project."""
         cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
+        built = self.built_field(expr, fn) if cls is not None else None
+        if built is not None:  # plan = PrefillPlan(..., num_tokens=n): this object's field, not every construction's
+            return [built]
         if cls is not None:
             found = self.class_attr_sources(cls, expr.attr)
             if isinstance(expr.value, ast.Name) and expr.value.id == "self":  # self may be a subclass's instance
