@@ -485,6 +485,11 @@ def allocations(
         local = fn.local_assigns.get(name)
         if local is None and name in fn.loop_vars:  # for ws in (fresh, zeroed): each item of what the loop walks
             return [a for c in fn.loop_vars[name][:4] for a in again(c, fn)]
+        outer = fn.parent if local is None and name not in fn.params else None
+        while outer is not None and name not in outer.local_assigns and name not in outer.params:
+            outer = outer.parent
+        if outer is not None:  # a closure's free variable (ws = scratch(...) around def attend(...)): that binding
+            return again(root, outer)
         values = [(v, fn) for v in local] if local is not None else []
         if local is None and fn is not fn.module.body:  # a module global, also one a function sets (global X)
             values = fn.module.global_values(name)

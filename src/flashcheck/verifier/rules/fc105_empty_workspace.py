@@ -42,7 +42,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         ``... trtllm_batch_decode_with_kv_cache as trt_decode``) or a module's alias of the class (``Decode =
         flashinfer.BatchDecodeWithPagedKVCacheWrapper``), plus the names listed in ``zeroed-workspace-consumers``.
         Wrappers on the FA2/FA3/cuDNN backends do not need a zeroed workspace and are not reported. The workspace is
-        traced through aliases, loop variables (``for ws in (fresh, zeroed)``: each item), ``self.<attr>``, attributes
+        traced through aliases, loop variables (``for ws in (fresh, zeroed)``: each item), a closure's free variable
+        (``ws = scratch(...)`` around ``def attend(...)``), ``self.<attr>``, attributes
         of other objects of known type (``self.buffers.workspace``, also where other code stores them: ``meta.ws =
         self._get_ws()`` read back as ``decode.ws`` after ``if decode := meta.decode_metadata``), parameters filled by
         the project's callers, project factories (``lru_cache``'d getters, also imported from regular packages inside
