@@ -546,50 +546,6 @@ def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:
     return imported_name(node, fn, "torch")
 
 
-def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
-    """The function a hand-off runs while the caller waits for it: ``f`` of ``functools.reduce(f, xs, init)``,
-    ``map(f, xs)``, ``filter(f, xs)`` and the ``key=`` of ``sorted``/``min``/``max``; of
-    ``loop.run_in_executor(pool, f, ...)`` and ``asyncio.to_thread(f, ...)`` (awaited), and of ``executor.submit(f,
-    ...)`` whose future the same function waits on (``.result()``). A job submitted and left to run, a thread, a
-    callback scheduled on the loop run beside the step, not in it."""
-    f = call.func
-    if imported_name(f, fn, "functools") == "functools.reduce" and call.args:
-        return call.args[0]
-    named = isinstance(f, ast.Name) and f.id in ("map", "filter", "sorted", "min", "max")
-    if (
-        named
-        and isinstance(f, ast.Name)
-        and not any(f.id in d for d in (fn.module.functions, fn.module.imports, fn.local_assigns, fn.params))
-    ):
-        if f.id in ("map", "filter") and len(call.args) >= 2 and _consumed(call, fn):
-            return call.args[0]  # lazy: only where the same function drains it (list(map(f, xs)), a for loop)
-        if f.id in ("sorted", "min", "max"):
-            return next((k.value for k in call.keywords if k.arg == "key"), None)
-    ran = executed_callable(call)
-    if ran is not None:  # only where it is awaited: a task made of it runs beside the step
-        awaited = any(isinstance(n, ast.Await) and n.value is call for n in ast.walk(fn.node))
-        return ran if awaited else None
-    if terminal_name(call.func) != "submit" or not call.args:
-        return None
-    waited = {
-        ast.unparse(c.func.value) for c in fn.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "result"
-    }
-    held = [n for n, vs in fn.local_assigns.items() if any(v is call for v in vs)]
-    return call.args[0] if ast.unparse(call) in waited or any(n in waited for n in held) else None
-
-
-_DRAINS = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "sum", "any", "all", "max", "min"})
-
-
-def _consumed(it: ast.Call, fn: FunctionInfo) -> bool:
-    """Whether `fn` drains the iterator `it` where it makes it: the argument of ``list``/``sum``/``any``/..., or the
-    iterable of a loop or comprehension of `fn`."""
-    drained = any(
-        isinstance(c.func, ast.Name) and c.func.id in _DRAINS and c.args and c.args[0] is it for c in fn.calls
-    )
-    return drained or any(i is it for iters in fn.loop_vars.values() for i in iters)
-
-
 def _yield_unpacked(name: str, fn: FunctionInfo) -> int | None:
     """The position of `name` in a tuple target bound to a ``yield`` (``plan, meta = yield logits``), if it is one."""
     for a in fn.assigns:

@@ -29,12 +29,11 @@ from flashcheck.verifier.index import (
 from flashcheck.verifier.instances import (
     PROPERTIES,
     branches,
-    handed_callable,
     imported_name,
     torch_module,
     torch_name,
 )
-from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, imported_root
+from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, handed_callable, imported_root
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
