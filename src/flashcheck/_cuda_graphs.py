@@ -43,7 +43,8 @@ class GraphCache:
         call). `build` must launch the same kernels on the same buffers whenever `key` is the same."""
         import torch
 
-        if key in self._failed or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        # torch.cuda.is_current_stream_capturing() without its availability probe (an environment read per call)
+        if key in self._failed or (torch.cuda.is_initialized() and torch._C._cuda_isCurrentStreamCapturing()):
             return build()  # a capture of someone else's is open on this stream: ours cannot start
         entry = self._graphs.get(key)
         if entry is None:

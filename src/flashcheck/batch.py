@@ -7,7 +7,7 @@ round-trips through JSON so that fuzzers can save and shrink it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -115,9 +115,7 @@ class BatchSpec:
 
     def with_lengths(self, qo_lens: Sequence[int], kv_lens: Sequence[int]) -> BatchSpec:
         """The same configuration with other requests (used by shrinking and by replay sequences)."""
-        d = self.to_dict()
-        d["qo_lens"], d["kv_lens"] = list(qo_lens), list(kv_lens)
-        return BatchSpec.from_dict(d)
+        return replace(self, qo_lens=tuple(qo_lens), kv_lens=tuple(kv_lens))  # validated by __post_init__
 
     # ---- JSON ------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
