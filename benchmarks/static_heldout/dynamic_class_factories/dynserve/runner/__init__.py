@@ -1,0 +1,1 @@
+"""Graph runner and model runner."""

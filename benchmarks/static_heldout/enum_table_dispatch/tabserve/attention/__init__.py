@@ -1,0 +1,1 @@
+"""FlashInfer attention: plan recipes and the table-driven backend."""

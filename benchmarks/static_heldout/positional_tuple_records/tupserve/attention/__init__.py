@@ -1,0 +1,3 @@
+from .flashinfer_backend import FlashInferTupleBackend
+
+__all__ = ["FlashInferTupleBackend"]
