@@ -29,6 +29,32 @@ class ModuleBindings(ProjectIndex):
             self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
         ) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
 
+    def _module_under_folders(self, name: str) -> ModuleInfo | None:
+        """A regular package inside namespace folders: ``a.b.pkg.mod`` names the module indexed as ``pkg.mod``
+        when ``pkg`` sits in folders ``a/b/`` (without ``__init__.py``, so the index names it from ``pkg`` down)."""
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # the package itself too: a.b.pkg is pkg's __init__.py
+            mod = self.modules.get(".".join(parts[i:]))
+            if mod is None:
+                continue
+            path = mod.source.path
+            depth = len(parts) - i - (0 if path.name == "__init__.py" else 1)
+            folders = path.parents[depth : depth + i]
+            if [f.name for f in reversed(folders)] == parts[:i]:
+                return mod
+        return None
+
+    def _suffix_module(self, name: str) -> ModuleInfo | None:
+        """A module whose dotted name ends with `name` (``srt.layers.x`` for ``src.srt.layers.x``), if unique."""
+        if not self._suffixes:
+            self._suffixes[""] = None
+            for full, mod in self.modules.items():
+                parts = full.split(".")
+                for i in range(1, len(parts) - 1):
+                    key = ".".join(parts[i:])
+                    self._suffixes[key] = None if key in self._suffixes else mod
+        return self._suffixes.get(name)
+
     def binding(self, module: ModuleInfo, name: str) -> tuple[ModuleInfo, str] | None:
         """The module whose top level binds the global `name` that `module` reads, and its name there: `module`
         itself, or the project module it imports the name from, followed through re-exports and star imports for a

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
+from flashcheck.verifier.dynamic_imports import class_values
 from flashcheck.verifier.factories import factory_classes
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descendants, owner_of, with_bases
 from flashcheck.verifier.instances import argument, branches, torch_module
@@ -72,6 +73,8 @@ class InstanceCalls(Registries):
                         made = self.returned_union(value, where)
                     if not made and isinstance(value, ast.Call):  # cfg.get_quant_method(self, prefix): per layer
                         made = list(factory_classes(self, value, where, _self_at(owner, where)) or [])
+                    if not made and isinstance(value, ast.Call):  # cls = get_backend_cls(name); cls(cfg): any it gives
+                        made = list(class_values(self, value.func, where))
                     for t in made:
                         if t is not None:
                             found[id(t)] = t

@@ -47,6 +47,7 @@ class InstanceTyping(ModuleBindings):
 
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
     _instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None]  # instance_type's, made by Project
+    _params_active: set[tuple[str, int]]  # param_classes' recursion guard, made by Project
     cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
     reaching: Reaching  # made by Project
 
@@ -63,6 +64,8 @@ class InstanceTyping(ModuleBindings):
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
         def registry_base(self, func: ast.expr, fn: FunctionInfo) -> ClassInfo | None: ...
+
+        def object_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]: ...
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
         """The project class an expression is an instance of, when simple facts say so (memoised: the answer depends
@@ -191,7 +194,9 @@ class InstanceTyping(ModuleBindings):
             return self.instance_type(value, fn, depth + 1)
         return None
 
-    def param_classes(self, name: str, fn: FunctionInfo, owner: ClassInfo | None = None) -> list[ClassInfo]:
+    def param_classes(
+        self, name: str, fn: FunctionInfo, owner: ClassInfo | None = None, *, _hops: int = 0
+    ) -> list[ClassInfo]:
         """Every project class a parameter may hold: its annotation's, else each class the callers pass (a pool of
         one class from one caller, of another from the next); with `owner`, only calls made for an object of that
         class (a sibling subclass's ``super().__init__(model)`` or ``self.attach(runner)`` passes its own)."""
@@ -199,23 +204,49 @@ class InstanceTyping(ModuleBindings):
         declared = self._annotation_classes(ann, fn, 1) if ann is not None else []
         if len(declared) == 1 or (declared and len(self.callers(fn)) > 8):
             return declared
-        found: dict[int, ClassInfo] = {}
-        family = {id(c) for c in with_bases(owner)} | {id(c) for c in owner.subclasses} if owner is not None else set()
-        for caller, call in self.callers(fn)[:8]:
-            if family and caller.cls is not None and id(caller.cls) not in family:
-                continue
-            f = call.func
-            if isinstance(f, ast.Attribute) and f.attr == "__init__" and not isinstance(f.value, ast.Call):
-                continue  # Base.__init__(self, ...): its arguments are one place to the right
-            arg = argument(call, fn, name)
-            t = self.instance_type(arg, caller, 1) if arg is not None else None
-            if t is not None:
-                found[id(t)] = t
+        active = (name, id(fn))
+        if active in self._params_active:  # a cycle of objects handing one another on: cut, and say so
+            self.cuts += 1
+            return []
+        self._params_active.add(active)
+        try:
+            found = self._passed_param_classes(name, fn, owner, declared, _hops)
+        finally:
+            self._params_active.discard(active)
         if declared:  # a union: the members its callers hand, when every one they hand is a member
             members = {id(c) for c in declared}
             handed = list(found.values())
             return handed if handed and all(id(c) in members for c in handed) else declared
         return list(found.values())
+
+    def _passed_param_classes(
+        self, name: str, fn: FunctionInfo, owner: ClassInfo | None, declared: list[ClassInfo], hops: int
+    ) -> dict[int, ClassInfo]:
+        found: dict[int, ClassInfo] = {}
+        family = {id(c) for c in with_bases(owner)} | {id(c) for c in owner.subclasses} if owner is not None else set()
+        for caller, call in self.callers(fn)[:8]:
+            f = call.func
+            on_self = isinstance(f, ast.Attribute) and (
+                isinstance(f.value, ast.Call) or (isinstance(f.value, ast.Name) and f.value.id == "self")
+            )  # super().__init__(model), self.attach(runner): made for the caller's own object
+            if family and caller.cls is not None and id(caller.cls) not in family and on_self:
+                continue
+            if isinstance(f, ast.Attribute) and f.attr == "__init__" and not isinstance(f.value, ast.Call):
+                continue  # Base.__init__(self, ...): its arguments are one place to the right
+            arg = argument(call, fn, name)
+            handed_on = isinstance(arg, ast.Name) and arg.id in caller.params and arg.id not in ("self", "cls")
+            if handed_on and hops < 2 and isinstance(arg, ast.Name):  # the caller's own parameter, of several classes:
+                held = self.param_classes(arg.id, caller, _hops=hops + 1)  # a union it declares, what its callers hand
+                if len(held) > 1:
+                    found.update((id(c), c) for c in held)
+                    continue
+            t = self.instance_type(arg, caller, 1) if arg is not None else None
+            if t is not None:
+                found[id(t)] = t
+            elif isinstance(arg, ast.Attribute) and not declared:  # Model(cfg, self.backend): each class it is seen
+                # built as (a base class with subclasses says less than what `overrides` finds: left to it)
+                found.update((id(c), c) for c in self.object_classes(arg, caller) if not c.subclasses)
+        return found
 
     def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         """The one project class of the items of a list, tuple, set or dict (a literal or a comprehension, held in a

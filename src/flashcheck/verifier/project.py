@@ -37,7 +37,7 @@ from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, ha
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
-from flashcheck.verifier.subclassing import link_class_keywords
+from flashcheck.verifier.subclassing import link_class_keywords, method_aliases
 
 __all__ = [
     "PARTIALS",
@@ -73,12 +73,14 @@ class Project(Members):
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None] = {}
+        self._params_active: set[tuple[str, int]] = set()  # param_classes' recursion guard
         self._targets_memo: dict[ast.Call, list[FunctionInfo]] = {}  # _call_targets'
         self._private_strings: frozenset[str] | None = None
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
         self._subclass_memo: dict[int, list[ClassInfo]] = {}
         self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
+        self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked
         self._link_classes()
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
@@ -89,6 +91,10 @@ class Project(Members):
                 spread_local_tuples(call, f.local_assigns, unstable)
         self._subclass_memo.clear()  # the class links are complete only now
         self._override_memo.clear()
+        self._method_aliases = method_aliases(self.classes.values(), self.resolve_def)  # class-body ``f = A.f``
+        self._subclass_memo.clear()
+        self._override_memo.clear()
+        self.forget_answers()  # what resolving the aliases asked was asked before they were known
 
     def forget_answers(self) -> None:
         """Drop the call graph's memos (callers and callees found so far), so that the questions asked next are
@@ -168,7 +174,14 @@ class Project(Members):
         bases that defines it (``class Plain(Paged, LateMixin)`` takes ``Paged``'s base's method before the mixin's);
         breadth-first over the bases where no order exists."""
         order = resolution_order(ci, self._c3_orders)  # the model's classes do not change: one order per class
-        return next((c.methods[name] for c in order if name in c.methods), None)
+        aliases = self._method_aliases
+        for c in order:
+            if name in c.methods:
+                return c.methods[name]
+            alias = aliases.get(id(c)) if aliases else None
+            if alias is not None and name in alias:  # forward_extend = FlashInferBackend.forward_extend
+                return alias[name]
+        return None
 
     def resolve_def(
         self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
@@ -220,32 +233,6 @@ class Project(Members):
         if target is None and isinstance(base, ast.Name) and base.id in fn.module.imports:
             return self.lookup(f"{fn.module.imports[base.id]}.{expr.attr}")
         return None
-
-    def _module_under_folders(self, name: str) -> ModuleInfo | None:
-        """A regular package inside namespace folders: ``a.b.pkg.mod`` names the module indexed as ``pkg.mod``
-        when ``pkg`` sits in folders ``a/b/`` (without ``__init__.py``, so the index names it from ``pkg`` down)."""
-        parts = name.split(".")
-        for i in range(1, len(parts)):  # the package itself too: a.b.pkg is pkg's __init__.py
-            mod = self.modules.get(".".join(parts[i:]))
-            if mod is None:
-                continue
-            path = mod.source.path
-            depth = len(parts) - i - (0 if path.name == "__init__.py" else 1)
-            folders = path.parents[depth : depth + i]
-            if [f.name for f in reversed(folders)] == parts[:i]:
-                return mod
-        return None
-
-    def _suffix_module(self, name: str) -> ModuleInfo | None:
-        """A module whose dotted name ends with `name` (``srt.layers.x`` for ``src.srt.layers.x``), if unique."""
-        if not self._suffixes:
-            self._suffixes[""] = None
-            for full, mod in self.modules.items():
-                parts = full.split(".")
-                for i in range(1, len(parts) - 1):
-                    key = ".".join(parts[i:])
-                    self._suffixes[key] = None if key in self._suffixes else mod
-        return self._suffixes.get(name)
 
     # ------------------------------------------------------------------ call graph
     def feeding_callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, descendants
 
-__all__ = ["link_class_keywords", "self_registered"]
+__all__ = ["link_class_keywords", "method_aliases", "self_registered"]
 
 _REGISTERING = ("__init_subclass__", "__new__", "__init__")
 
@@ -29,6 +29,25 @@ def link_class_keywords(classes: Iterable[ClassInfo], method: Callable[[ClassInf
         for attr, param in _class_stores(hook) if hook is not None else ():
             if param in given:
                 ci.attr_assigns.setdefault(attr, []).append((given[param], body))
+
+
+def method_aliases(
+    classes: Iterable[ClassInfo], resolve: Callable[[ast.expr, FunctionInfo], object]
+) -> dict[int, dict[str, FunctionInfo]]:
+    """Methods a class body binds by name to a function defined elsewhere (``forward_extend =
+    FlashInferBackend.forward_extend``, ``run = _run_impl``): by id(class), name -> the function. Python resolves
+    them on the class like its own methods, ahead of a mixin's that comes later in the order."""
+    found: dict[int, dict[str, FunctionInfo]] = {}
+    for ci in classes:
+        body = ci.module.body
+        for stmt in ci.node.body if body is not None else ():
+            if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name | ast.Attribute)):
+                continue
+            names = [t.id for t in stmt.targets if isinstance(t, ast.Name) and t.id not in ci.methods]
+            target = resolve(stmt.value, body) if names and body is not None else None
+            if isinstance(target, FunctionInfo):
+                found.setdefault(id(ci), {}).update((n, target) for n in names)
+    return found
 
 
 def self_registered(owner: ClassInfo, attr: str, classes: Iterable[ClassInfo]) -> list[ClassInfo]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import annotation, dotted, kwarg, terminal_name
+from flashcheck.verifier.astutil import alias_value, annotation, dotted, kwarg, terminal_name
+from flashcheck.verifier.bindings import imported_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
     graph_mode,
@@ -139,7 +140,7 @@ class Wrappers:
                 stack.extend((v, where, depth + 1) for v in e.values)
                 continue
             if isinstance(e, ast.Call):
-                cls = wrapper_class_of_call(e, where)
+                cls = wrapper_class_of_call(e, where) or self._module_alias(e.func, where)
                 if cls is None:
                     target = (
                         self.flow.project.resolve_def(e.func, where)
@@ -245,12 +246,30 @@ class Wrappers:
         f = call.func
         if not self.enabled or not isinstance(f, ast.Name | ast.Attribute):
             return None
+        aliased = self._module_alias(f, fn)  # fi_plan.DecodeWrapper(...) with DecodeWrapper = flashinfer.X there
+        if aliased is not None:
+            return aliased, True
         target = self.flow.project.resolve_def(f, fn)
         base = self.flashinfer_base(target) if isinstance(target, ClassInfo) else None
         if base is None or not isinstance(target, ClassInfo):
             return None
         own_init = any("__init__" in c.methods for c in with_bases(target) if self.flashinfer_base(c) is not None)
         return base, not own_init
+
+    def _module_alias(self, f: ast.expr, fn: FunctionInfo) -> str | None:
+        """The FlashInfer wrapper class ``module.Name`` aliases, where `module` is a project module whose top level
+        (or a module it re-exports the name from) binds ``Name = flashinfer.X`` (`alias_value`)."""
+        if not isinstance(f, ast.Attribute) or not isinstance(f.value, ast.Name | ast.Attribute):
+            return None
+        project = self.flow.project
+        mod = project.resolve_def(f.value, fn)
+        found = project.binding(mod, f.attr) if isinstance(mod, ModuleInfo) else None
+        if found is None or found[0].body is None:
+            return None
+        value = alias_value([v for v, _ in found[0].global_values(found[1])])
+        full = imported_name(value, found[0].body, "flashinfer") if value is not None else None
+        last = full.rsplit(".", 1)[-1] if full is not None else ""
+        return last if full is not None and full.startswith("flashinfer.") and is_wrapper_class_name(last) else None
 
     def subclass_names(self) -> set[str]:
         """Names of the project classes that derive from a FlashInfer wrapper (calls of them build wrappers)."""
