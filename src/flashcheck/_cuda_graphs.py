@@ -44,7 +44,8 @@ class GraphCache:
         import torch
 
         # torch.cuda.is_current_stream_capturing() without its availability probe (an environment read per call)
-        if key in self._failed or (torch.cuda.is_initialized() and torch._C._cuda_isCurrentStreamCapturing()):
+        cuda: Any = torch.cuda
+        if key in self._failed or (cuda.is_initialized() and torch._C._cuda_isCurrentStreamCapturing()):
             return build()  # a capture of someone else's is open on this stream: ours cannot start
         entry = self._graphs.get(key)
         if entry is None:
