@@ -133,7 +133,9 @@ class Provenance(StoredPlaces):
                 lambda: self.merge_sources(
                     self.flow.sources(sub, fn)
                     if keyed
-                    else self.flow.keyed_sources(sub, fn) or self.flow.element_sources(sub.value, fn)
+                    else self.flow.keyed_sources(sub, fn)
+                    or self.flow.indexed_sources(sub, fn)  # meta[SEQ_LENS][DEV]: the item at that position
+                    or self.flow.element_sources(sub.value, fn)
                 ),
             )
             if base is UNKNOWN and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str):

@@ -35,7 +35,7 @@ class ClassAttrs:
 
         def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None: ...
 
-        def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]: ...
+        def item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]: ...
 
         def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]: ...
 
@@ -52,7 +52,7 @@ class ClassAttrs:
         field = False
         for c in with_bases(cls):
             out.extend(c.attr_assigns.get(attr, []))
-            out.extend(s for v, i, f in c.attr_unpacks.get(attr, []) for s in self._item_of_result(v, i, f))
+            out.extend(s for v, i, f in c.attr_unpacks.get(attr, []) for s in self.item_of_result(v, i, f))
             if attr in c.fields:  # dataclass field: the constructor's argument
                 field = True
                 index = self.calls.keyword_index()

@@ -27,7 +27,7 @@ from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Proje
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
 from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores
-from flashcheck.verifier.provenance.tensors import tuple_op_input
+from flashcheck.verifier.provenance.positions import PositionalItems
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -36,7 +36,7 @@ _MAX_SOURCES = 48
 _MAX_CHAIN = 40  # nested source questions in flight
 
 
-class ValueFlow(ClassAttrs, KeyedItems):
+class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
     """Sources of references within one project (results are cached per node)."""
 
     def __init__(self, project: Project) -> None:
@@ -89,7 +89,8 @@ class ValueFlow(ClassAttrs, KeyedItems):
                 literal = self._keyed(base, key.value, fn)  # {"paged": wrapper}["paged"]
                 if literal is not None:
                     return literal
-            return self.element_sources(expr.value, fn)
+            placed = self.indexed_sources(expr, fn)  # meta[SEQ_LENS] of tuples: the item at that position
+            return placed if placed is not None else self.element_sources(expr.value, fn)
         if isinstance(expr, ast.Call):
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and expr.args:
@@ -278,7 +279,7 @@ class ValueFlow(ClassAttrs, KeyedItems):
             unpacked = self.unpacked(scope).get(name)
             if values or unpacked:
                 found = [(v, scope) for v in values or []]
-                return found + [s for value, i in unpacked or [] for s in self._item_of_result(value, i, scope)]
+                return found + [s for value, i in unpacked or [] for s in self.item_of_result(value, i, scope)]
             if scope is not fn and name in scope.params:
                 return self.param_sources(scope, name)
             scope = scope.parent
@@ -286,39 +287,6 @@ class ValueFlow(ClassAttrs, KeyedItems):
         if not found and name in fn.module.imports:  # from .backends import PLAN_INFO_ATTR: that module's global
             found = self.project.global_values(fn.module, name)
         return found
-
-    def unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
-        """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->
-        (value, position)."""
-        found = self._unpacks.get(id(fn))
-        if found is None:
-            found = self._unpacks[id(fn)] = {}
-            for a in fn.assigns:
-                if not isinstance(a, ast.Assign) or isinstance(a.value, ast.Tuple | ast.List):
-                    continue
-                for t in a.targets:
-                    if isinstance(t, ast.Tuple | ast.List):
-                        for i, elt in enumerate(t.elts):
-                            if isinstance(elt, ast.Starred):
-                                break
-                            if isinstance(elt, ast.Name):
-                                found.setdefault(elt.id, []).append((a.value, i))
-        return found
-
-    def _item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]:
-        """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple, or `x` for
-        ``a, b = x.topk(k)`` (a torch operation's tensors share its input's device)."""
-        if isinstance(value, ast.Call) and (held := tuple_op_input(value, fn)) is not None:
-            return [(held, fn)]
-        out: list[Source] = []
-        for src, where in self.sources(value, fn):
-            if isinstance(src, ast.Name | ast.Attribute | ast.Call) and depth < 3:
-                out.extend(self._item_of_result(src, i, where, depth + 1))
-            if not isinstance(src, ast.Tuple | ast.List) or i >= len(src.elts):
-                continue
-            if not any(isinstance(e, ast.Starred) for e in src.elts[: i + 1]):
-                out.append((src.elts[i], where))
-        return out
 
     def param_sources(self, fn: FunctionInfo, name: str) -> list[Source]:
         """Arguments that callers pass for parameter `name` of `fn` (``self`` is not a value here)."""

@@ -29,6 +29,8 @@ class PositionalItems:
 
         def sources(self, expr: ast.expr, fn: FunctionInfo) -> list[Source]: ...
 
+        def element_sources(self, container: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[Source]: ...
+
     def unpacked(self, fn: FunctionInfo) -> dict[str, list[tuple[ast.expr, int]]]:
         """Names bound by unpacking a value that is not a literal tuple (``buf, n = self.helper()``): name ->
         (value, position)."""
@@ -54,9 +56,9 @@ class PositionalItems:
         if isinstance(value, ast.Call) and (held := tuple_op_input(value, fn)) is not None:
             return [(held, fn)]
         if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice):
-            lo = _slice_start(value.slice, fn)
+            lo = _slice_start(value.slice, fn, self.project)
             at = self.positional_item(value.value, lo + i, fn) if lo is not None else None
-            return at if at is not None else []
+            return at if at is not None else self.element_sources(value.value, fn)  # some item of the container
         out: list[Source] = []
         for src, where in self.sources(value, fn):
             if isinstance(src, ast.Name | ast.Attribute | ast.Call | ast.Subscript) and depth < 3:
@@ -70,7 +72,7 @@ class PositionalItems:
     def indexed_sources(self, expr: ast.Subscript, fn: FunctionInfo) -> list[Source] | None:
         """``meta[2]``, ``meta[SEQ_LENS]``: the item at that position of every tuple `meta` may be; None when the
         index is no constant or some value is not a tuple literal that holds the position."""
-        i = constant_index(expr.slice, fn)
+        i = constant_index(expr.slice, fn, self.project)
         return self.positional_item(expr.value, i, fn) if i is not None else None
 
     def positional_item(self, container: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source] | None:
@@ -82,7 +84,7 @@ class PositionalItems:
                 return None
             return [(elts[i], fn)]
         if isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice) and i >= 0:
-            lo = _slice_start(container.slice, fn)  # meta[2:5][1] is meta[3]
+            lo = _slice_start(container.slice, fn, self.project)  # meta[2:5][1] is meta[3]
             return self.positional_item(container.value, lo + i, fn, depth + 1) if lo is not None else None
         if not isinstance(container, ast.Name | ast.Attribute | ast.Subscript | ast.Call):
             return None
@@ -98,24 +100,24 @@ class PositionalItems:
         return out
 
 
-def constant_index(key: ast.expr, fn: FunctionInfo) -> int | None:
+def constant_index(key: ast.expr, fn: FunctionInfo, project: Project) -> int | None:
     """An int index known before the program runs: a literal (also negative) or a module global bound once to one
-    (``SEQ_LENS = 2``, also imported from the module that binds it is not followed)."""
+    (``SEQ_LENS = 2``, also imported from the project module that binds it)."""
     if isinstance(key, ast.Constant) and type(key.value) is int:
         return key.value
     if isinstance(key, ast.UnaryOp) and isinstance(key.op, ast.USub) and isinstance(key.operand, ast.Constant):
         v = key.operand.value
         return -v if type(v) is int else None
     if isinstance(key, ast.Name) and key.id not in fn.local_assigns and key.id not in fn.params:
-        values = fn.module.global_values(key.id)
+        values = project.global_values(fn.module, key.id)
         if len(values) == 1 and isinstance(values[0][0], ast.Constant) and type(values[0][0].value) is int:
             return int(values[0][0].value)
     return None
 
 
-def _slice_start(s: ast.Slice, fn: FunctionInfo) -> int | None:
+def _slice_start(s: ast.Slice, fn: FunctionInfo, project: Project) -> int | None:
     """The start of a slice with unit step and a start known as a non-negative constant (0 where omitted)."""
     if s.step is not None:
         return None
-    lo = constant_index(s.lower, fn) if s.lower is not None else 0
+    lo = constant_index(s.lower, fn, project) if s.lower is not None else 0
     return lo if lo is not None and lo >= 0 else None

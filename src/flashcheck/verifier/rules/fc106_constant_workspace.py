@@ -166,12 +166,11 @@ def _is_constant(expr: ast.expr, fn: FunctionInfo, project: Project, depth: int,
         if text and isinstance(expr.value, str):
             return expr.value.strip().lstrip("+-").isdigit()
         return isinstance(expr.value, int) and not isinstance(expr.value, bool)
+    # the operands of an expression are no hop to another definition: they share the depth (192 * 1024 * 1024)
     if isinstance(expr, ast.BinOp):
-        return _is_constant(expr.left, fn, project, depth + 1) and _is_constant(expr.right, fn, project, depth + 1)
+        return _is_constant(expr.left, fn, project, depth) and _is_constant(expr.right, fn, project, depth)
     if isinstance(expr, ast.IfExp):  # (384 if NEW_API else 128) << 20: fixed either way
-        return _is_constant(expr.body, fn, project, depth + 1, text) and _is_constant(
-            expr.orelse, fn, project, depth + 1, text
-        )
+        return _is_constant(expr.body, fn, project, depth, text) and _is_constant(expr.orelse, fn, project, depth, text)
     if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):  # os.getenv("WS") or 128 << 20
         *env, fallback = expr.values
         return all(_is_env(e) for e in env) and _is_constant(fallback, fn, project, depth + 1, text)
