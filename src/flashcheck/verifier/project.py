@@ -35,6 +35,7 @@ from flashcheck.verifier.instances import (
 )
 from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, handed_callable, imported_root
 from flashcheck.verifier.reaching import Reaching
+from flashcheck.verifier.registered import registered_callables
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
 from flashcheck.verifier.subclassing import link_class_keywords, method_aliases
@@ -81,6 +82,7 @@ class Project(Members):
         self._subclass_memo: dict[int, list[ClassInfo]] = {}
         self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
         self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked
+        self.dispatched_lists: dict[int, set[str]] = {}  # registered.py: the callback lists a method runs, by id
         self._link_classes()
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
@@ -405,6 +407,7 @@ class Project(Members):
         for call in fn.calls:
             for target in self._call_targets(call, fn):
                 out.append((target, call))
+                out += [(f, call) for f in registered_callables(self, call, fn, target)]  # hooks.fire(b): each hook
         called = {id(call) for _, call in out}
         for call in fn.calls:  # await loop.run_in_executor(pool, self._usage, b), pool.submit(f, b).result()
             handed = handed_callable(call, fn) if id(call) not in called else None
