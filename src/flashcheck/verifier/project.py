@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from flashcheck.verifier.astutil import class_base, dotted, literal_items, spread_local_tuples, terminal_name
 from flashcheck.verifier.autograd import is_autograd_function
+from flashcheck.verifier.descriptors import descriptor_calls
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
 from flashcheck.verifier.index import (
     POST_INITS,
@@ -83,6 +84,7 @@ class Project(Members):
         self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
         self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked
         self.dispatched_lists: dict[int, set[str]] = {}  # registered.py: the callback lists a method runs, by id
+        self.descriptor_index: dict[str, list[tuple[ClassInfo, ClassInfo]]] | None = None  # descriptors.py
         self._link_classes()
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
@@ -408,6 +410,7 @@ class Project(Members):
             for target in self._call_targets(call, fn):
                 out.append((target, call))
                 out += [(f, call) for f in registered_callables(self, call, fn, target)]  # hooks.fire(b): each hook
+        out += descriptor_calls(self, fn)  # batch.host_seq_lens of a descriptor: its __get__ runs
         called = {id(call) for _, call in out}
         for call in fn.calls:  # await loop.run_in_executor(pool, self._usage, b), pool.submit(f, b).result()
             handed = handed_callable(call, fn) if id(call) not in called else None
