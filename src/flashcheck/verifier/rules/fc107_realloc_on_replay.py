@@ -8,7 +8,7 @@ from flashcheck.verifier.astutil import annotation, dotted, literal_items, termi
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths
-from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -28,7 +28,9 @@ class ReallocOnReplayPath(Rule):
         torch.empty_like(x)``; also a list a constructor or a setup method no per-step root runs (by its name:
         ``init*``, ``setup*``, ``alloc*``, ``create*``, ``build*``; ``init_cuda_graph_state``) fills by
         ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an empty dict or list filled as it goes)
-        an attribute of an object ``self`` keeps (``self.backend.kv_indptr``) or of an object that holds a captured
+        an attribute of an object ``self`` keeps (``self.backend.kv_indptr``, also through a local bound to it, ``mr =
+        self.model_runner``, or to what a weak reference it keeps refers to, ``bufs = self._bufs_ref()``) or of an
+        object that holds a captured
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
         entry.positions = x.clone()``; also a record whose constructor keeps a parameter so annotated, ``def
         __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph``), also through ``setattr(self, name,
@@ -96,7 +98,7 @@ class ReallocOnReplayPath(Rule):
                     continue  # a host-only buffer: no captured graph reads it
                 for t in a.targets if isinstance(a, ast.Assign) else [a.target]:
                     if (
-                        _is_self_buffer(t)
+                        _is_self_buffer(t, fn)
                         or _is_container_item(t, fn, ctx, step, setup)
                         or _is_graph_record_field(t, fn, ctx)
                     ):
@@ -106,7 +108,7 @@ class ReallocOnReplayPath(Rule):
                     isinstance(call.func, ast.Attribute)
                     and call.func.attr == "resize_"
                     and (
-                        _is_self_buffer(call.func.value)
+                        _is_self_buffer(call.func.value, fn)
                         or _is_container_item(call.func.value, fn, ctx, step, setup)  # self.lens[dev].resize_(n)
                     )
                     and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
@@ -159,19 +161,50 @@ def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
     return isinstance(value.func, ast.Attribute) and last in _COPIES
 
 
-def _is_self_buffer(t: ast.expr) -> bool:
-    """``self.buf``, ``self.bufs["k"]`` and attributes of objects ``self`` keeps (``self.backend.kv_indptr``):
-    storage that outlives the step."""
+def _is_self_buffer(t: ast.expr, fn: FunctionInfo | None = None) -> bool:
+    """``self.buf``, ``self.bufs["k"]`` and attributes of objects ``self`` keeps (``self.backend.kv_indptr``), also
+    through a local bound once to such an object (``mr = self.model_runner; mr.input_buffers.positions``) or to a
+    weak reference's target (``bufs = self._bufs_ref()``): storage that outlives the step."""
     if isinstance(t, ast.Subscript):
         if not (isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)):
             return False  # self.buf[:n] = ... writes into the buffer, which is the fix
         t = t.value
     if not isinstance(t, ast.Attribute):
         return False
-    base = t.value
-    while isinstance(base, ast.Attribute):
-        base = base.value
-    return isinstance(base, ast.Name) and base.id == "self"
+    return _kept_by_self(t.value, fn, 0)
+
+
+def _kept_by_self(base: ast.expr, fn: FunctionInfo | None, depth: int) -> bool:
+    """An object ``self`` keeps: ``self``, an attribute chain from it, the target of a weak reference it keeps
+    (``self._runner_ref()``), or a local bound once to one of those."""
+    while isinstance(base, ast.Attribute) or (isinstance(base, ast.Call) and _weak_deref(base, fn)):
+        base = base.value if isinstance(base, ast.Attribute) else base.func
+    if not isinstance(base, ast.Name):
+        return False
+    if base.id == "self":
+        return True
+    values = fn.local_assigns.get(base.id, []) if fn is not None and base.id not in fn.params else []
+    return len(values) == 1 and depth < 3 and _kept_by_self(values[0], fn, depth + 1)
+
+
+def _weak_deref(call: ast.Call, fn: FunctionInfo | None) -> bool:
+    """``self._runner_ref()``: calling a weak reference that ``self`` keeps (an attribute bound to
+    ``weakref.ref(...)``) gives back the object it refers to; any other call may make a new object."""
+    f = call.func
+    if (
+        call.args
+        or call.keywords
+        or fn is None
+        or not isinstance(f, ast.Attribute)
+        or not isinstance(f.value, ast.Name)
+    ):
+        return False
+    cls = owner_of(fn).cls if f.value.id == "self" else None
+    stores = [v for c in with_bases(cls) for v, _ in c.attr_assigns.get(f.attr, [])] if cls is not None else []
+    return bool(stores) and all(isinstance(v, ast.Call) and dotted(v.func) in _WEAK_REFS for v in stores)
+
+
+_WEAK_REFS = frozenset({"weakref.ref", "ref", "weakref.WeakMethod", "WeakMethod"})
 
 
 def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
