@@ -9,7 +9,10 @@ returns or raises whenever its test holds; rules leave out sites there when ever
 parameter the callee binds again in any way (assignment, unpacking, ``+=``, a loop, ``with``, ``except`` or ``match``
 target) is not bound, and neither are arguments through an alias or ``functools.partial``. Tests it reads: the
 parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter with a constant (``==``, ``!=``,
-``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``).
+``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``). The constant keyword fields of an
+object the caller builds and hands over are bound as ``fb.use_graph`` (the capture root's ``Batch(...,
+use_graph=True)``, also returned by a project function), and tests read them like parameters; a callee that stores
+the field does not get it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from collections.abc import Callable, Mapping
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import FunctionInfo
 
-__all__ = ["Bindings", "Dead", "Guards"]
+__all__ = ["UNKNOWN", "Bindings", "Dead", "Guards", "bound_key", "bound_value"]
 
 Bindings = frozenset[tuple[str, object]]
 _UNKNOWN = object()
+UNKNOWN = _UNKNOWN  # what `bound_value` gives for a value no binding decides
 
 
 class Dead:
@@ -48,36 +52,58 @@ _EMPTY = Dead()
 class Guards:
     """Per project: which parameters of a function can decide its branches, and which nodes a binding rules out."""
 
-    def __init__(self, used_as_value: Callable[[FunctionInfo], bool]) -> None:
+    def __init__(
+        self,
+        used_as_value: Callable[[FunctionInfo], bool],
+        resolve: Callable[[ast.expr, FunctionInfo], object] | None = None,
+    ) -> None:
         self._used_as_value = used_as_value  # `Project.used_as_value`
+        self._resolve = resolve  # `Project.resolve_def`: a builder's constant fields (fb = self._static_batch(bs))
         self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         self._rebound: dict[int, set[str]] = {}
         self._dead: dict[tuple[int, Bindings], Dead] = {}
 
-    def bindings(self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object]) -> Bindings:
+    def bindings(
+        self, call: ast.Call, callee: FunctionInfo, outer: Mapping[str, object], caller: FunctionInfo | None = None
+    ) -> Bindings:
         """The callee's parameters that `call` fills with a constant (or with a bound parameter of the caller,
-        whose values are `outer`), of those that can decide what the callee runs (`_guard_names`); none for a
-        function whose name is also used as a value (handed to a call, kept in a table), which may run with
-        other arguments through calls the walk does not see."""
+        whose values are `outer`), of those that can decide what the callee runs (`_guard_names`), and the constant
+        fields of an object handed over (``fb = ForwardBatch(..., use_graph=True)`` in the caller binds
+        ``fb.use_graph`` of the callee's parameter, also handed on); none for a function whose name is also used as
+        a value (handed to a call, kept in a table), which may run with other arguments through calls the walk does
+        not see."""
         tested, passed = self._guard_names(callee)
         used = tested | passed
         if not used:
             return frozenset()
-        out = ((p, _value(arg, outer)) for p in used if (arg := arg_for_param(call, callee, p)) is not None)
-        found = frozenset((p, v) for p, v in out if v is not _UNKNOWN)
+        found: set[tuple[str, object]] = set()
+        for p in used:
+            arg = arg_for_param(call, callee, p)
+            if arg is None:
+                continue
+            v = _value(arg, outer)
+            if v is not _UNKNOWN:
+                found.add((p, v))
+            elif isinstance(arg, ast.Name):
+                found.update((f"{p}.{f}", fv) for f, fv in self._fields(arg.id, caller, outer))
         if not found or self._used_as_value(callee):
             return frozenset()
         rebound = self._rebound.get(id(callee))
         if rebound is None:
             rebound = self._rebound[id(callee)] = _rebound(callee, set(used))
-        return frozenset((p, v) for p, v in found if p not in rebound)
+        stored = {  # fb.use_graph = False in the callee: its own value from there on
+            f"{a.value.id}.{a.attr}"
+            for a in callee.attributes
+            if isinstance(a.ctx, ast.Store) and isinstance(a.value, ast.Name)
+        }
+        return frozenset((p, v) for p, v in found if p.partition(".")[0] not in rebound and p not in stored)
 
     def useful(self, fn: FunctionInfo, bound: Bindings, dead: Dead) -> Bindings:
         """`bound` without what can change nothing: with no branch ruled out, only what `fn` passes on."""
         if dead.spans or not bound:
             return bound
         passed = self._guard_names(fn)[1]
-        return frozenset((p, v) for p, v in bound if p in passed)
+        return frozenset((p, v) for p, v in bound if p.partition(".")[0] in passed)
 
     def dead(self, fn: FunctionInfo, bound: Bindings) -> Dead:
         """The parts of `fn` that never run when its parameters hold `bound`."""
@@ -88,6 +114,26 @@ class Guards:
         if found is None:
             found = self._dead[key] = dead_nodes(fn, bound)
         return found
+
+    def _fields(self, name: str, caller: FunctionInfo | None, outer: Mapping[str, object]) -> list[tuple[str, object]]:
+        """The constant fields of the object a caller's local or parameter `name` holds: the constant keywords of
+        the one call that builds it (``ForwardBatch(..., use_graph=True)``, also the one a project function returns:
+        ``fb = self._static_batch(bs)``), or the fields the caller's own bindings give its parameter (handed on)."""
+        prefix = name + "."
+        handed = [(k[len(prefix) :], v) for k, v in outer.items() if k.startswith(prefix)]
+        if handed or caller is None or name in caller.params:
+            return handed
+        values = caller.local_assigns.get(name, [])
+        built = values[0] if len(values) == 1 and isinstance(values[0], ast.Call) else None
+        builder = self._resolve(built.func, caller) if built is not None and self._resolve is not None else None
+        if isinstance(builder, FunctionInfo) and len(builder.returns) == 1 and isinstance(builder.returns[0], ast.Call):
+            built = builder.returns[0]  # def _static_batch(...): return ForwardBatch(..., use_graph=True)
+        out = []
+        for kw in built.keywords if built is not None else ():
+            v = _value(kw.value, {}) if kw.arg is not None else _UNKNOWN
+            if v is not _UNKNOWN and kw.arg is not None:
+                out.append((kw.arg, v))
+        return out
 
     def _guard_names(self, fn: FunctionInfo) -> tuple[frozenset[str], frozenset[str]]:
         """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads, and those a call
@@ -183,8 +229,8 @@ def _mark(stmts: list[ast.stmt], dead: list[tuple[int, int, int, int]]) -> None:
 
 def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
     """The test's truth under `env`, or None when it depends on something else."""
-    if isinstance(test, ast.Name):
-        v = env.get(test.id, _UNKNOWN)
+    if isinstance(test, ast.Name | ast.Attribute):  # also a bound field: if fb.use_graph:
+        v = env.get(bound_key(test) or "", _UNKNOWN)
         return None if v is _UNKNOWN else bool(v)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         t = _truth(test.operand, env)
@@ -195,8 +241,8 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
         if decisive in parts:
             return decisive
         return None if None in parts else not decisive
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name):
-        v = env.get(test.left.id, _UNKNOWN)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name | ast.Attribute):
+        v = env.get(bound_key(test.left) or "", _UNKNOWN)
         right = test.comparators[0]
         if v is _UNKNOWN:
             return None
@@ -217,3 +263,20 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
             found = any(v == e.value for e in right.elts if isinstance(e, ast.Constant))
             return found if isinstance(op, ast.In) else not found
     return None
+
+
+def bound_key(expr: ast.expr) -> str | None:
+    """The key a binding gives `expr`: a parameter's name, or ``fb.use_graph`` for a field of one."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        return f"{expr.value.id}.{expr.attr}"
+    return None
+
+
+def bound_value(expr: ast.expr, env: Mapping[str, object]) -> object:
+    """The constant `expr` holds under `env` (a literal, a bound parameter or field), else `UNKNOWN`."""
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    key = bound_key(expr)
+    return env.get(key, UNKNOWN) if key is not None else UNKNOWN

@@ -21,6 +21,7 @@ from typing import Literal
 
 from flashcheck.findings import Frame
 from flashcheck.verifier.astutil import class_base, is_protocol, literal_items, name_tokens, terminal_name
+from flashcheck.verifier.capture_blocks import around, graph_blocks, outside_capture
 from flashcheck.verifier.config import StaticConfig
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.flashinfer_api import (
@@ -32,7 +33,8 @@ from flashcheck.verifier.flashinfer_api import (
 from flashcheck.verifier.guards import Bindings, Dead, Guards
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.loops import loop_containers
-from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, imported_name, torch_name
+from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, imported_name
+from flashcheck.verifier.tables import ruled_out_by_key
 
 __all__ = ["Category", "HotPaths", "Root", "RootKind", "default_category"]
 
@@ -218,86 +220,6 @@ def _named_root(fn: FunctionInfo, project: Project, config: StaticConfig) -> Roo
     return None
 
 
-def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
-    """The ``with torch.cuda.graph(g):`` blocks of `fn` (also under an alias of torch), each with the statements
-    that run around it as often as it does: the branch of the innermost ``if`` that holds it (the first sight of a
-    batch size), through ``with`` and ``try``, else the statements just before and after it."""
-    if isinstance(fn.node, ast.Module) or not any(_captures(c, fn) for c in fn.calls):
-        return []
-    found: list[tuple[ast.With, list[ast.stmt]]] = []
-    lists: list[tuple[list[ast.stmt], list[ast.stmt] | None]] = [(fn.node.body, None)]
-    while lists:
-        body, branch = lists.pop()
-        for k, stmt in enumerate(body):
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                continue  # their own blocks belong to their own FunctionInfo
-            if isinstance(stmt, ast.With) and any(
-                isinstance(i.context_expr, ast.Call) and _captures(i.context_expr, fn) for i in stmt.items
-            ):
-                found.append((stmt, branch if branch is not None else body[max(k - 1, 0) : k + 2]))
-                continue
-            for field in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, field, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    lists.append((inner, inner if isinstance(stmt, ast.If) else branch))
-            lists.extend((h.body, branch) for h in getattr(stmt, "handlers", ()))
-            lists.extend((c.body, c.body) for c in getattr(stmt, "cases", ()))
-    return found
-
-
-def _captures(call: ast.Call, fn: FunctionInfo) -> bool:
-    """``torch.cuda.graph(g)``, also under an alias (the name tested first: every call of the project passes)."""
-    name = terminal_name(call.func) or ""
-    renamed = fn.module.imports.get(name, "").endswith(".graph")
-    return (name == "graph" or renamed) and torch_name(call.func, fn) == "torch.cuda.graph"
-
-
-def outside_capture(fn: FunctionInfo) -> Dead | None:
-    """The parts of `fn` outside the bodies of its ``with torch.cuda.graph(g):`` blocks, when it has one: only what
-    such a body runs is captured (an eager warm-up before it, the replay after it, and the context managers the
-    ``with`` enters are not). None for a function without one."""
-    blocks = sorted((b for b, _ in graph_blocks(fn)), key=lambda b: (b.lineno, b.col_offset))
-    if not blocks:
-        return None
-    spans: list[tuple[int, int, int, int]] = []
-    start = (0, 0)
-    for b in blocks:
-        spans.append((*start, *_captured_from(b, fn)))
-        start = _end(b)
-    spans.append((*start, 1 << 30, 0))
-    return Dead(tuple(spans))
-
-
-def _around(blocks: list[tuple[ast.With, list[ast.stmt]]], fn: FunctionInfo, node: ast.AST, sync: bool) -> bool:
-    """`HotPaths.around_capture` over the `graph_blocks` of `fn`."""
-    at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-    for block, branch in blocks:
-        inside = _captured_from(block, fn) <= at <= _end(block)
-        beside = sync and _start(branch[0]) <= at <= _end(branch[-1])
-        if inside or beside:
-            return True
-    return False
-
-
-def _captured_from(block: ast.With, fn: FunctionInfo) -> tuple[int, int]:
-    """Where capture starts in a ``with`` block: at the item after the graph's (``with torch.cuda.graph(g),
-    ctx():`` enters ``ctx`` while capturing), else at the body."""
-    for i, item in enumerate(block.items[:-1]):
-        expr = item.context_expr
-        if isinstance(expr, ast.Call) and _captures(expr, fn):
-            nxt = block.items[i + 1].context_expr
-            return nxt.lineno, nxt.col_offset
-    return _start(block.body[0])
-
-
-def _start(stmt: ast.stmt) -> tuple[int, int]:
-    return stmt.lineno, stmt.col_offset
-
-
-def _end(last: ast.stmt) -> tuple[int, int]:
-    return last.end_lineno or last.lineno, last.end_col_offset or 0
-
-
 def _first_match(names: Iterable[str], patterns: Iterable[str]) -> str | None:
     for pat in patterns:
         if any(fnmatch.fnmatchcase(n, pat) for n in names):
@@ -314,7 +236,7 @@ class HotPaths:
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._resolved: dict[int, set[tuple[int, int]]] = {}
-        self._guards = Guards(project.used_as_value)
+        self._guards = Guards(project.used_as_value, project.resolve_def)
         self._blocks: dict[int, list[tuple[ast.With, list[ast.stmt]]]] = {}  # graph_blocks, by id(fn)
         self._edge_cache: dict[tuple[int, int], list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]] = {}
 
@@ -324,7 +246,7 @@ class HotPaths:
         blocks = self._blocks.get(id(fn))
         if blocks is None:
             blocks = self._blocks[id(fn)] = graph_blocks(fn)
-        return bool(blocks) and _around(blocks, fn, node, sync)
+        return bool(blocks) and around(blocks, fn, node, sync)
 
     def reach(self, kind: RootKind) -> dict[FunctionInfo, Hop]:
         """Functions reachable from roots of `kind`, each with its first (shortest) hop."""
@@ -389,10 +311,12 @@ class HotPaths:
             for callee, node, self_ctx in self._edges(fn, ctx):
                 if node in dead:
                     continue  # in a branch the constant arguments of this path rule out
+                if outer and isinstance(node, ast.Call) and ruled_out_by_key(self.project, fn, node, callee, outer):
+                    continue  # a table item stored under a key the path's constants rule out
                 callee_ctx = _narrowed(callee, self_ctx)
                 args: Bindings = frozenset()
                 if isinstance(node, ast.Call) and self._direct(fn, node, callee):
-                    args = self._guards.bindings(node, callee, outer)
+                    args = self._guards.bindings(node, callee, outer, fn)
                 visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop), args)
         self._cache[categories] = seen
         return seen

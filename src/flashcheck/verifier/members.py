@@ -238,6 +238,14 @@ class Members(InstanceCalls):
                 e for c in fn.loop_vars[value.id][:2] for e in literal_items(c)[:8]
             ]  # for hook in (a, b, lambda m: ..)
             return [t for e in items for t in self.callables(e, fn, partials=partials, depth=depth + 1)]
+        lookup: ast.expr | None = None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and _is_get(value):
+            lookup = value.func.value
+        elif isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
+            lookup = value.value
+        if lookup is not None:  # handler = self._forward_table[(mode, use_graph)]: any callable the table holds
+            held = self.container_items(lookup, fn) or []
+            return [t for v, w in held[:8] for t in self.callables(v, w, partials=partials, depth=depth + 1)]
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
             return self.callables(local[0], fn, partials=partials, depth=depth + 1)
@@ -277,6 +285,10 @@ class Members(InstanceCalls):
 
 
 _BUILTINS = frozenset(dir(builtins))
+
+
+def _is_get(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "get" and bool(call.args)
 
 
 def _param_scope(fn: FunctionInfo, name: str) -> FunctionInfo | None:

@@ -66,7 +66,9 @@ class NonGraphWrapperInCapture(Rule):
 
     Known false positives
         A run call on a capture path that is only taken in eager mode (behind a ``if not capturing:`` branch) is
-        reported; suppress with a reason.
+        reported, unless the branch tests a parameter or a field of the capture batch that the capture path sets to a
+        constant (``if not fb.use_graph:`` under the capture root's ``Batch(..., use_graph=True)``, also a handler
+        table keyed by it); suppress with a reason.
 
     What it cannot see
         Wrappers handed in from outside the project, and run calls reached only through objects whose type the analysis

@@ -1,0 +1,83 @@
+"""Calls picked from a table by a key the walk knows: ``handler = self._forward_table[(fb.forward_mode,
+fb.use_graph)]; handler(q, fb)`` runs only the handlers stored under keys that can equal the lookup's, where the
+path binds a part of it (`flashcheck.verifier.guards`: the capture root's ``ForwardBatch(..., use_graph=True)``
+hands ``use_graph`` down, so the eager handlers under ``(mode, False)`` keys do not run under the capture). Keys are
+read from dict literals (a module global, a class attribute, ``self.x = {...}``); a table also filled by item stores
+with keys the walk cannot compare, or a callee the literal does not hold, is not narrowed. Part of
+`flashcheck.verifier.hotpath`'s walk.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from flashcheck.verifier.guards import UNKNOWN, bound_value
+from flashcheck.verifier.index import FunctionInfo, owner_of, with_bases
+
+if TYPE_CHECKING:
+    from flashcheck.verifier.project import Project
+
+__all__ = ["ruled_out_by_key"]
+
+
+def ruled_out_by_key(
+    project: Project, fn: FunctionInfo, call: ast.Call, callee: FunctionInfo, env: Mapping[str, object]
+) -> bool:
+    """Whether `call` in `fn` runs `callee` only as an item of a table whose every key holding it differs from the
+    lookup's key in a part that `env` decides."""
+    if not env:
+        return False
+    lookup = _lookup(call.func, fn)
+    if lookup is None:
+        return False
+    table, key = lookup
+    wanted = [bound_value(e, env) for e in key.elts] if isinstance(key, ast.Tuple) else [bound_value(key, env)]
+    if all(w is UNKNOWN for w in wanted):
+        return False
+    holding = [k for k, v, where in _entries(table, fn) if callee in project.callables(v, where, partials=True)]
+    return bool(holding) and all(not _may_equal(k, wanted) for k in holding)
+
+
+def _lookup(func: ast.expr, fn: FunctionInfo) -> tuple[ast.Attribute, ast.expr] | None:
+    """(the table, the key) of ``self.table[key](...)`` or of a local bound once to ``self.table[key]``."""
+    if isinstance(func, ast.Name):
+        values = fn.local_assigns.get(func.id, [])
+        func = values[0] if len(values) == 1 else func
+    if (
+        isinstance(func, ast.Subscript)
+        and isinstance(func.value, ast.Attribute)
+        and not isinstance(func.slice, ast.Slice)
+    ):
+        return func.value, func.slice
+    return None
+
+
+def _entries(table: ast.Attribute, fn: FunctionInfo) -> list[tuple[ast.expr | None, ast.expr, FunctionInfo]]:
+    """(key, value, where) of the dict literals an attribute of ``self`` is bound to; a key None for an item
+    stored under a key that is not a literal."""
+    if not (isinstance(table.value, ast.Name) and table.value.id == "self"):
+        return []
+    cls = owner_of(fn).cls
+    out: list[tuple[ast.expr | None, ast.expr, FunctionInfo]] = []
+    for c in with_bases(cls) if cls is not None else []:
+        for value, where in c.attr_assigns.get(table.attr, []):
+            if isinstance(value, ast.Dict):
+                out += [(k, v, where) for k, v in zip(value.keys, value.values, strict=True)]
+        for value, where in c.item_assigns.get(table.attr, []):
+            out.append((None, value, where))  # self.table[(mode, flag)] = handler: a key the walk does not read
+    return out
+
+
+def _may_equal(key: ast.expr | None, wanted: list[object]) -> bool:
+    """Whether a literal key can equal the lookup's (every part the path decides matches a constant part)."""
+    if key is None:
+        return True
+    parts = key.elts if isinstance(key, ast.Tuple) else [key]
+    if len(parts) != len(wanted):
+        return True
+    for part, w in zip(parts, wanted, strict=True):
+        if w is not UNKNOWN and isinstance(part, ast.Constant) and part.value != w:
+            return False
+    return True
