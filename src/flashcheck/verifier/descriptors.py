@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from flashcheck.verifier.dispatch import resolution_order
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
 
 if TYPE_CHECKING:
@@ -39,9 +40,12 @@ def descriptor_calls(project: Project, fn: FunctionInfo) -> list[tuple[FunctionI
         if cls is None:
             continue
         family = {id(c) for c in with_bases(cls)} | ({id(c) for c in cls.subclasses} if is_self else set())
+        winner = _binder(project, cls, node.attr)  # the class whose binding an instance of cls sees
         for owner, desc in held:
-            if id(owner) not in family:
+            if id(owner) not in family or (winner is not None and winner is not owner and not is_self):
                 continue
+            if hook == "__get__" and project.method(desc, "__set__") is None and _instance_stores(cls, node.attr):
+                continue  # a non-data descriptor: the instance's own attribute (self.x = ...) wins
             method = project.method(desc, hook)
             if method is None:
                 continue
@@ -77,3 +81,29 @@ def _index(project: Project) -> dict[str, list[tuple[ClassInfo, ClassInfo]]]:
                     found.setdefault(t.id, []).append((ci, desc))
     project.descriptor_index = found
     return found
+
+
+def _binder(project: Project, cls: ClassInfo, attr: str) -> ClassInfo | None:
+    """The first class in `cls`'s resolution order whose body binds `attr` (a class attribute, a method or a
+    property): the binding an instance of `cls` sees."""
+    for c in resolution_order(cls, {}):
+        if attr in c.methods or any(_binds(stmt, attr) for stmt in c.node.body):
+            return c
+    return None
+
+
+def _binds(stmt: ast.stmt, attr: str) -> bool:
+    if isinstance(stmt, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == attr and stmt.value is not None
+    return False
+
+
+def _instance_stores(cls: ClassInfo, attr: str) -> bool:
+    """Whether methods of `cls` or its bases store ``self.attr`` (not the class body's own binding)."""
+    return any(
+        where.cls is not None and not isinstance(where.node, ast.Module)
+        for c in with_bases(cls)
+        for _, where in c.attr_assigns.get(attr, [])
+    )

@@ -19,15 +19,24 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from flashcheck.verifier.dataflow import arg_for_param
-from flashcheck.verifier.index import FunctionInfo
+from flashcheck.verifier.index import ClassInfo, FunctionInfo
 
-__all__ = ["UNKNOWN", "Bindings", "Dead", "Guards", "bound_key", "bound_value"]
+__all__ = ["UNKNOWN", "Bindings", "Dead", "Guards", "Handed", "bind_count", "bound_key", "bound_value"]
 
 Bindings = frozenset[tuple[str, object]]
 _UNKNOWN = object()
 UNKNOWN = _UNKNOWN  # what `bound_value` gives for a value no binding decides
+
+
+@dataclass(frozen=True)
+class Handed:
+    """The functions a callable parameter may be on this path (``attend`` handed down from the capture's
+    ``model(..., attend, attend_window)``): a call of the parameter runs only those."""
+
+    ids: frozenset[int]
 
 
 class Dead:
@@ -56,8 +65,12 @@ class Guards:
         self,
         used_as_value: Callable[[FunctionInfo], bool],
         resolve: Callable[[ast.expr, FunctionInfo], object] | None = None,
+        callables: Callable[[ast.expr, FunctionInfo], list[FunctionInfo]] | None = None,
+        stored: Callable[[], frozenset[str]] | None = None,
     ) -> None:
+        self._stored = stored  # attribute names some code stores after construction (never bound as fields)
         self._used_as_value = used_as_value  # `Project.used_as_value`
+        self._callables = callables  # `Project.callables`: what a callable argument may run
         self._resolve = resolve  # `Project.resolve_def`: a builder's constant fields (fb = self._static_batch(bs))
         self._names: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         self._rebound: dict[int, set[str]] = {}
@@ -73,7 +86,8 @@ class Guards:
         a value (handed to a call, kept in a table), which may run with other arguments through calls the walk does
         not see."""
         tested, passed = self._guard_names(callee)
-        used = tested | passed
+        called = self._called(callee)
+        used = tested | passed | called
         if not used:
             return frozenset()
         found: set[tuple[str, object]] = set()
@@ -82,6 +96,10 @@ class Guards:
             if arg is None:
                 continue
             v = _value(arg, outer)
+            handing = (p in called or p in passed) and caller is not None and _made_callable(arg, caller)
+            if v is _UNKNOWN and handing and caller is not None and self._callables is not None:
+                made = self._callables(arg, caller)  # attend = make_attend(w): the closure the call hands over
+                v = Handed(frozenset(id(f) for f in made)) if made and not _param(arg, caller) else _UNKNOWN
             if v is not _UNKNOWN:
                 found.add((p, v))
             elif isinstance(arg, ast.Name):
@@ -102,8 +120,8 @@ class Guards:
         """`bound` without what can change nothing: with no branch ruled out, only what `fn` passes on."""
         if dead.spans or not bound:
             return bound
-        passed = self._guard_names(fn)[1]
-        return frozenset((p, v) for p, v in bound if p.partition(".")[0] in passed)
+        kept = self._guard_names(fn)[1] | self._called(fn)
+        return frozenset((p, v) for p, v in bound if p.partition(".")[0] in kept)
 
     def dead(self, fn: FunctionInfo, bound: Bindings) -> Dead:
         """The parts of `fn` that never run when its parameters hold `bound`."""
@@ -117,23 +135,46 @@ class Guards:
 
     def _fields(self, name: str, caller: FunctionInfo | None, outer: Mapping[str, object]) -> list[tuple[str, object]]:
         """The constant fields of the object a caller's local or parameter `name` holds: the constant keywords of
-        the one call that builds it (``ForwardBatch(..., use_graph=True)``, also the one a project function returns:
-        ``fb = self._static_batch(bs)``), or the fields the caller's own bindings give its parameter (handed on)."""
+        the constructor call that builds it (``ForwardBatch(..., use_graph=True)``, also the one a project function
+        returns: ``fb = self._static_batch(bs)``), or the fields the caller's own bindings give its parameter (handed
+        on). Only a local the caller binds once, by that assignment, to a class whose constructor keeps its keywords
+        as they are (a generated one, or ``self.f = f``), and only fields no code stores after construction (the
+        caller's ``fb.use_graph = False``, a helper's ``batch.use_graph = ...``, a ``setattr``)."""
         prefix = name + "."
         handed = [(k[len(prefix) :], v) for k, v in outer.items() if k.startswith(prefix)]
-        if handed or caller is None or name in caller.params:
+        if handed or caller is None or name in caller.params or self._resolve is None or self._stored is None:
             return handed
         values = caller.local_assigns.get(name, [])
-        built = values[0] if len(values) == 1 and isinstance(values[0], ast.Call) else None
-        builder = self._resolve(built.func, caller) if built is not None and self._resolve is not None else None
-        if isinstance(builder, FunctionInfo) and len(builder.returns) == 1 and isinstance(builder.returns[0], ast.Call):
-            built = builder.returns[0]  # def _static_batch(...): return ForwardBatch(..., use_graph=True)
+        if len(values) != 1 or not isinstance(values[0], ast.Call) or bind_count(caller, name) != 1:
+            return []
+        built = values[0]
+        made = self._resolve(built.func, caller)
+        if isinstance(made, FunctionInfo):  # def _static_batch(...): return ForwardBatch(..., use_graph=True)
+            ret = made.returns[0] if len(made.returns) == 1 else None
+            built = ret if isinstance(ret, ast.Call) else built
+            made = self._resolve(ret.func, made) if isinstance(ret, ast.Call) else None
+        if not isinstance(made, ClassInfo):
+            return []  # only a constructor's keywords are the object's fields
+        init = made.methods.get("__init__") or next(
+            (b.methods["__init__"] for b in made.bases if "__init__" in b.methods), None
+        )
+        stored = self._stored()
         out = []
-        for kw in built.keywords if built is not None else ():
+        for kw in built.keywords:
             v = _value(kw.value, {}) if kw.arg is not None else _UNKNOWN
-            if v is not _UNKNOWN and kw.arg is not None:
+            if v is _UNKNOWN or kw.arg is None or kw.arg in stored or _stores_field(caller, name, kw.arg):
+                continue
+            if init is None or _keeps(init, kw.arg):
                 out.append((kw.arg, v))
         return out
+
+    def _called(self, fn: FunctionInfo) -> frozenset[str]:
+        """Parameters of `fn` that it calls (``attend(q, k, v)``): a callable argument decides what runs."""
+        return (
+            frozenset(c.func.id for c in fn.calls if isinstance(c.func, ast.Name) and c.func.id in fn.params)
+            if self._callables is not None
+            else frozenset()
+        )
 
     def _guard_names(self, fn: FunctionInfo) -> tuple[frozenset[str], frozenset[str]]:
         """Parameters of `fn` that a test (``if``, ``while``, a conditional expression) reads, and those a call
@@ -146,6 +187,7 @@ class Guards:
             passed: set[str] = set()
             for call in fn.calls:
                 args = [*call.args, *(k.value for k in call.keywords)]
+                args += [b for a in args if isinstance(a, ast.IfExp) for b in (a.body, a.orelse)]  # a if c else b
                 passed.update(a.id for a in args if isinstance(a, ast.Name) and a.id in params)
             found = self._names[id(fn)] = (frozenset(tested), frozenset(passed))
         return found
@@ -175,7 +217,74 @@ def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:
     return out & names
 
 
+def bind_count(fn: FunctionInfo, name: str) -> int:
+    """How many times `fn`'s own code binds `name` (assignments, loop, ``with`` and ``except`` targets, unpacking)."""
+    if isinstance(fn.node, ast.Module):
+        return 2
+    count = 0
+    stack: list[ast.AST] = list(fn.node.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if (isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)) or (
+            isinstance(node, ast.ExceptHandler) and node.name == name
+        ):
+            count += 1
+        stack.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def _stores_field(fn: FunctionInfo, name: str, field: str) -> bool:
+    """``name.field = ...`` (or ``del``, ``+=``) in `fn`."""
+    return any(
+        a.attr == field and isinstance(a.value, ast.Name) and a.value.id == name and not isinstance(a.ctx, ast.Load)
+        for a in fn.attributes
+    )
+
+
+def _keeps(init: FunctionInfo, field: str) -> bool:
+    """Whether a constructor stores its parameter `field` as it is: ``self.field = field``."""
+    for a in init.assigns:
+        if not isinstance(a, ast.Assign) or not (isinstance(a.value, ast.Name) and a.value.id == field):
+            continue
+        if any(isinstance(t, ast.Attribute) and t.attr == field for t in a.targets):
+            return True
+    return False
+
+
+def _made_callable(arg: ast.expr, caller: FunctionInfo) -> bool:
+    """Whether an argument is a callable the caller makes: a nested ``def``, a ``lambda``, or a local bound once to
+    a call (a factory's closure, ``attend = make_attend(w)``), also either branch of a conditional of those; other
+    names (tensors, numbers) are not asked about."""
+    if isinstance(arg, ast.IfExp):
+        return _made_callable(arg.body, caller) or _made_callable(arg.orelse, caller)
+    if isinstance(arg, ast.Lambda):
+        return True
+    if not isinstance(arg, ast.Name) or arg.id in caller.params:
+        return False
+    scope: FunctionInfo | None = caller
+    while scope is not None:  # a closure's free variable: bound in the enclosing function
+        if arg.id in scope.local_defs:
+            return True
+        values = scope.local_assigns.get(arg.id)
+        if values:
+            return len(values) == 1 and isinstance(values[0], ast.Call | ast.Lambda)
+        scope = scope.parent
+    return False
+
+
+def _param(arg: ast.expr, caller: FunctionInfo) -> bool:
+    """Whether a callable argument is (or chooses between) the caller's own parameters: those pass on what the
+    caller was handed (`outer`), or nothing known."""
+    names = [b for b in (arg.body, arg.orelse)] if isinstance(arg, ast.IfExp) else [arg]
+    return any(isinstance(n, ast.Name) and n.id in caller.params for n in names)
+
+
 def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
+    if isinstance(arg, ast.IfExp):  # attend_window if layer.is_window else attend: either of the handed callables
+        a, b = _value(arg.body, outer), _value(arg.orelse, outer)
+        return Handed(a.ids | b.ids) if isinstance(a, Handed) and isinstance(b, Handed) else _UNKNOWN
     if isinstance(arg, ast.Constant) and isinstance(arg.value, bool | int | float | str | type(None)):
         return arg.value
     if isinstance(arg, ast.Name):

@@ -30,7 +30,7 @@ from flashcheck.verifier.flashinfer_api import (
     looks_like_wrapper,
     module_imports_flashinfer,
 )
-from flashcheck.verifier.guards import Bindings, Dead, Guards
+from flashcheck.verifier.guards import Bindings, Dead, Guards, Handed
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, Project, imported_name
@@ -236,7 +236,8 @@ class HotPaths:
         self._cache: dict[frozenset[Category], dict[FunctionInfo, Hop]] = {}
         self._deads: dict[frozenset[Category], dict[int, list[Dead | None]]] = {}
         self._resolved: dict[int, set[tuple[int, int]]] = {}
-        self._guards = Guards(project.used_as_value, project.resolve_def)
+        self._guards = Guards(project.used_as_value, project.resolve_def, self._handed_callables, self._stored_fields)
+        self._stored: frozenset[str] | None = None
         self._blocks: dict[int, list[tuple[ast.With, list[ast.stmt]]]] = {}  # graph_blocks, by id(fn)
         self._edge_cache: dict[tuple[int, int], list[tuple[FunctionInfo, ast.expr, ClassInfo | None]]] = {}
 
@@ -313,6 +314,11 @@ class HotPaths:
                     continue  # in a branch the constant arguments of this path rule out
                 if outer and isinstance(node, ast.Call) and ruled_out_by_key(self.project, fn, node, callee, outer):
                     continue  # a table item stored under a key the path's constants rule out
+                handed = (
+                    outer.get(node.func.id) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+                )
+                if isinstance(handed, Handed) and id(callee) not in handed.ids:
+                    continue  # attend(q): a closure another path hands this parameter
                 callee_ctx = _narrowed(callee, self_ctx)
                 args: Bindings = frozenset()
                 if isinstance(node, ast.Call) and self._direct(fn, node, callee):
@@ -320,6 +326,27 @@ class HotPaths:
                 visit(callee, callee_ctx, Hop(fn, node.lineno, hop.root, hop), args)
         self._cache[categories] = seen
         return seen
+
+    def _handed_callables(self, arg: ast.expr, fn: FunctionInfo) -> list[FunctionInfo]:
+        return self.project.callables(arg, fn, partials=True)
+
+    def _stored_fields(self) -> frozenset[str]:
+        """Attribute names some code stores after an object is built (outside constructors' ``self.x = ...``, also by
+        ``setattr`` with a literal name): such a field's constructor keyword says nothing of its later value."""
+        if self._stored is None:
+            names: set[str] = set()
+            for f in self.project.all_functions():
+                building = f.name in ("__init__", "__post_init__", "__new__")
+                for a in f.attributes:
+                    own = isinstance(a.value, ast.Name) and a.value.id == "self"
+                    if not isinstance(a.ctx, ast.Load) and not (building and own):
+                        names.add(a.attr)
+                for c in f.calls:
+                    if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 2:
+                        key = c.args[1]
+                        names.add(key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "")
+            self._stored = frozenset(names)
+        return self._stored
 
     def _direct(self, fn: FunctionInfo, call: ast.Call, callee: FunctionInfo) -> bool:
         """A call whose arguments fill the callee's parameters as written: the call graph's own edge to the callee
@@ -368,6 +395,8 @@ class HotPaths:
             if name is None:
                 if _is_super_call(node) and ctx is not None and not self.project.super_runs(node, fn, ctx, callee):
                     continue  # super() in a mixin runs the next class of this object's order only
+                if narrow and ctx is not None and not self._held_by(node, fn, ctx, callee):
+                    continue  # self.impl.run(q) of a Fast: the impl a Fast is built with, not a Slow's
                 out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn, callee)))
                 continue
             if narrow and callee.name == name and owner_of(callee).cls is not None:
@@ -381,6 +410,19 @@ class HotPaths:
         out.extend((callee, node, ctx if _self_member(node) else None) for callee, node in self._alias_callees(fn))
         out.extend((callee, node, None) for callee, node in self._decorator_wrappers(fn))
         return out
+
+    def _held_by(self, node: ast.expr, fn: FunctionInfo, ctx: ClassInfo, callee: FunctionInfo) -> bool:
+        """Whether ``self.attr.m(...)`` may run `callee` when ``self`` is a `ctx`: where the classes the attribute
+        holds for a `ctx` are known, `callee` is a method of one of them (or of their bases or subclasses)."""
+        f = node.func if isinstance(node, ast.Call) else None
+        recv = f.value if isinstance(f, ast.Attribute) else None
+        if not (isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self"):
+            return True
+        held = self.project.held_classes(recv, fn, ctx)
+        if not held or callee.cls is None:
+            return True
+        related = {id(c) for h in held for c in (*with_bases(h), *self.project.subclasses_of(h))}
+        return id(callee.cls) in related
 
     def _receiver(self, node: ast.expr, fn: FunctionInfo, callee: FunctionInfo) -> ClassInfo | None:
         """The class of the object a call or attribute read runs on, when it is known (``self.backend.plan()`` with

@@ -233,6 +233,13 @@ class InstanceTyping(ModuleBindings):
                 continue
             if isinstance(f, ast.Attribute) and f.attr == "__init__" and not isinstance(f.value, ast.Call):
                 continue  # Base.__init__(self, ...): its arguments are one place to the right
+            built = (
+                self.resolve_def(f, caller)
+                if family and not on_self and isinstance(f, ast.Name | ast.Attribute)
+                else None
+            )
+            if isinstance(built, ClassInfo) and id(built) not in family:
+                continue  # Slow(SlowImpl()) builds a sibling of the owner: not an argument for this object
             arg = argument(call, fn, name)
             handed_on = isinstance(arg, ast.Name) and arg.id in caller.params and arg.id not in ("self", "cls")
             if handed_on and hops < 2 and isinstance(arg, ast.Name):  # the caller's own parameter, of several classes:
@@ -246,6 +253,8 @@ class InstanceTyping(ModuleBindings):
             elif isinstance(arg, ast.Attribute) and not declared:  # Model(cfg, self.backend): each class it is seen
                 # built as (a base class with subclasses says less than what `overrides` finds: left to it)
                 found.update((id(c), c) for c in self.object_classes(arg, caller) if not c.subclasses)
+            elif declared:
+                return {}  # a caller hands what the analysis cannot type: the declared union stays whole
         return found
 
     def _element_type(self, container: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:

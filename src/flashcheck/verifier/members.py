@@ -204,7 +204,7 @@ class Members(InstanceCalls):
         either branch of ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)``
         (or ``partialmethod``), the closure a factory call returns and the ``__call__`` of an object built in place
         (whose arguments no longer line up with the call's)."""
-        if depth > 3:
+        if depth > 6:  # a closure handed down two constructors or calls and a factory's return: a few hops
             return []
         if isinstance(value, ast.Lambda):  # {"decode": lambda fb: self._init_decode(fb)}
             return [f] if (f := lambda_function(value)) is not None else []

@@ -85,6 +85,7 @@ class Project(Members):
         self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked
         self.dispatched_lists: dict[int, set[str]] = {}  # registered.py: the callback lists a method runs, by id
         self.descriptor_index: dict[str, list[tuple[ClassInfo, ClassInfo]]] | None = None  # descriptors.py
+        self.changed_tables: frozenset[str] | None = None  # tables.py: dict attributes updated in place
         self._link_classes()
         link_class_keywords(self.classes.values(), self.method)  # class Trtllm(Backend, decode_backend="trtllm-gen")
         self.link_class_aliases()
@@ -375,10 +376,12 @@ class Project(Members):
             self._loop_names = {}
             for f in self.all_functions():
                 for var, containers in f.loop_vars.items():
-                    for it in containers:
-                        held = terminal_name(it)
-                        if held:
-                            self._loop_names.setdefault(held, set()).add(var)
+                    for it in containers:  # for layer, kv in zip(self.layers, caches): each zipped container
+                        zipped = isinstance(it, ast.Call) and dotted(it.func) in ("zip", "enumerate")
+                        for each in it.args if zipped and isinstance(it, ast.Call) else [it]:
+                            held = terminal_name(each)
+                            if held:
+                                self._loop_names.setdefault(held, set()).add(var)
         for name in list(out):
             out |= self._loop_names.get(name, set())
         return out

@@ -46,21 +46,30 @@ def registered_callables(
             if not isinstance(reg_call.func, ast.Attribute):
                 continue
             other = _place(reg_call.func.value, caller)
-            if place is not None and other is not None and other != place:
-                continue  # registered on another object: self.shutdown_hooks, not self.step_end_hooks
+            if place is not None and (other is None or not _same_place(place, other)):
+                continue  # registered on another object (self.shutdown_hooks), or on one the code does not name
             arg = reg_call.args[index] if index < len(reg_call.args) else None
             for f in project.callables(_unwrapped(arg), caller, partials=True) if arg is not None else ():
                 found[id(f)] = f
     return list(found.values())[:_MAX]
 
 
-def _place(receiver: ast.expr, fn: FunctionInfo) -> tuple[str, str] | None:
+def _place(receiver: ast.expr, fn: FunctionInfo) -> tuple[ClassInfo | None, str] | None:
     """Where an object is kept, as far as one function's code says: ``self.step_end_hooks`` in a method of
-    ``ModelRunner`` -> ("ModelRunner", "step_end_hooks"); None for anything else."""
+    ``ModelRunner`` -> (ModelRunner, "step_end_hooks"); None for anything else."""
     if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and receiver.value.id == "self":
-        owner = owner_of(fn).cls
-        return (owner.qualname if owner is not None else fn.module.name, receiver.attr)
+        return (owner_of(fn).cls, receiver.attr)
     return None
+
+
+def _same_place(a: tuple[ClassInfo | None, str], b: tuple[ClassInfo | None, str]) -> bool:
+    """The same attribute of objects of one class family (a base's ``__init__`` registers on ``self.hooks``, the
+    subclass's ``step`` fires ``self.hooks``)."""
+    if a[1] != b[1]:
+        return False
+    if a[0] is None or b[0] is None:
+        return a[0] is b[0]
+    return a[0] in with_bases(b[0]) or b[0] in with_bases(a[0])
 
 
 def _dispatched(method: FunctionInfo) -> set[str]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.guards import UNKNOWN, bound_value
-from flashcheck.verifier.index import FunctionInfo, owner_of, with_bases
+from flashcheck.verifier.index import FunctionInfo, descendants, owner_of, with_bases
 
 if TYPE_CHECKING:
     from flashcheck.verifier.project import Project
@@ -33,6 +33,8 @@ def ruled_out_by_key(
     if lookup is None:
         return False
     table, key = lookup
+    if table.attr in _changed(project):
+        return False  # self.table |= {...}, self.table.update(more): keys the walk does not read
     wanted = [bound_value(e, env) for e in key.elts] if isinstance(key, ast.Tuple) else [bound_value(key, env)]
     if all(w is UNKNOWN for w in wanted):
         return False
@@ -61,7 +63,8 @@ def _entries(table: ast.Attribute, fn: FunctionInfo) -> list[tuple[ast.expr | No
         return []
     cls = owner_of(fn).cls
     out: list[tuple[ast.expr | None, ast.expr, FunctionInfo]] = []
-    for c in with_bases(cls) if cls is not None else []:
+    family = [*with_bases(cls), *descendants(cls)] if cls is not None else []  # a subclass may bind it again
+    for c in family:
         for value, where in c.attr_assigns.get(table.attr, []):
             if isinstance(value, ast.Dict):
                 out += [(k, v, where) for k, v in zip(value.keys, value.values, strict=True)]
@@ -81,3 +84,25 @@ def _may_equal(key: ast.expr | None, wanted: list[object]) -> bool:
         if w is not UNKNOWN and isinstance(part, ast.Constant) and part.value != w:
             return False
     return True
+
+
+def _changed(project: Project) -> frozenset[str]:
+    """Attribute names of dicts some code updates in place other than by an item store: ``x.table |= {...}``,
+    ``x.table.update(...)``, ``x.table.setdefault(...)`` (built once per project)."""
+    found = project.changed_tables
+    if found is None:
+        names: set[str] = set()
+        for f in project.all_functions():
+            for a in f.assigns:
+                if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Attribute):
+                    names.add(a.target.attr)
+            for c in f.calls:
+                g = c.func
+                if (
+                    isinstance(g, ast.Attribute)
+                    and g.attr in ("update", "setdefault")
+                    and isinstance(g.value, ast.Attribute)
+                ):
+                    names.add(g.value.attr)
+        found = project.changed_tables = frozenset(names)
+    return found

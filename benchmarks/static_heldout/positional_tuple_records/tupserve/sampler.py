@@ -34,7 +34,7 @@ class TupleSampler:
         generated_d = self._to_device(generated, torch.int32)
         min_new_d = self._to_device(min_new, torch.int32)
         too_short = generated_d < min_new_d
-        logits[too_short, self.eos_id] = float("-inf")  # expect: FC101
+        logits[too_short, self.eos_id] = float("-inf")  # ok: FC101
 
         if self.greedy_buf is None:
             self.greedy_buf = torch.empty(self.max_bs, dtype=torch.int64, device=self.device)  # ok: FC107

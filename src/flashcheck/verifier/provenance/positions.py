@@ -108,7 +108,12 @@ def constant_index(key: ast.expr, fn: FunctionInfo, project: Project) -> int | N
     if isinstance(key, ast.UnaryOp) and isinstance(key.op, ast.USub) and isinstance(key.operand, ast.Constant):
         v = key.operand.value
         return -v if type(v) is int else None
-    if isinstance(key, ast.Name) and key.id not in fn.local_assigns and key.id not in fn.params:
+    if (
+        isinstance(key, ast.Name)
+        and key.id not in fn.local_assigns
+        and key.id not in fn.params
+        and key.id not in fn.loop_vars
+    ):
         values = project.global_values(fn.module, key.id)
         if len(values) == 1 and isinstance(values[0][0], ast.Constant) and type(values[0][0].value) is int:
             return int(values[0][0].value)

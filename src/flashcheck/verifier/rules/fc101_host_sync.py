@@ -75,8 +75,9 @@ class HostSyncInHotPath(Rule):
         (functions and methods), ``torch.repeat_interleave`` with tensor repeats and no ``output_size=``,
         ``torch.equal``/``torch.allclose``, boolean-mask indexing (a comparison, its ``~``/``&``/``|``, a predicate such
         as ``isnan()`` or ``any(dim)``, a name assigned one; in any dimension: ``q[:, is_ret]``; a store through one
-        beside another index, ``logits[done, eos] = x``, or of a tensor, ``x[mask] = y``, but not of a scalar through
-        the mask alone, ``x[mask] = float("-inf")``, which runs as ``masked_fill_``),
+        of a tensor of values, ``x[mask] = y``, or beside a tensor index, ``logits[done, cols] = x``, but not of a
+        scalar through the mask and plain indices or slices, ``logits[done, eos] = float("-inf")``, which runs on the
+        device),
         ``int()``/``float()``/``bool()`` of a device tensor (also per element in a comprehension) and
         ``math.ceil``/``math.floor``/``round``/``range`` of one, builtin ``max``/``min``/``sum``/``any``/``all`` over a
         device tensor, a device scalar as a slice bound (in any dimension: ``t[:b, :n]``), ``host.copy_(device)``
@@ -326,15 +327,16 @@ class HostSyncInHotPath(Rule):
                 elif w is Where.UNKNOWN and prov.tensorish(leaf, fn) and prov.tensor_where(leaf, fn) is not Where.HOST:
                     hit(leaf, "branches on a tensor (implicit .item() if it is on the device)", w, Confidence.LOW)
         assigned = {id(t): a.value for a in fn.assigns if isinstance(a, ast.Assign) for t in a.targets}
-        masked_lines: set[int] = set()  # x[m] = x[m] * 2: one finding, for the read
+        masked: set[tuple[int, str]] = set()  # x[m] = x[m] * 2: one finding, for the read
         for sub in sorted(fn.subscripts, key=lambda s: isinstance(s.ctx, ast.Store)):  # reads first
-            load = isinstance(sub.ctx, ast.Load) or _mask_store_syncs(sub, assigned.get(id(sub)))
-            masks = _masks(sub.slice, fn) if load and sub.lineno not in masked_lines else []
+            load = isinstance(sub.ctx, ast.Load) or _mask_store_syncs(sub, assigned.get(id(sub)), fn, prov)
+            at = (sub.lineno, ast.unparse(sub))
+            masks = _masks(sub.slice, fn) if load and at not in masked else []
             if masks:
                 w = prov.of(sub.value, fn)
                 if w is not Where.HOST and any(prov.of(m, fn) is not Where.HOST for m in masks):
                     hit(sub, "indexes with a boolean mask (data-dependent size, device-to-host sync)", w)
-                    masked_lines.add(sub.lineno)
+                    masked.add(at)
             else:
                 _slice_bounds(sub, fn, prov, strict, hit)
 
@@ -451,20 +453,16 @@ def _leaves(test: ast.expr) -> list[ast.expr]:
     return [test]
 
 
-def _mask_store_syncs(sub: ast.Subscript, value: ast.expr | None) -> bool:
-    """Whether a store through a mask index needs the mask's positions on the host: ``x[mask, j] = v`` and
-    ``x[:, mask] = v`` (masks beside other dimensions: `index_put_` turns them into indices), or ``x[mask] = t`` of
-    a tensor; ``x[mask] = -inf`` of a scalar runs as `masked_fill_` on the device."""
+def _mask_store_syncs(sub: ast.Subscript, value: ast.expr | None, fn: FunctionInfo, prov: Provenance) -> bool:
+    """Whether a store through a mask index needs the mask's positions on the host: a tensor of values (``x[mask]
+    = y``: as many values as the mask selects), or a tensor index beside the mask (``x[mask, cols] = v``); a scalar
+    through the mask and plain indices or slices (``x[mask] = -inf``, ``x[mask, eos] = 0.0``) runs on the device."""
     if not isinstance(sub.ctx, ast.Store) or value is None:
         return False
-    if isinstance(sub.slice, ast.Tuple):
+    if prov.tensorish(value, fn):
         return True
-    if isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant):
-        value = value.operand
-    scalar = isinstance(value, ast.Constant) or (
-        isinstance(value, ast.Call) and dotted(value.func) in ("float", "int", "bool")
-    )
-    return not scalar
+    dims = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else []
+    return any(not isinstance(d, ast.Slice) and not _is_mask(d, fn) and prov.tensorish(d, fn) for d in dims)
 
 
 def _masks(index: ast.expr, fn: FunctionInfo) -> list[ast.expr]:

@@ -7,6 +7,7 @@ import ast
 from flashcheck.verifier.astutil import annotation, dotted, literal_items, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
+from flashcheck.verifier.guards import bind_count
 from flashcheck.verifier.hotpath import Hop, HotPaths
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, torch_name
@@ -184,7 +185,8 @@ def _kept_by_self(base: ast.expr, fn: FunctionInfo | None, depth: int) -> bool:
     if base.id == "self":
         return True
     values = fn.local_assigns.get(base.id, []) if fn is not None and base.id not in fn.params else []
-    return len(values) == 1 and depth < 3 and _kept_by_self(values[0], fn, depth + 1)
+    once = fn is not None and len(values) == 1 and bind_count(fn, base.id) == 1  # not also a loop or with target
+    return once and depth < 3 and _kept_by_self(values[0], fn, depth + 1)
 
 
 def _weak_deref(call: ast.Call, fn: FunctionInfo | None) -> bool:
