@@ -37,16 +37,11 @@ class InstanceCalls(Registries):
 
         def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> list[FunctionInfo]: ...
 
-    def held_classes(self, attr: ast.Attribute, fn: FunctionInfo, of: ClassInfo) -> list[ClassInfo]:
-        """`_attr_classes` of an attribute of ``self`` when ``self`` is an `of` (the class a hot-path walk knows)."""
-        return self._attr_classes(attr, fn, of)
-
-    def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo, of: ClassInfo | None = None) -> list[ClassInfo]:
+    def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
         branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry), or bound from a
-        constructor's parameter (each class the calls made for an object of `attr`'s owner pass, or of `of`, the
-        class the object is known to be on a path: ``Fast(FastImpl())`` for a ``Fast``); else empty."""
-        owner = of or self.instance_type(attr.value, fn, 1)
+        constructor's parameter (each class the calls made for an object of `attr`'s owner pass); else empty."""
+        owner = self.instance_type(attr.value, fn, 1)
         found: dict[int, ClassInfo] = {}
         handed = False  # bound from a constructor's parameter: the classes the calls for this owner pass
         for c in with_bases(owner) if owner is not None else []:

@@ -99,7 +99,8 @@ class Guards:
             handing = (p in called or p in passed) and caller is not None and _made_callable(arg, caller)
             if v is _UNKNOWN and handing and caller is not None and self._callables is not None:
                 made = self._callables(arg, caller)  # attend = make_attend(w): the closure the call hands over
-                v = Handed(frozenset(id(f) for f in made)) if made and not _param(arg, caller) else _UNKNOWN
+                whole = made and not _param(arg, caller) and self._only_functions(arg, caller)
+                v = Handed(frozenset(id(f) for f in made)) if whole else _UNKNOWN
             if v is not _UNKNOWN:
                 found.add((p, v))
             elif isinstance(arg, ast.Name):
@@ -167,6 +168,27 @@ class Guards:
             if init is None or _keeps(init, kw.arg):
                 out.append((kw.arg, v))
         return out
+
+    def _only_functions(self, arg: ast.expr, caller: FunctionInfo) -> bool:
+        """Whether every value a handed callable may be is a function the analysis names: a ``lambda``, a nested or
+        module ``def``, or a local bound to a factory whose every return is one of those (not an object whose
+        ``__call__`` runs, nor a registry pick, which the callee's own edges resolve better)."""
+        if isinstance(arg, ast.IfExp):
+            return self._only_functions(arg.body, caller) and self._only_functions(arg.orelse, caller)
+        if isinstance(arg, ast.Lambda) or not isinstance(arg, ast.Name) or self._resolve is None:
+            return isinstance(arg, ast.Lambda)
+        scope: FunctionInfo | None = caller
+        while scope is not None and arg.id not in scope.local_defs and arg.id not in scope.local_assigns:
+            scope = scope.parent
+        if scope is None or arg.id in scope.local_defs:
+            return scope is not None
+        values = scope.local_assigns[arg.id]
+        made = self._resolve(values[0].func, scope) if len(values) == 1 and isinstance(values[0], ast.Call) else None
+        if not isinstance(made, FunctionInfo) or not made.returns:
+            return isinstance(values[0], ast.Lambda) if len(values) == 1 else False
+        return all(
+            isinstance(r, ast.Lambda) or (isinstance(r, ast.Name) and r.id in made.local_defs) for r in made.returns
+        )
 
     def _called(self, fn: FunctionInfo) -> frozenset[str]:
         """Parameters of `fn` that it calls (``attend(q, k, v)``): a callable argument decides what runs."""

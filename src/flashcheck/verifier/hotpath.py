@@ -395,8 +395,6 @@ class HotPaths:
             if name is None:
                 if _is_super_call(node) and ctx is not None and not self.project.super_runs(node, fn, ctx, callee):
                     continue  # super() in a mixin runs the next class of this object's order only
-                if narrow and ctx is not None and not self._held_by(node, fn, ctx, callee):
-                    continue  # self.impl.run(q) of a Fast: the impl a Fast is built with, not a Slow's
                 out.append((callee, node, ctx if _is_super_call(node) else self._receiver(node, fn, callee)))
                 continue
             if narrow and callee.name == name and owner_of(callee).cls is not None:
@@ -410,19 +408,6 @@ class HotPaths:
         out.extend((callee, node, ctx if _self_member(node) else None) for callee, node in self._alias_callees(fn))
         out.extend((callee, node, None) for callee, node in self._decorator_wrappers(fn))
         return out
-
-    def _held_by(self, node: ast.expr, fn: FunctionInfo, ctx: ClassInfo, callee: FunctionInfo) -> bool:
-        """Whether ``self.attr.m(...)`` may run `callee` when ``self`` is a `ctx`: where the classes the attribute
-        holds for a `ctx` are known, `callee` is a method of one of them (or of their bases or subclasses)."""
-        f = node.func if isinstance(node, ast.Call) else None
-        recv = f.value if isinstance(f, ast.Attribute) else None
-        if not (isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self"):
-            return True
-        held = self.project.held_classes(recv, fn, ctx)
-        if not held or callee.cls is None:
-            return True
-        related = {id(c) for h in held for c in (*with_bases(h), *self.project.subclasses_of(h))}
-        return id(callee.cls) in related
 
     def _receiver(self, node: ast.expr, fn: FunctionInfo, callee: FunctionInfo) -> ClassInfo | None:
         """The class of the object a call or attribute read runs on, when it is known (``self.backend.plan()`` with

@@ -198,46 +198,58 @@ class Members(InstanceCalls):
         return [t for value, where in values[:8] for t in self.callables(value, where, partials=True)]
 
     def callables(
-        self, value: ast.expr, fn: FunctionInfo, *, partials: bool = False, depth: int = 0
+        self,
+        value: ast.expr,
+        fn: FunctionInfo,
+        *,
+        partials: bool = False,
+        depth: int = 0,
+        spent: list[int] | None = None,
     ) -> list[FunctionInfo]:
         """The project functions a callable expression names: ``self._forward_decode``, ``helper``, a ``lambda``,
         either branch of ``a if c else b`` and, with `partials`, the function of ``functools.partial(helper, ...)``
         (or ``partialmethod``), the closure a factory call returns and the ``__call__`` of an object built in place
         (whose arguments no longer line up with the call's)."""
-        if depth > 6:  # a closure handed down two constructors or calls and a factory's return: a few hops
+        spent = [0] if spent is None else spent  # one budget for a question and every hop it asks in turn
+        spent[0] += 1
+        if depth > 6 or spent[0] > _BUDGET:  # a closure handed down constructors and calls, then returned: some hops
             return []
         if isinstance(value, ast.Lambda):  # {"decode": lambda fb: self._init_decode(fb)}
             return [f] if (f := lambda_function(value)) is not None else []
         if isinstance(value, ast.IfExp):
             return [
-                *self.callables(value.body, fn, partials=partials, depth=depth + 1),
-                *self.callables(value.orelse, fn, partials=partials, depth=depth + 1),
+                *self.callables(value.body, fn, partials=partials, depth=depth + 1, spent=spent),
+                *self.callables(value.orelse, fn, partials=partials, depth=depth + 1, spent=spent),
             ]
         if partials and isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS:
-            return self.callables(value.args[0], fn, partials=partials, depth=depth + 1)
+            return self.callables(value.args[0], fn, partials=partials, depth=depth + 1, spent=spent)
         if partials and isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute):
             factory = self.resolve_def(value.func, fn)  # stage = make_stage_fn(w): the closure the factory returns
             if isinstance(factory, ClassInfo):  # hooks.append(LoraSlotHook(...)): the object's __call__
                 return [m] if (m := self.method(factory, "__call__")) is not None else []
             rets = factory.returns[:4] if isinstance(factory, FunctionInfo) else []
-            return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1)]  # type: ignore[arg-type]
+            return [t for r in rets for t in self.callables(r, factory, partials=True, depth=depth + 1, spent=spent)]  # type: ignore[arg-type]
         if isinstance(value, ast.Name) and value.id in fn.params and value.id not in ("self", "cls"):
             # a callable handed in: CUDAGraphWrapper(self.model.forward_decode) keeps it as self.runnable
             handed = [
                 t
                 for caller, call in self.feeding_callers(fn)[:8]
                 if (arg := argument(call, fn, value.id)) is not None
-                for t in self.callables(arg, caller, partials=partials, depth=depth + 1)
+                for t in self.callables(arg, caller, partials=partials, depth=depth + 1, spent=spent)
             ]
             default = param_default(fn, value.id)  # tokens_of=lambda b: ...: what callers that omit it run
-            handed += self.callables(default, fn, partials=partials, depth=depth + 1) if default is not None else []
+            handed += (
+                self.callables(default, fn, partials=partials, depth=depth + 1, spent=spent)
+                if default is not None
+                else []
+            )
             if handed or fn.params[value.id] is None:
                 return handed
         if isinstance(value, ast.Name) and value.id not in fn.local_assigns and value.id in fn.loop_vars:
             items = [
                 e for c in fn.loop_vars[value.id][:2] for e in literal_items(c)[:8]
             ]  # for hook in (a, b, lambda m: ..)
-            return [t for e in items for t in self.callables(e, fn, partials=partials, depth=depth + 1)]
+            return [t for e in items for t in self.callables(e, fn, partials=partials, depth=depth + 1, spent=spent)]
         lookup: ast.expr | None = None
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and _is_get(value):
             lookup = value.func.value
@@ -245,10 +257,12 @@ class Members(InstanceCalls):
             lookup = value.value
         if lookup is not None:  # handler = self._forward_table[(mode, use_graph)]: any callable the table holds
             held = self.container_items(lookup, fn) or []
-            return [t for v, w in held[:8] for t in self.callables(v, w, partials=partials, depth=depth + 1)]
+            return [
+                t for v, w in held[:8] for t in self.callables(v, w, partials=partials, depth=depth + 1, spent=spent)
+            ]
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
-            return self.callables(local[0], fn, partials=partials, depth=depth + 1)
+            return self.callables(local[0], fn, partials=partials, depth=depth + 1, spent=spent)
         if isinstance(value, ast.Name) and value.id in _BUILTINS and not local and value.id not in fn.params:
             return [t] if isinstance(t := self.resolve_def(value, fn), FunctionInfo) else []  # len(x): no closure
         if partials and isinstance(value, ast.Name) and not local and value.id not in fn.params:
@@ -258,14 +272,14 @@ class Members(InstanceCalls):
                 if isinstance(factory := self.resolve_def(call.func, fn), FunctionInfo)
                 for r in factory.returns[:4]
                 if isinstance(r, ast.Tuple) and i < len(r.elts)
-                for t in self.callables(r.elts[i], factory, partials=True, depth=depth + 1)
+                for t in self.callables(r.elts[i], factory, partials=True, depth=depth + 1, spent=spent)
             ]
             if unpacked:
                 return unpacked
         outer = fn.parent  # a closure's free variable: sampler = make_sampler(cfg) in the enclosing function
         free = isinstance(value, ast.Name) and not local and value.id not in fn.params and outer is not None
         if free and outer is not None and isinstance(value, ast.Name) and _binds(outer, value.id):
-            return self.callables(value, outer, partials=partials, depth=depth + 1)
+            return self.callables(value, outer, partials=partials, depth=depth + 1, spent=spent)
         if isinstance(value, ast.Name | ast.Attribute):
             target = self.resolve_def(value, fn)
             if isinstance(target, FunctionInfo):
@@ -277,7 +291,11 @@ class Members(InstanceCalls):
                     for v, w in c.attr_assigns.get(value.attr, [])[:4]:
                         named = v.args[0] if isinstance(v, ast.Call) and v.args and dotted(v.func) in PARTIALS else None
                         body = c.methods.get(named.id) if isinstance(named, ast.Name) else None  # the class body's
-                        found += [body] if body is not None else self.callables(v, w, partials=True, depth=depth + 1)
+                        found += (
+                            [body]
+                            if body is not None
+                            else self.callables(v, w, partials=True, depth=depth + 1, spent=spent)
+                        )
                 return found
             inst = self.instance_type(value, fn, 1) if target is None else None  # an object: its __call__
             return [m] if inst is not None and (m := self.method(inst, "__call__")) is not None else []
@@ -285,6 +303,7 @@ class Members(InstanceCalls):
 
 
 _BUILTINS = frozenset(dir(builtins))
+_BUDGET = 96  # hops one callables() question may take in all (each fans out to callers and items)
 
 
 def _is_get(call: ast.Call) -> bool:
