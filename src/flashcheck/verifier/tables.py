@@ -91,18 +91,21 @@ def _changed(project: Project) -> frozenset[str]:
     ``x.table.update(...)``, ``x.table.setdefault(...)`` (built once per project)."""
     found = project.changed_tables
     if found is None:
-        names: set[str] = set()
-        for f in project.all_functions():
-            for a in f.assigns:
-                if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Attribute):
-                    names.add(a.target.attr)
-            for c in f.calls:
-                g = c.func
-                if (
-                    isinstance(g, ast.Attribute)
-                    and g.attr in ("update", "setdefault")
-                    and isinstance(g.value, ast.Attribute)
-                ):
-                    names.add(g.value.attr)
+        functions = list(project.all_functions())
+        augmented = {
+            a.target.attr
+            for f in functions
+            for a in f.assigns
+            if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Attribute)
+        }
+        updated = {
+            c.func.value.attr
+            for f in functions
+            for c in f.calls
+            if isinstance(c.func, ast.Attribute)
+            and c.func.attr in ("update", "setdefault")
+            and isinstance(c.func.value, ast.Attribute)
+        }
+        names = augmented | updated
         found = project.changed_tables = frozenset(names)
     return found
