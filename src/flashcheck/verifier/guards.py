@@ -69,6 +69,7 @@ class Guards:
         stored: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self._stored = stored  # attribute names some code stores after construction (never bound as fields)
+        self._built_fields: dict[tuple[int, str], list[tuple[str, object]]] = {}
         self._used_as_value = used_as_value  # `Project.used_as_value`
         self._callables = callables  # `Project.callables`: what a callable argument may run
         self._resolve = resolve  # `Project.resolve_def`: a builder's constant fields (fb = self._static_batch(bs))
@@ -145,8 +146,17 @@ class Guards:
         handed = [(k[len(prefix) :], v) for k, v in outer.items() if k.startswith(prefix)]
         if handed or caller is None or name in caller.params or self._resolve is None or self._stored is None:
             return handed
+        key = (id(caller), name)  # what the caller's own code builds: the same for every path through it
+        found = self._built_fields.get(key)
+        if found is None:
+            found = self._built_fields[key] = self._constructed_fields(name, caller)
+        return found
+
+    def _constructed_fields(self, name: str, caller: FunctionInfo) -> list[tuple[str, object]]:
+        """`_fields` of a local the caller builds (memoised per caller and name)."""
+        assert self._resolve is not None and self._stored is not None
         values = caller.local_assigns.get(name, [])
-        if len(values) != 1 or not isinstance(values[0], ast.Call) or bind_count(caller, name) != 1:
+        if len(values) != 1 or not isinstance(values[0], ast.Call):
             return []
         built = values[0]
         made = self._resolve(built.func, caller)
@@ -156,6 +166,10 @@ class Guards:
             made = self._resolve(ret.func, made) if isinstance(ret, ast.Call) else None
         if not isinstance(made, ClassInfo):
             return []  # only a constructor's keywords are the object's fields
+        if not any(kw.arg is not None and _value(kw.value, {}) is not _UNKNOWN for kw in built.keywords):
+            return []  # no constant keyword: nothing to bind (before the costlier tests below)
+        if bind_count(caller, name) != 1:
+            return []  # bound again (a loop, an unpacking): the object may be another one
         init = made.methods.get("__init__") or next(
             (b.methods["__init__"] for b in made.bases if "__init__" in b.methods), None
         )
