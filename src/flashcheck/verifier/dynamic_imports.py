@@ -57,10 +57,13 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int)
         if named is None and isinstance(value, ast.Attribute):  # module.BACKEND_CLS of a module imported by name
             return _members(project, module_values(project, value.value, fn, depth + 1), value.attr)
         return []
-    if isinstance(value, ast.Subscript) or (isinstance(value, ast.Call) and _is_get(value)):
-        return project.registry_classes(value, fn)  # BACKENDS[name], BACKENDS.get(name)
+    if isinstance(value, ast.Subscript):
+        return project.registry_classes(value, fn)  # BACKENDS[name]
     if not isinstance(value, ast.Call):
         return []
+    picked = project.registry_classes(value, fn)  # BACKENDS.get(name)
+    if picked:
+        return picked
     if isinstance(value.func, ast.Name) and value.func.id == "getattr" and len(value.args) >= 2:
         name = value.args[1]
         if isinstance(name, ast.Constant) and isinstance(name.value, str):  # getattr(module, "BACKEND_CLS")
@@ -70,10 +73,6 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int)
     if not isinstance(factory, FunctionInfo):
         return []
     return [c for r in factory.returns[:8] for c in class_values(project, r, factory, depth + 1)]
-
-
-def _is_get(call: ast.Call) -> bool:
-    return isinstance(call.func, ast.Attribute) and call.func.attr == "get"
 
 
 def _members(project: Registries, modules: list[ModuleInfo], attr: str) -> list[ClassInfo]:

@@ -70,6 +70,7 @@ class Guards:
     ) -> None:
         self._stored = stored  # attribute names some code stores after construction (never bound as fields)
         self._built_fields: dict[tuple[int, str], list[tuple[str, object]]] = {}
+        self._field_stores: dict[int, frozenset[str]] = {}  # "fb.use_graph" stored in a callee, by id(callee)
         self._used_as_value = used_as_value  # `Project.used_as_value`
         self._callables = callables  # `Project.callables`: what a callable argument may run
         self._resolve = resolve  # `Project.resolve_def`: a builder's constant fields (fb = self._static_batch(bs))
@@ -97,11 +98,10 @@ class Guards:
             if arg is None:
                 continue
             v = _value(arg, outer)
-            handing = (p in called or p in passed) and caller is not None and _made_callable(arg, caller)
-            if v is _UNKNOWN and handing and caller is not None and self._callables is not None:
+            handing = v is _UNKNOWN and (p in called or p in passed) and self._callables is not None
+            if handing and caller is not None and self._callables is not None and self._only_functions(arg, caller):
                 made = self._callables(arg, caller)  # attend = make_attend(w): the closure the call hands over
-                whole = made and not _param(arg, caller) and self._only_functions(arg, caller)
-                v = Handed(frozenset(id(f) for f in made)) if whole else _UNKNOWN
+                v = Handed(frozenset(id(f) for f in made)) if made else _UNKNOWN
             if v is not _UNKNOWN:
                 found.add((p, v))
             elif isinstance(arg, ast.Name):
@@ -111,11 +111,13 @@ class Guards:
         rebound = self._rebound.get(id(callee))
         if rebound is None:
             rebound = self._rebound[id(callee)] = _rebound(callee, set(used))
-        stored = {  # fb.use_graph = False in the callee: its own value from there on
-            f"{a.value.id}.{a.attr}"
-            for a in callee.attributes
-            if isinstance(a.ctx, ast.Store) and isinstance(a.value, ast.Name)
-        }
+        stored = self._field_stores.get(id(callee))
+        if stored is None:  # fb.use_graph = False in the callee: its own value from there on
+            stored = self._field_stores[id(callee)] = frozenset(
+                f"{a.value.id}.{a.attr}"
+                for a in callee.attributes
+                if not isinstance(a.ctx, ast.Load) and isinstance(a.value, ast.Name)
+            )
         return frozenset((p, v) for p, v in found if p.partition(".")[0] not in rebound and p not in stored)
 
     def useful(self, fn: FunctionInfo, bound: Bindings, dead: Dead) -> Bindings:
@@ -184,15 +186,18 @@ class Guards:
         return out
 
     def _only_functions(self, arg: ast.expr, caller: FunctionInfo) -> bool:
-        """Whether every value a handed callable may be is a function the analysis names: a ``lambda``, a nested or
-        module ``def``, or a local bound to a factory whose every return is one of those (not an object whose
-        ``__call__`` runs, nor a registry pick, which the callee's own edges resolve better)."""
+        """Whether every value a handed callable may be is a function the caller (or an enclosing function) makes:
+        a ``lambda``, a nested ``def``, or a local bound once to a factory whose every return is one of those (not
+        a parameter, which passes on what the caller was handed; not an object whose ``__call__`` runs, nor a
+        registry pick, which the callee's own edges resolve better)."""
         if isinstance(arg, ast.IfExp):
             return self._only_functions(arg.body, caller) and self._only_functions(arg.orelse, caller)
         if isinstance(arg, ast.Lambda) or not isinstance(arg, ast.Name) or self._resolve is None:
             return isinstance(arg, ast.Lambda)
         scope: FunctionInfo | None = caller
         while scope is not None and arg.id not in scope.local_defs and arg.id not in scope.local_assigns:
+            if arg.id in scope.params:
+                return False
             scope = scope.parent
         if scope is None or arg.id in scope.local_defs:
             return scope is not None
@@ -230,45 +235,47 @@ class Guards:
 
 
 def _rebound(fn: FunctionInfo, names: set[str]) -> set[str]:
-    """Those of `names` that `fn`'s own code binds anywhere (not only by plain assignment)."""
+    """Those of `names` that `fn`'s own code binds anywhere (not only by plain assignment); every one at a module's
+    top level, which any code may bind again."""
     if isinstance(fn.node, ast.Module):
         return set(names)
-    out: set[str] = set()
-    stack: list[ast.AST] = list(fn.node.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Lambda):  # its parameters shadow the function's inside it
-            out.update(a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            out.add(node.id)
-        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
-            out.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            out.add(node.rest)
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            out.update(node.names)
-        stack.extend(ast.iter_child_nodes(node))
-    return out & names
+    counts = binding_counts(fn)
+    return {n for n in names if n in counts}
 
 
 def bind_count(fn: FunctionInfo, name: str) -> int:
-    """How many times `fn`'s own code binds `name` (assignments, loop, ``with`` and ``except`` targets, unpacking)."""
-    if isinstance(fn.node, ast.Module):
-        return 2
-    count = 0
-    stack: list[ast.AST] = list(fn.node.body)
+    """How many times `fn`'s own code binds `name` (`binding_counts`; more than once at a module's top level)."""
+    return 2 if isinstance(fn.node, ast.Module) else binding_counts(fn).get(name, 0)
+
+
+def binding_counts(fn: FunctionInfo) -> dict[str, int]:
+    """How many times `fn`'s own code binds each name: assignments, loop, ``with``, ``except`` and ``match``
+    targets, unpacking, ``global``/``nonlocal``, and the parameters of a ``lambda`` inside it (which shadow the
+    function's there)."""
+    counts: dict[str, int] = {}
+
+    def add(name: str) -> None:
+        counts[name] = counts.get(name, 0) + 1
+
+    stack: list[ast.AST] = list(getattr(fn.node, "body", []))
     while stack:
         node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                add(arg.arg)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             continue
-        if (isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)) or (
-            isinstance(node, ast.ExceptHandler) and node.name == name
-        ):
-            count += 1
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            add(node.id)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            add(node.rest)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            for n in node.names:
+                add(n)
         stack.extend(ast.iter_child_nodes(node))
-    return count
+    return counts
 
 
 def _stores_field(fn: FunctionInfo, name: str, field: str) -> bool:
@@ -287,34 +294,6 @@ def _keeps(init: FunctionInfo, field: str) -> bool:
         if any(isinstance(t, ast.Attribute) and t.attr == field for t in a.targets):
             return True
     return False
-
-
-def _made_callable(arg: ast.expr, caller: FunctionInfo) -> bool:
-    """Whether an argument is a callable the caller makes: a nested ``def``, a ``lambda``, or a local bound once to
-    a call (a factory's closure, ``attend = make_attend(w)``), also either branch of a conditional of those; other
-    names (tensors, numbers) are not asked about."""
-    if isinstance(arg, ast.IfExp):
-        return _made_callable(arg.body, caller) or _made_callable(arg.orelse, caller)
-    if isinstance(arg, ast.Lambda):
-        return True
-    if not isinstance(arg, ast.Name) or arg.id in caller.params:
-        return False
-    scope: FunctionInfo | None = caller
-    while scope is not None:  # a closure's free variable: bound in the enclosing function
-        if arg.id in scope.local_defs:
-            return True
-        values = scope.local_assigns.get(arg.id)
-        if values:
-            return len(values) == 1 and isinstance(values[0], ast.Call | ast.Lambda)
-        scope = scope.parent
-    return False
-
-
-def _param(arg: ast.expr, caller: FunctionInfo) -> bool:
-    """Whether a callable argument is (or chooses between) the caller's own parameters: those pass on what the
-    caller was handed (`outer`), or nothing known."""
-    names = [b for b in (arg.body, arg.orelse)] if isinstance(arg, ast.IfExp) else [arg]
-    return any(isinstance(n, ast.Name) and n.id in caller.params for n in names)
 
 
 def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:

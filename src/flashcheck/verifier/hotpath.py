@@ -342,9 +342,13 @@ class HotPaths:
                     if not isinstance(a.ctx, ast.Load) and not (building and own):
                         names.add(a.attr)
                 for c in f.calls:
-                    if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 2:
-                        key = c.args[1]
-                        names.add(key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else "")
+                    key = (
+                        c.args[1]
+                        if isinstance(c.func, ast.Name) and c.func.id == "setattr" and len(c.args) >= 2
+                        else None
+                    )
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        names.add(key.value)
             self._stored = frozenset(names)
         return self._stored
 

@@ -97,8 +97,7 @@ class Project(Members):
         self._subclass_memo.clear()  # the class links are complete only now
         self._override_memo.clear()
         self._method_aliases = method_aliases(self.classes.values(), self.resolve_def)  # class-body ``f = A.f``
-        self._subclass_memo.clear()
-        self._override_memo.clear()
+        self._override_memo.clear()  # overrides resolve through the aliases
         self.forget_answers()  # what resolving the aliases asked was asked before they were known
 
     def forget_answers(self) -> None:

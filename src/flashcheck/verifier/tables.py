@@ -38,7 +38,10 @@ def ruled_out_by_key(
     wanted = [bound_value(e, env) for e in key.elts] if isinstance(key, ast.Tuple) else [bound_value(key, env)]
     if all(w is UNKNOWN for w in wanted):
         return False
-    holding = [k for k, v, where in _entries(table, fn) if callee in project.callables(v, where, partials=True)]
+    entries = _entries(table, fn)
+    if entries is None:
+        return False  # bound to something other than a dict literal somewhere: its keys are not read
+    holding = [k for k, v, where in entries if callee in project.callables(v, where, partials=True)]
     return bool(holding) and all(not _may_equal(k, wanted) for k in holding)
 
 
@@ -56,18 +59,20 @@ def _lookup(func: ast.expr, fn: FunctionInfo) -> tuple[ast.Attribute, ast.expr] 
     return None
 
 
-def _entries(table: ast.Attribute, fn: FunctionInfo) -> list[tuple[ast.expr | None, ast.expr, FunctionInfo]]:
-    """(key, value, where) of the dict literals an attribute of ``self`` is bound to; a key None for an item
-    stored under a key that is not a literal."""
+def _entries(table: ast.Attribute, fn: FunctionInfo) -> list[tuple[ast.expr | None, ast.expr, FunctionInfo]] | None:
+    """(key, value, where) of the dict literals an attribute of ``self`` is bound to (in the class, its bases and
+    its subclasses); a key None for an item stored under a key that is not a literal; None where the attribute is
+    also bound to anything but a dict literal."""
     if not (isinstance(table.value, ast.Name) and table.value.id == "self"):
-        return []
+        return None
     cls = owner_of(fn).cls
     out: list[tuple[ast.expr | None, ast.expr, FunctionInfo]] = []
     family = [*with_bases(cls), *descendants(cls)] if cls is not None else []  # a subclass may bind it again
     for c in family:
         for value, where in c.attr_assigns.get(table.attr, []):
-            if isinstance(value, ast.Dict):
-                out += [(k, v, where) for k, v in zip(value.keys, value.values, strict=True)]
+            if not isinstance(value, ast.Dict):
+                return None
+            out += [(k, v, where) for k, v in zip(value.keys, value.values, strict=True)]
         for value, where in c.item_assigns.get(table.attr, []):
             out.append((None, value, where))  # self.table[(mode, flag)] = handler: a key the walk does not read
     return out
