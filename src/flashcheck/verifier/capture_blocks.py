@@ -11,6 +11,7 @@ from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.guards import Dead
 from flashcheck.verifier.index import FunctionInfo
 from flashcheck.verifier.instances import torch_name
+from flashcheck.verifier.project import imported_name
 
 __all__ = ["around", "graph_blocks", "outside_capture"]
 
@@ -42,11 +43,19 @@ def graph_blocks(fn: FunctionInfo) -> list[tuple[ast.With, list[ast.stmt]]]:
     return found
 
 
+# The graph-capture context managers of torch's device modules (also the Ascend plugin's own module).
+_GRAPH_CONTEXTS = frozenset({"torch.cuda.graph", "torch.cuda.graphs.graph", "torch.npu.graph", "torch.xpu.graph"})
+
+
 def _captures(call: ast.Call, fn: FunctionInfo) -> bool:
-    """``torch.cuda.graph(g)``, also under an alias (the name tested first: every call of the project passes)."""
+    """``torch.cuda.graph(g)`` (or another device module's ``graph``), also under an alias (the name tested first:
+    every call of the project passes)."""
     name = terminal_name(call.func) or ""
     renamed = fn.module.imports.get(name, "").endswith(".graph")
-    return (name == "graph" or renamed) and torch_name(call.func, fn) == "torch.cuda.graph"
+    if not (name == "graph" or renamed):
+        return False
+    plugin = imported_name(call.func, fn, "torch_npu") == "torch_npu.npu.graph"
+    return plugin or torch_name(call.func, fn) in _GRAPH_CONTEXTS
 
 
 def outside_capture(fn: FunctionInfo) -> Dead | None:
