@@ -1,0 +1,3 @@
+from modserve.attention.flashinfer_backend import FlashInferModuleBackend
+
+__all__ = ["FlashInferModuleBackend"]

@@ -1,0 +1,3 @@
+from .flashinfer_backend import AttnMetadata, FlashInferBackend
+
+__all__ = ["AttnMetadata", "FlashInferBackend"]
