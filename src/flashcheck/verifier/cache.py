@@ -38,6 +38,7 @@ SUMMARY_MODULES = (
     "flashcheck.verifier.index",
     "flashcheck.verifier.indexer",
     "flashcheck.verifier.itemkeys",
+    "flashcheck.verifier.module_idioms",
     "flashcheck.verifier.source",
 )
 _MAGIC = b"flashcheck-summary\n"

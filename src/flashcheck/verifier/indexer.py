@@ -13,6 +13,7 @@ from typing import Any
 from flashcheck.verifier.astutil import dotted, init_field, pattern_bindings, target_paths
 from flashcheck.verifier.index import ClassInfo, FuncNode, FunctionInfo, ModuleIndex, ModuleInfo, owner_of
 from flashcheck.verifier.itemkeys import defaulted_items, item_keys, keyed_items_keys, keyed_store_keys
+from flashcheck.verifier.module_idioms import REGISTERED
 from flashcheck.verifier.source import SourceFile
 
 __all__ = ["index_module"]
@@ -273,6 +274,8 @@ class _Indexer:
             fn.subscripts.append(node)
         elif kind == "assign":
             fn.assigns.append(node)
+            if getattr(node, REGISTERED, False):  # self.register_buffer("k", torch.zeros(n)): on the module's device
+                fn.device_blocks.append((node.lineno, node.end_lineno or node.lineno, ast.Constant("cuda")))
             held = [node.target] if not isinstance(node, ast.Assign) else node.targets
             if type(node.value) is ast.Lambda and any(type(t) is not ast.Name for t in held):
                 self._kept.add(id(node.value))  # self.on_step = lambda b: ...: an attribute holds it

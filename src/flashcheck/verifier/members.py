@@ -352,7 +352,8 @@ def _unpacked_calls(fn: FunctionInfo, name: str) -> list[tuple[ast.Call, int]]:
 
 def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
     """The function a hand-off runs while the caller waits for it: ``f`` of ``functools.reduce(f, xs, init)``,
-    ``map(f, xs)``, ``filter(f, xs)`` and the ``key=`` of ``sorted``/``min``/``max``; of
+    ``map(f, xs)``, ``filter(f, xs)`` and the ``key=`` of ``sorted``/``min``/``max``; ``module.apply(f)`` (torch
+    calls `f` on each submodule); of
     ``loop.run_in_executor(pool, f, ...)`` and ``asyncio.to_thread(f, ...)`` (awaited), and of ``executor.submit(f,
     ...)`` whose future the same function waits on (``.result()``). A job submitted and left to run, a thread, a
     callback scheduled on the loop run beside the step, not in it."""
@@ -369,6 +370,8 @@ def handed_callable(call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
             return call.args[0]  # lazy: only where the same function drains it (list(map(f, xs)), a for loop)
         if f.id in ("sorted", "min", "max"):
             return next((k.value for k in call.keywords if k.arg == "key"), None)
+    if isinstance(f, ast.Attribute) and f.attr == "apply" and len(call.args) == 1 and not call.keywords:
+        return call.args[0]  # model.apply(partial(fn, fb=fb)): torch calls fn on every submodule, in place
     ran = executed_callable(call)
     if ran is not None:  # only where it is awaited: a task made of it runs beside the step
         awaited = any(isinstance(n, ast.Await) and n.value is call for n in ast.walk(fn.node))

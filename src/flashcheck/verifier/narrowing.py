@@ -1,6 +1,7 @@
 """The class an ``isinstance`` test narrows a name to where it is read: inside ``if isinstance(meta, DecodeMeta):``,
 in the ``else`` of ``if not isinstance(meta, DecodeMeta):``, after ``assert isinstance(meta, DecodeMeta)`` and after
-``if not isinstance(meta, DecodeMeta): return`` (or ``raise``) in the same block. A parameter declared with a union
+``if not isinstance(meta, DecodeMeta): return`` (or ``raise``, ``continue``) in the same block; the test may be one
+operand of an ``and`` (inside) or of an ``or`` of negated tests (after an exit). A parameter declared with a union
 (``meta: AttnMetadata`` with ``AttnMetadata = Union[DecodeMeta, ExtendMeta]``) is then of that class there. Part of
 `flashcheck.verifier.instances.InstanceTyping`."""
 
@@ -40,7 +41,10 @@ def _tested_names(fn: FunctionInfo) -> frozenset[str]:
 
 
 def _isinstance_of(test: ast.expr, var: str) -> ast.expr | None:
-    """X of ``isinstance(var, X)`` (one class, not a tuple), else None."""
+    """X of ``isinstance(var, X)`` (one class, not a tuple), also as an operand of ``and`` (true only where every
+    operand is), else None."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return next((x for v in test.values if (x := _isinstance_of(v, var)) is not None), None)
     if (
         isinstance(test, ast.Call)
         and dotted(test.func) == "isinstance"
@@ -54,6 +58,10 @@ def _isinstance_of(test: ast.expr, var: str) -> ast.expr | None:
 
 
 def _negated(test: ast.expr, var: str) -> ast.expr | None:
+    """X where `test` is false only if `var` is an X: ``not isinstance(var, X)``, also as an operand of ``or``
+    (``if not isinstance(mod, Attention) or mod.window is None: continue``)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return next((x for v in test.values if (x := _negated(v, var)) is not None), None)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _isinstance_of(test.operand, var)
     return None

@@ -36,7 +36,7 @@ from flashcheck.verifier.instances import (
 )
 from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, handed_callable, imported_root
 from flashcheck.verifier.reaching import Reaching
-from flashcheck.verifier.registered import registered_callables
+from flashcheck.verifier.registered import module_hooks, registered_callables
 from flashcheck.verifier.registries import registry_call_key
 from flashcheck.verifier.source import SourceFile
 from flashcheck.verifier.subclassing import link_class_keywords, method_aliases
@@ -84,6 +84,7 @@ class Project(Members):
         self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
         self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked
         self.dispatched_lists: dict[int, set[str]] = {}  # registered.py: the callback lists a method runs, by id
+        self.module_hook_index: list[tuple[ClassInfo, ast.expr, FunctionInfo]] | None = None  # registered.py
         self.descriptor_index: dict[str, list[tuple[ClassInfo, ClassInfo]]] | None = None  # descriptors.py
         self.changed_tables: frozenset[str] | None = None  # tables.py: dict attributes updated in place
         self._link_classes()
@@ -413,6 +414,7 @@ class Project(Members):
                 out.append((target, call))
                 out += [(f, call) for f in registered_callables(self, call, fn, target)]  # hooks.fire(b): each hook
         out += descriptor_calls(self, fn)  # batch.host_seq_lens of a descriptor: its __get__ runs
+        out += module_hooks(self, fn)  # mod.register_forward_pre_hook(hook): mod's forward runs it
         called = {id(call) for _, call in out}
         for call in fn.calls:  # await loop.run_in_executor(pool, self._usage, b), pool.submit(f, b).result()
             handed = handed_callable(call, fn) if id(call) not in called else None

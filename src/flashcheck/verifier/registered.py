@@ -4,7 +4,10 @@ appends the callable (also wrapped: ``weakref.WeakMethod(method)``, ``weakref.re
 through a dereference: ``hook = ref(); hook(...)``). A call of such a method runs the callables registered on the
 same object, told apart by where the object is kept (``self.step_end_hooks`` and ``self.shutdown_hooks`` are two
 registries of one class: firing one does not run the other's hooks); where the object's place is unknown, every
-callable registered on an object of that class. Part of `flashcheck.verifier.project.Project`'s call graph.
+callable registered on an object of that class. The forward hooks of ``torch.nn.Module`` are such callbacks too:
+``mod.register_forward_pre_hook(hook)`` (or ``register_forward_hook``) on an object of a project class runs `hook`
+whenever that module's ``forward`` runs (`module_hooks`). Part of `flashcheck.verifier.project.Project`'s call
+graph.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_ba
 if TYPE_CHECKING:
     from flashcheck.verifier.project import Project
 
-__all__ = ["registered_callables"]
+__all__ = ["module_hooks", "registered_callables"]
 
 _ADDERS = frozenset({"append", "add", "insert", "appendleft"})
 _WRAPPERS = frozenset({"WeakMethod", "ref", "partial", "proxy"})  # weakref.WeakMethod(m), functools.partial(f, ...)
 _MAX = 16
+_MODULE_HOOKS = ("register_forward_pre_hook", "register_forward_hook")
 
 
 def registered_callables(
@@ -128,3 +132,33 @@ def _unwrapped(value: ast.expr) -> ast.expr:
     while isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").rsplit(".", 1)[-1] in _WRAPPERS:
         value = value.args[0]
     return value
+
+
+def module_hooks(project: Project, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]:
+    """The hooks a module's `fn` (its ``forward``) runs around itself: the callables handed to
+    ``register_forward_pre_hook``/``register_forward_hook`` of an object of its class (or of a subclass or a base:
+    the object may be either), each with a call made up at `fn` (no arguments bound: torch passes the module and its
+    inputs)."""
+    if fn.name != "forward" or fn.cls is None:
+        return []
+    index = project.module_hook_index
+    if index is None:
+        index = project.module_hook_index = _hook_index(project)
+    out: list[tuple[FunctionInfo, ast.Call]] = []
+    family = {id(c) for c in with_bases(fn.cls)}
+    for cls, hook, caller in index:
+        if id(cls) in family or fn.cls in with_bases(cls):
+            call = ast.copy_location(ast.Call(hook, [], []), fn.node)
+            out += [(f, call) for f in project.callables(_unwrapped(hook), caller, partials=True)]
+    return out[:_MAX]
+
+
+def _hook_index(project: Project) -> list[tuple[ClassInfo, ast.expr, FunctionInfo]]:
+    """Each forward hook registered on an object of a known project class: (the class, the hook, where)."""
+    by_name = project.calls_by_name()
+    out: list[tuple[ClassInfo, ast.expr, FunctionInfo]] = []
+    for name in _MODULE_HOOKS:
+        for caller, call in by_name.get(name, []):
+            if isinstance(call.func, ast.Attribute) and call.args:
+                out += [(c, call.args[0], caller) for c in project.object_classes(call.func.value, caller)]
+    return out

@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from flashcheck.errors import InvalidArgument
+from flashcheck.verifier.module_idioms import desugar_module_idioms
 
 __all__ = ["SourceFile", "Suppression", "discover", "module_name", "parse_source", "read_source", "relpath"]
 
@@ -226,6 +227,7 @@ def parse_source(path: Path, rel: str, mod: str, data: bytes) -> SourceFile:
         return SourceFile(
             path, rel, mod, text, None, error=f"does not parse: {msg}", error_line=line, error_column=col, lines=lines
         )
+    desugar_module_idioms(tree, text)  # self.register_buffer("k", t), self._buffers["k"]: plain attributes
     sf = SourceFile(path, rel, mod, text, tree, lines=lines)
     if "flashcheck:" in text:
         sf.suppressions = list(_suppressions(text, lines))

@@ -27,6 +27,7 @@ from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Proje
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
 from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores
+from flashcheck.verifier.provenance.local_fields import local_field_sources
 from flashcheck.verifier.provenance.positions import PositionalItems
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
@@ -342,7 +343,11 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
 
     def attr_sources(self, expr: ast.Attribute, fn: FunctionInfo, *, by_name: bool = True) -> list[Source]:
         """Values of ``obj.attr``: from the receiver's class when its type is known; otherwise, with `by_name`,
-        from every store of an attribute of that name in the project."""
+        from every store of an attribute of that name in the project. A field the function itself stored on a
+        local object first (``snap.kv_indptr = host[: n + 1]``) is that value (`local_field_sources`)."""
+        local = local_field_sources(expr, fn, self.project)
+        if local:
+            return local
         cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         built = self.built_field(expr, fn) if cls is not None else None
         if built is not None:  # plan = PrefillPlan(..., num_tokens=n): this object's field, not every construction's
