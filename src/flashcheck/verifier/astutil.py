@@ -26,10 +26,12 @@ __all__ = [
     "name_tokens",
     "overload_stub",
     "own_nodes",
+    "parameters",
     "pattern_bindings",
     "positional_args",
     "reflected_attribute",
     "spread_local_tuples",
+    "statement_blocks",
     "storage_root",
     "target_paths",
     "terminal_name",
@@ -455,3 +457,23 @@ def own_nodes(node: ast.AST) -> Iterator[ast.AST]:
         n = stack.pop()
         yield n
         stack.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, SCOPES))
+
+
+def parameters(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[ast.arg]:
+    """Every parameter of a function: positional-only, positional and keyword-only ones, then ``*args`` and
+    ``**kw``."""
+    a = node.args
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []), *([a.kwarg] if a.kwarg else [])]
+
+
+def statement_blocks(st: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists nested directly in `st`: its body, ``else`` and ``finally``, each handler's and each
+    ``case``'s body."""
+    out: list[list[ast.stmt]] = []
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(st, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            out.append(block)
+    out.extend(h.body for h in getattr(st, "handlers", []) or [])
+    out.extend(c.body for c in getattr(st, "cases", []) or [])
+    return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from flashcheck.verifier.astutil import overload_stub
+from flashcheck.verifier.astutil import overload_stub, parameters
 from flashcheck.verifier.source import SourceFile
 
 __all__ = [
@@ -77,15 +77,7 @@ class FunctionInfo:
         """Parameter name -> annotation (None when absent)."""
         if isinstance(self.node, ast.Module):
             return {}
-        a = self.node.args
-        every = [
-            *a.posonlyargs,
-            *a.args,
-            *a.kwonlyargs,
-            *([a.vararg] if a.vararg else []),
-            *([a.kwarg] if a.kwarg else []),
-        ]
-        return {p.arg: p.annotation for p in every}
+        return {p.arg: p.annotation for p in parameters(self.node)}
 
     @property
     def decorators(self) -> list[ast.expr]:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 import copy
 
+from flashcheck.verifier.astutil import parameters
+
 __all__ = ["REGISTERED", "desugar_module_idioms"]
 
 REGISTERED = "flashcheck_registered_buffer"  # set on the assignments made of register_buffer calls
@@ -162,7 +164,7 @@ def _aliases(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
                 bound.setdefault(n, []).append(None)
     out: dict[str, ast.expr] = {}
     for name, values in bound.items():
-        if len(values) == 1 and values[0] is not None and name not in _params(fn):
+        if len(values) == 1 and values[0] is not None and name not in {p.arg for p in parameters(fn)}:
             owner = _mapping_owner(values[0])
             if owner is not None and _chain(owner):
                 out[name] = owner
@@ -176,8 +178,3 @@ def _bound(target: ast.expr) -> list[str]:
     if isinstance(target, ast.Tuple | ast.List):
         return [n for e in target.elts for n in _bound(e)]
     return _bound(target.value) if isinstance(target, ast.Starred) else []
-
-
-def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    a = fn.args
-    return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if p is not None}

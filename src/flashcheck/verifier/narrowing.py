@@ -11,7 +11,7 @@ import ast
 import weakref
 from collections.abc import Sequence
 
-from flashcheck.verifier.astutil import dotted
+from flashcheck.verifier.astutil import dotted, statement_blocks
 from flashcheck.verifier.index import FunctionInfo
 from flashcheck.verifier.syntax_reads import function_text
 
@@ -100,21 +100,10 @@ def _in_block(body: Sequence[ast.stmt], var: str, line: int) -> ast.expr | None:
             if dropped is not None and _exits(st.body) and _end(st) < line:
                 found = dropped  # if not isinstance(meta, X): return  ... meta is an X below
             continue
-        for inner in _bodies(st):
+        for inner in statement_blocks(st):
             if _within(inner, line):
                 return _in_block(inner, var, line) or found
     return found
-
-
-def _bodies(st: ast.stmt) -> list[list[ast.stmt]]:
-    out: list[list[ast.stmt]] = []
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(st, field, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            out.append(block)
-    out.extend(h.body for h in getattr(st, "handlers", []) or [])
-    out.extend(c.body for c in getattr(st, "cases", []) or [])
-    return out
 
 
 def _rebinds(st: ast.stmt, var: str) -> bool:

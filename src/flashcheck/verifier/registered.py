@@ -148,7 +148,8 @@ def module_hooks(project: Project, fn: FunctionInfo) -> list[tuple[FunctionInfo,
     family = {id(c) for c in with_bases(fn.cls)}
     for cls, hook, caller in index:
         if id(cls) in family or fn.cls in with_bases(cls):
-            call = ast.copy_location(ast.Call(hook, [], []), fn.node)
+            # the call torch makes: no name of `fn`'s scope (the hook expression belongs to the registering function)
+            call = ast.copy_location(ast.Call(ast.Name("<forward hook>", ast.Load()), [], []), fn.node)
             out += [(f, call) for f in project.callables(_unwrapped(hook), caller, partials=True)]
     return out[:_MAX]
 

@@ -11,6 +11,8 @@ import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from flashcheck.verifier.astutil import statement_blocks
+from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import FunctionInfo
 
 if TYPE_CHECKING:
@@ -40,7 +42,10 @@ def local_field_sources(expr: ast.Attribute, fn: FunctionInfo, project: Project)
         return []
     out: list[tuple[ast.expr, FunctionInfo]] = []
     for r in helper.returns:  # def host_view(meta): snap = copy.copy(meta); snap.x = ...; return snap
-        value = _dominating(helper, r.id, expr.attr, r.lineno) if isinstance(r, ast.Name) else _replaced(r, expr.attr)
+        if isinstance(r, ast.Name):
+            value = _dominating(helper, r.id, expr.attr, r.lineno)
+        else:
+            value = _replaced(r, expr.attr, helper)  # return dataclasses.replace(meta, seq_lens=...)
         if value is None or (isinstance(r, ast.Name) and len(helper.local_assigns.get(r.id, [])) > 1):
             return []
         out.append((value, helper))
@@ -60,18 +65,15 @@ def _dominating(fn: FunctionInfo, name: str, attr: str, line: int) -> ast.expr |
             return store.value
         if holder is None or isinstance(holder, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             return None
-        body = next((b for b in _blocks(holder) if b and b[0].lineno <= line <= (b[-1].end_lineno or 0)), [])
+        body = next((b for b in statement_blocks(holder) if b and b[0].lineno <= line <= (b[-1].end_lineno or 0)), [])
     return None
 
 
-def _replaced(value: ast.expr, attr: str) -> ast.expr | None:
-    """`attr`'s value in ``dataclasses.replace(obj, attr=v)`` (also ``obj._replace(attr=v)``)."""
-    if not isinstance(value, ast.Call):
+def _replaced(value: ast.expr, attr: str, fn: FunctionInfo) -> ast.expr | None:
+    """`attr`'s value in a copy that passes it (``dataclasses.replace(obj, attr=v)``, ``evolve``, ``_replace``)."""
+    if copied(value, fn) is None:
         return None
-    f = value.func
-    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-    if name not in ("replace", "_replace"):
-        return None
+    assert isinstance(value, ast.Call)
     return next((k.value for k in value.keywords if k.arg == attr), None)
 
 
@@ -83,14 +85,3 @@ def _targets(a: ast.stmt) -> list[ast.expr]:
 
 def _is_field(t: ast.expr, name: str, attr: str) -> bool:
     return isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == name
-
-
-def _blocks(st: ast.stmt) -> list[list[ast.stmt]]:
-    out: list[list[ast.stmt]] = []
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(st, field, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            out.append(block)
-    out.extend(h.body for h in getattr(st, "handlers", []) or [])
-    out.extend(c.body for c in getattr(st, "cases", []) or [])
-    return out
