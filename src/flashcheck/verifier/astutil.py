@@ -15,10 +15,12 @@ __all__ = [
     "SCOPES",
     "VIEW_METHODS",
     "annotation",
+    "branches",
     "call_name",
     "dotted",
     "enclosing_tests",
     "executed_callable",
+    "handoff_arguments",
     "init_field",
     "is_in_place_method",
     "item_annotation",
@@ -477,3 +479,50 @@ def statement_blocks(st: ast.stmt) -> list[list[ast.stmt]]:
     out.extend(h.body for h in getattr(st, "handlers", []) or [])
     out.extend(c.body for c in getattr(st, "cases", []) or [])
     return out
+
+
+_HANDOFFS = frozenset({"reduce", "functools.reduce", "map", "filter"})
+_PARTIAL_NAMES = frozenset({"partial", "functools.partial"})
+
+
+def handoff_arguments(call: ast.Call, param: str, positional: list[str]) -> ast.expr | None:
+    """The value a hand-off passes for parameter `param` of the function it is handed (whose positional parameters,
+    ``self`` left out, are `positional`): ``functools.reduce(f, xs, init)`` calls ``f(acc, item)`` (the accumulator
+    starts as `init`), ``map(f, xs, ys)`` calls ``f(x, y)`` and ``filter(f, xs)`` calls ``f(x)``, each after what a
+    ``functools.partial(f, a, k=v)`` binds; an item of a container is written ``xs[...]``. None where `call` is no
+    hand-off, or passes nothing known for `param`."""
+    name = dotted(call.func)
+    if name not in _HANDOFFS or len(call.args) < 2 or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    handed, bound = call.args[0], []
+    if isinstance(handed, ast.Call) and dotted(handed.func) in _PARTIAL_NAMES and handed.args:
+        for kw in handed.keywords:
+            if kw.arg == param:
+                return kw.value
+        bound = handed.args[1:]
+    items = [_item(c) for c in call.args[1:]]
+    if name.endswith("reduce"):
+        items = [call.args[2] if len(call.args) > 2 else items[0], items[0]]
+    passed = [*bound, *items]
+    i = positional.index(param) if param in positional else len(passed)
+    return passed[i] if i < len(passed) else None
+
+
+# the item node made for each container of a hand-off, kept with it (an id is looked up only while its node lives)
+_HANDED_ITEMS: dict[int, tuple[ast.expr, ast.expr]] = {}
+
+
+def _item(container: ast.expr) -> ast.expr:
+    seen = _HANDED_ITEMS.get(id(container))
+    if seen is not None and seen[0] is container:
+        return seen[1]
+    out = ast.copy_location(ast.Subscript(container, ast.Constant(...), ast.Load()), container)
+    _HANDED_ITEMS[id(container)] = (container, out)
+    return out
+
+
+def branches(value: ast.expr) -> list[ast.expr]:
+    """The values a conditional expression may take (``weakref.ref(m) if m is not None else None``), else itself."""
+    if isinstance(value, ast.IfExp):
+        return [*branches(value.body), *branches(value.orelse)]
+    return [value]

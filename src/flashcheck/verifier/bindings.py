@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import alias_value, dotted
+from flashcheck.verifier.astutil import alias_value, branches, dotted
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, ProjectIndex
 
 __all__ = ["ModuleBindings", "imported_name"]
@@ -136,6 +136,16 @@ class ModuleBindings(ProjectIndex):
         it, through imports and re-exports)."""
         found = self.binding(module, name)
         return found[0].global_values(found[1]) if found is not None else []
+
+    def module_values(self, values: list[tuple[ast.expr, FunctionInfo]]) -> list[tuple[ast.expr, FunctionInfo]]:
+        """`values`, each branch of a conditional apart, and a module global's one value for its name
+        (``self._stages = FAST if c else STAGES``: the tuples bound to those names)."""
+        out = []
+        for v, where in ((b, w) for value, w in values for b in branches(value)):
+            free = isinstance(v, ast.Name) and v.id not in where.local_assigns and v.id not in where.params
+            held = self.global_values(where.module, v.id) if free and isinstance(v, ast.Name) else []
+            out.append(held[0] if len(held) == 1 else (v, where))
+        return out
 
 
 def _exports(module: ModuleInfo) -> frozenset[str] | None:

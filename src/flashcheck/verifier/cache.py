@@ -39,6 +39,7 @@ SUMMARY_MODULES = (
     "flashcheck.verifier.indexer",
     "flashcheck.verifier.itemkeys",
     "flashcheck.verifier.module_idioms",
+    "flashcheck.verifier.operator_idioms",
     "flashcheck.verifier.source",
 )
 _MAGIC = b"flashcheck-summary\n"

@@ -13,10 +13,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from flashcheck.verifier.astutil import dotted, kwarg, literal_items, positional_args, storage_root, terminal_name
+from flashcheck.verifier.astutil import (
+    dotted,
+    handoff_arguments,
+    kwarg,
+    literal_items,
+    positional_args,
+    storage_root,
+    terminal_name,
+)
 from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.copies import copied, field_through_copy
-from flashcheck.verifier.index import POST_INITS, descendants, field_order, with_bases
+from flashcheck.verifier.index import POST_INITS, descendants, field_order, through_class, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.loops import loop_containers
@@ -394,10 +402,14 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     positional = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     decorators = {dotted(d) for d in node.decorator_list}
     bound = callee.cls is not None and "staticmethod" not in decorators
+    # map(partial(_pages_for, page_size=ps), lens) runs _pages_for(<a len>, page_size=ps)
+    handed = handoff_arguments(call, param, positional[1:] if bound else positional)
+    if handed is not None:
+        return handed
     called_object = callee.name in ("__call__", "forward")  # layer(h, ...) or self.heads[k](x): self is the object
     on_object = isinstance(call.func, ast.Attribute) or callee.name == "__init__" or callee.name in POST_INITS
     on_object = on_object or called_object
-    if bound and on_object and ("classmethod" in decorators or not _through_class(call, callee)):
+    if bound and on_object and ("classmethod" in decorators or not through_class(call, callee)):
         positional = positional[1:]
     positional = positional[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
     if callee.cls is not None and callee.name in POST_INITS and terminal_name(call.func) != callee.name:
@@ -409,16 +421,6 @@ def arg_for_param(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr 
     if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]):
         return args[i]
     return None
-
-
-def _through_class(call: ast.Call, callee: FunctionInfo) -> bool:
-    """``Base.method(self, ...)``: a method called on its class (or a subclass), which passes ``self`` itself."""
-    f = call.func
-    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id[:1].isupper()):
-        return False
-    family = [*with_bases(callee.cls)]
-    family.extend(c for base in list(family) for c in base.subclasses)
-    return any(c.name == f.value.id for c in family)
 
 
 def _is_allocation(v: ast.expr) -> bool:

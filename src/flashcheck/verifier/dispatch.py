@@ -10,11 +10,11 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.astutil import dotted, is_abstract, is_none, is_protocol, terminal_name
+from flashcheck.verifier.astutil import branches, dotted, is_abstract, is_none, is_protocol, terminal_name
 from flashcheck.verifier.dynamic_imports import class_values
 from flashcheck.verifier.factories import factory_classes
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descendants, owner_of, with_bases
-from flashcheck.verifier.instances import argument, branches, torch_module
+from flashcheck.verifier.instances import argument, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
 

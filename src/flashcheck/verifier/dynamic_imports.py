@@ -15,9 +15,10 @@ import ast
 import itertools
 from typing import TYPE_CHECKING
 
+from flashcheck.verifier.astutil import branches
 from flashcheck.verifier.bindings import imported_name
 from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo
-from flashcheck.verifier.instances import argument, branches
+from flashcheck.verifier.instances import argument
 
 if TYPE_CHECKING:
     from flashcheck.verifier.registries import Registries

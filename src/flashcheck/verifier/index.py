@@ -27,6 +27,7 @@ __all__ = [
     "field_order",
     "lambda_function",
     "owner_of",
+    "through_class",
     "with_bases",
 ]
 
@@ -260,3 +261,13 @@ def field_order(cls: ClassInfo) -> list[str]:
     for c in reversed(with_bases(cls)):
         order.extend(f for f in c.fields if f not in order)
     return order
+
+
+def through_class(call: ast.Call, callee: FunctionInfo) -> bool:
+    """``Base.method(self, ...)``: a method called on its class (or a subclass), which passes ``self`` itself."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id[:1].isupper()):
+        return False
+    family = [*with_bases(callee.cls)]
+    family.extend(c for base in list(family) for c in base.subclasses)
+    return any(c.name == f.value.id for c in family)

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import (
     annotation,
+    branches,
     dotted,
     executed_callable,
+    handoff_arguments,
     item_annotation,
     positional_args,
     terminal_name,
@@ -32,7 +34,6 @@ __all__ = [
     "PROPERTIES",
     "InstanceTyping",
     "argument",
-    "branches",
     "imported_name",
     "torch_module",
     "torch_name",
@@ -358,7 +359,7 @@ class InstanceTyping(ModuleBindings):
         else:
             values = [(container, fn)]
         typed: list[ClassInfo | None] = []
-        for value, where in values[:8]:
+        for value, where in self.module_values(values[:8]):
             v = value
             while isinstance(v, ast.Call) and v.args and _module_container(v.func, where):
                 v = v.args[0]  # nn.ModuleList([Layer(i) for i in ...]): the items of its argument
@@ -538,6 +539,9 @@ def argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | Non
     if callee.cls is not None and names[:1] == ["self"]:
         names = names[1:]
     names = names[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
+    handed = handoff_arguments(call, param, names)
+    if handed is not None:  # functools.reduce(run_stage, stages, ctx): run_stage(ctx, <a stage>)
+        return handed
     args = positional_args(call)
     i = names.index(param) if param in names else len(args)
     return args[i] if i < len(args) and not any(isinstance(a, ast.Starred) for a in args[: i + 1]) else None
@@ -570,13 +574,6 @@ def torch_module(cls: ClassInfo) -> bool:
 
 _WEAK_REFS = frozenset({"weakref.ref", "weakref.ReferenceType", "weakref.WeakMethod"})  # called: the object
 _WEAK_PROXIES = frozenset({"weakref.proxy"})  # used as the object itself
-
-
-def branches(value: ast.expr) -> list[ast.expr]:
-    """The values a conditional expression may take (``weakref.ref(m) if m is not None else None``), else itself."""
-    if isinstance(value, ast.IfExp):
-        return [*branches(value.body), *branches(value.orelse)]
-    return [value]
 
 
 def torch_name(node: ast.AST, fn: FunctionInfo) -> str | None:

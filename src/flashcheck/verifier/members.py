@@ -112,7 +112,14 @@ class Members(InstanceCalls):
                     for lam in self._called_lambdas(call.func, f):
                         if (g := lambda_function(lam)) is not None:
                             found.setdefault(id(g), []).append((f, call))
-            self._lambda_callers = found
+            self._lambda_callers = found  # what follows may ask again: it gets the calls found so far
+            for f in self.all_functions():  # stage(ctx) of a parameter handed lambdas (reduce(run_stage, STAGES))
+                for call in f.calls:
+                    func = call.func
+                    if isinstance(func, ast.Name) and func.id in f.params and param_default(f, func.id) is None:
+                        for g in self.callables(func, f):
+                            if g.name == "<lambda>" and (f, call) not in found.setdefault(id(g), []):
+                                found[id(g)].append((f, call))
         return self._lambda_callers
 
     def _called_lambdas(self, func: ast.expr, fn: FunctionInfo) -> list[ast.expr]:
@@ -197,6 +204,25 @@ class Members(InstanceCalls):
         values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
         return [t for value, where in values[:8] for t in self.callables(value, where, partials=True)]
 
+    def handoff_callers(
+        self, fn: FunctionInfo, calls_by_name: dict[str, list[tuple[FunctionInfo, ast.Call]]]
+    ) -> list[tuple[FunctionInfo, ast.Call]]:
+        """Hand-offs that run `fn` (`handed_callable`): ``functools.reduce(run_stage, stages, ctx)``,
+        ``list(map(partial(f, k=v), xs))``."""
+        out = []
+        for name in ("reduce", "map", "filter"):
+            for caller, call in calls_by_name.get(name, [])[:256]:
+                handed = handed_callable(call, caller)
+                named = handed.args[0] if isinstance(handed, ast.Call) and handed.args else handed
+                if (
+                    handed is not None
+                    and named is not None
+                    and terminal_name(named) == fn.name
+                    and any(t is fn for t in self.callables(handed, caller, partials=True))
+                ):
+                    out.append((caller, call))
+        return out
+
     def callables(
         self,
         value: ast.expr,
@@ -258,7 +284,7 @@ class Members(InstanceCalls):
         if lookup is not None:  # handler = self._forward_table[(mode, use_graph)]: any callable the table holds
             held = self.container_items(lookup, fn) or []
             return [
-                t for v, w in held[:8] for t in self.callables(v, w, partials=partials, depth=depth + 1, spent=spent)
+                t for v, w in held[:16] for t in self.callables(v, w, partials=partials, depth=depth + 1, spent=spent)
             ]
         if isinstance(value, ast.Name) and len(local := fn.local_assigns.get(value.id, [])) == 1:
             # draft = self.forward_draft if cfg.mtp else None: what the local is bound to
@@ -389,12 +415,15 @@ _DRAINS = frozenset({"list", "tuple", "set", "frozenset", "dict", "sorted", "sum
 
 
 def _consumed(it: ast.Call, fn: FunctionInfo) -> bool:
-    """Whether `fn` drains the iterator `it` where it makes it: the argument of ``list``/``sum``/``any``/..., or the
-    iterable of a loop or comprehension of `fn`."""
-    drained = any(
-        isinstance(c.func, ast.Name) and c.func.id in _DRAINS and c.args and c.args[0] is it for c in fn.calls
-    )
-    return drained or any(i is it for iters in fn.loop_vars.values() for i in iters)
+    """Whether `fn` drains the iterator `it` it makes: the argument of ``list``/``sum``/``any``/..., or the iterable
+    of a loop or comprehension of `fn`, itself or through a local bound to it alone (``counts = map(f, xs)``)."""
+    held = {n for n, vs in fn.local_assigns.items() if len(vs) == 1 and vs[0] is it}  # counts = map(f, xs)
+
+    def drained(e: ast.expr) -> bool:
+        return e is it or (isinstance(e, ast.Name) and e.id in held)
+
+    to_drain = (c.args[0] for c in fn.calls if isinstance(c.func, ast.Name) and c.func.id in _DRAINS and c.args)
+    return any(map(drained, to_drain)) or any(drained(i) for iters in fn.loop_vars.values() for i in iters)
 
 
 def _is_self(value: ast.expr) -> bool:

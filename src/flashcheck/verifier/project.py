@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from flashcheck.verifier.astutil import class_base, dotted, literal_items, spread_local_tuples, terminal_name
+from flashcheck.verifier.astutil import branches, class_base, dotted, literal_items, spread_local_tuples, terminal_name
 from flashcheck.verifier.autograd import is_autograd_function
 from flashcheck.verifier.descriptors import descriptor_calls
 from flashcheck.verifier.dispatch import closed, link_protocols, resolution_order
@@ -29,7 +29,6 @@ from flashcheck.verifier.index import (
 )
 from flashcheck.verifier.instances import (
     PROPERTIES,
-    branches,
     imported_name,
     torch_module,
     torch_name,
@@ -349,6 +348,7 @@ class Project(Members):
                     continue  # cls(...) in a classmethod of another class builds that one
                 if any(t is fn for t in self._call_targets(call, caller)):
                     out.append((caller, call))
+        out += self.handoff_callers(fn, calls_by_name)
         self._callers[id(fn)] = out[:64]
         return out[:64]
 

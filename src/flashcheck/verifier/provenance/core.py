@@ -359,6 +359,9 @@ class Provenance(StoredPlaces):
             f = expr.func
             if isinstance(f, ast.Attribute) and f.attr in TENSOR_METHODS and self.tensorish(f.value, fn, depth + 1):
                 return True
+            read = self.flow.getter_read(expr, fn)  # seq_lens_of(batch): an imported attrgetter's attribute
+            if read is not None:
+                return self.tensorish(read, fn, depth + 1)
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             return isinstance(target, FunctionInfo) and returns_tensor(target)  # def f(...) -> torch.Tensor
         if isinstance(expr, ast.Attribute):

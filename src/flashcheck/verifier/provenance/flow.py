@@ -23,6 +23,7 @@ from flashcheck.verifier.index import descendants, with_bases
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import filtered_items, is_dict_call, is_key, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
+from flashcheck.verifier.operator_idioms import applied, getter_parts
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
@@ -56,6 +57,7 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         self._class_attr_names: frozenset[str] | None = None
         self._types: dict[ast.expr, ClassInfo | None] = {}
         self._getattr_reads: dict[ast.Call, list[ast.Attribute]] = {}
+        self._getter_reads: dict[ast.Call, ast.expr | None] = {}
         self._types_active: set[int] = set()
         self._reaching = project.reaching
 
@@ -101,6 +103,9 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                     if literal is not None:
                         return literal + [(d, fn) for d in expr.args[1:2]]
                 return self.element_sources(f.value, fn)
+            read = self.getter_read(expr, fn)
+            if read is not None:  # seq_lens_of(batch) after `from .batch import seq_lens_of` (an attrgetter there)
+                return [(read, fn)]
             target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
             if target is None and isinstance(f, ast.Name | ast.Attribute):  # self.lam(): an instance's forward
                 target = next(self.project.instance_call(f, fn), None)
@@ -127,6 +132,22 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         items = self.loop_item_sources(arg.id, fn, line) if isinstance(arg, ast.Name) else None
         starts = list(reversed(items or [(arg, fn)]))  # constants() takes the last first: names in source order
         return [v for v in dict.fromkeys(self.constants(starts)) if isinstance(v, str)]
+
+    def getter_read(self, call: ast.Call, fn: FunctionInfo) -> ast.expr | None:
+        """What ``g(obj)`` reads where ``g`` is a module global bound once, in another module, to an
+        ``operator.attrgetter``/``itemgetter`` (``obj.seq_lens``); the file's own getters are rewritten at parse
+        (`flashcheck.verifier.operator_idioms`). The node is kept, so caches keyed by node stay right."""
+        f = call.func
+        if not isinstance(f, ast.Name) or len(call.args) != 1 or call.keywords or f.id not in fn.module.imports:
+            return None
+        if call in self._getter_reads:
+            return self._getter_reads[call]
+        held = self.project.global_values(fn.module, f.id)
+        made = held[0][0] if len(held) == 1 else None
+        parts = getter_parts(made) if isinstance(made, ast.Call) else None
+        read = applied(parts, call.args[0], call) if parts is not None and parts[0] != "method" else None
+        self._getter_reads[call] = read
+        return read
 
     def getattr_reads(self, call: ast.Call, fn: FunctionInfo) -> list[ast.Attribute]:
         """``getattr(obj, name)`` as the attribute reads it may be (``obj.seq_lens``), one per constant name (none
