@@ -5,6 +5,7 @@ package re-exports (``from .limits import WS_MB`` in an ``__init__.py``) and sta
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import alias_value, branches, dotted
@@ -20,10 +21,14 @@ class ModuleBindings(ProjectIndex):
 
     _bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None]  # made by Project
     _star_modules: dict[int, list[ModuleInfo]]
+    _module_items: dict[tuple[str, str], list[tuple[ast.expr, FunctionInfo]]] | None
+    _module_keyed: dict[tuple[str, str, str], list[tuple[ast.expr, FunctionInfo]]]
 
     if TYPE_CHECKING:
 
         def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+
+        def all_functions(self) -> Iterator[FunctionInfo]: ...
 
         def resolve_def(
             self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
@@ -131,6 +136,40 @@ class ModuleBindings(ProjectIndex):
                 if full is not None and full.startswith("flashinfer."):
                     module.class_aliases[name] = ast.parse(full, mode="eval").body
 
+    def module_items(self) -> dict[tuple[str, str], list[tuple[ast.expr, FunctionInfo]]]:
+        """``name[k] = v`` stores by (module, name), from every function of the module (a global table filled by
+        the functions that use it: ``_GRAPHS[bs] = GraphEntry(...)``)."""
+        if self._module_items is None:
+            self._module_items, self._module_keyed = {}, {}
+            for f in self.all_functions():
+                for name, values in f.item_stores.items():
+                    self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
+                for a in f.assigns:  # _STATE["finished"] = torch.zeros(...) into a global, under that key
+                    if not isinstance(a, ast.Assign):
+                        continue
+                    for t in a.targets:
+                        table = t.value if isinstance(t, ast.Subscript) and _str_key(t.slice) else None
+                        if isinstance(table, ast.Name) and table.id not in f.local_assigns and table.id not in f.params:
+                            key = (f.module.name, table.id, t.slice.value)  # type: ignore[attr-defined]
+                            self._module_keyed.setdefault(key, []).append((a.value, f))
+        return self._module_items
+
+    def module_keyed_items(self, module: ModuleInfo, name: str, key: str) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What the functions of `module` store into its global `name` under the string `key`."""
+        self.module_items()
+        return self._module_keyed.get((module.name, name, key), [])
+
+    def module_attribute(self, expr: ast.Attribute, fn: FunctionInfo) -> tuple[ModuleInfo, str] | None:
+        """The module that binds the global ``mod.name`` reads, and its name there, where ``mod`` names a project
+        module (``S.kv_indptr`` after ``from . import state as S``); None for any other attribute."""
+        base = expr.value
+        if not isinstance(base, ast.Name | ast.Attribute) or (isinstance(base, ast.Name) and base.id == "self"):
+            return None
+        if isinstance(base, ast.Name) and (base.id in fn.local_assigns or base.id in fn.params):
+            return None
+        mod = self.resolve_def(base, fn)
+        return self.binding(mod, expr.attr) if isinstance(mod, ModuleInfo) else None
+
     def global_values(self, module: ModuleInfo, name: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What the global `name` that `module` reads may hold (`ModuleInfo.global_values` of the module that binds
         it, through imports and re-exports)."""
@@ -170,3 +209,7 @@ def imported_name(node: ast.AST, fn: FunctionInfo, package: str) -> str | None:
     if target is not None and (target == package or target.startswith(package + ".")):
         return f"{target}.{rest}" if rest else target
     return name
+
+
+def _str_key(key: ast.expr) -> bool:
+    return isinstance(key, ast.Constant) and isinstance(key.value, str)

@@ -106,6 +106,9 @@ def storage_keys(
     if isinstance(root, ast.Attribute) and depth < 4 and (through := field_through_copy(root, fn, typer)) is not None:
         # scratch = dataclasses.replace(self.bufs): scratch.kv_indices is self.bufs.kv_indices, unless made anew
         return storage_keys(through[0], through[1], depth + 1, project, typer) if isinstance(through, tuple) else []
+    named = project.module_attribute(root, fn) if project is not None and isinstance(root, ast.Attribute) else None
+    if named is not None:  # S.kv_indptr after `from . import state as S`: that module's global
+        return [("global", named[0].name, named[1])]
     base = root
     while isinstance(base, ast.Attribute | ast.Subscript):
         base = base.value

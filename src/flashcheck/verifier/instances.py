@@ -351,6 +351,7 @@ class InstanceTyping(ModuleBindings):
             body = fn.module.body
             if not values and body is not None:
                 values = [(v, body) for v in body.local_assigns.get(container.id, [])]
+                stored = list(self.module_items().get((fn.module.name, container.id), []))  # _GRAPHS[bs] = Entry(g)
         elif isinstance(container, ast.Attribute):
             cls = self.instance_type(container.value, fn, depth + 1)  # one hop, as for an attribute
             for c in [cls, *cls.bases, *cls.subclasses] if cls is not None else []:  # a subclass may fill it too

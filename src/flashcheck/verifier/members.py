@@ -41,6 +41,7 @@ class Members(InstanceCalls):
     _setter_names: frozenset[str]
     _property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]]
     _lambda_callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None
+    _handoffs: dict[str, list[tuple[FunctionInfo, ast.Call, ast.expr]]] | None
 
     if TYPE_CHECKING:
 
@@ -209,19 +210,19 @@ class Members(InstanceCalls):
     ) -> list[tuple[FunctionInfo, ast.Call]]:
         """Hand-offs that run `fn` (`handed_callable`): ``functools.reduce(run_stage, stages, ctx)``,
         ``list(map(partial(f, k=v), xs))``."""
-        out = []
-        for name in ("reduce", "map", "filter"):
-            for caller, call in calls_by_name.get(name, [])[:256]:
-                handed = handed_callable(call, caller)
-                named = handed.args[0] if isinstance(handed, ast.Call) and handed.args else handed
-                if (
-                    handed is not None
-                    and named is not None
-                    and terminal_name(named) == fn.name
-                    and any(t is fn for t in self.callables(handed, caller, partials=True))
-                ):
-                    out.append((caller, call))
-        return out
+        if self._handoffs is None:  # each hand-off once, by the name of the function it is handed
+            self._handoffs = {}
+            for name in ("reduce", "map", "filter"):
+                for caller, call in calls_by_name.get(name, []):
+                    handed = handed_callable(call, caller)
+                    named = handed.args[0] if isinstance(handed, ast.Call) and handed.args else handed
+                    if handed is not None and named is not None and (last := terminal_name(named)) is not None:
+                        self._handoffs.setdefault(last, []).append((caller, call, handed))
+        return [
+            (caller, call)
+            for caller, call, handed in self._handoffs.get(fn.name, [])[:64]
+            if any(t is fn for t in self.callables(handed, caller, partials=True))
+        ]
 
     def callables(
         self,

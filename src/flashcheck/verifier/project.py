@@ -69,6 +69,7 @@ class Project(Members):
         self._property_names: frozenset[str] | None = None
         self._methods_by_name: dict[str, list[FunctionInfo]] | None = None
         self._lambda_callers: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
+        self._handoffs: dict[str, list[tuple[FunctionInfo, ast.Call, ast.expr]]] | None = None  # members.py
         self._setter_names = frozenset(name for ci in self.classes.values() for name in ci.setters)
         self._loop_names: dict[str, set[str]] | None = None
         self._property_cache: dict[int, list[tuple[FunctionInfo, ast.Attribute]]] = {}
@@ -79,6 +80,8 @@ class Project(Members):
         self._private_strings: frozenset[str] | None = None
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
         self._star_modules: dict[int, list[ModuleInfo]] = {}
+        self._module_items: dict[tuple[str, str], list[tuple[ast.expr, FunctionInfo]]] | None = None  # bindings.py
+        self._module_keyed: dict[tuple[str, str, str], list[tuple[ast.expr, FunctionInfo]]] = {}
         self._subclass_memo: dict[int, list[ClassInfo]] = {}
         self._override_memo: dict[tuple[int, str, bool], tuple[FunctionInfo, ...]] = {}
         self._method_aliases: dict[int, dict[str, FunctionInfo]] = {}  # subclassing.method_aliases, once linked

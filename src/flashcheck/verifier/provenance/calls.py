@@ -102,6 +102,7 @@ class CallScan:
         class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
         partials: list[tuple[FunctionInfo, ast.Call]] = []
         replaces: list[tuple[FunctionInfo, ast.Call]] = []
+        records = _record_factories(self.project)
         for f in self.project.all_functions():
             for call in f.calls:
                 callee = call.func
@@ -111,12 +112,11 @@ class CallScan:
                     partials.append((f, call))
                 elif call.keywords and (last in _COPIES or last in f.module.imports) and copied(call, f) is not None:
                     replaces.append((f, call))  # dataclasses.replace, attrs' evolve, a NamedTuple's _replace
-                elif last[:1].isupper() or last == "cls":
+                elif last[:1].isupper() or last == "cls" or last in records:
                     class_calls.setdefault(last, []).append((f, call))
-                    for kw in call.keywords:
-                        if kw.arg:
-                            kw_index.setdefault(f"{last}.{kw.arg}", []).append((kw.value, f, call))
-                            kw_index.setdefault(f"*.{kw.arg}", []).append((kw.value, f, call))
+                    for key, value in _keyword_fields(call, f):
+                        kw_index.setdefault(f"{last}.{key}", []).append((value, f, call))
+                        kw_index.setdefault(f"*.{key}", []).append((value, f, call))
         self._kw_index, self._class_calls, self._partials, self._replaces = kw_index, class_calls, partials, replaces
 
     def constructs(self, call: ast.Call, fn: FunctionInfo, cls: ClassInfo) -> bool:
@@ -125,3 +125,64 @@ class CallScan:
             return owner(fn).cls is cls
         target = self.project.resolve_def(f, fn) if isinstance(f, ast.Name | ast.Attribute) else None
         return target is cls
+
+
+def _keyword_fields(call: ast.Call, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
+    """The fields a call passes by keyword: its keywords, and the items of a dict literal it spreads, written in
+    place or bound once to a local (``make_record(mode=m, **dev)`` after ``dev = {"seq_lens": s, ...}``)."""
+    out: list[tuple[str, ast.expr]] = []
+    for kw in call.keywords:
+        if kw.arg:
+            out.append((kw.arg, kw.value))
+            continue
+        spread = kw.value
+        if isinstance(spread, ast.Name) and len(bound := fn.local_assigns.get(spread.id, [])) == 1:
+            spread = bound[0]
+        if isinstance(spread, ast.Dict):
+            out += [
+                (k.value, v)
+                for k, v in zip(spread.keys, spread.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
+    return out
+
+
+def _record_factories(project: Project) -> frozenset[str]:
+    """Names of project functions that make a record of the fields their callers pass by keyword: a ``**fields``
+    parameter spread into a constructor-like call (``SimpleNamespace(**fields)``, ``Meta(**fields)``) or into an
+    object's namespace (``ns.__dict__.update(updates)``, ``vars(ns).update(updates)``). Their callers' keywords
+    are fields of the record, as a class's constructor keywords are."""
+    out: set[str] = set()
+    for f in project.all_functions():
+        node = f.node
+        kwarg = node.args.kwarg if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+        if kwarg is None:
+            continue
+        for call in f.calls:
+            func = call.func
+            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            spread = any(
+                k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kwarg.arg for k in call.keywords
+            )
+            updated = (
+                last == "update"
+                and isinstance(func, ast.Attribute)
+                and _namespace_of(func.value)
+                and any(isinstance(a, ast.Name) and a.id == kwarg.arg for a in call.args)
+            )
+            if (spread and last[:1].isupper()) or updated:
+                out.add(f.name)
+                break
+    return frozenset(out)
+
+
+def _namespace_of(expr: ast.expr) -> bool:
+    """``obj.__dict__`` or ``vars(obj)``."""
+    if isinstance(expr, ast.Attribute):
+        return expr.attr == "__dict__"
+    return (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Name)
+        and expr.func.id == "vars"
+        and len(expr.args) == 1
+    )

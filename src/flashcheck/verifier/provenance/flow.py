@@ -45,7 +45,6 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         self.project = project
         self.calls = CallScan(project)
         self._self_attrs: dict[str, list[Source]] | None = None
-        self._module_items: dict[tuple[str, str], list[Source]] | None = None
         self._sources: dict[ast.expr, list[Source]] = {}
         self._params: dict[tuple[int, str], list[Source]] = {}
         self._active: set[int] = set()
@@ -369,6 +368,9 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         local = local_field_sources(expr, fn, self.project)
         if local:
             return local
+        held = self.module_global(expr, fn)
+        if held is not None:  # S.kv_indptr after `from . import state as S`: what the module's global holds
+            return held
         cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         built = self.built_field(expr, fn) if cls is not None else None
         if built is not None:  # plan = PrefillPlan(..., num_tokens=n): this object's field, not every construction's
@@ -393,6 +395,13 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         every = chain(self.project.attr_stores.get(expr.attr, []), self.self_attr_index().get(expr.attr, []), keyed)
         serving = not fn.source.is_tooling
         return list(islice((s for s in every if not (serving and s[1].source.is_tooling)), _MAX_SOURCES))
+
+    def module_global(self, expr: ast.Attribute, fn: FunctionInfo) -> list[Source] | None:
+        """What ``mod.name`` may hold where ``mod`` is a project module (``import gsrt.state as S``; ``S.kv_indptr``):
+        the module's top-level bindings of the name and those of functions that declare it ``global``; None where
+        the receiver is not a project module."""
+        found = self.project.module_attribute(expr, fn)
+        return found[0].global_values(found[1])[:_MAX_SOURCES] if found is not None else None
 
     def _typed_attr(self, attr: str) -> bool:
         """Whether some project class declares, assigns or defines `attr` (only then can typing a receiver help)."""
@@ -537,7 +546,7 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
             if container.id in fn.local_assigns or container.id in fn.params:
                 yield from ((v, fn) for v in fn.item_stores.get(container.id, []))
             else:  # a module global: stores from any function of the module
-                yield from self.module_items().get((fn.module.name, container.id), [])
+                yield from self.project.module_items().get((fn.module.name, container.id), [])
             for call in fn.calls:
                 f = call.func
                 if (
@@ -548,6 +557,8 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                     and call.args
                 ):
                     yield call.args[-1], fn
+        elif isinstance(container, ast.Attribute) and (named := self.project.module_attribute(container, fn)):
+            yield from self.project.module_items().get((named[0].name, named[1]), [])  # S._STATE: state's global dict
         elif keys := item_lookup_keys(container):  # self.d[k] = v; self.graphs[mb][bs] = w; self.b["cpu"].append(t)
             inner: ast.expr = container
             while isinstance(inner, ast.Subscript):
@@ -565,14 +576,6 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         return self._self_attrs
 
     # ------------------------------------------------------------------ constructors
-    def module_items(self) -> dict[tuple[str, str], list[Source]]:
-        """``name[k] = v`` stores by (module, name), from every function of the module."""
-        if self._module_items is None:
-            self._module_items = {}
-            for f in self.project.all_functions():
-                for name, values in f.item_stores.items():
-                    self._module_items.setdefault((f.module.name, name), []).extend((v, f) for v in values)
-        return self._module_items
 
 
 _COPIES = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})

@@ -103,6 +103,9 @@ class KeyedItems:
                 pairs = zip(v.keys, v.values, strict=False)
                 out.extend((item, where) for k, item in pairs if isinstance(k, ast.Constant) and k.value == key)
                 out.extend(literal_item_stores(v, key, where))
+                if isinstance(where.node, ast.Module):  # a module's global table: what its functions store there
+                    names = [n for n, vs in where.local_assigns.items() if len(vs) == 1 and vs[0] is v]
+                    out.extend(s for n in names for s in self.project.module_keyed_items(where.module, n, key))
             elif isinstance(v, ast.Call) and dotted(v.func) == "dict" and not v.args:
                 out.extend((kw.value, where) for kw in v.keywords if kw.arg == key)
                 out.extend(literal_item_stores(v, key, where))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import annotation, dotted, literal_items, terminal_name
+from flashcheck.verifier.astutil import annotation, dotted, literal_items, own_nodes, terminal_name
 from flashcheck.verifier.dataflow import ALLOCATORS
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.guards import bind_count
@@ -29,9 +29,10 @@ class ReallocOnReplayPath(Rule):
         torch.empty_like(x)``; also a list a constructor or a setup method no per-step root runs (by its name:
         ``init*``, ``setup*``, ``alloc*``, ``create*``, ``build*``; ``init_cuda_graph_state``) fills by
         ``self.bufs.append(torch.zeros(...))``; not a list of ``None`` slots or an empty dict or list filled as it goes)
-        an attribute of an object ``self`` keeps (``self.backend.kv_indptr``, also through a local bound to it, ``mr =
-        self.model_runner``, or to what a weak reference it keeps refers to, ``bufs = self._bufs_ref()``) or of an
-        object that holds a captured
+        a module's global (a name the function declares ``global``, ``mod.name`` of a project module imported as a
+        namespace: ``S.input_ids = torch.cat(...)``), an attribute of an object ``self`` keeps
+        (``self.backend.kv_indptr``, also through a local bound to it, ``mr = self.model_runner``, or to what a weak
+        reference it keeps refers to, ``bufs = self._bufs_ref()``) or of an object that holds a captured
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
         entry.positions = x.clone()``; also a record whose constructor keeps a parameter so annotated, ``def
         __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph``), also through ``setattr(self, name,
@@ -102,6 +103,7 @@ class ReallocOnReplayPath(Rule):
                         _is_self_buffer(t, fn)
                         or _is_container_item(t, fn, ctx, step, setup)
                         or _is_graph_record_field(t, fn, ctx)
+                        or _is_module_global(t, fn, ctx)
                     ):
                         self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
@@ -160,6 +162,16 @@ def _is_fresh_tensor(value: ast.expr, fn: FunctionInfo) -> bool:
         return last in ALLOCATORS or last in _COPIES
     last = terminal_name(value.func) or ""
     return isinstance(value.func, ast.Attribute) and last in _COPIES
+
+
+def _is_module_global(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
+    """A module's global: a name the function declares ``global``, or ``mod.name`` of a project module
+    (``S.input_ids`` after ``from . import state as S``), also its item under a string key."""
+    if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
+        t = t.value
+    if isinstance(t, ast.Name):
+        return any(isinstance(n, ast.Global) and t.id in n.names for n in own_nodes(fn.node))
+    return isinstance(t, ast.Attribute) and ctx.project.module_attribute(t, fn) is not None
 
 
 def _is_self_buffer(t: ast.expr, fn: FunctionInfo | None = None) -> bool:
