@@ -37,6 +37,11 @@ class InstanceCalls(Registries):
 
         def _call_targets(self, call: ast.Call, fn: FunctionInfo) -> list[FunctionInfo]: ...
 
+    def loaded_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes an expression that holds a class may be (`flashcheck.verifier.dynamic_imports.class_values`:
+        a factory's returns, a member of a module imported by name, ``getattr(import_module(m), name)``)."""
+        return class_values(self, expr, fn)
+
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
         branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry), or bound from a

@@ -44,10 +44,14 @@ def class_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: i
 
 
 def _values(expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
-    """`expr` itself, or what a local name without a definition of its own is bound to."""
+    """`expr` itself, or what a local name without a definition of its own is bound to (each branch of a
+    conditional, each operand of ``or``: ``sys.modules.get(name) or __import__(name)``)."""
     if isinstance(expr, ast.Name) and expr.id not in fn.local_defs and expr.id in fn.local_assigns:
-        return [(b, fn) for v in fn.local_assigns[expr.id][:4] for b in branches(v)]
-    return [(b, fn) for b in branches(expr)]
+        bound = fn.local_assigns[expr.id][:4]
+    else:
+        bound = [expr]
+    either = [e for v in bound for e in (v.values if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.Or) else [v])]
+    return [(b, fn) for v in either for b in branches(v)]
 
 
 def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo]:
@@ -66,10 +70,9 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int)
     if picked:
         return picked
     if isinstance(value.func, ast.Name) and value.func.id == "getattr" and len(value.args) >= 2:
-        name = value.args[1]
-        if isinstance(name, ast.Constant) and isinstance(name.value, str):  # getattr(module, "BACKEND_CLS")
-            return _members(project, module_values(project, value.args[0], fn, depth + 1), name.value)
-        return []
+        names = [n for n in _spelled(project, value.args[1], fn) if _UNKNOWN not in n]  # getattr(module, "Cls")
+        modules = module_values(project, value.args[0], fn, depth + 1) if names else []
+        return [c for n in names for c in _members(project, modules, n)]
     factory = project.resolve_def(value.func, fn) if isinstance(value.func, ast.Name | ast.Attribute) else None
     if not isinstance(factory, FunctionInfo):
         return []
@@ -93,7 +96,19 @@ def module_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: 
             if isinstance(named, ModuleInfo):
                 found[id(named)] = named
             continue
-        if not (isinstance(value, ast.Call) and value.args):
+        if not (isinstance(value, ast.Call | ast.Subscript)):
+            continue
+        loaded = _loaded_name(value, where)  # __import__(name), sys.modules[name], sys.modules.get(name)
+        if loaded is not None:
+            for name in _spelled(project, loaded, where):
+                found.update((id(m), m) for m in _imported(project, name, None))
+            continue
+        factory = project.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
+        if isinstance(factory, FunctionInfo):  # import_plugin(name): the modules the helper returns
+            for r in factory.returns[:4]:
+                found.update((id(m), m) for m in module_values(project, r, factory, depth + 1))
+            continue
+        if not isinstance(value, ast.Call) or not value.args:
             continue
         if imported_name(value.func, where, "importlib") != "importlib.import_module":
             continue
@@ -158,6 +173,28 @@ def _spelled(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int =
     if parts:
         spelled = [_spelled(project, p, fn, depth + 1) for p in parts]
         return ["".join(t) for t in itertools.islice(itertools.product(*spelled), _MAX_NAMES)]
+    split = _split_item(expr, fn)
+    if split is not None:  # module_name = qualname.rsplit(".", 1)[0]; mod, _, cls = spec.partition(":")
+        text, i = split
+        return [
+            parts[i] if -len(parts) <= i < len(parts) else _UNKNOWN
+            for whole in _spelled(project, text.func.value, fn, depth + 1)  # type: ignore[attr-defined]
+            for parts in [_split(whole, text)]
+        ][:_MAX_NAMES]
+    key = expr.slice if isinstance(expr, ast.Subscript) else None
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):  # table["sampler"] of QUALNAMES[plat][mode]
+        assert isinstance(expr, ast.Subscript)
+        keyed = [
+            v.value
+            for d in _dict_roots(project, expr.value, fn)
+            for node in ast.walk(d)
+            if isinstance(node, ast.Dict)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if isinstance(k, ast.Constant) and k.value == key.value
+            if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        ]
+        if keyed:
+            return list(dict.fromkeys(keyed))[:_MAX_NAMES]
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):  # BACKEND_MODULES[name]
         table = project.global_values(fn.module, expr.value.id)
         strings = [
@@ -180,3 +217,83 @@ def _spelled(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int =
         consts = [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
         return consts[:_MAX_NAMES] if consts and len(consts) == len(values) else [_UNKNOWN]
     return [_UNKNOWN]
+
+
+_SPLITS = frozenset({"split", "rsplit", "partition", "rpartition"})
+
+
+def _split_item(expr: ast.expr, fn: FunctionInfo) -> tuple[ast.Call, int] | None:
+    """``(s.rsplit(".", 1), 0)`` for item 0 of a string split with constant arguments, written as an item
+    (``s.rsplit(".", 1)[0]``) or unpacked into a name (``head, tail = s.rsplit(".", 1)``)."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, int):
+        call, i = expr.value, expr.slice.value
+    elif isinstance(expr, ast.Name) and expr.id not in fn.local_assigns:
+        unpacked = [
+            (a.value, t.elts.index(e))
+            for a in fn.assigns
+            if isinstance(a, ast.Assign)
+            for t in a.targets
+            if isinstance(t, ast.Tuple)
+            for e in t.elts
+            if isinstance(e, ast.Name) and e.id == expr.id
+        ]
+        if len(unpacked) != 1:
+            return None
+        call, i = unpacked[0]
+    else:
+        return None
+    ok = (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in _SPLITS
+        and all(isinstance(a, ast.Constant) for a in call.args)
+        and not call.keywords
+    )
+    return (call, i) if ok and isinstance(call, ast.Call) else None
+
+
+def _split(text: str, call: ast.Call) -> list[str]:
+    """`text` split as `call` splits (its method and constant arguments); a string with an unknown part is one
+    unknown part."""
+    if _UNKNOWN in text:
+        return [_UNKNOWN]
+    assert isinstance(call.func, ast.Attribute)
+    args = [a.value for a in call.args if isinstance(a, ast.Constant)]
+    try:
+        return list(getattr(text, call.func.attr)(*args))
+    except (TypeError, ValueError):
+        return [_UNKNOWN]
+
+
+def _loaded_name(value: ast.expr, fn: FunctionInfo) -> ast.expr | None:
+    """The module name an import by name loads: ``__import__(name, ...)``, ``sys.modules[name]``,
+    ``sys.modules.get(name)``."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "__import__":
+        return value.args[0] if value.args else None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
+        table, key = value.func.value, value.args[0] if value.args else None
+    elif isinstance(value, ast.Subscript):
+        table, key = value.value, value.slice
+    else:
+        return None
+    return key if imported_name(table, fn, "sys") == "sys.modules" else None
+
+
+def _dict_roots(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ast.Dict]:
+    """The dict literals a lookup chain starts from: through items (``QUALNAMES[plat][mode]``), names bound once and
+    module globals, and the functions that return the lookup (``table = component_table(cfg)``)."""
+    if depth > _MAX_DEPTH:
+        return []
+    if isinstance(expr, ast.Dict):
+        return [expr]
+    if isinstance(expr, ast.Subscript):
+        return _dict_roots(project, expr.value, fn, depth)  # items of items: one lookup chain
+    if isinstance(expr, ast.Name):
+        local = fn.local_assigns.get(expr.id)
+        bound = [(v, fn) for v in local] if local else project.global_values(fn.module, expr.id)
+        return [d for v, w in bound[:4] for d in _dict_roots(project, v, w, depth + 1)]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name | ast.Attribute):
+        made = project.resolve_def(expr.func, fn)
+        if isinstance(made, FunctionInfo):
+            return [d for r in made.returns[:4] for d in _dict_roots(project, r, made, depth + 1)]
+    return []

@@ -52,19 +52,15 @@ class InstanceTyping(ModuleBindings):
     cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
     reaching: Reaching  # made by Project
 
-    if TYPE_CHECKING:
-
-        def resolve_def(
-            self, expr: ast.expr, fn: FunctionInfo | None, depth: int = 0
-        ) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
+    if TYPE_CHECKING:  # resolve_def and lookup: ModuleBindings'
 
         def method(self, ci: ClassInfo, name: str) -> FunctionInfo | None: ...
-
-        def lookup(self, qualname: str, depth: int = 0) -> FunctionInfo | ClassInfo | ModuleInfo | None: ...
 
         def callers(self, fn: FunctionInfo) -> list[tuple[FunctionInfo, ast.Call]]: ...
 
         def registry_base(self, func: ast.expr, fn: FunctionInfo) -> ClassInfo | None: ...
+
+        def loaded_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]: ...
 
         def object_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]: ...
 
@@ -469,6 +465,8 @@ class InstanceTyping(ModuleBindings):
                 continue
             if isinstance(v, ast.Call) and imported_name(v.func, where, "weakref") in _WEAK_REFS and v.args:
                 t: object = self._value_type(v.args[0], where, depth + 1)  # self._meta_ref(): what it refers to
+            elif isinstance(v, ast.Call):  # cls = resolve_obj_by_qualname("pkg.sampler.Sampler"); cls(cfg)
+                t = picked[0] if len(picked := self.loaded_classes(v, where)) == 1 else None
             else:
                 t = self.resolve_def(v, where, depth + 1) if isinstance(v, ast.Name | ast.Attribute) else None
             if not isinstance(t, ClassInfo):

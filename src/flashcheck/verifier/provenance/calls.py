@@ -11,7 +11,7 @@ from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
-__all__ = ["CallScan", "is_partial"]
+__all__ = ["NAMESPACES", "CallScan", "is_partial", "keyword_fields", "namespace_of"]
 
 _COPIES = frozenset({"replace", "_replace", "evolve"})  # copies by their usual names (others: imported aliases)
 
@@ -42,6 +42,21 @@ class CallScan:
         self._replaces: list[tuple[FunctionInfo, ast.Call]] | None = None
         self._bindings: dict[int, list[tuple[FunctionInfo, ast.Call]]] | None = None
         self._foreign_items: dict[str, list[tuple[ast.expr, ast.expr, FunctionInfo]]] | None = None
+        self._records: frozenset[str] | None = None
+        self._makes_records: bool | None = None
+
+    def record_factories(self) -> frozenset[str]:
+        """`_record_factories` of the project, found once."""
+        if self._records is None:
+            self._records = _record_factories(self.project)
+        return self._records
+
+    def makes_records(self) -> bool:
+        """Whether the project makes loose records: a record factory, or a ``SimpleNamespace`` call."""
+        if self._makes_records is None:
+            made = "SimpleNamespace" in self.class_calls() or "Namespace" in self.class_calls()
+            self._makes_records = bool(self.record_factories()) or made
+        return self._makes_records
 
     def foreign_item_stores(self, attr: str) -> list[tuple[ast.expr, ast.expr, FunctionInfo]]:
         """``obj.attr[k] = value`` outside ``obj``'s own methods (``self.backend.graph_wrappers[bs] = w``), by
@@ -102,7 +117,7 @@ class CallScan:
         class_calls: dict[str, list[tuple[FunctionInfo, ast.Call]]] = {}
         partials: list[tuple[FunctionInfo, ast.Call]] = []
         replaces: list[tuple[FunctionInfo, ast.Call]] = []
-        records = _record_factories(self.project)
+        records = self.record_factories()
         for f in self.project.all_functions():
             for call in f.calls:
                 callee = call.func
@@ -114,7 +129,7 @@ class CallScan:
                     replaces.append((f, call))  # dataclasses.replace, attrs' evolve, a NamedTuple's _replace
                 elif last[:1].isupper() or last == "cls" or last in records:
                     class_calls.setdefault(last, []).append((f, call))
-                    for key, value in _keyword_fields(call, f):
+                    for key, value in keyword_fields(call, f):
                         kw_index.setdefault(f"{last}.{key}", []).append((value, f, call))
                         kw_index.setdefault(f"*.{key}", []).append((value, f, call))
         self._kw_index, self._class_calls, self._partials, self._replaces = kw_index, class_calls, partials, replaces
@@ -127,7 +142,7 @@ class CallScan:
         return target is cls
 
 
-def _keyword_fields(call: ast.Call, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
+def keyword_fields(call: ast.Call, fn: FunctionInfo) -> list[tuple[str, ast.expr]]:
     """The fields a call passes by keyword: its keywords, and the items of a dict literal it spreads, written in
     place or bound once to a local (``make_record(mode=m, **dev)`` after ``dev = {"seq_lens": s, ...}``)."""
     out: list[tuple[str, ast.expr]] = []
@@ -147,11 +162,14 @@ def _keyword_fields(call: ast.Call, fn: FunctionInfo) -> list[tuple[str, ast.exp
     return out
 
 
+NAMESPACES = frozenset({"SimpleNamespace", "types.SimpleNamespace", "argparse.Namespace", "Namespace"})
+
+
 def _record_factories(project: Project) -> frozenset[str]:
     """Names of project functions that make a record of the fields their callers pass by keyword: a ``**fields``
-    parameter spread into a constructor-like call (``SimpleNamespace(**fields)``, ``Meta(**fields)``) or into an
-    object's namespace (``ns.__dict__.update(updates)``, ``vars(ns).update(updates)``). Their callers' keywords
-    are fields of the record, as a class's constructor keywords are."""
+    parameter spread into a namespace (``SimpleNamespace(**fields)``) or into an object's ``__dict__``
+    (``ns.__dict__.update(updates)``, ``vars(ns).update(updates)``). Their callers' keywords are fields of the
+    record, as a class's constructor keywords are (a class's own constructor is typed as that class instead)."""
     out: set[str] = set()
     for f in project.all_functions():
         node = f.node
@@ -167,16 +185,16 @@ def _record_factories(project: Project) -> frozenset[str]:
             updated = (
                 last == "update"
                 and isinstance(func, ast.Attribute)
-                and _namespace_of(func.value)
+                and namespace_of(func.value)
                 and any(isinstance(a, ast.Name) and a.id == kwarg.arg for a in call.args)
             )
-            if (spread and last[:1].isupper()) or updated:
+            if (spread and (dotted(func) or "") in NAMESPACES) or updated:
                 out.add(f.name)
                 break
     return frozenset(out)
 
 
-def _namespace_of(expr: ast.expr) -> bool:
+def namespace_of(expr: ast.expr) -> bool:
     """``obj.__dict__`` or ``vars(obj)``."""
     if isinstance(expr, ast.Attribute):
         return expr.attr == "__dict__"

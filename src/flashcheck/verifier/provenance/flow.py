@@ -30,6 +30,7 @@ from flashcheck.verifier.provenance.fields import ClassAttrs
 from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores
 from flashcheck.verifier.provenance.local_fields import local_field_sources
 from flashcheck.verifier.provenance.positions import PositionalItems
+from flashcheck.verifier.provenance.records import record_field_sources
 
 __all__ = ["PARTIALS", "Source", "ValueFlow", "arg_for_param", "is_partial", "owner", "with_bases"]
 
@@ -371,6 +372,9 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         held = self.module_global(expr, fn)
         if held is not None:  # S.kv_indptr after `from . import state as S`: what the module's global holds
             return held
+        fields = record_field_sources(expr, fn, self) if self._record_like(expr.value) else None
+        if fields:  # rec.seq_lens of rec = make_record(seq_lens=s): what was passed under that name
+            return fields
         cls = self.instance_type(expr.value, fn) if self._typed_attr(expr.attr) else None
         built = self.built_field(expr, fn) if cls is not None else None
         if built is not None:  # plan = PrefillPlan(..., num_tokens=n): this object's field, not every construction's
@@ -402,6 +406,12 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         the receiver is not a project module."""
         found = self.project.module_attribute(expr, fn)
         return found[0].global_values(found[1])[:_MAX_SOURCES] if found is not None else None
+
+    def _record_like(self, base: ast.expr) -> bool:
+        """A receiver that may be a loose record (a local or a call, not ``self``), where the project makes some."""
+        if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            return False
+        return isinstance(base, ast.Name | ast.Call) and self.calls.makes_records()
 
     def _typed_attr(self, attr: str) -> bool:
         """Whether some project class declares, assigns or defines `attr` (only then can typing a receiver help)."""
