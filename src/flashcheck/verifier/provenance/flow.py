@@ -27,7 +27,7 @@ from flashcheck.verifier.operator_idioms import applied, getter_parts
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
-from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores
+from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores, name_item_stores
 from flashcheck.verifier.provenance.local_fields import local_field_sources
 from flashcheck.verifier.provenance.positions import PositionalItems
 from flashcheck.verifier.provenance.records import record_field_sources
@@ -241,6 +241,8 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                     stack.extend((kw.value, caller, ctx[:-1]) for kw in call.keywords if kw.arg is None)
                 continue
             if isinstance(v, ast.Name | ast.Attribute | ast.Call) and not is_dict_call(v):
+                if isinstance(v, ast.Name):  # kw = base_kwargs(cfg); kw.update(indptr=indptr): stored here
+                    out.extend(self._passed(s, w, via) or (s, w) for s, w in name_item_stores({v.id}, key, where))
                 inner = (*ctx, v)[-4:] if isinstance(v, ast.Call) else ctx if isinstance(v, ast.Name) else ()
                 stack.extend((s, w, inner) for s, w in self.sources(v, where))  # a factory: what it returns
                 continue
@@ -257,7 +259,7 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
             else:
                 continue
             out.extend(literal_item_stores(v, key, where))
-        return out
+        return list({id(v): (v, w) for v, w in out}.values())  # a store seen through the literal and its name
 
     def _passed(self, v: ast.expr, where: FunctionInfo, via: ast.Call | None) -> Source | None:
         """The argument `via`, a call of `where` the walk came through, passes for parameter `v` (None otherwise):

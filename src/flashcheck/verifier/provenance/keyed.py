@@ -88,15 +88,16 @@ class KeyedItems:
         that hand one on (``batch`` filled by ``build_forward_batch()``, which returns a literal), or an item of an
         attribute whose stores under that key are known (``entry = self.bufs[mb][bs]``, then ``entry["host"]``); None
         when some dict is neither."""
-        sources = self.sources(container, fn)
+        own = name_item_stores({container.id}, key, fn) if isinstance(container, ast.Name) else []
+        sources = self.sources(container, fn)  # kw = base_kwargs(cfg); kw.update(indptr=ptr): own decides the key
         if not sources:
-            return None
+            return own or None
         out: list[Source] = []
         for v, where in sources[:8]:
             if isinstance(v, ast.Name | ast.Call) and not _literal(v) and depth < 3:
                 handed = self._keyed_flow(v, key, where, depth + 1)
                 if handed is None:
-                    return None
+                    return own or None
                 out.extend(handed)
                 continue
             if isinstance(v, ast.Dict) and all(k is not None for k in v.keys):  # not {**other, ...}
@@ -114,14 +115,18 @@ class KeyedItems:
             ):
                 out.extend(stored)
             else:
-                return None
-        return out or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
+                return own or None
+        return out + own or None  # a key the literals do not hold: stored later (d["k"] = v), read every item
 
 
 def literal_item_stores(literal: ast.expr, key: str, fn: FunctionInfo) -> list[Source]:
     """What `fn` stores under `key` into a local bound to `literal` (``state = {"decode": None}; state["decode"] =
     Wrapper(...)``, ``kw = {...}; kw["backend"] = "trtllm-gen"``, ``kw.setdefault(key, v)``, ``kw.update(key=v)``)."""
-    names = {n for n, values in fn.local_assigns.items() if any(x is literal for x in values)}
+    return name_item_stores({n for n, values in fn.local_assigns.items() if any(x is literal for x in values)}, key, fn)
+
+
+def name_item_stores(names: set[str], key: str, fn: FunctionInfo) -> list[Source]:
+    """What `fn` stores under `key` into the dicts its locals `names` hold (`literal_item_stores`' forms)."""
     out: list[Source] = []
     for a in fn.assigns if names else ():
         targets = a.targets if isinstance(a, ast.Assign) else [a.target]

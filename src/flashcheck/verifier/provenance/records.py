@@ -36,6 +36,8 @@ def record_field_sources(expr: ast.Attribute, fn: FunctionInfo, flow: ValueFlow)
             return None
         if isinstance(v, ast.Call) and _is_record(v, factories):
             out += [(value, where) for key, value in keyword_fields(v, where) if key == expr.attr]
+            for copied_from in _spread_namespaces(v):  # make_meta(**vars(rec)): rec's field of that name
+                out += flow.attr_sources(_field(copied_from, expr.attr), where)
             continue
         if not isinstance(v, ast.Name | ast.Call):
             return None
@@ -67,3 +69,26 @@ def _updates(name: str, key: str, fn: FunctionInfo, factories: frozenset[str]) -
         if isinstance(target, ast.Name) and target.id == name:
             out += [(value, fn) for k, value in keyword_fields(call, fn) if k == key]
     return out
+
+
+def _spread_namespaces(call: ast.Call) -> list[ast.expr]:
+    """The objects whose attributes a call spreads as keywords: ``**vars(rec)``, ``**rec.__dict__``."""
+    out: list[ast.expr] = []
+    for kw in call.keywords:
+        v = kw.value
+        if kw.arg is None and namespace_of(v):
+            out.append(v.value if isinstance(v, ast.Attribute) else v.args[0])  # type: ignore[attr-defined]
+    return out
+
+
+# the attribute node made for each (object, field), kept with the object (an id is looked up only while it lives)
+_FIELDS: dict[tuple[int, str], tuple[ast.expr, ast.Attribute]] = {}
+
+
+def _field(obj: ast.expr, attr: str) -> ast.Attribute:
+    seen = _FIELDS.get((id(obj), attr))
+    if seen is not None and seen[0] is obj:
+        return seen[1]
+    made = ast.copy_location(ast.Attribute(obj, attr, ast.Load()), obj)
+    _FIELDS[(id(obj), attr)] = (obj, made)
+    return made
