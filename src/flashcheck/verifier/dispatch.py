@@ -42,6 +42,22 @@ class InstanceCalls(Registries):
         a factory's returns, a member of a module imported by name, ``getattr(import_module(m), name)``)."""
         return class_values(self, expr, fn)
 
+    def built_by_name(self, call: ast.Call, factory: FunctionInfo, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes a factory that resolves a class by name and builds it (``cls = resolve(qualname); return
+        cls(*args)``) builds for this call (`call`, in `fn`): the names this call passes decide."""
+        found: dict[int, ClassInfo] = {}
+        for r in factory.returns[:4]:
+            made = r.func if isinstance(r, ast.Call) and isinstance(r.func, ast.Name) else None
+            held = factory.local_assigns.get(made.id, []) if made is not None else []
+            for v in held if len(held) == 1 else []:
+                found.update((id(c), c) for c in class_values(self, v, factory, 0, ((call, fn),)))
+        return list(found.values())
+
+    def built_one_by_name(self, call: ast.Call, factory: FunctionInfo, fn: FunctionInfo) -> ClassInfo | None:
+        """`built_by_name` where it names one class (instantiate(table["sampler"], cfg): a Sampler)."""
+        found = self.built_by_name(call, factory, fn)
+        return found[0] if len(found) == 1 else None
+
     def _attr_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
         """The classes an attribute's stores construct, where they differ (``self.impl = ChunkedImpl(cfg)`` in one
         branch, ``FullImpl(cfg)`` in the other, or ``cls(cfg)`` of a class picked from a registry), or bound from a
@@ -80,6 +96,9 @@ class InstanceCalls(Registries):
                         made = list(factory_classes(self, value, where, _self_at(owner, where)) or [])
                     if not made and isinstance(value, ast.Call):  # cls = get_backend_cls(name); cls(cfg): any it gives
                         made = list(class_values(self, value.func, where))
+                    factory = self.resolve_def(value.func, where) if not made and isinstance(value, ast.Call) else None
+                    if isinstance(factory, FunctionInfo) and isinstance(value, ast.Call):  # instantiate(qualname, cfg)
+                        made = self.built_by_name(value, factory, where)
                     for t in made:
                         if t is not None:
                             found[id(t)] = t

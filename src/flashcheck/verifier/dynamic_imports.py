@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 __all__ = ["class_values", "module_values"]
 
 _MAX_DEPTH = 4
+Via = tuple[tuple[ast.Call, FunctionInfo], ...]  # the calls (and their functions) a factory was reached through
 _MAX_NAMES = 16  # module names one import may spell
 _UNKNOWN = "\0"  # a part of a module name the analysis cannot spell
 
 
-def class_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ClassInfo]:
+def class_values(
+    project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0, via: Via | None = None
+) -> list[ClassInfo]:
     """The project classes `expr`, an expression that holds a class, may be: a class named, each class a factory
     returns (``get_backend_cls(name)``), a local bound to one, either branch of a conditional, a registry pick, a
     member of a module imported by name; empty when unknown."""
@@ -38,7 +41,7 @@ def class_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: i
         return []
     found: dict[int, ClassInfo] = {}
     for value, where in _values(expr, fn):
-        for c in _classes(project, value, where, depth):
+        for c in _classes(project, value, where, depth, via):
             found[id(c)] = c
     return list(found.values())[:_MAX_NAMES]
 
@@ -54,13 +57,13 @@ def _values(expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionIn
     return [(b, fn) for v in either for b in branches(v)]
 
 
-def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo]:
+def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int, via: Via | None) -> list[ClassInfo]:
     if isinstance(value, ast.Name | ast.Attribute):
         named = project.resolve_def(value, fn)
         if isinstance(named, ClassInfo):
             return [named]
         if named is None and isinstance(value, ast.Attribute):  # module.BACKEND_CLS of a module imported by name
-            return _members(project, module_values(project, value.value, fn, depth + 1), value.attr)
+            return _members(project, module_values(project, value.value, fn, depth + 1, via), value.attr)
         return []
     if isinstance(value, ast.Subscript):
         return project.registry_classes(value, fn)  # BACKENDS[name]
@@ -70,13 +73,17 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int)
     if picked:
         return picked
     if isinstance(value.func, ast.Name) and value.func.id == "getattr" and len(value.args) >= 2:
-        names = [n for n in _spelled(project, value.args[1], fn) if _UNKNOWN not in n]  # getattr(module, "Cls")
-        modules = module_values(project, value.args[0], fn, depth + 1) if names else []
+        names = [n for n in _spelled(project, value.args[1], fn, 0, via) if _UNKNOWN not in n]  # getattr(m, "Cls")
+        modules = module_values(project, value.args[0], fn, depth + 1, via) if names else []
         return [c for n in names for c in _members(project, modules, n)]
     factory = project.resolve_def(value.func, fn) if isinstance(value.func, ast.Name | ast.Attribute) else None
     if not isinstance(factory, FunctionInfo):
         return []
-    return [c for r in factory.returns[:8] for c in class_values(project, r, factory, depth + 1)]
+    return [
+        c
+        for r in factory.returns[:8]
+        for c in class_values(project, r, factory, depth + 1, (*(via or ()), (value, fn)))
+    ]
 
 
 def _members(project: Registries, modules: list[ModuleInfo], attr: str) -> list[ClassInfo]:
@@ -84,7 +91,9 @@ def _members(project: Registries, modules: list[ModuleInfo], attr: str) -> list[
     return [c for c in found if isinstance(c, ClassInfo)]
 
 
-def module_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ModuleInfo]:
+def module_values(
+    project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0, via: Via | None = None
+) -> list[ModuleInfo]:
     """The project modules `expr` may be: a module named or imported, or a local bound to
     ``importlib.import_module(name, package)`` (each module the name may spell, `_spelled`)."""
     if depth > _MAX_DEPTH:
@@ -100,13 +109,15 @@ def module_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: 
             continue
         loaded = _loaded_name(value, where)  # __import__(name), sys.modules[name], sys.modules.get(name)
         if loaded is not None:
-            for name in _spelled(project, loaded, where):
+            for name in _spelled(project, loaded, where, 0, via):
                 found.update((id(m), m) for m in _imported(project, name, None))
             continue
         factory = project.resolve_def(value.func, where) if isinstance(value, ast.Call) else None
-        if isinstance(factory, FunctionInfo):  # import_plugin(name): the modules the helper returns
+        if isinstance(factory, FunctionInfo) and isinstance(value, ast.Call):  # import_plugin(name): what it returns
             for r in factory.returns[:4]:
-                found.update((id(m), m) for m in module_values(project, r, factory, depth + 1))
+                found.update(
+                    (id(m), m) for m in module_values(project, r, factory, depth + 1, (*(via or ()), (value, where)))
+                )
             continue
         if not isinstance(value, ast.Call) or not value.args:
             continue
@@ -117,7 +128,7 @@ def module_values(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: 
             if len(value.args) > 1
             else next((k.value for k in value.keywords if k.arg == "package"), None)
         )
-        for name in _spelled(project, value.args[0], where):
+        for name in _spelled(project, value.args[0], where, 0, via):
             for m in _imported(project, name, _package(package, where)):
                 found[id(m)] = m
     return list(found.values())[: _MAX_NAMES * 2]
@@ -158,7 +169,9 @@ def _imported(project: Registries, name: str, package: str | None) -> list[Modul
     return [m for n, m in project.modules.items() if n.startswith(prefix) and "." not in n[len(prefix) :]]
 
 
-def _spelled(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[str]:
+def _spelled(
+    project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int = 0, via: Via | None = None
+) -> list[str]:
     """The strings `expr` may be: a constant, an f-string or ``+`` of parts, each string value of a table it looks
     up (``BACKEND_MODULES[name]``), a local or global bound to one; `_UNKNOWN` for a part that cannot be spelled."""
     if depth > _MAX_DEPTH:
@@ -171,14 +184,14 @@ def _spelled(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int =
     elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
         parts = [expr.left, expr.right]
     if parts:
-        spelled = [_spelled(project, p, fn, depth + 1) for p in parts]
+        spelled = [_spelled(project, p, fn, depth + 1, via) for p in parts]
         return ["".join(t) for t in itertools.islice(itertools.product(*spelled), _MAX_NAMES)]
     split = _split_item(expr, fn)
     if split is not None:  # module_name = qualname.rsplit(".", 1)[0]; mod, _, cls = spec.partition(":")
         text, i = split
         return [
             parts[i] if -len(parts) <= i < len(parts) else _UNKNOWN
-            for whole in _spelled(project, text.func.value, fn, depth + 1)  # type: ignore[attr-defined]
+            for whole in _spelled(project, text.func.value, fn, depth + 1, via)  # type: ignore[attr-defined]
             for parts in [_split(whole, text)]
         ][:_MAX_NAMES]
     key = expr.slice if isinstance(expr, ast.Subscript) else None
@@ -206,11 +219,14 @@ def _spelled(project: Registries, expr: ast.expr, fn: FunctionInfo, depth: int =
         ]
         return strings[:_MAX_NAMES] or [_UNKNOWN]
     if isinstance(expr, ast.Name) and expr.id in fn.params and expr.id not in fn.local_assigns:
-        passed: list[str] = []  # extra_class("spare"): what each caller passes
-        callers = project.callers(fn)[:8]
+        passed: list[str] = []  # extra_class("spare"): what each caller passes, or the one call it came through
+        last = via[-1] if via else None  # the call this factory was reached through, if it calls this function
+        callers = [(last[1], last[0])] if last is not None and project.resolve_def(last[0].func, last[1]) is fn else []
+        outer = via[:-1] if callers and via else None
+        callers = callers or project.callers(fn)[:8]
         for caller, call in callers:
             arg = argument(call, fn, expr.id)
-            passed += _spelled(project, arg, caller, depth + 1) if arg is not None else [_UNKNOWN]
+            passed += _spelled(project, arg, caller, depth + 1, outer) if arg is not None else [_UNKNOWN]
         return list(dict.fromkeys(passed))[:_MAX_NAMES] if callers else [_UNKNOWN]
     if isinstance(expr, ast.Name):
         values = fn.local_assigns.get(expr.id) or [v for v, _ in project.global_values(fn.module, expr.id)]

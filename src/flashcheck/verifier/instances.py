@@ -62,6 +62,8 @@ class InstanceTyping(ModuleBindings):
 
         def loaded_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]: ...
 
+        def built_one_by_name(self, call: ast.Call, factory: FunctionInfo, fn: FunctionInfo) -> ClassInfo | None: ...
+
         def object_classes(self, expr: ast.expr, fn: FunctionInfo) -> list[ClassInfo]: ...
 
     def instance_type(self, expr: ast.expr, fn: FunctionInfo, depth: int = 0) -> ClassInfo | None:
@@ -172,7 +174,7 @@ class InstanceTyping(ModuleBindings):
             if isinstance(target, FunctionInfo):  # meta = self.backend.build_metadata(...)
                 ret = getattr(target.node, "returns", None)  # self.decode_slot.get() -> TMeta of MetadataSlot[M]
                 bound = isinstance(f, ast.Attribute) and generic_class(self, ret, target, f.value, fn, depth + 1)
-                return bound or returned_class(self, target)
+                return bound or returned_class(self, target) or self.built_one_by_name(value, target, fn)
             return self._class_held(value.func, fn, depth + 1, target)
         if isinstance(value, ast.Name) and value.id in fn.params:
             ann = fn.params[value.id]
