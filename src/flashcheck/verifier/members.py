@@ -203,7 +203,39 @@ class Members(InstanceCalls):
         method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
         either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
         values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
+        values = [(v, w) for v, w in values if not self._builds_object(v, w)]  # an object: instance_call's answer
         return [t for value, where in values[:8] for t in self.callables(value, where, partials=True)]
+
+    def _builds_object(self, value: ast.expr, fn: FunctionInfo) -> bool:
+        """``EncoderAttention()``: a value that constructs an object of a project class."""
+        f = value.func if isinstance(value, ast.Call) else None
+        return isinstance(f, ast.Name | ast.Attribute) and isinstance(self.resolve_def(f, fn), ClassInfo)
+
+    def passed_arguments(
+        self, call: ast.Call, callee: FunctionInfo, param: str, caller: FunctionInfo
+    ) -> list[tuple[ast.expr, FunctionInfo]]:
+        """What `call` (in `caller`) passes for `callee`'s parameter `param`; where the call forwards the caller's own
+        ``*args`` (``cls = resolve(qualname); return cls(*args, **kwargs)``), what the caller's callers pass at that
+        place (``instantiate(name, self.model, cfg)`` gives ``runnable`` the model)."""
+        arg = argument(call, callee, param)
+        if arg is not None:
+            return [(arg, caller)]
+        star = next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), None)
+        spread = call.args[star].value if star is not None else None  # type: ignore[attr-defined]
+        node = caller.node
+        vararg = node.args.vararg if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+        if star is None or vararg is None or not isinstance(spread, ast.Name) or spread.id != vararg.arg:
+            return []
+        names = _positional_names(callee)
+        if param not in names or names.index(param) < star:
+            return []
+        at = len(_positional_names(caller)) + names.index(param) - star  # where the caller's callers put it
+        out = []
+        for outer, outer_call in self.feeding_callers(caller)[:8]:
+            args = outer_call.args
+            if at < len(args) and not any(isinstance(a, ast.Starred) for a in args[: at + 1]):
+                out.append((args[at], outer))
+        return out
 
     def handoff_callers(
         self, fn: FunctionInfo, calls_by_name: dict[str, list[tuple[FunctionInfo, ast.Call]]]
@@ -261,8 +293,8 @@ class Members(InstanceCalls):
             handed = [
                 t
                 for caller, call in self.feeding_callers(fn)[:8]
-                if (arg := argument(call, fn, value.id)) is not None
-                for t in self.callables(arg, caller, partials=partials, depth=depth + 1, spent=spent)
+                for arg, where in self.passed_arguments(call, fn, value.id, caller)
+                for t in self.callables(arg, where, partials=partials, depth=depth + 1, spent=spent)
             ]
             default = param_default(fn, value.id)  # tokens_of=lambda b: ...: what callers that omit it run
             handed += (
@@ -323,9 +355,9 @@ class Members(InstanceCalls):
                             if body is not None
                             else self.callables(v, w, partials=True, depth=depth + 1, spent=spent)
                         )
-                return found
-            inst = self.instance_type(value, fn, 1) if target is None else None  # an object: its __call__
-            return [m] if inst is not None and (m := self.method(inst, "__call__")) is not None else []
+                if found:
+                    return found
+            return list(self.instance_call(value, fn)) if target is None else []  # an object: its __call__ (forward)
         return []
 
 
@@ -463,3 +495,12 @@ def classmethod_class(fn: FunctionInfo) -> ClassInfo | None:
     if top.cls is None or isinstance(node, ast.Module):
         return None
     return top.cls if any(dotted(d) == "classmethod" for d in node.decorator_list) else None
+
+
+def _positional_names(fn: FunctionInfo) -> list[str]:
+    """`fn`'s positional parameters that a call fills (``self`` of a method left out)."""
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return []
+    names = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    return names[1:] if fn.cls is not None and names[:1] in (["self"], ["cls"]) else names

@@ -525,6 +525,8 @@ class Project(Members):
             if target is None:  # attn(q, k, v) on an instance: its class's __call__; run(b) of run = make_step(...)
                 yield from self.instance_call(func, fn)
                 yield from self.callables(func, fn, partials=True) if isinstance(func, ast.Name) else ()
+                named = isinstance(func, ast.Name) and func.id in fn.local_assigns  # cls = resolve(q); cls(*args)
+                yield from (i for c in self.loaded_classes(func, fn) for i in self.constructors(c)) if named else ()
             return
         yield target
         yield from self.dispatch_impls(target)  # build_metadata(batch): each @build_metadata.register function
