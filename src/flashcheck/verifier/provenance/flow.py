@@ -27,7 +27,7 @@ from flashcheck.verifier.operator_idioms import applied, getter_parts
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
-from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores, name_item_stores
+from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores, literal_pairs, name_item_stores
 from flashcheck.verifier.provenance.local_fields import local_field_sources
 from flashcheck.verifier.provenance.positions import PositionalItems
 from flashcheck.verifier.provenance.records import record_field_sources
@@ -403,9 +403,8 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
         return list(islice((s for s in every if not (serving and s[1].source.is_tooling)), _MAX_SOURCES))
 
     def module_global(self, expr: ast.Attribute, fn: FunctionInfo) -> list[Source] | None:
-        """What ``mod.name`` may hold where ``mod`` is a project module (``import gsrt.state as S``; ``S.kv_indptr``):
-        the module's top-level bindings of the name and those of functions that declare it ``global``; None where
-        the receiver is not a project module."""
+        """What ``mod.name`` may hold where ``mod`` is a project module (``S.kv_indptr``): the module's bindings of the
+        name, at its top level and in functions that declare it ``global``; None for any other receiver."""
         found = self.project.module_attribute(expr, fn)
         return found[0].global_values(found[1])[:_MAX_SOURCES] if found is not None else None
 
@@ -521,7 +520,9 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                 return self.element_sources(f.value, fn, depth + 1)
             if name == "map" and len(container.args) == 2:
                 return self._mapped(container.args[0], container.args[1], fn)
-            if name in ("range", "enumerate", "zip") or (isinstance(f, ast.Attribute) and f.attr in ("items", "keys")):
+            if isinstance(f, ast.Attribute) and f.attr in ("items", "keys") and not container.args:
+                return literal_pairs(f.value, f.attr, fn)  # for key, value in {"_use_cuda_graph": False}.items()
+            if name in ("range", "enumerate", "zip"):
                 return []
         if isinstance(container, ast.Subscript) and isinstance(container.slice, ast.Slice):
             return self.element_sources(container.value, fn, depth + 1)

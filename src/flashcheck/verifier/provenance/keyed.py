@@ -12,7 +12,7 @@ from flashcheck.verifier.index import ClassInfo, with_bases
 from flashcheck.verifier.itemkeys import is_key, keyed_lookup
 from flashcheck.verifier.project import FunctionInfo, Project
 
-__all__ = ["KeyedItems", "literal_item_stores"]
+__all__ = ["KeyedItems", "literal_item_stores", "literal_pairs", "name_item_stores"]
 
 Source = tuple[ast.expr, FunctionInfo]
 
@@ -192,3 +192,26 @@ def _typed_dict_index(project: Project) -> dict[tuple[int, str], list[Source]]:
             for kw in call.keywords if isinstance(made, ClassInfo) else ():
                 put(made if isinstance(made, ClassInfo) else None, kw.arg, kw.value, fn)
     return index
+
+
+def literal_pairs(d: ast.expr, method: str, fn: FunctionInfo) -> list[Source]:
+    """The items of ``d.items()`` (``(key, value)`` tuples, made once per literal) or ``d.keys()`` where `d` is a
+    dict literal, written in place or bound once to a local; empty otherwise."""
+    if isinstance(d, ast.Name) and d.id not in fn.params and len(bound := fn.local_assigns.get(d.id, [])) == 1:
+        d = bound[0]
+    if not isinstance(d, ast.Dict) or any(k is None for k in d.keys):
+        return []
+    if method == "keys":
+        return [(k, fn) for k in d.keys if k is not None]
+    seen = _PAIRS.get(id(d))
+    if seen is not None and seen[0] is d:
+        return [(t, fn) for t in seen[1]]
+    made: list[ast.expr] = [
+        ast.copy_location(ast.Tuple([k, v], ast.Load()), v) for k, v in zip(d.keys, d.values, strict=True) if k
+    ]
+    _PAIRS[id(d)] = (d, made)
+    return [(t, fn) for t in made]
+
+
+# the (key, value) tuples made for each dict literal, kept with it (an id is looked up only while its node lives)
+_PAIRS: dict[int, tuple[ast.Dict, list[ast.expr]]] = {}
