@@ -12,6 +12,7 @@ from flashcheck.verifier.hotpath import Hop, HotPaths
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
+from flashcheck.verifier.provenance.calls import NAMESPACES, namespace_of
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 _COPIES = frozenset({"clone", "cat", "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
@@ -35,9 +36,10 @@ class ReallocOnReplayPath(Rule):
         reference it keeps refers to, ``bufs = self._bufs_ref()``) or of an object that holds a captured
         ``torch.cuda.CUDAGraph`` (a runner's record per size, however it is fetched: ``entry = self.graphs.get(bs);
         entry.positions = x.clone()``; also a record whose constructor keeps a parameter so annotated, ``def
-        __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph``), also through ``setattr(self, name,
-        ...)`` with a literal name or the constants a loop gives it (``for name in self._STATIC_INPUTS: setattr(self,
-        name, getattr(fb, name).clone())``), and
+        __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph``, and a ``SimpleNamespace(graph=g,
+        output=logits)`` record; also a field set by ``entry.__dict__.update(output=...)``), also through
+        ``setattr(self, name, ...)`` with a literal name or the constants a loop gives it (``for name in
+        self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and
         ``.resize_()`` of such a buffer (also an item, ``self.seq_lens[dev].resize_(n)``). A lazy first allocation
         guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a
         local bound to the attribute) is not reported, nor are the buffers its block allocates beside it, when the block
@@ -117,6 +119,13 @@ class ReallocOnReplayPath(Rule):
                     and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
+                elif (updated := _namespace_update(call)) is not None and id(call) not in guarded:
+                    for attr, value in updated:  # entry.__dict__.update(output=torch.empty_like(out))
+                        target = ast.copy_location(ast.Attribute(_updated_object(call), attr, ast.Load()), call)
+                        if not _is_fresh_tensor(value, fn) or ctx.prov.of(value, fn) is Where.HOST:
+                            continue
+                        if _is_self_buffer(target, fn) or _is_graph_record_field(target, fn, ctx):
+                            self._hit(ctx, fn, call, step, f"rebinds `{ast.unparse(target)}` to `{snippet(value, 50)}`")
                 elif _setattr_on_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
                     value = call.args[2]
                     if _is_fresh_tensor(value, fn) and ctx.prov.of(value, fn) is not Where.HOST:
@@ -228,6 +237,8 @@ def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
     if not isinstance(t, ast.Attribute) or not isinstance(t.value, ast.Name) or t.value.id in ("self", "cls"):
         return False
     cls = ctx.project.instance_type(t.value, fn)
+    if cls is None and _namespace_holds_graph(t.value, fn, ctx):  # SimpleNamespace(graph=g, output=logits)
+        return True
     for c in with_bases(cls):
         body = c.module.body
         if body is None:
@@ -241,6 +252,45 @@ def _is_graph_record_field(t: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
                 if isinstance(v, ast.Name) and _names_cuda_graph(where.params.get(v.id)):
                     return True  # def __init__(self, graph: torch.cuda.CUDAGraph, ...): self.graph = graph
     return False
+
+
+def _namespace_holds_graph(obj: ast.expr, fn: FunctionInfo, ctx: Context) -> bool:
+    """`obj` may be a ``SimpleNamespace`` record built with a captured graph among its fields (``graph=g`` after
+    ``g = torch.cuda.CUDAGraph()``), followed a few steps back through names, items and containers."""
+    flow = ctx.prov.flow
+    stack, seen = [(obj, fn)], 0
+    while stack and seen < 16:
+        v, where = stack.pop()
+        seen += 1
+        if isinstance(v, ast.Call) and (dotted(v.func) or "") in NAMESPACES:
+            graphs = [k.value for k in v.keywords if k.arg and _builds_graph(k.value, where)]
+            if graphs:
+                return True
+            continue
+        stack.extend(flow.sources(v, where)[:8] if isinstance(v, ast.Name | ast.Subscript) else [])
+        if isinstance(v, ast.Subscript):
+            stack.extend(flow.element_sources(v.value, where)[:8])
+    return False
+
+
+def _builds_graph(value: ast.expr, fn: FunctionInfo) -> bool:
+    """``torch.cuda.CUDAGraph()``, also through a local bound once to it."""
+    if isinstance(value, ast.Name) and len(bound := fn.local_assigns.get(value.id, [])) == 1:
+        value = bound[0]
+    return isinstance(value, ast.Call) and (torch_name(value.func, fn) or "").endswith("cuda.CUDAGraph")
+
+
+def _namespace_update(call: ast.Call) -> list[tuple[str, ast.expr]] | None:
+    """The keyword fields of ``obj.__dict__.update(k=v)`` / ``vars(obj).update(k=v)``, else None."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr == "update" and namespace_of(f.value) and call.keywords):
+        return None
+    return [(k.arg, k.value) for k in call.keywords if k.arg]
+
+
+def _updated_object(call: ast.Call) -> ast.expr:
+    ns = call.func.value  # type: ignore[attr-defined]
+    return ns.value if isinstance(ns, ast.Attribute) else ns.args[0]
 
 
 def _names_cuda_graph(ann: ast.expr | None) -> bool:
