@@ -16,6 +16,7 @@ from flashcheck.verifier.flashinfer_api import (
 )
 from flashcheck.verifier.index import ClassInfo, with_bases
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
+from flashcheck.verifier.provenance.calls import NAMESPACES
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 
@@ -32,8 +33,9 @@ class ConstantWorkspaceSize(Rule):
         not one that other code rebinds, through the module or after ``global``), a class attribute bound once and read
         through the instance (``self.WORKSPACE_BYTES``) or through the class, enum members included (``WsSize.DECODE``),
         an attribute of a module-level config object that is set once to a constant
-        (``global_config.flashinfer_workspace_size``), an entry of a module-level dict or tuple literal that no code
-        stores into, updates or rebinds (also through an import, a re-export or the module) (``_WS_BYTES["full"]``,
+        (``global_config.flashinfer_workspace_size``; a field of a module-level ``SimpleNamespace(workspace_bytes=...)``
+        that no code stores), an entry of a module-level dict or tuple literal that no code stores into, updates or
+        rebinds (also through an import, a re-export or the module) (``_WS_BYTES["full"]``,
         ``_TIERS[0]``; under a key only known at run time, ``_WS_MIB[kernel.value]``, when every entry is a constant),
         or an environment variable with a constant default, a number or a string of digits read with ``int()``
         (``int(os.environ.get("WS_BYTES", 128 << 20))``, ``int(os.getenv("WS_MB", "128")) << 20``, ``int(os.getenv("WS")
@@ -393,6 +395,9 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
         inner = project.resolve_def(expr.value.value, fn)
         if isinstance(inner, ClassInfo):
             return _attribute_constant(expr.value, fn, project, depth + 1)
+    held = _namespace_field(expr, fn, project)
+    if held is not None:  # flashinfer_defaults.workspace_bytes of a module-level SimpleNamespace(workspace_bytes=...)
+        return _is_constant(held[0], held[1], project, depth + 1)
     cls = base if isinstance(base, ClassInfo) else project.instance_type(expr.value, fn)  # WsSize.DECODE, self.X
     if cls is None:
         return False
@@ -404,6 +409,25 @@ def _attribute_constant(expr: ast.Attribute, fn: FunctionInfo, project: Project,
         return False  # a field's default is only what instances built without it hold: configuration
     assigns = [(v, where) for c in classes for v, where in c.attr_assigns.get(expr.attr, [])]
     return len(assigns) == 1 and _is_constant(assigns[0][0], assigns[0][1], project, depth + 1)
+
+
+def _namespace_field(expr: ast.Attribute, fn: FunctionInfo, project: Project) -> tuple[ast.expr, FunctionInfo] | None:
+    """The value a module-level ``SimpleNamespace(name=value)`` (read as a global or as ``module.ns``) holds under
+    the attribute `expr` reads, where no code of the project stores that attribute name."""
+    ns = expr.value
+    if isinstance(ns, ast.Attribute):
+        named = project.module_attribute(ns, fn)
+        bound = _module_value(named[0], named[1], project) if named is not None else None
+    elif isinstance(ns, ast.Name) and ns.id not in fn.local_assigns and ns.id not in fn.params:
+        bound = _module_value(fn.module, ns.id, project)
+    else:
+        return None
+    if bound is None or expr.attr in project.attr_stores:
+        return None
+    value, where = bound
+    if not (isinstance(value, ast.Call) and (dotted(value.func) or "") in NAMESPACES):
+        return None
+    return next(((k.value, where) for k in value.keywords if k.arg == expr.attr), None)
 
 
 def _is_enum(cls: ClassInfo) -> bool:
