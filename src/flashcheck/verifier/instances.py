@@ -146,8 +146,9 @@ class InstanceTyping(ModuleBindings):
                 return returned_class(self, target)
         if isinstance(value, ast.Yield):  # meta = yield out: what send() hands in
             return sent_class(self, fn, None)
-        if isinstance(value, ast.IfExp):  # A(...) if cond else None: the class of the branches that hold an object
-            branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+        if isinstance(value, ast.IfExp | ast.BoolOp):  # A(...) if c else None, cfg or Config.get_instance(): the
+            options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else value.values  # one class of all
+            branches = [b for b in options if not (isinstance(b, ast.Constant) and b.value is None)]
             return self._same_class([self._value_type(b, fn, depth + 1) for b in branches]) if branches else None
         if isinstance(value, ast.Call):
             if imported_name(value.func, fn, "weakref") in _WEAK_PROXIES and value.args:  # weakref.proxy(engine)
