@@ -27,7 +27,7 @@ def desugar_operator_idioms(tree: ast.Module, text: str) -> None:
     """Rewrite `tree` (the module parsed from `text`) in place; a file that names no getter is not walked."""
     if not any(g in text for g in _GETTERS):
         return
-    names = _getter_names(tree)
+    names, calls = _scan(tree)
     if not names:
         return
     held: dict[str, ast.Call] = {}
@@ -40,6 +40,9 @@ def desugar_operator_idioms(tree: ast.Module, text: str) -> None:
             and getter_parts(stmt.value, names) is not None
         ):
             held[target.id] = stmt.value
+    inline = any(isinstance(c.func, ast.Call) and getter_parts(c.func, names) for c in calls if len(c.args) == 1)
+    if not inline and not any(isinstance(c.func, ast.Name) and c.func.id in held for c in calls):
+        return  # sorted(xs, key=itemgetter(1)) alone: nothing to rewrite, and the tree is not transformed
     bound = _module_bindings(tree)
     held = {k: v for k, v in held.items() if bound.get(k, 0) == 1 and k not in names}
     _Rewriter(names, held).visit(tree)
@@ -103,23 +106,28 @@ def applied(parts: tuple[str, list[ast.expr], list[ast.keyword]], obj: ast.expr,
     return one(args[0]) if len(args) == 1 else made(ast.Tuple([one(a) for a in args], ast.Load()))
 
 
-def _getter_names(tree: ast.Module) -> dict[str, str]:
+def _scan(tree: ast.Module) -> tuple[dict[str, str], list[ast.Call]]:
     """The local names of the operator module (``import operator as op``: "operator") and of getters imported from
-    it (``from operator import attrgetter as ag``: "attrgetter")."""
-    out: dict[str, str] = {}
+    it (``from operator import attrgetter as ag``: "attrgetter"), and every call of the file (one walk)."""
+    names: dict[str, str] = {}
+    calls: list[ast.Call] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update({a.asname or a.name: "operator" for a in node.names if a.name == "operator"})
+        if isinstance(node, ast.Call):
+            calls.append(node)
+        elif isinstance(node, ast.Import):
+            names.update({a.asname or a.name: "operator" for a in node.names if a.name == "operator"})
         elif isinstance(node, ast.ImportFrom) and node.module == "operator" and not node.level:
-            out.update({a.asname or a.name: a.name for a in node.names if a.name in _GETTERS})
-    return out
+            names.update({a.asname or a.name: a.name for a in node.names if a.name in _GETTERS})
+    return names, calls
 
 
 def _module_bindings(tree: ast.Module) -> dict[str, int]:
     """How many times each name is bound at the top level or declared ``global`` in a function."""
     out: dict[str, int] = {}
-    for stmt in tree.body:
-        for node in ast.walk(stmt) if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) else ():
+    for stmt in tree.body:  # a class body binds its own names, a function its locals
+        for node in (
+            ast.walk(stmt) if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ()
+        ):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 out[node.id] = out.get(node.id, 0) + 1
     for node in ast.walk(tree):
