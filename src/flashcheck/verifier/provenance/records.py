@@ -1,8 +1,8 @@
-"""Fields of loose records: ``types.SimpleNamespace(seq_lens=s)``, a record factory's call (``make_record(mode=m,
-**dev)``, `flashcheck.verifier.provenance.calls.record_factories`) and what the function that reads a field stored
-through an updater (``update_record(rec, accepted=a)``, ``rec.__dict__.update(accepted=a)``). A field of such a
-record is the value passed under its name, not every store of that attribute name in the project. Part of
-`flashcheck.verifier.provenance.flow`."""
+"""Fields of loose records: ``types.SimpleNamespace(seq_lens=s)`` and a record factory's call (``make_record(mode=m,
+**dev)``, `flashcheck.verifier.provenance.calls.CallScan.record_factories`). A field of such a record is the value
+passed under its name (also through ``make_meta(**vars(rec))``), and what the reading function stores there through
+an updater (``update_record(rec, accepted=a)``, ``rec.__dict__.update(accepted=a)``), not every store of that
+attribute name in the project. Part of `flashcheck.verifier.provenance.flow`."""
 
 from __future__ import annotations
 
