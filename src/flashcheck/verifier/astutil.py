@@ -225,7 +225,7 @@ _REFLECTED: dict[int, tuple[ast.expr, ast.Attribute]] = {}
 
 def reflected_attribute(node: ast.expr) -> ast.Attribute | None:
     """The attribute a reflective read names, as if written out: ``getattr(w, "_x"[, d])``, ``vars(w)["_x"]``,
-    ``vars(w).get("_x")``, ``w.__dict__["_x"]`` (``.get``) and ``operator.attrgetter("_x")(w)`` are ``w._x``."""
+    ``vars(w).get("_x")`` and ``w.__dict__["_x"]`` (``.get``) are ``w._x``."""
     seen = _REFLECTED.get(id(node))
     if seen is not None and seen[0] is node:
         return seen[1]
@@ -257,11 +257,7 @@ def _reflected_parts(node: ast.expr) -> tuple[ast.expr | None, str | None]:
         return node.args[0], text(node.args[1])
     if isinstance(f, ast.Attribute) and f.attr == "get":
         return namespace(f.value), text(node.args[0])
-    getter = isinstance(f, ast.Call) and len(f.args) == 1 and (dotted(f.func) or "").endswith("attrgetter")
-    if getter and len(node.args) == 1:  # operator.attrgetter("_x")(w)
-        assert isinstance(f, ast.Call)
-        return node.args[0], text(f.args[0])
-    return None, None
+    return None, None  # operator.attrgetter("_x")(w) is w._x from the parse on (operator_idioms)
 
 
 def positional_args(call: ast.Call) -> list[ast.expr]:
@@ -508,17 +504,14 @@ def handoff_arguments(call: ast.Call, param: str, positional: list[str]) -> ast.
     return passed[i] if i < len(passed) else None
 
 
-# the item node made for each container of a hand-off, kept with it (an id is looked up only while its node lives)
-_HANDED_ITEMS: dict[int, tuple[ast.expr, ast.expr]] = {}
-
-
 def _item(container: ast.expr) -> ast.expr:
-    seen = _HANDED_ITEMS.get(id(container))
-    if seen is not None and seen[0] is container:
-        return seen[1]
-    out = ast.copy_location(ast.Subscript(container, ast.Constant(...), ast.Load()), container)
-    _HANDED_ITEMS[id(container)] = (container, out)
-    return out
+    """``container[...]``, made once per container and kept on it (caches keyed by node stay right)."""
+    made: ast.expr | None = container.__dict__.get("_flashcheck_item")
+    if made is None:
+        made = container.__dict__["_flashcheck_item"] = ast.copy_location(
+            ast.Subscript(container, ast.Constant(...), ast.Load()), container
+        )
+    return made
 
 
 def branches(value: ast.expr) -> list[ast.expr]:

@@ -27,6 +27,7 @@ __all__ = [
     "field_order",
     "lambda_function",
     "owner_of",
+    "positional_names",
     "through_class",
     "with_bases",
 ]
@@ -271,3 +272,12 @@ def through_class(call: ast.Call, callee: FunctionInfo) -> bool:
     family = [*with_bases(callee.cls)]
     family.extend(c for base in list(family) for c in base.subclasses)
     return any(c.name == f.value.id for c in family)
+
+
+def positional_names(fn: FunctionInfo) -> list[str]:
+    """`fn`'s positional parameters that a call fills (``self``/``cls`` of a method left out)."""
+    node = fn.node
+    if isinstance(node, ast.Module):
+        return []
+    names = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    return names[1:] if fn.cls is not None and names[:1] in (["self"], ["cls"]) else names

@@ -23,7 +23,7 @@ from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.copies import copied
 from flashcheck.verifier.generics import declared_items, generic_class
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, positional_names, with_bases
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.narrowing import isinstance_narrowed
 from flashcheck.verifier.reaching import Reaching
@@ -535,12 +535,7 @@ def argument(call: ast.Call, callee: FunctionInfo, param: str) -> ast.expr | Non
     for kw in call.keywords:
         if kw.arg == param:
             return kw.value
-    if isinstance(callee.node, ast.Module):
-        return None
-    names = [a.arg for a in [*callee.node.args.posonlyargs, *callee.node.args.args]]
-    if callee.cls is not None and names[:1] == ["self"]:
-        names = names[1:]
-    names = names[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
+    names = positional_names(callee)[ctx_shift(call, callee) :]  # Fn.apply(q, k) fills forward(ctx, q, k) after ctx
     handed = handoff_arguments(call, param, names)
     if handed is not None:  # functools.reduce(run_stage, stages, ctx): run_stage(ctx, <a stage>)
         return handed

@@ -21,6 +21,7 @@ from flashcheck.verifier.index import (
     ModuleInfo,
     lambda_function,
     owner_of,
+    positional_names,
     with_bases,
 )
 from flashcheck.verifier.instances import PROPERTIES, argument
@@ -226,10 +227,10 @@ class Members(InstanceCalls):
         vararg = node.args.vararg if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
         if star is None or vararg is None or not isinstance(spread, ast.Name) or spread.id != vararg.arg:
             return []
-        names = _positional_names(callee)
+        names = positional_names(callee)
         if param not in names or names.index(param) < star:
             return []
-        at = len(_positional_names(caller)) + names.index(param) - star  # where the caller's callers put it
+        at = len(positional_names(caller)) + names.index(param) - star  # where the caller's callers put it
         out = []
         for outer, outer_call in self.feeding_callers(caller)[:8]:
             args = outer_call.args
@@ -495,12 +496,3 @@ def classmethod_class(fn: FunctionInfo) -> ClassInfo | None:
     if top.cls is None or isinstance(node, ast.Module):
         return None
     return top.cls if any(dotted(d) == "classmethod" for d in node.decorator_list) else None
-
-
-def _positional_names(fn: FunctionInfo) -> list[str]:
-    """`fn`'s positional parameters that a call fills (``self`` of a method left out)."""
-    node = fn.node
-    if isinstance(node, ast.Module):
-        return []
-    names = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
-    return names[1:] if fn.cls is not None and names[:1] in (["self"], ["cls"]) else names

@@ -11,7 +11,7 @@ from flashcheck.verifier.copies import copied
 from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 
-__all__ = ["NAMESPACES", "CallScan", "is_partial", "keyword_fields", "namespace_of"]
+__all__ = ["NAMESPACES", "CallScan", "is_partial", "keyword_fields", "namespace_owner"]
 
 _COPIES = frozenset({"replace", "_replace", "evolve"})  # copies by their usual names (others: imported aliases)
 
@@ -185,7 +185,7 @@ def _record_factories(project: Project) -> frozenset[str]:
             updated = (
                 last == "update"
                 and isinstance(func, ast.Attribute)
-                and namespace_of(func.value)
+                and namespace_owner(func.value) is not None
                 and any(isinstance(a, ast.Name) and a.id == kwarg.arg for a in call.args)
             )
             if (spread and (dotted(func) or "") in NAMESPACES) or updated:
@@ -194,13 +194,9 @@ def _record_factories(project: Project) -> frozenset[str]:
     return frozenset(out)
 
 
-def namespace_of(expr: ast.expr) -> bool:
-    """``obj.__dict__`` or ``vars(obj)``."""
+def namespace_owner(expr: ast.expr) -> ast.expr | None:
+    """``obj`` of ``obj.__dict__`` or ``vars(obj)``, else None."""
     if isinstance(expr, ast.Attribute):
-        return expr.attr == "__dict__"
-    return (
-        isinstance(expr, ast.Call)
-        and isinstance(expr.func, ast.Name)
-        and expr.func.id == "vars"
-        and len(expr.args) == 1
-    )
+        return expr.value if expr.attr == "__dict__" else None
+    named = isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "vars"
+    return expr.args[0] if named and isinstance(expr, ast.Call) and len(expr.args) == 1 else None

@@ -203,15 +203,9 @@ def literal_pairs(d: ast.expr, method: str, fn: FunctionInfo) -> list[Source]:
         return []
     if method == "keys":
         return [(k, fn) for k in d.keys if k is not None]
-    seen = _PAIRS.get(id(d))
-    if seen is not None and seen[0] is d:
-        return [(t, fn) for t in seen[1]]
-    made: list[ast.expr] = [
-        ast.copy_location(ast.Tuple([k, v], ast.Load()), v) for k, v in zip(d.keys, d.values, strict=True) if k
-    ]
-    _PAIRS[id(d)] = (d, made)
+    made: list[ast.expr] | None = d.__dict__.get("_flashcheck_pairs")  # made once, kept on the literal
+    if made is None:
+        made = d.__dict__["_flashcheck_pairs"] = [
+            ast.copy_location(ast.Tuple([k, v], ast.Load()), v) for k, v in zip(d.keys, d.values, strict=True) if k
+        ]
     return [(t, fn) for t in made]
-
-
-# the (key, value) tuples made for each dict literal, kept with it (an id is looked up only while its node lives)
-_PAIRS: dict[int, tuple[ast.Dict, list[ast.expr]]] = {}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import FunctionInfo
-from flashcheck.verifier.provenance.calls import NAMESPACES, keyword_fields, namespace_of
+from flashcheck.verifier.provenance.calls import NAMESPACES, keyword_fields, namespace_owner
 
 if TYPE_CHECKING:
     from flashcheck.verifier.provenance.flow import ValueFlow
@@ -62,8 +62,8 @@ def _updates(name: str, key: str, fn: FunctionInfo, factories: frozenset[str]) -
     for call in fn.calls:
         f = call.func
         target = None
-        if isinstance(f, ast.Attribute) and f.attr == "update" and namespace_of(f.value):
-            target = f.value.value if isinstance(f.value, ast.Attribute) else f.value.args[0]  # type: ignore[attr-defined]
+        if isinstance(f, ast.Attribute) and f.attr == "update":
+            target = namespace_owner(f.value)
         elif (dotted(f) or "").rsplit(".", 1)[-1] in factories and call.args:
             target = call.args[0]
         if isinstance(target, ast.Name) and target.id == name:
@@ -73,22 +73,12 @@ def _updates(name: str, key: str, fn: FunctionInfo, factories: frozenset[str]) -
 
 def _spread_namespaces(call: ast.Call) -> list[ast.expr]:
     """The objects whose attributes a call spreads as keywords: ``**vars(rec)``, ``**rec.__dict__``."""
-    out: list[ast.expr] = []
-    for kw in call.keywords:
-        v = kw.value
-        if kw.arg is None and namespace_of(v):
-            out.append(v.value if isinstance(v, ast.Attribute) else v.args[0])  # type: ignore[attr-defined]
-    return out
-
-
-# the attribute node made for each (object, field), kept with the object (an id is looked up only while it lives)
-_FIELDS: dict[tuple[int, str], tuple[ast.expr, ast.Attribute]] = {}
+    return [o for kw in call.keywords if kw.arg is None and (o := namespace_owner(kw.value)) is not None]
 
 
 def _field(obj: ast.expr, attr: str) -> ast.Attribute:
-    seen = _FIELDS.get((id(obj), attr))
-    if seen is not None and seen[0] is obj:
-        return seen[1]
-    made = ast.copy_location(ast.Attribute(obj, attr, ast.Load()), obj)
-    _FIELDS[(id(obj), attr)] = (obj, made)
-    return made
+    """``obj.attr``, made once per object and field and kept on `obj` (caches keyed by node stay right)."""
+    made: dict[str, ast.Attribute] = obj.__dict__.setdefault("_flashcheck_fields", {})
+    if attr not in made:
+        made[attr] = ast.copy_location(ast.Attribute(obj, attr, ast.Load()), obj)
+    return made[attr]

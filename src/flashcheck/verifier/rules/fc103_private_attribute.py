@@ -98,8 +98,6 @@ class FlashinferPrivateAttribute(Rule):
                         self._check(ctx, fn, sub, owner, key.value)
             for call in fn.calls:  # vars(w).get("_use_tensor_cores"), w.__dict__.setdefault(...)
                 f = call.func
-                for name in _getter_names(f, fn) if call.args else ():  # attrgetter("_window_left")(w)
-                    self._check(ctx, fn, call, call.args[0], name)
                 if isinstance(f, ast.Name) and f.id == "map" and len(call.args) == 2:  # map(attrgetter("_x"), ws)
                     item = ast.copy_location(ast.Subscript(call.args[1], ast.Constant(...), ast.Load()), call)
                     for name in _getter_names(call.args[0], fn) if ctx.wrappers.wrapper_class(item, fn) else ():

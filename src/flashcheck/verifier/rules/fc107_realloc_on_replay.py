@@ -12,7 +12,7 @@ from flashcheck.verifier.hotpath import Hop, HotPaths
 from flashcheck.verifier.index import owner_of, with_bases
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
-from flashcheck.verifier.provenance.calls import NAMESPACES, namespace_of
+from flashcheck.verifier.provenance.calls import NAMESPACES, namespace_owner
 from flashcheck.verifier.rules.fc101_host_sync import snippet
 
 _COPIES = frozenset({"clone", "cat", "stack", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
@@ -120,8 +120,9 @@ class ReallocOnReplayPath(Rule):
                 ):
                     self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
                 elif (updated := _namespace_update(call)) is not None and id(call) not in guarded:
-                    for attr, value in updated:  # entry.__dict__.update(output=torch.empty_like(out))
-                        target = ast.copy_location(ast.Attribute(_updated_object(call), attr, ast.Load()), call)
+                    owner, fields = updated
+                    for attr, value in fields:  # entry.__dict__.update(output=torch.empty_like(out))
+                        target = ast.copy_location(ast.Attribute(owner, attr, ast.Load()), call)
                         if not _is_fresh_tensor(value, fn) or ctx.prov.of(value, fn) is Where.HOST:
                             continue
                         if _is_self_buffer(target, fn) or _is_graph_record_field(target, fn, ctx):
@@ -280,17 +281,11 @@ def _builds_graph(value: ast.expr, fn: FunctionInfo) -> bool:
     return isinstance(value, ast.Call) and (torch_name(value.func, fn) or "").endswith("cuda.CUDAGraph")
 
 
-def _namespace_update(call: ast.Call) -> list[tuple[str, ast.expr]] | None:
-    """The keyword fields of ``obj.__dict__.update(k=v)`` / ``vars(obj).update(k=v)``, else None."""
+def _namespace_update(call: ast.Call) -> tuple[ast.expr, list[tuple[str, ast.expr]]] | None:
+    """The object and the keyword fields of ``obj.__dict__.update(k=v)`` / ``vars(obj).update(k=v)``, else None."""
     f = call.func
-    if not (isinstance(f, ast.Attribute) and f.attr == "update" and namespace_of(f.value) and call.keywords):
-        return None
-    return [(k.arg, k.value) for k in call.keywords if k.arg]
-
-
-def _updated_object(call: ast.Call) -> ast.expr:
-    ns = call.func.value  # type: ignore[attr-defined]
-    return ns.value if isinstance(ns, ast.Attribute) else ns.args[0]
+    owner = namespace_owner(f.value) if isinstance(f, ast.Attribute) and f.attr == "update" else None
+    return (owner, [(k.arg, k.value) for k in call.keywords if k.arg]) if owner is not None else None
 
 
 def _names_cuda_graph(ann: ast.expr | None) -> bool:
