@@ -144,6 +144,10 @@ def storage_keys(
         other = typer(root.value, fn) if typer is not None else None
         if other is not None:
             return _attr_keys(other, root.attr, depth, project, typer, _declared(root.value, fn, project))
+        if isinstance(root.value, ast.Name):  # bufs.kv_indptr, bufs = self.graph_bufs (a namespace, a record of no
+            held = storage_keys(root.value, fn, depth + 1, project, typer)  # known class): self.graph_bufs.kv_indptr
+            held = held or param_storage_keys(root.value, fn, depth + 1, project, typer)
+            return [(a, b, f"{c}.{root.attr}") for a, b, c in held if a in ("self", "global")]
     return []
 
 

@@ -17,6 +17,7 @@ from flashcheck.verifier.index import ClassInfo, FunctionInfo, derives, descenda
 from flashcheck.verifier.instances import argument, torch_module
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.registries import Registries
+from flashcheck.verifier.sequences import grown
 
 __all__ = ["InstanceCalls", "closed", "link_protocols", "resolution_order"]
 
@@ -99,6 +100,9 @@ class InstanceCalls(Registries):
                     factory = self.resolve_def(value.func, where) if not made and isinstance(value, ast.Call) else None
                     if isinstance(factory, FunctionInfo) and isinstance(value, ast.Call):  # instantiate(qualname, cfg)
                         made = self.built_by_name(value, factory, where)
+                    if not made and isinstance(value, ast.Call):  # the class itself: getattr(module, cfg.backend_cls),
+                        made = class_values(self, value, where)  # backend_cls.metadata_cls(): a call through the
+                        handed = handed or bool(made)  # attribute runs that class's classmethods
                     for t in made:
                         if t is not None:
                             found[id(t)] = t
@@ -225,7 +229,7 @@ class InstanceCalls(Registries):
         if not isinstance(container, ast.Attribute):
             return []
         owner = self.instance_type(container.value, fn, 1)
-        if owner is None or self.grown(container, fn):
+        if owner is None or grown(self, container, fn):
             return []
         items: list[tuple[ast.expr, FunctionInfo]] = []
         for value, where in self.family_stores(owner, container.attr)[:8]:
@@ -249,7 +253,7 @@ class InstanceCalls(Registries):
         An attribute counts the stores of its class, bases and subclasses and ``obj.attr`` stores anywhere (they may
         hold a subclass instance); a container grown in bulk (``self.heads.extend(more)``) is not seen whole."""
         if isinstance(obj, ast.Subscript) and not isinstance(obj.slice, ast.Slice):
-            values = None if self.grown(obj.value, fn) else self.container_items(obj.value, fn)
+            values = None if grown(self, obj.value, fn) else self.container_items(obj.value, fn)
         elif isinstance(obj, ast.Attribute):
             values = self.family_stores(self.instance_type(obj.value, fn, 1), obj.attr)
         elif isinstance(obj, ast.Name) and obj.id not in fn.params:

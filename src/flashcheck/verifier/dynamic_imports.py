@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import branches
 from flashcheck.verifier.bindings import imported_name
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, descendants, with_bases
 from flashcheck.verifier.instances import argument
 
 if TYPE_CHECKING:
@@ -39,11 +39,19 @@ def class_values(
     member of a module imported by name; empty when unknown."""
     if depth > _MAX_DEPTH:
         return []
+    memo: dict[tuple[ast.expr, int, int], list[ClassInfo]] | None = (
+        vars(project).setdefault("_class_values", {}) if via is None else None
+    )  # asked again for the same expression by each attribute and call that reaches it
+    if memo is not None and (expr, id(fn), depth) in memo:
+        return memo[expr, id(fn), depth]
     found: dict[int, ClassInfo] = {}
     for value, where in _values(expr, fn):
         for c in _classes(project, value, where, depth, via):
             found[id(c)] = c
-    return list(found.values())[:_MAX_NAMES]
+    out = list(found.values())[:_MAX_NAMES]
+    if memo is not None:
+        memo[expr, id(fn), depth] = out
+    return out
 
 
 def _values(expr: ast.expr, fn: FunctionInfo) -> list[tuple[ast.expr, FunctionInfo]]:
@@ -63,7 +71,10 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int,
         if isinstance(named, ClassInfo):
             return [named]
         if named is None and isinstance(value, ast.Attribute):  # module.BACKEND_CLS of a module imported by name
-            return _members(project, module_values(project, value.value, fn, depth + 1, via), value.attr)
+            members = _members(project, module_values(project, value.value, fn, depth + 1, via), value.attr)
+            owner = project.instance_type(value.value, fn) if not members else None
+            stored = [vw for c in with_bases(owner) for vw in c.attr_assigns.get(value.attr, [])] if owner else []
+            return members or [c for v, w in stored[:4] for c in class_values(project, v, w, depth + 1, via)]
         return []
     if isinstance(value, ast.Subscript):
         return project.registry_classes(value, fn)  # BACKENDS[name]
@@ -77,12 +88,15 @@ def _classes(project: Registries, value: ast.expr, fn: FunctionInfo, depth: int,
         modules = module_values(project, value.args[0], fn, depth + 1, via) if names else []
         return [c for n in names for c in _members(project, modules, n)]
     factory = project.resolve_def(value.func, fn) if isinstance(value.func, ast.Name | ast.Attribute) else None
-    if not isinstance(factory, FunctionInfo):
-        return []
+    factories = [factory] if isinstance(factory, FunctionInfo) else []
+    if factory is None and isinstance(value.func, ast.Attribute):  # backend_cls.metadata_cls(): the classmethod of
+        held = class_values(project, value.func.value, fn, depth + 1, via)  # each class the receiver holds
+        factories = [m for c in held if (m := project.method(c, value.func.attr)) is not None]
     return [
         c
-        for r in factory.returns[:8]
-        for c in class_values(project, r, factory, depth + 1, (*(via or ()), (value, fn)))
+        for f in factories
+        for r in f.returns[:8]
+        for c in class_values(project, r, f, depth + 1, (*(via or ()), (value, fn)))
     ]
 
 
@@ -232,7 +246,30 @@ def _spelled(
         values = fn.local_assigns.get(expr.id) or [v for v, _ in project.global_values(fn.module, expr.id)]
         consts = [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
         return consts[:_MAX_NAMES] if consts and len(consts) == len(values) else [_UNKNOWN]
+    active: set[int] = vars(project).setdefault("_spelling_fields", set())  # typing the owner may spell again
+    if isinstance(expr, ast.Attribute) and id(expr) not in active:
+        active.add(id(expr))
+        try:
+            owner = project.instance_type(expr.value, fn)
+            if owner is not None:  # cfg.backend_cls of a config object
+                return _field_strings(project, owner, expr.attr, depth)
+        finally:
+            active.discard(id(expr))
     return [_UNKNOWN]
+
+
+def _field_strings(project: Registries, owner: ClassInfo, attr: str, depth: int) -> list[str]:
+    """The strings a field `attr` of an object of class `owner` may hold: its class-level default (a dataclass
+    field's, a subclass's class attribute), what the class and other code store there, and what constructor calls of
+    the class pass under its name (keyword arguments only: a spread or positional one is not read); `_UNKNOWN` where
+    none is known."""
+    family = [*with_bases(owner), *descendants(owner)]  # cls.impl_qualname in a base: any subclass's too
+    values = [(v, where) for c in family for v, where in c.attr_assigns.get(attr, [])]
+    values += project.attr_stores.get(attr, [])
+    built = project.calls_by_name().get(owner.name, [])  # EngineConfig(backend_cls=...), m.EngineConfig(...)
+    values += [(kw.value, f) for f, c in built for kw in c.keywords if kw.arg == attr]
+    found = [t for v, where in values[:_MAX_NAMES] for t in _spelled(project, v, where, depth + 1)]
+    return list(dict.fromkeys(found))[:_MAX_NAMES] if found else [_UNKNOWN]
 
 
 _SPLITS = frozenset({"split", "rsplit", "partition", "rpartition"})

@@ -11,8 +11,8 @@ target) is not bound, and neither are arguments through an alias or ``functools.
 parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter with a constant (``==``, ``!=``,
 ``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``). The constant keyword fields of an
 object the caller builds and hands over are bound as ``fb.use_graph`` (the capture root's ``Batch(...,
-use_graph=True)``, also returned by a project function), and tests read them like parameters; a callee that stores
-the field does not get it.
+use_graph=True)``, also returned by a project function or built by ``cls(...)`` in a classmethod), and tests read them
+like parameters; a callee that stores the field does not get it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
+from flashcheck.verifier.members import classmethod_class
 
 __all__ = ["UNKNOWN", "Bindings", "Dead", "Guards", "Handed", "bind_count", "bound_key", "bound_value"]
 
@@ -165,7 +166,10 @@ class Guards:
         if isinstance(made, FunctionInfo):  # def _static_batch(...): return ForwardBatch(..., use_graph=True)
             ret = made.returns[0] if len(made.returns) == 1 else None
             built = ret if isinstance(ret, ast.Call) else built
-            made = self._resolve(ret.func, made) if isinstance(ret, ast.Call) else None
+            if isinstance(ret, ast.Call) and isinstance(ret.func, ast.Name) and ret.func.id == "cls":
+                made = classmethod_class(made)  # return cls(..., is_decode=True) in a classmethod
+            else:
+                made = self._resolve(ret.func, made) if isinstance(ret, ast.Call) else None
         if not isinstance(made, ClassInfo):
             return []  # only a constructor's keywords are the object's fields
         if not any(kw.arg is not None and _value(kw.value, {}) is not _UNKNOWN for kw in built.keywords):

@@ -28,6 +28,7 @@ __all__ = [
     "lambda_function",
     "owner_of",
     "positional_names",
+    "store_receiver",
     "through_class",
     "with_bases",
 ]
@@ -281,3 +282,18 @@ def positional_names(fn: FunctionInfo) -> list[str]:
         return []
     names = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     return names[1:] if fn.cls is not None and names[:1] in (["self"], ["cls"]) else names
+
+
+def store_receiver(fn: FunctionInfo, value: ast.expr, attr: str) -> ast.expr | None:
+    """The object `fn` stores `value` on as its attribute `attr` (``layer.attn`` of ``layer.attn.backend =
+    backend``, also an item of a tuple assignment), or None."""
+    for a in fn.assigns:
+        if isinstance(a, ast.AugAssign) or a.value is None:
+            continue
+        pairs = [(t, a.value) for t in (a.targets if isinstance(a, ast.Assign) else [a.target])]
+        for t, v in pairs:
+            if isinstance(t, ast.Tuple | ast.List) and isinstance(v, ast.Tuple | ast.List):
+                pairs.extend(zip(t.elts, v.elts, strict=False))
+            elif v is value and isinstance(t, ast.Attribute) and t.attr == attr:
+                return t.value
+    return None

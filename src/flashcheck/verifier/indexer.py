@@ -261,6 +261,8 @@ class _Indexer:
                 and type(f.value) is not ast.Name
             ):
                 self._record_target(fn, ast.Subscript(f.value, ast.Constant(None)), node.args[-1])
+            elif type(f) is ast.Attribute and f.attr == "setdefault" and len(node.args) == 2:
+                self._record_target(fn, ast.Subscript(f.value, node.args[0]), node.args[1])  # a store, as d[k] = v
             elif type(f) is ast.Attribute and f.attr == "extend" and node.args and type(f.value) is not ast.Name:
                 for item in _literal_elements(node.args[0]):  # self.layers.extend([Layer(i) for i in ...])
                     self._record_target(fn, ast.Subscript(f.value, ast.Constant(None)), item)

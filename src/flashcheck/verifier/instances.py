@@ -7,6 +7,8 @@ it; the call graph (`Project.callers`) answers for parameters no annotation type
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import (
@@ -15,6 +17,7 @@ from flashcheck.verifier.astutil import (
     dotted,
     executed_callable,
     handoff_arguments,
+    is_none,
     item_annotation,
     positional_args,
     terminal_name,
@@ -23,12 +26,20 @@ from flashcheck.verifier.autograd import ctx_shift
 from flashcheck.verifier.bindings import ModuleBindings, imported_name
 from flashcheck.verifier.copies import copied
 from flashcheck.verifier.generics import declared_items, generic_class
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, owner_of, positional_names, with_bases
+from flashcheck.verifier.index import (
+    ClassInfo,
+    FunctionInfo,
+    ModuleInfo,
+    owner_of,
+    positional_names,
+    store_receiver,
+    with_bases,
+)
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.narrowing import isinstance_narrowed
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.returns import returned_class, sent_class, yielded_class
-from flashcheck.verifier.sequences import bulk_growth, fresh_list, local_growth, narrowed_class, sequence_items
+from flashcheck.verifier.sequences import fresh_list, grown, local_growth, narrowed_class, sequence_items
 
 __all__ = [
     "PROPERTIES",
@@ -128,7 +139,7 @@ class InstanceTyping(ModuleBindings):
                     t = self._annotation_class(ann, c.module.body, depth + 1)
                     if t is not None:
                         return t
-                for value, where in c.attr_assigns.get(expr.attr, []):
+                for value, where in chain(c.attr_assigns.get(expr.attr, []), self._stored_on(c, expr.attr, depth)):
                     t = self._value_type(value, where, depth + 1)
                     if t is not None:
                         return t
@@ -136,6 +147,18 @@ class InstanceTyping(ModuleBindings):
                 if getter is not None and any(dotted(d) in PROPERTIES for d in getter.decorators):
                     return returned_class(self, getter)
         return None
+
+    def _stored_on(self, cls: ClassInfo, attr: str, depth: int) -> Iterator[tuple[ast.expr, FunctionInfo]]:
+        """``obj.<attr> = v`` outside the class, where `obj` is an instance of `cls` or of a subclass (a builder's
+        ``layer.attn.backend = backend``), for an attribute the class itself never sets or only sets to None (a slot
+        filled from outside): what the class makes itself is its own (tests that plant other objects aside)."""
+        if any(not is_none(v) for v, _ in cls.attr_assigns.get(attr, [])):
+            return
+        for value, where in self.attr_stores.get(attr, [])[:16]:
+            receiver = store_receiver(where, value, attr)
+            t = self.instance_type(receiver, where, depth + 1) if receiver is not None else None
+            if t is not None and cls in with_bases(t):
+                yield value, where
 
     def _value_type(self, value: ast.expr, fn: FunctionInfo, depth: int) -> ClassInfo | None:
         if isinstance(value, ast.Await):  # await loop.run_in_executor(pool, runner.execute_model, batch)
@@ -290,28 +313,6 @@ class InstanceTyping(ModuleBindings):
         found = {id(t): t for t in types if t is not None}
         return list(found.values()) if len(found) > 1 and None not in types else []
 
-    def grown(self, container: ast.expr, fn: FunctionInfo, depth: int = 1) -> bool:
-        """Whether some function adds items to the attribute `container` in bulk from something other than a literal
-        (``self.heads.extend(more)``, ``.update(more)``, ``+= more``) on an object of its class, a base or a subclass,
-        or binds an attribute of that name on another object (``runner.heads = ...``): then its literals and appends
-        do not show all its items."""
-        if not isinstance(container, ast.Attribute):
-            return False
-        if self.attr_stores.get(container.attr):
-            return True  # runner.heads = nn.ModuleDict(...) elsewhere: another object may fill it
-        memo: dict[str, list[ClassInfo]] | None = getattr(self, "_grown_memo", None)
-        if memo is None:  # by the class of self where it grows its own attribute (other receivers are not typed)
-            memo = {}
-            for f in self.functions:
-                for attr, receiver in bulk_growth(f):
-                    own = owner_of(f)
-                    if isinstance(receiver, ast.Name) and receiver.id == "self" and own.cls is not None:
-                        memo.setdefault(attr, []).append(own.cls)
-            self._grown_memo: dict[str, list[ClassInfo]] = memo
-        owners = memo.get(container.attr)
-        cls = self.instance_type(container.value, fn, depth + 1) if owners else None
-        return cls is not None and any(cls in with_bases(o) or o in with_bases(cls) for o in owners or ())
-
     def _item_types(self, container: ast.expr, fn: FunctionInfo, depth: int) -> list[ClassInfo | None]:
         """The class of each item source of a container (None where unknown): a declared item type of a project
         class, else the items of literals, comprehensions and ``append`` calls of the values it is bound to."""
@@ -319,7 +320,7 @@ class InstanceTyping(ModuleBindings):
             container = container.value  # for layer in self.layers[self.start : self.end]: the list's items
         seen = self._seen_item_types(container, fn, depth)
         declared = declared_items(self, container, fn, depth)  # graph_runners: List[Dict[int, CUDAGraphRunner]]
-        whole = not self.grown(container, fn, depth)
+        whole = not grown(self, container, fn, depth)
         if declared is not None and (not seen or None in seen or not whole):  # items seen built: their own classes
             t = self._annotation_class(declared[0], declared[1], depth + 1)
             if t is not None:

@@ -9,16 +9,21 @@ rebound in the function that applies it. A getter imported from another module i
 (`getter_read`: the attribute or item it reads; a method it calls is not followed). Getters handed on uncalled
 (``map(attrgetter("x"), items)``, ``sorted(key=...)``) are left as they are, as are getters whose names or keys are
 not constants.
+
+`desugar_namespace_items` does the same for an object's namespace read as a dict: ``vars(bufs)["kv_indptr"]`` and
+``bufs.__dict__["kv_indptr"]`` (loaded or stored) are ``bufs.kv_indptr``, where the key is a constant identifier.
+A rewritten node keeps the node it replaced, so messages quote the code as written (`as_written`).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import re
 
 from flashcheck.verifier.astutil import parameters
 
-__all__ = ["applied", "desugar_operator_idioms", "getter_parts"]
+__all__ = ["applied", "as_written", "desugar_namespace_items", "desugar_operator_idioms", "getter_parts"]
 
 _GETTERS = frozenset({"attrgetter", "itemgetter", "methodcaller"})
 
@@ -171,4 +176,61 @@ class _Rewriter(ast.NodeTransformer):
         f = node.func
         made = self._held[-1].get(f.id) if isinstance(f, ast.Name) else f if isinstance(f, ast.Call) else None
         parts = getter_parts(made, self._names) if made is not None else None
-        return applied(parts, node.args[0], node) if parts is not None else node
+        return _replacing(applied(parts, node.args[0], node), node) if parts is not None else node
+
+
+def desugar_namespace_items(tree: ast.Module, text: str) -> None:
+    """Rewrite ``vars(x)["k"]`` and ``x.__dict__["k"]`` in `tree` as ``x.k`` (only in a file that spells one with a
+    string key and does not define a ``vars`` of its own; innermost first, so nested ones nest)."""
+    if "vars(" not in text and "__dict__[" not in text:
+        return
+    lines = {text.count("\n", 0, m.start()) + 1 for m in _NAMESPACE_ITEM.finditer(text)}
+    if not lines or re.search(r"\bvars\s*=|def vars\b|import[^\n]*\bvars\b", text):
+        return
+    spans = [s for s in tree.body if any(s.lineno <= n <= (s.end_lineno or s.lineno) for n in lines)]
+    for node in reversed([n for s in spans for n in ast.walk(s)]):  # only the statements that spell one
+        for field, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                value[:] = [_namespace_item(v) if isinstance(v, ast.Subscript) else v for v in value]
+            elif isinstance(value, ast.Subscript):
+                setattr(node, field, _namespace_item(value))
+
+
+_NAMESPACE_ITEM = re.compile(r"(\bvars\([^()]*\)|__dict__)\[\s*['\"]")
+
+
+def _namespace_item(node: ast.Subscript) -> ast.expr:
+    """``x.k`` for ``vars(x)["k"]`` or ``x.__dict__["k"]`` (a constant identifier key); else `node` itself."""
+    key, base = node.slice, node.value
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()):
+        return node
+    obj: ast.expr | None = None
+    if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "vars":
+        obj = base.args[0] if len(base.args) == 1 and not base.keywords else None
+    elif isinstance(base, ast.Attribute) and base.attr == "__dict__":
+        obj = base.value
+    if obj is None or isinstance(obj, ast.Starred):
+        return node
+    return _replacing(ast.copy_location(ast.Attribute(obj, key.value, node.ctx), node), node)
+
+
+_WRITTEN = "_flashcheck_written"  # the attribute a rewritten node keeps the node it replaced under
+
+
+def _replacing(made: ast.expr, original: ast.expr) -> ast.expr:
+    setattr(made, _WRITTEN, original)
+    return made
+
+
+def as_written(node: ast.AST) -> str:
+    """`node` as source text, with each node a rewrite made put back as it was written (``vars(bufs)["k"]``, not
+    ``bufs.k``)."""
+    if not any(hasattr(n, _WRITTEN) for n in ast.walk(node)):
+        return ast.unparse(node)
+    return ast.unparse(_Restore().visit(copy.deepcopy(node)))
+
+
+class _Restore(ast.NodeTransformer):
+    def visit(self, node: ast.AST) -> ast.AST:
+        original = getattr(node, _WRITTEN, None)
+        return self.visit(original) if isinstance(original, ast.AST) else self.generic_visit(node)

@@ -26,6 +26,8 @@ class Registries(InstanceTyping):
 
         def all_functions(self) -> Iterator[FunctionInfo]: ...
 
+        def calls_by_name(self) -> dict[str, list[tuple[FunctionInfo, ast.Call]]]: ...
+
     def dispatch_impls(self, generic: FunctionInfo) -> list[FunctionInfo]:
         """The implementations registered on a ``functools.singledispatch`` function (``@build_metadata.register``,
         ``@build_metadata.register(DecodeBatch)``, also of a ``singledispatchmethod``): a call of it runs any."""

@@ -1,16 +1,21 @@
 """What literal containers and comprehensions hold, for the typing of their items (`flashcheck.verifier.instances`):
 the item expressions of literals, comprehensions and concatenations, what a function adds to a local list in bulk,
-and the class an ``isinstance`` filter narrows a comprehension's items to."""
+whether an attribute's container is also filled in bulk elsewhere (`grown`), and the class an ``isinstance`` filter
+narrows a comprehension's items to."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import FunctionInfo
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
 
-__all__ = ["bulk_growth", "fresh_list", "local_growth", "narrowed_class", "sequence_items"]
+if TYPE_CHECKING:
+    from flashcheck.verifier.instances import InstanceTyping
+
+__all__ = ["bulk_growth", "fresh_list", "grown", "local_growth", "narrowed_class", "sequence_items"]
 
 
 def sequence_items(value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ast.expr]:
@@ -84,3 +89,26 @@ def narrowed_class(value: ast.expr) -> ast.expr | None:
             ):
                 return test.args[1]
     return None
+
+
+def grown(project: InstanceTyping, container: ast.expr, fn: FunctionInfo, depth: int = 1) -> bool:
+    """Whether some function adds items to the attribute `container` in bulk from something other than a literal
+    (``self.heads.extend(more)``, ``.update(more)``, ``+= more``) on an object of its class, a base or a subclass,
+    or binds an attribute of that name on another object (``runner.heads = ...``): then its literals and appends
+    do not show all its items."""
+    if not isinstance(container, ast.Attribute):
+        return False
+    if project.attr_stores.get(container.attr):
+        return True  # runner.heads = nn.ModuleDict(...) elsewhere: another object may fill it
+    memo: dict[str, list[ClassInfo]] | None = vars(project).get("_grown_memo")  # kept on the project
+    if memo is None:  # by the class of self where it grows its own attribute (other receivers are not typed)
+        memo = {}
+        for f in project.functions:
+            for attr, receiver in bulk_growth(f):
+                own = owner_of(f)
+                if isinstance(receiver, ast.Name) and receiver.id == "self" and own.cls is not None:
+                    memo.setdefault(attr, []).append(own.cls)
+        vars(project)["_grown_memo"] = memo
+    owners = memo.get(container.attr)
+    cls = project.instance_type(container.value, fn, depth + 1) if owners else None
+    return cls is not None and any(cls in with_bases(o) or o in with_bases(cls) for o in owners or ())

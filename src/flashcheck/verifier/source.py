@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flashcheck.errors import InvalidArgument
 from flashcheck.verifier.module_idioms import desugar_module_idioms
-from flashcheck.verifier.operator_idioms import desugar_operator_idioms
+from flashcheck.verifier.operator_idioms import desugar_namespace_items, desugar_operator_idioms
 
 __all__ = ["SourceFile", "Suppression", "discover", "module_name", "parse_source", "read_source", "relpath"]
 
@@ -230,6 +230,7 @@ def parse_source(path: Path, rel: str, mod: str, data: bytes) -> SourceFile:
         )
     desugar_module_idioms(tree, text)  # self.register_buffer("k", t), self._buffers["k"]: plain attributes
     desugar_operator_idioms(tree, text)  # operator.attrgetter("seq_lens")(batch): batch.seq_lens
+    desugar_namespace_items(tree, text)  # vars(bufs)["kv_indptr"]: bufs.kv_indptr
     sf = SourceFile(path, rel, mod, text, tree, lines=lines)
     if "flashcheck:" in text:
         sf.suppressions = list(_suppressions(text, lines))

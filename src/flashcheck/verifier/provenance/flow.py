@@ -102,7 +102,8 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                     literal = self._keyed(f.value, k.value, fn)
                     if literal is not None:
                         return literal + [(d, fn) for d in expr.args[1:2]]
-                return self.element_sources(f.value, fn)
+                given = [(d, fn) for d in expr.args[1:2] if f.attr == "setdefault"]  # cache.setdefault(n, W(...))
+                return self.element_sources(f.value, fn) + given
             read = self.getter_read(expr, fn)
             if read is not None:  # seq_lens_of(batch) after `from .batch import seq_lens_of` (an attrgetter there)
                 return [(read, fn)]
@@ -587,8 +588,6 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                 for attr, values in c.attr_assigns.items():
                     self._self_attrs.setdefault(attr, []).extend(values)
         return self._self_attrs
-
-    # ------------------------------------------------------------------ constructors
 
 
 _COPIES = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})

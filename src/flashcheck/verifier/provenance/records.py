@@ -39,7 +39,7 @@ def record_field_sources(expr: ast.Attribute, fn: FunctionInfo, flow: ValueFlow)
             for copied_from in _spread_namespaces(v):  # make_meta(**vars(rec)): rec's field of that name
                 out += flow.attr_sources(_field(copied_from, expr.attr), where)
             continue
-        if not isinstance(v, ast.Name | ast.Call):
+        if not isinstance(v, ast.Name | ast.Call | ast.Attribute):  # an attribute: self.host = SimpleNamespace(...)
             return None
         found = flow.sources(v, where)
         if not found:

@@ -79,6 +79,10 @@ class Wrappers:
                 return self.wrapper_class(inner, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
+            returns = getattr(target.node, "returns", None) if isinstance(target, FunctionInfo) else None
+            n = _annotated_class(returns)
+            if n is not None and is_wrapper_class_name(n):  # def paged_prefill(cls) -> BatchPrefillWith...Wrapper:
+                return n  # the factory's word, over what a shared cache it returns from may hold
         if isinstance(expr, ast.Name) and expr.id in fn.params:
             n = _annotated_class(fn.params[expr.id])
             if n is not None and is_wrapper_class_name(n):

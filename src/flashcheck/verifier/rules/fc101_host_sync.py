@@ -9,6 +9,7 @@ from flashcheck.findings import Confidence
 from flashcheck.verifier.astutil import dotted, kwarg, name_tokens, storage_root, terminal_name
 from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.hotpath import Hop, HotPaths, RootKind
+from flashcheck.verifier.operator_idioms import as_written
 from flashcheck.verifier.project import FunctionInfo, imported_name, torch_name
 from flashcheck.verifier.provenance import Provenance, Where
 from flashcheck.verifier.provenance.context import in_context
@@ -58,7 +59,8 @@ def _repeats(call: ast.Call) -> ast.expr:
 
 
 def snippet(node: ast.AST, limit: int = 70) -> str:
-    text = ast.unparse(node)
+    """`node` as written (`as_written`), cut to `limit` characters."""
+    text = as_written(node)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -13,6 +13,7 @@ from flashcheck.verifier.flashinfer_api import (
     looks_like_wrapper,
 )
 from flashcheck.verifier.index import with_bases
+from flashcheck.verifier.operator_idioms import as_written
 from flashcheck.verifier.project import FunctionInfo
 
 _REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
@@ -124,7 +125,7 @@ class FlashinferPrivateAttribute(Rule):
             self,
             fn,
             node,
-            f"`{attr}` is private FlashInfer state (read through `{ast.unparse(receiver)[:60]}`); its type and "
+            f"`{attr}` is private FlashInfer state (read through `{as_written(receiver)[:60]}`); its type and "
             "meaning change between FlashInfer releases",
             hint="use the public wrapper API or keep your own copy of the values you passed to plan(); isolate "
             "unavoidable accesses in one version-checked module",

@@ -15,6 +15,7 @@ from flashcheck.verifier.flashinfer_api import (
     workspace_arg,
 )
 from flashcheck.verifier.index import ClassInfo, with_bases
+from flashcheck.verifier.operator_idioms import as_written
 from flashcheck.verifier.project import FunctionInfo, ModuleInfo, Project, torch_name
 from flashcheck.verifier.provenance.calls import NAMESPACES
 from flashcheck.verifier.rules.fc101_host_sync import snippet
@@ -117,7 +118,7 @@ class ConstantWorkspaceSize(Rule):
                         "need grows with batch size, tokens and heads",
                         hint="size it from the engine's limits or configuration, and check plan()'s requirement "
                         "at start-up",
-                        evidence={"size": ast.unparse(size)},
+                        evidence={"size": as_written(size)},
                     )
 
 

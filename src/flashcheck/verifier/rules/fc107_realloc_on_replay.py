@@ -10,6 +10,7 @@ from flashcheck.verifier.engine import Context, Rule, rule
 from flashcheck.verifier.guards import bind_count
 from flashcheck.verifier.hotpath import Hop, HotPaths
 from flashcheck.verifier.index import owner_of, with_bases
+from flashcheck.verifier.operator_idioms import as_written
 from flashcheck.verifier.project import FunctionInfo, torch_name
 from flashcheck.verifier.provenance import Where
 from flashcheck.verifier.provenance.calls import NAMESPACES, namespace_owner
@@ -107,7 +108,7 @@ class ReallocOnReplayPath(Rule):
                         or _is_graph_record_field(t, fn, ctx)
                         or _is_module_global(t, fn, ctx)
                     ):
-                        self._hit(ctx, fn, a, step, f"rebinds `{ast.unparse(t)}` to `{snippet(a.value, 50)}`")
+                        self._hit(ctx, fn, a, step, f"rebinds `{as_written(t)}` to `{snippet(a.value, 50)}`")
             for call in fn.calls:
                 if (
                     isinstance(call.func, ast.Attribute)
@@ -118,7 +119,7 @@ class ReallocOnReplayPath(Rule):
                     )
                     and ctx.prov.of(call.func.value, fn) is not Where.HOST  # a host mirror: no graph reads it
                 ):
-                    self._hit(ctx, fn, call, step, f"resizes `{ast.unparse(call.func.value)}` in place")
+                    self._hit(ctx, fn, call, step, f"resizes `{as_written(call.func.value)}` in place")
                 elif (updated := _namespace_update(call)) is not None and id(call) not in guarded:
                     owner, fields = updated
                     for attr, value in fields:  # entry.__dict__.update(output=torch.empty_like(out))
@@ -126,7 +127,7 @@ class ReallocOnReplayPath(Rule):
                         if not _is_fresh_tensor(value, fn) or ctx.prov.of(value, fn) is Where.HOST:
                             continue
                         if _is_self_buffer(target, fn) or _is_graph_record_field(target, fn, ctx):
-                            self._hit(ctx, fn, call, step, f"rebinds `{ast.unparse(target)}` to `{snippet(value, 50)}`")
+                            self._hit(ctx, fn, call, step, f"rebinds `{as_written(target)}` to `{snippet(value, 50)}`")
                 elif _setattr_on_self(call) and id(call) not in guarded:  # setattr(self, "buf", torch.zeros(n))
                     value = call.args[2]
                     if _is_fresh_tensor(value, fn) and ctx.prov.of(value, fn) is not Where.HOST:
