@@ -9,7 +9,10 @@ returns or raises whenever its test holds; rules leave out sites there when ever
 parameter the callee binds again in any way (assignment, unpacking, ``+=``, a loop, ``with``, ``except`` or ``match``
 target) is not bound, and neither are arguments through an alias or ``functools.partial``. Tests it reads: the
 parameter itself, ``not``, ``and``/``or``, and one comparison of the parameter with a constant (``==``, ``!=``,
-``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``). The constant keyword fields of an
+``in`` a literal tuple; ``is``/``is not`` only with ``None``, ``True`` or ``False``; ``<``, ``<=``, ``>``, ``>=``
+between numbers). An enum member (``ForwardMode.DECODE``) is bound as a `Member`: only comparisons with members decide
+a test on it, and a method of its class that only tests ``self`` (``is_decode()``) is bound by what it gives for it
+(``fb.forward_mode.is_decode()``). The constant keyword fields of an
 object the caller builds and hands over are bound as ``fb.use_graph`` (the capture root's ``Batch(...,
 use_graph=True)``, also returned by a project function or built by ``cls(...)`` in a classmethod), and tests read them
 like parameters; a callee that stores the field does not get it.
@@ -18,6 +21,7 @@ like parameters; a callee that stores the field does not get it.
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -25,7 +29,18 @@ from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import ClassInfo, FunctionInfo
 from flashcheck.verifier.members import classmethod_class
 
-__all__ = ["UNKNOWN", "Bindings", "Dead", "Guards", "Handed", "bind_count", "bound_key", "bound_value"]
+__all__ = [
+    "UNKNOWN",
+    "Bindings",
+    "Dead",
+    "Guards",
+    "Handed",
+    "Member",
+    "bind_count",
+    "bound_key",
+    "bound_value",
+    "member",
+]
 
 Bindings = frozenset[tuple[str, object]]
 _UNKNOWN = object()
@@ -38,6 +53,25 @@ class Handed:
     ``model(..., attend, attend_window)``): a call of the parameter runs only those."""
 
     ids: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Member:
+    """An enum member a call passes (``ForwardMode.DECODE``), by the names of its class and of itself. Only another
+    member decides a test against it (an ``IntEnum`` member may equal a number: such a test stays undecided)."""
+
+    enum: str
+    name: str
+
+
+def member(expr: ast.expr) -> Member | None:
+    """The member ``ForwardMode.DECODE`` (also ``fb_mod.ForwardMode.DECODE``) spells: an upper-case attribute of a
+    capitalised name; else None."""
+    if not (isinstance(expr, ast.Attribute) and expr.attr.isupper()):
+        return None
+    base = expr.value
+    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+    return Member(name, expr.attr) if name[:1].isupper() and not name.isupper() else None
 
 
 class Dead:
@@ -105,7 +139,9 @@ class Guards:
                 v = Handed(frozenset(id(f) for f in made)) if made else _UNKNOWN
             if v is not _UNKNOWN:
                 found.add((p, v))
-            elif isinstance(arg, ast.Name):
+            if isinstance(v, Member) and not isinstance(arg, ast.Name):  # forward_mode=ForwardMode.DECODE: also
+                found.update((f"{p}.{m}", mv) for m, mv in self._member_facts(arg, caller, v))  # what is_decode() gives
+            elif (v is _UNKNOWN or isinstance(v, Member)) and isinstance(arg, ast.Name):
                 found.update((f"{p}.{f}", fv) for f, fv in self._fields(arg.id, caller, outer))
         if not found or self._used_as_value(callee):
             return frozenset()
@@ -187,7 +223,16 @@ class Guards:
                 continue
             if init is None or _keeps(init, kw.arg):
                 out.append((kw.arg, v))
+                if isinstance(v, Member):  # forward_mode=ForwardMode.DECODE: fb.forward_mode.is_decode() too
+                    out += [(f"{kw.arg}.{m}", mv) for m, mv in self._member_facts(kw.value, caller, v)]
         return out
+
+    def _member_facts(self, expr: ast.expr, where: FunctionInfo | None, value: Member) -> list[tuple[str, object]]:
+        """`member_methods` of the enum class `expr` (``ForwardMode.DECODE``) names, resolved where it is written."""
+        if self._resolve is None or where is None or not isinstance(expr, ast.Attribute):
+            return []
+        cls = self._resolve(expr.value, where)
+        return member_methods(cls, value) if isinstance(cls, ClassInfo) else []
 
     def _only_functions(self, arg: ast.expr, caller: FunctionInfo) -> bool:
         """Whether every value a handed callable may be is a function the caller (or an enclosing function) makes:
@@ -229,7 +274,13 @@ class Guards:
         if found is None:
             params = fn.params
             tested = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
-            passed: set[str] = set()
+            passed = {  # the key of a table lookup, self.handlers[fb.forward_mode](q): `tables.ruled_out_by_key`
+                n.id
+                for sub in fn.subscripts
+                if isinstance(sub.value, ast.Attribute) and isinstance(sub.value.value, ast.Name)
+                for n in ast.walk(sub.slice)
+                if isinstance(n, ast.Name) and n.id in params
+            }
             for call in fn.calls:
                 args = [*call.args, *(k.value for k in call.keywords)]
                 args += [b for a in args if isinstance(a, ast.IfExp) for b in (a.body, a.orelse)]  # a if c else b
@@ -308,7 +359,8 @@ def _value(arg: ast.expr, outer: Mapping[str, object]) -> object:
         return arg.value
     if isinstance(arg, ast.Name):
         return outer.get(arg.id, _UNKNOWN)
-    return _UNKNOWN
+    found = member(arg)
+    return found if found is not None else _UNKNOWN
 
 
 def dead_nodes(fn: FunctionInfo, bindings: Bindings) -> Dead:
@@ -357,9 +409,9 @@ def _mark(stmts: list[ast.stmt], dead: list[tuple[int, int, int, int]]) -> None:
 
 def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
     """The test's truth under `env`, or None when it depends on something else."""
-    if isinstance(test, ast.Name | ast.Attribute):  # also a bound field: if fb.use_graph:
-        v = env.get(bound_key(test) or "", _UNKNOWN)
-        return None if v is _UNKNOWN else bool(v)
+    if isinstance(test, ast.Name | ast.Attribute | ast.Call):  # also a bound field: if fb.use_graph:, and what a
+        v = env.get(bound_key(test) or "", _UNKNOWN)  # member's method gives: if fb.forward_mode.is_decode():
+        return None if v is _UNKNOWN or isinstance(v, Member) else bool(v)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         t = _truth(test.operand, env)
         return None if t is None else not t
@@ -375,6 +427,8 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
         if v is _UNKNOWN:
             return None
         op = test.ops[0]
+        if isinstance(v, Member):  # fb.forward_mode == ForwardMode.DECODE, ... in (ForwardMode.EXTEND, ...)
+            return _member_test(v, op, right)
         if isinstance(right, ast.Constant):
             c = right.value
             if isinstance(op, ast.Is | ast.IsNot) and not (c is None or isinstance(c, bool)):
@@ -383,6 +437,10 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
                 return bool(v == c) if isinstance(op, ast.Eq) else v is c
             if isinstance(op, ast.NotEq | ast.IsNot):
                 return bool(v != c) if isinstance(op, ast.NotEq) else v is not c
+            numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, c))
+            if numbers and isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE):  # meta.num_prefills > 0
+                assert isinstance(v, int | float) and isinstance(c, int | float)
+                return _ORDER[type(op)](v, c)
         literal = isinstance(right, ast.Tuple | ast.List | ast.Set) and all(
             isinstance(e, ast.Constant) for e in right.elts
         )
@@ -393,12 +451,51 @@ def _truth(test: ast.expr, env: Mapping[str, object]) -> bool | None:
     return None
 
 
+def _member_test(v: Member, op: ast.cmpop, right: ast.expr) -> bool | None:
+    """A comparison of a bound member with a member (``==``, ``!=``, ``is``, ``is not``) or a literal tuple of members
+    (``in``, ``not in``); None for anything else."""
+    if isinstance(op, ast.Eq | ast.Is | ast.NotEq | ast.IsNot) and (m := member(right)) is not None:
+        return (v == m) == isinstance(op, ast.Eq | ast.Is)
+    if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+        members = [member(e) for e in right.elts]
+        if None in members:
+            return None
+        return (v in members) == isinstance(op, ast.In)
+    return None
+
+
+def member_methods(cls: ClassInfo, value: Member) -> list[tuple[str, object]]:
+    """What each method of an enum class that only tests ``self`` (``def is_decode(self): return self ==
+    ForwardMode.DECODE``) gives for `value`, keyed ``is_decode()``."""
+    out: list[tuple[str, object]] = []
+    for name, m in cls.methods.items():
+        body = [s for s in m.node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if list(m.params) != ["self"] or len(body) != 1 or not isinstance(body[0], ast.Return) or not body[0].value:
+            continue
+        got = _truth(body[0].value, {"self": value})
+        if got is not None:
+            out.append((f"{name}()", got))
+    return out
+
+
+_ORDER: dict[type[ast.cmpop], Callable[[float, float], bool]] = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
 def bound_key(expr: ast.expr) -> str | None:
-    """The key a binding gives `expr`: a parameter's name, or ``fb.use_graph`` for a field of one."""
+    """The key a binding gives `expr`: a parameter's name, ``fb.use_graph`` for a field of one, and
+    ``fb.forward_mode.is_decode()`` for a method of an enum member bound there."""
     if isinstance(expr, ast.Name):
         return expr.id
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
         return f"{expr.value.id}.{expr.attr}"
+    if isinstance(expr, ast.Call) and not expr.args and not expr.keywords and isinstance(expr.func, ast.Attribute):
+        inner = bound_key(expr.func.value)
+        return f"{inner}.{expr.func.attr}()" if inner is not None else None
     return None
 
 

@@ -13,7 +13,7 @@ import ast
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from flashcheck.verifier.guards import UNKNOWN, bound_value
+from flashcheck.verifier.guards import UNKNOWN, Member, bound_value, member
 from flashcheck.verifier.index import FunctionInfo, descendants, owner_of, with_bases
 
 if TYPE_CHECKING:
@@ -86,7 +86,10 @@ def _may_equal(key: ast.expr | None, wanted: list[object]) -> bool:
     if len(parts) != len(wanted):
         return True
     for part, w in zip(parts, wanted, strict=True):
-        if w is not UNKNOWN and isinstance(part, ast.Constant) and part.value != w:
+        if isinstance(w, Member):  # {Mode.DECODE: self._decode}[fb.mode]: another member is another entry
+            if (m := member(part)) is not None and m != w:
+                return False
+        elif w is not UNKNOWN and isinstance(part, ast.Constant) and part.value != w:
             return False
     return True
 

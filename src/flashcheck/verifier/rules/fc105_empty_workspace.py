@@ -53,7 +53,8 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         was stored under it), module globals that a function assigns after ``global _WS`` (lazy initialisation read
         elsewhere) and both branches of conditional expressions (``shared or torch.empty(...)``) to its allocation. An
         allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed
-        (``.zero_()``, ``.fill_(0)``) in the allocating function on a path that can run: a zeroing under ``if zeroed:``
+        (``.zero_()``, ``.fill_(0)``; each item of a list a comprehension builds, zeroed in a loop over it) in the
+        allocating function on a path that can run: a zeroing under ``if zeroed:``
         (or the ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for
         ``zeroed`` does not count.
 
@@ -177,10 +178,14 @@ def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo, via: ast.Ca
 
 def _zeroed_after(ctx: Context, alloc: ast.Call, fn: FunctionInfo) -> bool:
     """Whether the allocating function zeroes the same storage (``ws.zero_()``, ``ws.fill_(0)``) on a path that
-    can run: a zeroing under ``if zeroed:`` where every caller passes a false constant for ``zeroed`` is not one."""
+    can run (each item of a list built by a comprehension, ``for ws in self.workspaces: ws.zero_()``): a zeroing under
+    ``if zeroed:`` where every caller passes a false constant for ``zeroed`` is not one."""
     targets: set[tuple[str, str, str]] = set()
-    for a in fn.assigns:
-        if isinstance(a, ast.Assign) and a.value is alloc:
+    for a in fn.assigns:  # ws = torch.empty(...), also an item of a comprehension or literal: a loop zeroes each
+        held = [a.value.elt] if isinstance(a.value, ast.ListComp | ast.GeneratorExp) else []
+        held += a.value.elts if isinstance(a.value, ast.List | ast.Tuple) else []
+        held += [a.value.value] if isinstance(a.value, ast.DictComp) else []
+        if isinstance(a, ast.Assign) and (a.value is alloc or any(h is alloc for h in held)):
             for t in a.targets:
                 targets.update(storage_keys(t, fn) or [("local", "", ast.unparse(t))])
     if isinstance(fn.node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and targets:

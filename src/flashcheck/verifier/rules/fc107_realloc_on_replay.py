@@ -42,10 +42,11 @@ class ReallocOnReplayPath(Rule):
         ``setattr(self, name, ...)`` with a literal name or the constants a loop gives it (``for name in
         self._STATIC_INPUTS: setattr(self, name, getattr(fb, name).clone())``), and
         ``.resize_()`` of such a buffer (also an item, ``self.seq_lens[dev].resize_(n)``). A lazy first allocation
-        guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``, also through a
-        local bound to the attribute) is not reported, nor are the buffers its block allocates beside it, when the block
-        sets the attribute the test asks about (``if params.top_k is None: self.top_k = torch.full(...)`` is reported),
-        but a guard that also lets growth through (``if self.x is None or self.x.numel() < n:``) is; the same holds for
+        guarded by ``if self.<attr> is None:`` (or ``not hasattr``, ``getattr(self, "x", None) is None``,
+        ``(x := self.x) is None``, also through a local bound to the attribute) is not reported, nor are the buffers
+        its block allocates beside it, when the block sets the attribute the test asks about (``if params.top_k is
+        None: self.top_k = torch.full(...)`` is reported), but a guard that also lets growth through (``if self.x is
+        None or self.x.numel() < n:``) is; the same holds for
         conditional expressions (``torch.zeros(n) if self.x is None else self.x`` and ``self.x or torch.zeros(n)`` are
         lazy, ``torch.empty(n) if n > self.cap else self.x`` grows); nor is ``__init__`` of an object built per step,
         nor a host-only buffer (``device="cpu"``, pinned, no device, ``*_cpu``/``*_host`` names, or a ``torch.cat`` of
@@ -377,6 +378,8 @@ def _lazy_subjects(test: ast.expr) -> set[str]:
         left = test.left  # getattr(self, "x", None) is None asks about self.x
         if isinstance(left, ast.Call) and dotted(left.func) == "getattr" and len(left.args) >= 2:
             return {_attr_key(left.args[0], left.args[1])}
+        if isinstance(left, ast.NamedExpr):  # (arange := self._arange) is None asks about self._arange
+            return {ast.unparse(left.value), left.target.id}
         return {ast.unparse(left)}
     if isinstance(test, ast.UnaryOp) and isinstance(test.operand, ast.Call):
         args = test.operand.args
