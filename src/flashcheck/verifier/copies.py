@@ -15,9 +15,10 @@ from collections.abc import Callable
 from flashcheck.verifier.astutil import dotted
 from flashcheck.verifier.index import POST_INITS, ClassInfo, FunctionInfo, field_order, owner_of, with_bases
 
-__all__ = ["copied", "field_through_copy", "fresh_in_copy"]
+__all__ = ["PLAIN_COPIES", "copied", "field_through_copy", "fresh_in_copy"]
 
 _EVOLVE = frozenset({"attr.evolve", "attrs.evolve"})
+PLAIN_COPIES = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})  # an object of the copied one's class
 
 
 def copied(

@@ -16,8 +16,8 @@ import ast
 from collections.abc import Iterator
 from itertools import chain, islice
 
-from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.copies import copied
+from flashcheck.verifier.astutil import branches, dotted
+from flashcheck.verifier.copies import PLAIN_COPIES, copied
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import descendants, with_bases
 from flashcheck.verifier.index import owner_of as owner
@@ -432,7 +432,7 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
             f = expr.func
             if isinstance(f, ast.Name) and f.id == "cls":
                 return owner(fn).cls
-            if dotted(f) in _COPIES and len(expr.args) == 1:  # copy.copy(self.proto): an object of its class
+            if dotted(f) in PLAIN_COPIES and len(expr.args) == 1:  # copy.copy(self.proto): an object of its class
                 return self.instance_type(expr.args[0], fn, depth + 1)
             copy = copied(expr, fn, lambda e, f: self.project.instance_type(e, f, 1))
             if copy is not None:  # dataclasses.replace(meta, seq_lens=s), attrs' evolve, a NamedTuple's _replace
@@ -505,6 +505,8 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
             return [(container.elt, fn)]
         if isinstance(container, ast.Dict):
             return [(v, fn) for v in container.values]
+        if isinstance(container, ast.IfExp):  # {g: W(...) for g in gs} if cfg.cascade else {}: either's items
+            return [s for b in branches(container) for s in self.element_sources(b, fn, depth + 1)][:_MAX_SOURCES]
         if isinstance(container, ast.DictComp):
             return [(container.value, fn)]
         if isinstance(container, ast.Call):
@@ -588,9 +590,6 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                 for attr, values in c.attr_assigns.items():
                     self._self_attrs.setdefault(attr, []).extend(values)
         return self._self_attrs
-
-
-_COPIES = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})
 
 
 def _kwargs_param(name: str, fn: FunctionInfo) -> bool:

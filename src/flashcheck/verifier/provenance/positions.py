@@ -51,10 +51,12 @@ class PositionalItems:
 
     def item_of_result(self, value: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source]:
         """Item `i` of the tuples `value` may be: a project function's ``return a, b``, a local tuple, item ``lo +
-        i`` of what a constant slice ``meta[lo:hi]`` cuts, or `x` for ``a, b = x.topk(k)`` (a torch operation's
-        tensors share its input's device)."""
+        i`` of what a constant slice ``meta[lo:hi]`` cuts, `x` for ``a, b = x.topk(k)`` (a torch operation's
+        tensors share its input's device), or the element of a comprehension unpacked into names."""
         if isinstance(value, ast.Call) and (held := tuple_op_input(value, fn)) is not None:
             return [(held, fn)]
+        if isinstance(value, ast.GeneratorExp | ast.ListComp):  # a, b = (torch.zeros(n, ...) for n in sizes): each
+            return [(value.elt, fn)]  # item is the element
         if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice):
             lo = _slice_start(value.slice, fn, self.project)
             at = self.positional_item(value.value, lo + i, fn) if lo is not None else None
