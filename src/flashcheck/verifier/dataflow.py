@@ -98,8 +98,9 @@ def storage_keys(
                 keys = _kept_at(root.id, fn, depth, project, typer)
             return keys if len(values) == 1 else []
         containers = loop_containers(root.id, fn, root.lineno)
-        if containers:  # for buf in self.kv_indices: an item shares its container's key
-            return [k for c in containers for k in storage_keys(c, fn, depth + 1, project, typer)]
+        if containers:  # for buf in self.kv_indices: an item shares its container's key; in (self.a, self.b), theirs
+            items = [e for c in containers for e in (c.elts if isinstance(c, ast.Tuple | ast.List) else [c])]
+            return [k for c in items for k in storage_keys(c, fn, depth + 1, project, typer)]
         if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]
         return []

@@ -35,6 +35,12 @@ def loop_containers(name: str, fn: FunctionInfo, line: int | None = None) -> lis
 
 def _container(it: ast.expr, path: tuple[int, ...], fn: FunctionInfo) -> ast.expr | None:
     for _ in range(4):
+        if path and isinstance(it, ast.GeneratorExp | ast.ListComp | ast.List | ast.Tuple):
+            picked = _position(it, path[0])  # for dev, host in ((self.a[g], self.a_cpu[g]) for g in groups): dev is
+            if picked is None:  # an a[g], each item of a tuple of the tuples' first items
+                return None
+            it, path = picked, path[1:]
+            continue
         if isinstance(it, ast.Name) and it.id not in fn.params:
             values = fn.local_assigns.get(it.id)
             if not values or len(values) != 1:
@@ -63,3 +69,20 @@ def _container(it: ast.expr, path: tuple[int, ...], fn: FunctionInfo) -> ast.exp
             continue
         return it if not path else None  # the result of another call (num = self._verify(...)) is the container
     return None
+
+
+def _position(it: ast.GeneratorExp | ast.ListComp | ast.List | ast.Tuple, i: int) -> ast.Tuple | None:
+    """A tuple of item `i` of each tuple a comprehension makes or a literal holds (made once per position, kept on
+    `it`); None where some item is no tuple literal that holds position `i`."""
+    rows = [it.elt] if isinstance(it, ast.GeneratorExp | ast.ListComp) else list(it.elts)
+    picked = [
+        r.elts[i]
+        for r in rows
+        if isinstance(r, ast.Tuple) and i < len(r.elts) and not any(isinstance(e, ast.Starred) for e in r.elts)
+    ]
+    if not rows or len(picked) != len(rows):
+        return None
+    made: ast.Tuple | None = it.__dict__.get(f"_flashcheck_position_{i}")
+    if made is None:
+        made = it.__dict__[f"_flashcheck_position_{i}"] = ast.copy_location(ast.Tuple(picked, ast.Load()), it)
+    return made

@@ -205,7 +205,16 @@ class Members(InstanceCalls):
         either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
         values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
         values = [(v, w) for v, w in values if not self._builds_object(v, w)]  # an object: instance_call's answer
-        return [t for value, where in values[:8] for t in self.callables(value, where, partials=True)]
+        out: list[FunctionInfo] = []
+        for value, where in values[:8]:  # sample_random = functools.partialmethod(_sample, greedy=False): the class's
+            named = (
+                value.args[0] if isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS else None
+            )
+            body = [
+                c.methods[named.id] for c in with_bases(cls) if isinstance(named, ast.Name) and named.id in c.methods
+            ]
+            out += body[:1] or self.callables(value, where, partials=True)  # own _sample, named in its body
+        return out
 
     def _builds_object(self, value: ast.expr, fn: FunctionInfo) -> bool:
         """``EncoderAttention()``: a value that constructs an object of a project class."""
