@@ -134,7 +134,9 @@ class GraphBufferWrittenElsewhere(Rule):
         ``kv_indices``), storage reached through objects whose type neither annotations (of parameters, fields and
         locals) nor the value flow (back to a constructor call, also through ``weakref.ref``/``weakref.proxy``)
         give, and ordering across functions beyond "this call plans": a write in one method that a caller runs after
-        ``plan()`` in another is judged where the call is.
+        ``plan()`` in another is judged where the call is; a decorator's wrapper that writes after calling the function
+        it wraps (``out = fn(self, bs); self.last_page_len[n:bs].fill_(1)``) is not read as writing after that
+        function's plan; storage a descriptor keeps under a computed name (``setattr(obj, self.slot, t)``).
     """
 
     def check(self, ctx: Context) -> None:

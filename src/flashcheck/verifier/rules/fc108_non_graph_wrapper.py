@@ -67,8 +67,11 @@ class NonGraphWrapperInCapture(Rule):
     Known false positives
         A run call on a capture path that is only taken in eager mode (behind a ``if not capturing:`` branch) is
         reported, unless the branch tests a parameter or a field of the capture batch that the capture path sets to a
-        constant (``if not fb.use_graph:`` under the capture root's ``Batch(..., use_graph=True)``, also a handler
-        table keyed by it); suppress with a reason.
+        constant (``if not fb.use_graph:`` under the capture root's ``Batch(..., use_graph=True)``; an enum member,
+        ``if fb.forward_mode.is_decode():`` under ``forward_mode=ForwardMode.DECODE``; ``if fb.num_prefills > 0:``;
+        also a handler table keyed by it); a field set from a variable (``forward_mode=self.capture_mode``) or an
+        object built elsewhere decides nothing, and neither does a method called through a bound method kept in an
+        attribute (``self.attend = drafter.draft_attention``); suppress with a reason.
 
     What it cannot see
         Wrappers handed in from outside the project, and run calls reached only through objects whose type the analysis
