@@ -207,7 +207,7 @@ def storage_root(node: ast.expr) -> ast.expr:
     """
     while True:
         named = reflected_attribute(node)
-        if named is not None:  # getattr(w, "_x"), vars(bufs).get("kv_indptr"): w._x, bufs.kv_indptr
+        if named is not None:  # vars(bufs)["kv_indptr"], getattr(w, "_x"): bufs.kv_indptr, w._x
             node = named
         elif isinstance(node, ast.Subscript):
             if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
@@ -224,8 +224,9 @@ _REFLECTED: dict[int, tuple[ast.expr, ast.Attribute]] = {}
 
 
 def reflected_attribute(node: ast.expr) -> ast.Attribute | None:
-    """The attribute a reflective read names, as if written out: ``getattr(w, "_x"[, d])``, ``vars(w).get("_x")``
-    and ``w.__dict__.get("_x")`` are ``w._x`` (``vars(w)["_x"]`` is ``w._x`` from the parse on: operator_idioms)."""
+    """The attribute a reflective read names, as if written out: ``getattr(w, "_x"[, d])``, ``vars(w)["_x"]``,
+    ``vars(w).get("_x")`` and ``w.__dict__["_x"]`` (``.get``) are ``w._x`` (the subscripts are mostly rewritten so
+    at parse already: operator_idioms)."""
     seen = _REFLECTED.get(id(node))
     if seen is not None and seen[0] is node:
         return seen[1]
@@ -248,6 +249,8 @@ def _reflected_parts(node: ast.expr) -> tuple[ast.expr | None, str | None]:
             return e.args[0]
         return e.value if isinstance(e, ast.Attribute) and e.attr == "__dict__" else None
 
+    if isinstance(node, ast.Subscript):  # where the parse-time rewrite left it (operator_idioms)
+        return namespace(node.value), text(node.slice)
     if not isinstance(node, ast.Call) or not node.args:
         return None, None
     f = node.func

@@ -29,6 +29,7 @@ from flashcheck.verifier.index import owner_of as owner
 from flashcheck.verifier.itemkeys import keyed_lookup
 from flashcheck.verifier.loops import loop_containers
 from flashcheck.verifier.project import PROPERTIES, ClassInfo, FunctionInfo, Project, torch_name
+from flashcheck.verifier.sequences import sequence_items
 
 __all__ = [
     "ALLOCATORS",
@@ -99,7 +100,7 @@ def storage_keys(
             return keys if len(values) == 1 else []
         containers = loop_containers(root.id, fn, root.lineno)
         if containers:  # for buf in self.kv_indices: an item shares its container's key; in (self.a, self.b), theirs
-            items = [e for c in containers for e in (c.elts if isinstance(c, ast.Tuple | ast.List) else [c])]
+            items = [e for c in containers for e in sequence_items(c, fn) or [c]]
             return [k for c in items for k in storage_keys(c, fn, depth + 1, project, typer)]
         if fn.module.global_values(root.id) and root.id not in fn.params:
             return [("global", fn.module.name, root.id)]

@@ -100,9 +100,6 @@ class InstanceCalls(Registries):
                     factory = self.resolve_def(value.func, where) if not made and isinstance(value, ast.Call) else None
                     if isinstance(factory, FunctionInfo) and isinstance(value, ast.Call):  # instantiate(qualname, cfg)
                         made = self.built_by_name(value, factory, where)
-                    if not made and isinstance(value, ast.Call):  # the class itself: getattr(module, cfg.backend_cls),
-                        made = class_values(self, value, where)  # backend_cls.metadata_cls(): a call through the
-                        handed = handed or bool(made)  # attribute runs that class's classmethods
                     for t in made:
                         if t is not None:
                             found[id(t)] = t
@@ -141,6 +138,13 @@ class InstanceCalls(Registries):
             named = self.resolve_def(sup.args[0], fn) if isinstance(sup.args[0], ast.Name | ast.Attribute) else None
             return named if isinstance(named, ClassInfo) else None
         return owner_of(fn).cls
+
+    def held_classes(self, attr: ast.Attribute, fn: FunctionInfo) -> list[ClassInfo]:
+        """The classes an attribute holds as classes, not instances (``self.backend_cls = getattr(module,
+        cfg.backend_cls)``): a method call through it runs that class's method (``self.backend_cls.metadata_cls()``)."""
+        owner = self.instance_type(attr.value, fn, 1)
+        stores = [(v, w) for c in with_bases(owner) for v, w in c.attr_assigns.get(attr.attr, [])] if owner else []
+        return [c for v, w in stores[:4] if isinstance(v, ast.Call) for c in class_values(self, v, w)]
 
     def family_stores(self, owner: ClassInfo | None, attr: str) -> list[tuple[ast.expr, FunctionInfo]]:
         """What an attribute of an object of class `owner` may be bound to: ``self.<attr> = v`` in the class, its bases

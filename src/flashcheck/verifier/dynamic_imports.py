@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import branches
 from flashcheck.verifier.bindings import imported_name
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, descendants, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, ModuleInfo, descendants, store_receiver, with_bases
 from flashcheck.verifier.instances import argument
 
 if TYPE_CHECKING:
@@ -44,12 +44,13 @@ def class_values(
     )  # asked again for the same expression by each attribute and call that reaches it
     if memo is not None and (expr, id(fn), depth) in memo:
         return memo[expr, id(fn), depth]
+    cuts = project.cuts
     found: dict[int, ClassInfo] = {}
     for value, where in _values(expr, fn):
         for c in _classes(project, value, where, depth, via):
             found[id(c)] = c
     out = list(found.values())[:_MAX_NAMES]
-    if memo is not None:
+    if memo is not None and project.cuts == cuts:  # not cut short by a recursion guard
         memo[expr, id(fn), depth] = out
     return out
 
@@ -247,7 +248,9 @@ def _spelled(
         consts = [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
         return consts[:_MAX_NAMES] if consts and len(consts) == len(values) else [_UNKNOWN]
     active: set[int] = vars(project).setdefault("_spelling_fields", set())  # typing the owner may spell again
-    if isinstance(expr, ast.Attribute) and id(expr) not in active:
+    if isinstance(expr, ast.Attribute) and id(expr) in active:
+        project.cuts += 1  # cut short: what depends on this answer is not kept in a memo
+    elif isinstance(expr, ast.Attribute):
         active.add(id(expr))
         try:
             owner = project.instance_type(expr.value, fn)
@@ -265,7 +268,11 @@ def _field_strings(project: Registries, owner: ClassInfo, attr: str, depth: int)
     none is known."""
     family = [*with_bases(owner), *descendants(owner)]  # cls.impl_qualname in a base: any subclass's too
     values = [(v, where) for c in family for v, where in c.attr_assigns.get(attr, [])]
-    values += project.attr_stores.get(attr, [])
+    values += [  # runner.cfg.backend_cls = "..." on an object of the class (not on any object's such attribute)
+        (v, w)
+        for v, w in project.attr_stores.get(attr, [])[:16]
+        if (r := store_receiver(w, v, attr)) is not None and owner in with_bases(project.instance_type(r, w, 1))
+    ]
     built = project.calls_by_name().get(owner.name, [])  # EngineConfig(backend_cls=...), m.EngineConfig(...)
     values += [(kw.value, f) for f, c in built for kw in c.keywords if kw.arg == attr]
     found = [t for v, where in values[:_MAX_NAMES] for t in _spelled(project, v, where, depth + 1)]

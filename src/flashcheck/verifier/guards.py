@@ -25,8 +25,9 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from flashcheck.verifier.astutil import terminal_name
 from flashcheck.verifier.dataflow import arg_for_param
-from flashcheck.verifier.index import ClassInfo, FunctionInfo
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
 from flashcheck.verifier.members import classmethod_class
 
 __all__ = [
@@ -57,8 +58,9 @@ class Handed:
 
 @dataclass(frozen=True)
 class Member:
-    """An enum member a call passes (``ForwardMode.DECODE``), by the names of its class and of itself. Only another
-    member decides a test against it (an ``IntEnum`` member may equal a number: such a test stays undecided)."""
+    """An enum member a call passes (``ForwardMode.DECODE``, of a project class derived from ``Enum``), by the names
+    of its class and of itself. Only a member spelled with the same class name decides a test against it (an alias of
+    the class, another class, or a number an ``IntEnum`` member may equal leave the test undecided)."""
 
     enum: str
     name: str
@@ -140,7 +142,11 @@ class Guards:
             if v is not _UNKNOWN:
                 found.add((p, v))
             if isinstance(v, Member) and not isinstance(arg, ast.Name):  # forward_mode=ForwardMode.DECODE: also
-                found.update((f"{p}.{m}", mv) for m, mv in self._member_facts(arg, caller, v))  # what is_decode() gives
+                facts = self._member_facts(arg, caller, v)  # what is_decode() gives; None: no enum's member
+                if facts is None:
+                    found.discard((p, v))
+                    continue
+                found.update((f"{p}.{m}", mv) for m, mv in facts)
             elif (v is _UNKNOWN or isinstance(v, Member)) and isinstance(arg, ast.Name):
                 found.update((f"{p}.{f}", fv) for f, fv in self._fields(arg.id, caller, outer))
         if not found or self._used_as_value(callee):
@@ -221,18 +227,25 @@ class Guards:
             v = _value(kw.value, {}) if kw.arg is not None else _UNKNOWN
             if v is _UNKNOWN or kw.arg is None or kw.arg in stored or _stores_field(caller, name, kw.arg):
                 continue
-            if init is None or _keeps(init, kw.arg):
-                out.append((kw.arg, v))
-                if isinstance(v, Member):  # forward_mode=ForwardMode.DECODE: fb.forward_mode.is_decode() too
-                    out += [(f"{kw.arg}.{m}", mv) for m, mv in self._member_facts(kw.value, caller, v)]
+            facts = self._member_facts(kw.value, caller, v) if isinstance(v, Member) else []
+            if (init is None or _keeps(init, kw.arg)) and facts is not None:
+                out.append((kw.arg, v))  # forward_mode=ForwardMode.DECODE: fb.forward_mode.is_decode() too
+                out += [(f"{kw.arg}.{m}", mv) for m, mv in facts]
         return out
 
-    def _member_facts(self, expr: ast.expr, where: FunctionInfo | None, value: Member) -> list[tuple[str, object]]:
-        """`member_methods` of the enum class `expr` (``ForwardMode.DECODE``) names, resolved where it is written."""
+    def _member_facts(
+        self, expr: ast.expr, where: FunctionInfo | None, value: Member
+    ) -> list[tuple[str, object]] | None:
+        """`member_methods` of the enum class `expr` (``ForwardMode.DECODE``) names, resolved where it is written;
+        None where that is no project class derived from ``Enum`` (``Config.MAX_BS``: not bound)."""
         if self._resolve is None or where is None or not isinstance(expr, ast.Attribute):
-            return []
+            return None
         cls = self._resolve(expr.value, where)
-        return member_methods(cls, value) if isinstance(cls, ClassInfo) else []
+        if not isinstance(cls, ClassInfo) or not any(
+            terminal_name(b) in _ENUMS for c in with_bases(cls) for b in c.node.bases
+        ):
+            return None
+        return member_methods(cls, value)
 
     def _only_functions(self, arg: ast.expr, caller: FunctionInfo) -> bool:
         """Whether every value a handed callable may be is a function the caller (or an enclosing function) makes:
@@ -274,10 +287,16 @@ class Guards:
         if found is None:
             params = fn.params
             tested = {n.id for t in fn.tests for n in ast.walk(t) if isinstance(n, ast.Name) and n.id in params}
-            passed = {  # the key of a table lookup, self.handlers[fb.forward_mode](q): `tables.ruled_out_by_key`
+            looked_up: list[ast.expr] = [  # the key of a table a call picks from, self.handlers[fb.mode](q), also
+                c.func if isinstance(c.func, ast.Subscript) else fn.local_assigns[c.func.id][0]  # through a local
+                for c in fn.calls
+                if isinstance(c.func, ast.Subscript)
+                or (isinstance(c.func, ast.Name) and len(fn.local_assigns.get(c.func.id, [])) == 1)
+            ]
+            passed = {  # `tables.ruled_out_by_key` reads them
                 n.id
-                for sub in fn.subscripts
-                if isinstance(sub.value, ast.Attribute) and isinstance(sub.value.value, ast.Name)
+                for sub in looked_up
+                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute)
                 for n in ast.walk(sub.slice)
                 if isinstance(n, ast.Name) and n.id in params
             }
@@ -455,11 +474,11 @@ def _member_test(v: Member, op: ast.cmpop, right: ast.expr) -> bool | None:
     """A comparison of a bound member with a member (``==``, ``!=``, ``is``, ``is not``) or a literal tuple of members
     (``in``, ``not in``); None for anything else."""
     if isinstance(op, ast.Eq | ast.Is | ast.NotEq | ast.IsNot) and (m := member(right)) is not None:
-        return (v == m) == isinstance(op, ast.Eq | ast.Is)
+        return None if m.enum != v.enum else (v == m) == isinstance(op, ast.Eq | ast.Is)
     if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
         members = [member(e) for e in right.elts]
-        if None in members:
-            return None
+        if any(m is None or m.enum != v.enum for m in members):
+            return None  # another spelling of the class (an import alias) or another class: undecided
         return (v in members) == isinstance(op, ast.In)
     return None
 
@@ -478,6 +497,7 @@ def member_methods(cls: ClassInfo, value: Member) -> list[tuple[str, object]]:
     return out
 
 
+_ENUMS = frozenset({"Enum", "IntEnum", "StrEnum", "IntFlag", "Flag"})
 _ORDER: dict[type[ast.cmpop], Callable[[float, float], bool]] = {
     ast.Lt: operator.lt,
     ast.LtE: operator.le,

@@ -150,11 +150,13 @@ class InstanceTyping(ModuleBindings):
 
     def _stored_on(self, cls: ClassInfo, attr: str, depth: int) -> Iterator[tuple[ast.expr, FunctionInfo]]:
         """``obj.<attr> = v`` outside the class, where `obj` is an instance of `cls` or of a subclass (a builder's
-        ``layer.attn.backend = backend``), for an attribute the class itself never sets or only sets to None (a slot
-        filled from outside): what the class makes itself is its own (tests that plant other objects aside)."""
-        if any(not is_none(v) for v, _ in cls.attr_assigns.get(attr, [])):
+        ``layer.attn.backend = backend``), for an attribute the class and its bases never set or only set to None (a
+        slot filled from outside): what the class makes itself is its own; stores in tests and benchmarks aside."""
+        if any(not is_none(v) for c in with_bases(cls) for v, _ in c.attr_assigns.get(attr, [])):
             return
         for value, where in self.attr_stores.get(attr, [])[:16]:
+            if where.source.is_tooling:
+                continue  # a test that plants an object
             receiver = store_receiver(where, value, attr)
             t = self.instance_type(receiver, where, depth + 1) if receiver is not None else None
             if t is not None and cls in with_bases(t):

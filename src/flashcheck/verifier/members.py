@@ -203,17 +203,17 @@ class Members(InstanceCalls):
         """The project functions attribute `attr` of an instance of `cls` holds when it is not a method: a bound
         method or a function assigned to it (``self.update = self.update_single_wrapper``, ``self.step = other.run``,
         either branch of ``a if c else b``), so that ``obj.update(...)`` calls them."""
-        values = [v for c in with_bases(cls) for v in c.attr_assigns.get(attr, [])]
-        values = [(v, w) for v, w in values if not self._builds_object(v, w)]  # an object: instance_call's answer
         out: list[FunctionInfo] = []
-        for value, where in values[:8]:  # sample_random = functools.partialmethod(_sample, greedy=False): the class's
-            named = (
-                value.args[0] if isinstance(value, ast.Call) and value.args and dotted(value.func) in PARTIALS else None
-            )
-            body = [
-                c.methods[named.id] for c in with_bases(cls) if isinstance(named, ast.Name) and named.id in c.methods
-            ]
-            out += body[:1] or self.callables(value, where, partials=True)  # own _sample, named in its body
+        for c in with_bases(cls):
+            for value, where in c.attr_assigns.get(attr, [])[:8]:
+                if self._builds_object(value, where):
+                    continue  # an object: instance_call's answer
+                partial = isinstance(value, ast.Call) and value.args and dotted(value.func) in _PARTIALMETHODS
+                named = value.args[0] if partial and isinstance(value, ast.Call) else None
+                if isinstance(named, ast.Name) and named.id in c.methods:
+                    out.append(c.methods[named.id])  # sample_random = partialmethod(_sample, ...) in c's body: c's own
+                else:
+                    out += self.callables(value, where, partials=True)
         return out
 
     def _builds_object(self, value: ast.expr, fn: FunctionInfo) -> bool:
@@ -372,6 +372,7 @@ class Members(InstanceCalls):
 
 
 _BUILTINS = frozenset(dir(builtins))
+_PARTIALMETHODS = frozenset({"functools.partialmethod", "partialmethod"})
 _BUDGET = 96  # hops one callables() question may take in all (each fans out to callers and items)
 
 

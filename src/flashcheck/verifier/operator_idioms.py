@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import re
 
 from flashcheck.verifier.astutil import parameters
 
@@ -180,13 +179,12 @@ class _Rewriter(ast.NodeTransformer):
 
 
 def desugar_namespace_items(tree: ast.Module, text: str) -> None:
-    """Rewrite ``vars(x)["k"]`` and ``x.__dict__["k"]`` in `tree` as ``x.k`` (only in a file that spells one with a
-    string key and does not define a ``vars`` of its own; innermost first, so nested ones nest)."""
+    """Rewrite ``vars(x)["k"]`` and ``x.__dict__["k"]`` in `tree` as ``x.k``, in the top-level statements whose lines
+    spell ``vars(`` or ``__dict__[`` (innermost first, so nested ones nest). A module that binds a ``vars`` of its own
+    is read as if it were the builtin."""
     if "vars(" not in text and "__dict__[" not in text:
         return
-    lines = {text.count("\n", 0, m.start()) + 1 for m in _NAMESPACE_ITEM.finditer(text)}
-    if not lines or re.search(r"\bvars\s*=|def vars\b|import[^\n]*\bvars\b", text):
-        return
+    lines = {i for i, line in enumerate(text.splitlines(), 1) if "vars(" in line or "__dict__[" in line}
     spans = [s for s in tree.body if any(s.lineno <= n <= (s.end_lineno or s.lineno) for n in lines)]
     for node in reversed([n for s in spans for n in ast.walk(s)]):  # only the statements that spell one
         for field, value in ast.iter_fields(node):
@@ -194,9 +192,6 @@ def desugar_namespace_items(tree: ast.Module, text: str) -> None:
                 value[:] = [_namespace_item(v) if isinstance(v, ast.Subscript) else v for v in value]
             elif isinstance(value, ast.Subscript):
                 setattr(node, field, _namespace_item(value))
-
-
-_NAMESPACE_ITEM = re.compile(r"(\bvars\([^()]*\)|__dict__)\[\s*['\"]")
 
 
 def _namespace_item(node: ast.Subscript) -> ast.expr:
@@ -225,12 +220,20 @@ def _replacing(made: ast.expr, original: ast.expr) -> ast.expr:
 def as_written(node: ast.AST) -> str:
     """`node` as source text, with each node a rewrite made put back as it was written (``vars(bufs)["k"]``, not
     ``bufs.k``)."""
+    return ast.unparse(_restored(node))
+
+
+def _restored(node: ast.AST) -> ast.AST:
+    """`node` with each rewritten node replaced by the one it replaced; new nodes only along the paths to them."""
+    original = getattr(node, _WRITTEN, None)
+    if isinstance(original, ast.AST):
+        return _restored(original)
     if not any(hasattr(n, _WRITTEN) for n in ast.walk(node)):
-        return ast.unparse(node)
-    return ast.unparse(_Restore().visit(copy.deepcopy(node)))
-
-
-class _Restore(ast.NodeTransformer):
-    def visit(self, node: ast.AST) -> ast.AST:
-        original = getattr(node, _WRITTEN, None)
-        return self.visit(original) if isinstance(original, ast.AST) else self.generic_visit(node)
+        return node
+    fields: dict[str, object] = {}
+    for name, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            fields[name] = [_restored(v) if isinstance(v, ast.AST) else v for v in value]
+        else:
+            fields[name] = _restored(value) if isinstance(value, ast.AST) else value
+    return type(node)(**fields)

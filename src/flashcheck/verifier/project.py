@@ -486,7 +486,7 @@ class Project(Members):
                 yield from (f for f in found if f is not None)
                 return
             if isinstance(base, ast.Attribute):  # self.impl = A(cfg) or B(cfg): self.impl.run() runs either's
-                classes = self._attr_classes(base, fn)
+                classes = self._attr_classes(base, fn) or self.held_classes(base, fn)
                 each = [(c, m) for c in classes if (m := self.method(c, func.attr)) is not None]
                 if each:  # each class's method (also where only one of them defines it)
                     yield from (m for _, m in each)

@@ -87,7 +87,7 @@ def _may_equal(key: ast.expr | None, wanted: list[object]) -> bool:
         return True
     for part, w in zip(parts, wanted, strict=True):
         if isinstance(w, Member):  # {Mode.DECODE: self._decode}[fb.mode]: another member is another entry
-            if (m := member(part)) is not None and m != w:
+            if (m := member(part)) is not None and m.enum == w.enum and m != w:
                 return False
         elif w is not UNKNOWN and isinstance(part, ast.Constant) and part.value != w:
             return False

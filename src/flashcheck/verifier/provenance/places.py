@@ -10,7 +10,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted, is_none, terminal_name
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, with_bases
+from flashcheck.verifier.index import ClassInfo, FunctionInfo, store_receiver, with_bases
 from flashcheck.verifier.provenance.where import UNKNOWN, Where
 
 if TYPE_CHECKING:
@@ -52,13 +52,9 @@ class StoredPlaces:
         """Whether ``obj.<attr> = value`` elsewhere stores on an object of the family (``runner.device = ...`` in a
         worker); a store on an object whose class the analysis cannot tell (``args.device``) is not counted."""
         value, where = store
-        for a in where.assigns:
-            if isinstance(a, ast.Assign) and a.value is value:
-                for t in a.targets:
-                    if isinstance(t, ast.Attribute) and t.attr == dev.attr:
-                        cls = self.project.instance_type(t.value, where, 1)
-                        return cls is not None and any(cls is c for c in family)
-        return False
+        receiver = store_receiver(where, value, dev.attr)
+        cls = self.project.instance_type(receiver, where, 1) if receiver is not None else None
+        return cls is not None and any(cls is c for c in family)
 
     def _place_family(self, owner: ClassInfo) -> list[ClassInfo]:
         """Every class an object of class `owner` may be, with their bases (a mixin's subclass's other bases store

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from flashcheck.verifier.astutil import alias_value, annotation, dotted, kwarg, terminal_name
+from flashcheck.verifier.astutil import alias_value, annotation, dotted, is_none, kwarg, terminal_name
 from flashcheck.verifier.bindings import imported_name
 from flashcheck.verifier.flashinfer_api import (
     PLAN_METHODS,
@@ -79,8 +79,9 @@ class Wrappers:
                 return self.wrapper_class(inner, fn, depth + 1)
             if isinstance(target, ClassInfo):
                 return self.flashinfer_base(target)
-            returns = getattr(target.node, "returns", None) if isinstance(target, FunctionInfo) else None
-            n = _annotated_class(returns)
+            returns = annotation(getattr(target.node, "returns", None)) if isinstance(target, FunctionInfo) else None
+            union = isinstance(returns, ast.BinOp) and not any(is_none(x) for x in (returns.left, returns.right))
+            n = _annotated_class(returns) if not union else None  # -> A | B names no one class
             if n is not None and is_wrapper_class_name(n):  # def paged_prefill(cls) -> BatchPrefillWith...Wrapper:
                 return n  # the factory's word, over what a shared cache it returns from may hold
         if isinstance(expr, ast.Name) and expr.id in fn.params:

@@ -18,6 +18,7 @@ from flashcheck.verifier.index import descendants, owner_of, with_bases
 from flashcheck.verifier.project import ClassInfo, FunctionInfo, torch_name
 from flashcheck.verifier.provenance.flow import arg_for_param
 from flashcheck.verifier.rules.fc101_host_sync import snippet
+from flashcheck.verifier.sequences import sequence_items
 
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty"})
 
@@ -53,7 +54,7 @@ class EmptyWorkspaceForZeroingKernel(Rule):
         was stored under it), module globals that a function assigns after ``global _WS`` (lazy initialisation read
         elsewhere) and both branches of conditional expressions (``shared or torch.empty(...)``) to its allocation. An
         allocation with ``torch.empty``/``empty_like``/``new_empty`` is reported unless the same storage is zeroed
-        (``.zero_()``, ``.fill_(0)``; each item of a list a comprehension builds, zeroed in a loop over it) in the
+        (``.zero_()``, ``.fill_(0)``; the items of a list a comprehension or literal builds, by a loop over it) in the
         allocating function on a path that can run: a zeroing under ``if zeroed:``
         (or the ``else`` of ``if not zeroed:``) where every project call passes, or defaults to, a false constant for
         ``zeroed`` does not count.
@@ -178,17 +179,19 @@ def _runtime_backend(ctx: Context, call: ast.Call, fn: FunctionInfo, via: ast.Ca
 
 def _zeroed_after(ctx: Context, alloc: ast.Call, fn: FunctionInfo) -> bool:
     """Whether the allocating function zeroes the same storage (``ws.zero_()``, ``ws.fill_(0)``) on a path that
-    can run (each item of a list built by a comprehension, ``for ws in self.workspaces: ws.zero_()``): a zeroing under
+    can run (the items of a list a comprehension or literal builds, through a loop over it: ``for ws in
+    self.workspaces: ws.zero_()``, not one item, ``self.workspaces[0].zero_()``): a zeroing under
     ``if zeroed:`` where every caller passes a false constant for ``zeroed`` is not one."""
     targets: set[tuple[str, str, str]] = set()
-    for a in fn.assigns:  # ws = torch.empty(...), also an item of a comprehension or literal: a loop zeroes each
-        held = [a.value.elt] if isinstance(a.value, ast.ListComp | ast.GeneratorExp) else []
-        held += a.value.elts if isinstance(a.value, ast.List | ast.Tuple) else []
-        held += [a.value.value] if isinstance(a.value, ast.DictComp) else []
-        if isinstance(a, ast.Assign) and (a.value is alloc or any(h is alloc for h in held)):
-            for t in a.targets:
-                targets.update(storage_keys(t, fn) or [("local", "", ast.unparse(t))])
-    if isinstance(fn.node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and targets:
+    items: set[tuple[str, str, str]] = set()  # lists the allocation is an item of: zeroed through a loop over them
+    for a in fn.assigns:
+        if not isinstance(a, ast.Assign) or not (
+            a.value is alloc or any(e is alloc for e in sequence_items(a.value, fn))
+        ):
+            continue
+        for t in a.targets:
+            (targets if a.value is alloc else items).update(storage_keys(t, fn) or [("local", "", ast.unparse(t))])
+    if isinstance(fn.node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and (targets or items):
         for call in fn.calls:
             f = call.func
             if isinstance(f, ast.Attribute) and (
@@ -201,7 +204,8 @@ def _zeroed_after(ctx: Context, alloc: ast.Call, fn: FunctionInfo) -> bool:
                 )
             ):
                 keys = set(storage_keys(f.value, fn)) | {("local", "", ast.unparse(f.value))}
-                if keys & targets and not _never_runs(ctx, call, fn):
+                looped = isinstance(f.value, ast.Name) and f.value.id in fn.loop_vars  # for ws in self.ws: ws.zero_()
+                if (keys & targets or (looped and keys & items)) and not _never_runs(ctx, call, fn):
                     return True
     return False
 
