@@ -25,6 +25,7 @@ __all__ = [
     "is_in_place_method",
     "item_annotation",
     "kwarg",
+    "kwargs_param",
     "name_tokens",
     "overload_stub",
     "own_nodes",
@@ -520,3 +521,9 @@ def branches(value: ast.expr) -> list[ast.expr]:
     if isinstance(value, ast.IfExp):
         return [*branches(value.body), *branches(value.orelse)]
     return [value]
+
+
+def kwargs_param(name: str, node: ast.AST) -> bool:
+    """`name` is the ``**kwargs`` parameter of the function `node`."""
+    args = getattr(node, "args", None)
+    return isinstance(args, ast.arguments) and args.kwarg is not None and args.kwarg.arg == name

@@ -16,18 +16,24 @@ import ast
 from collections.abc import Iterator
 from itertools import chain, islice
 
-from flashcheck.verifier.astutil import branches, dotted
+from flashcheck.verifier.astutil import branches, dotted, kwargs_param
 from flashcheck.verifier.copies import PLAIN_COPIES, copied
 from flashcheck.verifier.dataflow import arg_for_param
 from flashcheck.verifier.index import descendants, with_bases
 from flashcheck.verifier.index import owner_of as owner
-from flashcheck.verifier.itemkeys import filtered_items, is_dict_call, is_key, item_lookup_keys
+from flashcheck.verifier.itemkeys import filtered_items, is_dict_call, item_lookup_keys
 from flashcheck.verifier.loops import innermost_loop, loop_containers
 from flashcheck.verifier.operator_idioms import applied, getter_parts
 from flashcheck.verifier.project import PARTIALS, ClassInfo, FunctionInfo, Project
 from flashcheck.verifier.provenance.calls import CallScan, is_partial
 from flashcheck.verifier.provenance.fields import ClassAttrs
-from flashcheck.verifier.provenance.keyed import KeyedItems, literal_item_stores, literal_pairs, name_item_stores
+from flashcheck.verifier.provenance.keyed import (
+    KeyedItems,
+    last_entries,
+    literal_item_stores,
+    literal_pairs,
+    name_item_stores,
+)
 from flashcheck.verifier.provenance.local_fields import local_field_sources
 from flashcheck.verifier.provenance.positions import PositionalItems
 from flashcheck.verifier.provenance.records import record_field_sources
@@ -235,7 +241,7 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
             if isinstance(v, ast.Name) and (passed := self._passed(v, where, via)) is not None:
                 stack.append((*passed, ctx[:-1]))  # a parameter of the factory: what the call reached through passed
                 continue
-            if isinstance(v, ast.Name) and _kwargs_param(v.id, where):  # def f(kind, **extra): what the call passed
+            if isinstance(v, ast.Name) and kwargs_param(v.id, where.node):  # def f(kind, **extra): what the call passed
                 calls = [(c, call) for c, call in self.project.callers(where) if via is None or call is via][:8]
                 for caller, call in calls:
                     out.extend((kw.value, caller) for kw in call.keywords if kw.arg == key)
@@ -247,10 +253,10 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                 inner = (*ctx, v)[-4:] if isinstance(v, ast.Call) else ctx if isinstance(v, ast.Name) else ()
                 stack.extend((s, w, inner) for s, w in self.sources(v, where))  # a factory: what it returns
                 continue
-            if isinstance(v, ast.Dict):
-                items = [item for k, item in zip(v.keys, v.values, strict=False) if is_key(k, key)]
+            if isinstance(v, ast.Dict):  # {**base, "indptr": host}: the last entry under the key wins
+                items, spreads = last_entries(v, key)
                 out.extend(self._passed(i, where, via) or (i, where) for i in items)
-                stack.extend((item, where, ctx) for k, item in zip(v.keys, v.values, strict=False) if k is None)
+                stack.extend((item, where, ctx) for item in spreads)
             elif is_dict_call(v):
                 assert isinstance(v, ast.Call)
                 out.extend(
@@ -590,9 +596,3 @@ class ValueFlow(ClassAttrs, KeyedItems, PositionalItems):
                 for attr, values in c.attr_assigns.items():
                     self._self_attrs.setdefault(attr, []).extend(values)
         return self._self_attrs
-
-
-def _kwargs_param(name: str, fn: FunctionInfo) -> bool:
-    """`name` is the ``**kwargs`` parameter of `fn`."""
-    args = getattr(fn.node, "args", None)
-    return isinstance(args, ast.arguments) and args.kwarg is not None and args.kwarg.arg == name

@@ -12,7 +12,7 @@ from flashcheck.verifier.index import ClassInfo, with_bases
 from flashcheck.verifier.itemkeys import is_key, keyed_lookup
 from flashcheck.verifier.project import FunctionInfo, Project
 
-__all__ = ["KeyedItems", "literal_item_stores", "literal_pairs", "name_item_stores"]
+__all__ = ["KeyedItems", "last_entries", "literal_item_stores", "literal_pairs", "name_item_stores"]
 
 Source = tuple[ast.expr, FunctionInfo]
 
@@ -209,3 +209,17 @@ def literal_pairs(d: ast.expr, method: str, fn: FunctionInfo) -> list[Source]:
             ast.copy_location(ast.Tuple([k, v], ast.Load()), v) for k, v in zip(d.keys, d.values, strict=True) if k
         ]
     return [(t, fn) for t in made]
+
+
+def last_entries(d: ast.Dict, key: str) -> tuple[list[ast.expr], list[ast.expr]]:
+    """What a dict literal may hold under `key`: its last entry under that key, and the ``**spread`` dicts after it
+    (or all of them, where no entry names the key), whose own items may replace it: ``{**base, "indptr": host}``
+    holds ``host``, not what ``base`` holds under "indptr"."""
+    items: list[ast.expr] = []
+    spreads: list[ast.expr] = []
+    for k, item in zip(d.keys, d.values, strict=False):
+        if k is None:
+            spreads.append(item)
+        elif is_key(k, key):
+            items, spreads = [item], []
+    return items, spreads
