@@ -221,6 +221,26 @@ class Members(InstanceCalls):
         f = value.func if isinstance(value, ast.Call) else None
         return isinstance(f, ast.Name | ast.Attribute) and isinstance(self.resolve_def(f, fn), ClassInfo)
 
+    def vararg_item(self, fn: FunctionInfo, i: int, depth: int = 0) -> list[tuple[ast.expr, FunctionInfo]]:
+        """Item `i` of `fn`'s ``*args``: the positional argument each call of `fn` passes there (a middleware's
+        ``fb = args[0]``); through a caller that forwards its own ``*args`` (``self.inner(*args, **kwargs)``), what
+        that caller's callers pass."""
+        node = fn.node
+        if isinstance(node, ast.Module) or node.args.vararg is None or depth > 3:
+            return []
+        at = len(positional_names(fn)) + i
+        out: list[tuple[ast.expr, FunctionInfo]] = []
+        for caller, call in self.callers(fn)[:8]:
+            for j, a in enumerate(call.args[: at + 1]):
+                if isinstance(a, ast.Starred):  # forwarded: item at - j of the caller's own *args
+                    own = caller.node.args.vararg if not isinstance(caller.node, ast.Module) else None
+                    forwarded = own is not None and isinstance(a.value, ast.Name) and a.value.id == own.arg
+                    out += self.vararg_item(caller, at - j, depth + 1) if forwarded else []
+                    break
+                if j == at:
+                    out.append((a, caller))
+        return out[:8]
+
     def passed_arguments(
         self, call: ast.Call, callee: FunctionInfo, param: str, caller: FunctionInfo
     ) -> list[tuple[ast.expr, FunctionInfo]]:

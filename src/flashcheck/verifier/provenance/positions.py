@@ -55,6 +55,8 @@ class PositionalItems:
         tensors share its input's device), or the element of a comprehension unpacked into names."""
         if isinstance(value, ast.Call) and (held := tuple_op_input(value, fn)) is not None:
             return [(held, fn)]
+        if _is_vararg(value, fn):  # req_pool_indices, seq_lens, *rest = args: what the callers pass there
+            return self.project.vararg_item(fn, i)
         if isinstance(value, ast.GeneratorExp | ast.ListComp):  # a, b = (torch.zeros(n, ...) for n in sizes): each
             return [(value.elt, fn)]  # item is the element
         if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Slice):
@@ -80,6 +82,8 @@ class PositionalItems:
     def positional_item(self, container: ast.expr, i: int, fn: FunctionInfo, depth: int = 0) -> list[Source] | None:
         if depth > _MAX_HOPS:
             return None
+        if _is_vararg(container, fn) and i >= 0:  # fb = args[0] of def __call__(self, *args, **kwargs)
+            return self.project.vararg_item(fn, i) or None
         if isinstance(container, ast.Tuple):
             elts = container.elts
             if any(isinstance(e, ast.Starred) for e in elts) or not -len(elts) <= i < len(elts):
@@ -128,3 +132,11 @@ def _slice_start(s: ast.Slice, fn: FunctionInfo, project: Project) -> int | None
         return None
     lo = constant_index(s.lower, fn, project) if s.lower is not None else 0
     return lo if lo is not None and lo >= 0 else None
+
+
+def _is_vararg(expr: ast.expr, fn: FunctionInfo) -> bool:
+    """`expr` is `fn`'s ``*args`` parameter, not bound again in `fn`."""
+    vararg = getattr(getattr(fn.node, "args", None), "vararg", None)
+    return (
+        isinstance(expr, ast.Name) and vararg is not None and vararg.arg == expr.id and expr.id not in fn.local_assigns
+    )
