@@ -39,9 +39,7 @@ def class_values(
     member of a module imported by name; empty when unknown."""
     if depth > _MAX_DEPTH:
         return []
-    memo: dict[tuple[ast.expr, int, int], list[ClassInfo]] | None = (
-        vars(project).setdefault("_class_values", {}) if via is None else None
-    )  # asked again for the same expression by each attribute and call that reaches it
+    memo = project._class_values if via is None else None  # asked again by each attribute and call reaching it
     if memo is not None and (expr, id(fn), depth) in memo:
         return memo[expr, id(fn), depth]
     cuts = project.cuts
@@ -247,7 +245,7 @@ def _spelled(
         values = fn.local_assigns.get(expr.id) or [v for v, _ in project.global_values(fn.module, expr.id)]
         consts = [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
         return consts[:_MAX_NAMES] if consts and len(consts) == len(values) else [_UNKNOWN]
-    active: set[int] = vars(project).setdefault("_spelling_fields", set())  # typing the owner may spell again
+    active = project._spelling_fields  # typing the owner may spell the same field again
     if isinstance(expr, ast.Attribute) and id(expr) in active:
         project.cuts += 1  # cut short: what depends on this answer is not kept in a memo
     elif isinstance(expr, ast.Attribute):

@@ -60,6 +60,9 @@ class InstanceTyping(ModuleBindings):
     _return_types: dict[tuple[str, int], ClassInfo | None]  # returns.py's memo, made by Project
     _instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None]  # instance_type's, made by Project
     _params_active: set[tuple[str, int]]  # param_classes' recursion guard, made by Project
+    _class_values: dict[tuple[ast.expr, int, int], list[ClassInfo]]  # dynamic_imports.class_values' memo, by Project
+    _spelling_fields: set[int]  # dynamic_imports' guard: the config fields being spelled, made by Project
+    _grown_memo: dict[str, list[ClassInfo]] | None  # sequences.grown's memo, made by Project
     cuts: int  # how many questions a recursion guard cut short so far (Project.callers)
     reaching: Reaching  # made by Project
 

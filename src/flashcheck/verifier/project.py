@@ -37,6 +37,7 @@ from flashcheck.verifier.members import PARTIALS, Members, classmethod_class, ha
 from flashcheck.verifier.reaching import Reaching
 from flashcheck.verifier.registered import module_hooks, registered_callables
 from flashcheck.verifier.registries import registry_call_key
+from flashcheck.verifier.sequences import unstable_names
 from flashcheck.verifier.source import SourceFile
 from flashcheck.verifier.subclassing import link_class_keywords, method_aliases
 
@@ -76,6 +77,9 @@ class Project(Members):
         self._return_types: dict[tuple[str, int], ClassInfo | None] = {}  # returns.py
         self._instance_memo: dict[tuple[ast.expr, int, int], ClassInfo | None] = {}
         self._params_active: set[tuple[str, int]] = set()  # param_classes' recursion guard
+        self._class_values: dict[tuple[ast.expr, int, int], list[ClassInfo]] = {}  # dynamic_imports.py
+        self._spelling_fields: set[int] = set()
+        self._grown_memo: dict[str, list[ClassInfo]] | None = None  # sequences.grown
         self._targets_memo: dict[ast.Call, list[FunctionInfo]] = {}  # _call_targets'
         self._private_strings: frozenset[str] | None = None
         self._bindings: dict[tuple[int, str], tuple[ModuleInfo, str] | None] = {}  # bindings.py
@@ -94,7 +98,7 @@ class Project(Members):
         self.link_class_aliases()
         for f in self.all_functions():  # Step(cfg, *bufs) with bufs = (a, b): the arguments in place
             spread = [c for c in f.calls if any(isinstance(a, ast.Starred) for a in c.args)]
-            unstable = _unstable_names(f) if spread else set()
+            unstable = unstable_names(f) if spread else set()
             for call in spread:
                 spread_local_tuples(call, f.local_assigns, unstable)
         self._subclass_memo.clear()  # the class links are complete only now
@@ -113,6 +117,7 @@ class Project(Members):
         self._property_cache.clear()
         self._return_types.clear()
         self._instance_memo.clear()
+        self._class_values.clear()
         self._callers.clear()
         self._callers_active.clear()
 
@@ -565,21 +570,6 @@ class Project(Members):
 
 
 _BUILDS = frozenset({"__init__", *POST_INITS})
-
-
-def _unstable_names(f: FunctionInfo) -> set[str]:
-    """Names of `f` whose value is not just what they were bound to: parameters, loop variables, and lists stored
-    into, added to (``+=``) or changed by a method (``bufs.append(x)``)."""
-    grown = {a.target.id for a in f.assigns if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name)}
-    changed = {
-        c.func.value.id
-        for c in f.calls
-        if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.attr in _MUTATORS
-    }
-    return {*f.params, *f.loop_vars, *f.item_stores, *grown, *changed}
-
-
-_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort", "__setitem__"})
 
 
 def _handed_values(f: FunctionInfo) -> Iterator[ast.expr]:

@@ -1,7 +1,8 @@
 """What literal containers and comprehensions hold, for the typing of their items (`flashcheck.verifier.instances`):
 the item expressions of literals, comprehensions and concatenations, what a function adds to a local list in bulk,
-whether an attribute's container is also filled in bulk elsewhere (`grown`), and the class an ``isinstance`` filter
-narrows a comprehension's items to."""
+whether an attribute's container is also filled in bulk elsewhere (`grown`), the class an ``isinstance`` filter
+narrows a comprehension's items to, and the names of a function whose value is more than what they were bound to
+(`unstable_names`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from flashcheck.verifier.astutil import dotted
-from flashcheck.verifier.index import ClassInfo, FunctionInfo, owner_of, with_bases
+from flashcheck.verifier.index import FunctionInfo, owner_of, with_bases
 
 if TYPE_CHECKING:
     from flashcheck.verifier.instances import InstanceTyping
 
-__all__ = ["bulk_growth", "fresh_list", "grown", "local_growth", "narrowed_class", "sequence_items"]
+__all__ = ["bulk_growth", "fresh_list", "grown", "local_growth", "narrowed_class", "sequence_items", "unstable_names"]
 
 
 def sequence_items(value: ast.expr, fn: FunctionInfo, depth: int = 0) -> list[ast.expr]:
@@ -100,7 +101,7 @@ def grown(project: InstanceTyping, container: ast.expr, fn: FunctionInfo, depth:
         return False
     if project.attr_stores.get(container.attr):
         return True  # runner.heads = nn.ModuleDict(...) elsewhere: another object may fill it
-    memo: dict[str, list[ClassInfo]] | None = vars(project).get("_grown_memo")  # kept on the project
+    memo = project._grown_memo
     if memo is None:  # by the class of self where it grows its own attribute (other receivers are not typed)
         memo = {}
         for f in project.functions:
@@ -108,7 +109,22 @@ def grown(project: InstanceTyping, container: ast.expr, fn: FunctionInfo, depth:
                 own = owner_of(f)
                 if isinstance(receiver, ast.Name) and receiver.id == "self" and own.cls is not None:
                     memo.setdefault(attr, []).append(own.cls)
-        vars(project)["_grown_memo"] = memo
+        project._grown_memo = memo
     owners = memo.get(container.attr)
     cls = project.instance_type(container.value, fn, depth + 1) if owners else None
     return cls is not None and any(cls in with_bases(o) or o in with_bases(cls) for o in owners or ())
+
+
+def unstable_names(f: FunctionInfo) -> set[str]:
+    """Names of `f` whose value is not just what they were bound to: parameters, loop variables, and lists stored
+    into, added to (``+=``) or changed by a method (``bufs.append(x)``)."""
+    grown = {a.target.id for a in f.assigns if isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name)}
+    changed = {
+        c.func.value.id
+        for c in f.calls
+        if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.attr in _MUTATORS
+    }
+    return {*f.params, *f.loop_vars, *f.item_stores, *grown, *changed}
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort", "__setitem__"})
